@@ -1,0 +1,808 @@
+/*
+ * bpe.c
+ *		Byte-pair encoding, exact with tiktoken's encode_ordinary.
+ *
+ * tiktoken encodes in two steps, and so does this file.
+ *
+ * 1. Pre-tokenizing.  A regular expression splits the text into pieces; no
+ *    token ever crosses a piece boundary.  cl100k_base and o200k_base use
+ *    different expressions (quoted above piece_cl100k and piece_o200k).  We do
+ *    not run a regex engine: each expression is hand-compiled into a function
+ *    that, given the start of a piece, returns its end, reproducing the
+ *    leftmost-first, backtracking semantics of Rust's regex crate.  Each
+ *    function's comments argue why its shortcuts give the same match.
+ *    Character classes (\p{L}, \p{Lu}, \p{N}, \p{M}, \s = White_Space ...) come
+ *    from Unicode 16.0 tables in unicode_data.h, the version tiktoken's
+ *    regex crate was built with.
+ *
+ * 2. Merging.  Each piece starts as a sequence of single bytes; repeatedly,
+ *    the adjacent pair whose concatenation has the lowest rank in the
+ *    vocabulary is merged, the leftmost on ties, until no pair is a token.
+ *    Most pieces are whole tokens (a word and its leading space), so the
+ *    piece is looked up first.  Short pieces then use tiktoken's own
+ *    quadratic algorithm on stack arrays; long ones (a megabyte without a
+ *    space) use a linked list and an indexed min-heap keyed by
+ *    (rank, position), which performs exactly the same merges in the same
+ *    order in O(n log n).
+ *
+ * Counting never materializes pieces or ids, so the memory used is bounded
+ * by the longest piece (about 20 bytes per byte of it, only when it is
+ * longer than BPE_SMALL_PIECE) whatever the length of the text.
+ */
+#include "bpe.h"
+
+#include <string.h>
+
+#include "unicode_data.h"
+
+/* Pieces up to this length are merged on the stack. */
+#ifndef BPE_SMALL_PIECE
+#define BPE_SMALL_PIECE 256
+#endif
+
+/* No token is longer: pairs longer than this are never looked up. */
+#define BPE_LONGEST_TOKEN 128
+
+#define lengthof_specials(a) ((int) (sizeof(a) / sizeof((a)[0])))
+
+/* Character classes; numbers fixed by scripts/gen-unicode.mjs. */
+enum
+{
+	U_OTHER = 0,
+	U_LU = 1,
+	U_LL = 2,
+	U_LT = 3,
+	U_LM = 4,
+	U_LO = 5,
+	U_M = 6,
+	U_N = 7,
+	U_WS = 8,
+	U_CR = 9,
+	U_LF = 10
+};
+
+#define B(c)	(1u << (c))
+/* \p{L} */
+#define M_L		(B(U_LU) | B(U_LL) | B(U_LT) | B(U_LM) | B(U_LO))
+/* \s, i.e. White_Space */
+#define M_S		(B(U_WS) | B(U_CR) | B(U_LF))
+/* [^\r\n\p{L}\p{N}] */
+#define M_P		(B(U_OTHER) | B(U_M) | B(U_WS))
+/* [^\s\p{L}\p{N}] */
+#define M_O		(B(U_OTHER) | B(U_M))
+/* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
+#define M_UP	(B(U_LU) | B(U_LT) | B(U_LM) | B(U_LO) | B(U_M))
+/* o200k's [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
+#define M_LO	(B(U_LL) | B(U_LM) | B(U_LO) | B(U_M))
+/* in both of the above */
+#define M_BOTH	(B(U_LM) | B(U_LO) | B(U_M))
+
+static const BpeSpecial cl100k_specials[] = {
+	{"<|endoftext|>", 100257},
+	{"<|fim_prefix|>", 100258},
+	{"<|fim_middle|>", 100259},
+	{"<|fim_suffix|>", 100260},
+	{"<|endofprompt|>", 100276},
+};
+
+static const BpeSpecial o200k_specials[] = {
+	{"<|endoftext|>", 199999},
+	{"<|endofprompt|>", 200018},
+};
+
+extern const BpeVocab bpe_vocab_cl100k_base;
+extern const BpeVocab bpe_vocab_o200k_base;
+
+const BpeEncoding bpe_cl100k_base = {
+	"cl100k_base", &bpe_vocab_cl100k_base, BPE_PAT_CL100K, 100277,
+	lengthof_specials(cl100k_specials), cl100k_specials
+};
+
+const BpeEncoding bpe_o200k_base = {
+	"o200k_base", &bpe_vocab_o200k_base, BPE_PAT_O200K, 200019,
+	lengthof_specials(o200k_specials), o200k_specials
+};
+
+const BpeEncoding *
+bpe_find_encoding(const char *name)
+{
+	if (strcmp(name, "cl100k_base") == 0)
+		return &bpe_cl100k_base;
+	if (strcmp(name, "o200k_base") == 0)
+		return &bpe_o200k_base;
+	return NULL;
+}
+
+/*
+ * Class of the character at s[pos] (pos < len); sets *clen to its length in
+ * bytes.  Anything that is not a well-formed, shortest-form UTF-8 sequence of
+ * a scalar value is a one-byte U_OTHER.
+ */
+static inline int
+uclass(const uint8_t *s, size_t len, size_t pos, size_t *clen)
+{
+	uint32_t	b = s[pos];
+	uint32_t	cp;
+
+	if (b < 0x80)
+	{
+		*clen = 1;
+		return uni_stage2[b];	/* block 0 is stored first */
+	}
+	if (b >= 0xC2 && b <= 0xDF && pos + 1 < len && (s[pos + 1] & 0xC0) == 0x80)
+	{
+		cp = ((b & 0x1F) << 6) | (s[pos + 1] & 0x3F);
+		*clen = 2;
+	}
+	else if (b >= 0xE0 && b <= 0xEF && pos + 2 < len &&
+			 (s[pos + 1] & 0xC0) == 0x80 && (s[pos + 2] & 0xC0) == 0x80)
+	{
+		cp = ((b & 0x0F) << 12) | ((s[pos + 1] & 0x3Fu) << 6) | (s[pos + 2] & 0x3F);
+		if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))
+			goto invalid;
+		*clen = 3;
+	}
+	else if (b >= 0xF0 && b <= 0xF4 && pos + 3 < len &&
+			 (s[pos + 1] & 0xC0) == 0x80 && (s[pos + 2] & 0xC0) == 0x80 &&
+			 (s[pos + 3] & 0xC0) == 0x80)
+	{
+		cp = ((b & 0x07) << 18) | ((s[pos + 1] & 0x3Fu) << 12) |
+			((s[pos + 2] & 0x3Fu) << 6) | (s[pos + 3] & 0x3F);
+		if (cp < 0x10000 || cp > 0x10FFFF)
+			goto invalid;
+		*clen = 4;
+	}
+	else
+		goto invalid;
+	return uni_stage2[((size_t) uni_stage1[cp >> UNI_BLOCK_SHIFT] << UNI_BLOCK_SHIFT) |
+					  (cp & UNI_BLOCK_MASK)];
+invalid:
+	*clen = 1;
+	return U_OTHER;
+}
+
+/* End of the run of characters in class set mask that starts at pos. */
+static inline size_t
+scan(const uint8_t *s, size_t len, size_t pos, uint32_t mask)
+{
+	while (pos < len)
+	{
+		size_t		n;
+
+		if (!(B(uclass(s, len, pos, &n)) & mask))
+			break;
+		pos += n;
+	}
+	return pos;
+}
+
+/*
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d) at pos: its end, or 0.  Rust's (?i) is simple
+ * Unicode case folding, under which U+017F (long s) also matches s; no other
+ * non-ASCII character folds to one of these letters (Unicode 16.0
+ * CaseFolding.txt).
+ */
+static inline size_t
+contraction(const uint8_t *s, size_t len, size_t pos)
+{
+	uint8_t		a,
+				b;
+
+	if (pos + 1 >= len || s[pos] != '\'')
+		return 0;
+	a = s[pos + 1] | 0x20;		/* ASCII lower case; other bytes never match */
+	if (a == 's' || a == 't' || a == 'm' || a == 'd')
+		return pos + 2;
+	if (s[pos + 1] == 0xC5 && pos + 2 < len && s[pos + 2] == 0xBF)
+		return pos + 3;
+	if (pos + 2 >= len)
+		return 0;
+	b = s[pos + 2] | 0x20;
+	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+		return pos + 3;
+	return 0;
+}
+
+/*
+ * The whitespace alternatives shared by both patterns, for a piece starting
+ * with a White_Space character:
+ *
+ *	 \s*[\r\n]+ | \s+(?!\S) | \s+
+ *
+ * Let the maximal whitespace run be [pos, j).  \s*[\r\n]+ matches up to and
+ * including the run's last CR or LF, if it has one (the greedy \s* gives back
+ * characters until [\r\n]+ can match, and nothing after the last newline of
+ * the run is a newline).  Otherwise \s+(?!\S) matches the whole run at the end
+ * of the text, or the run less its last character (which then leads the next
+ * piece, as in " word") when that leaves at least one character.  Otherwise
+ * the run is a single character followed by a non-space, and \s+ takes it.
+ */
+static inline size_t
+piece_space(const uint8_t *s, size_t len, size_t pos)
+{
+	size_t		j = pos;
+	size_t		last = pos;
+	size_t		after_nl = 0;
+
+	while (j < len)
+	{
+		size_t		n;
+		int			c = uclass(s, len, j, &n);
+
+		if (!(B(c) & M_S))
+			break;
+		last = j;
+		j += n;
+		if (c == U_CR || c == U_LF)
+			after_nl = j;
+	}
+	if (after_nl)
+		return after_nl;
+	if (j == len || last == pos)
+		return j;
+	return last;
+}
+
+/*
+ * cl100k_base:
+ *
+ *	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *	 ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *
+ * Every character is a letter, a number, a space or none of these, so one of
+ * the alternatives always matches; they are tried in order.
+ */
+static inline size_t
+piece_cl100k(const uint8_t *s, size_t len, size_t pos)
+{
+	size_t		n0,
+				n1,
+				e;
+	int			c0 = uclass(s, len, pos, &n0);
+
+	if (s[pos] == '\'' && (e = contraction(s, len, pos)) != 0)
+		return e;
+	if (B(c0) & M_L)
+		return scan(s, len, pos + n0, M_L);
+	/* an optional non-letter, non-number, non-newline, then letters */
+	if ((B(c0) & M_P) && pos + n0 < len &&
+		(B(uclass(s, len, pos + n0, &n1)) & M_L))
+		return scan(s, len, pos + n0 + n1, M_L);
+	if (c0 == U_N)
+	{
+		e = pos + n0;
+		if (e < len && uclass(s, len, e, &n1) == U_N)
+		{
+			e += n1;
+			if (e < len && uclass(s, len, e, &n1) == U_N)
+				e += n1;
+		}
+		return e;
+	}
+	/* " ?[^\s\p{L}\p{N}]+[\r\n]*"; at a space not followed by one, it fails */
+	e = (s[pos] == ' ') ? pos + 1 : pos;
+	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
+	{
+		e = scan(s, len, e + n1, M_O);
+		while (e < len && (s[e] == '\r' || s[e] == '\n'))
+			e++;
+		return e;
+	}
+	return piece_space(s, len, pos);
+}
+
+/* o200k's optional contraction suffix after a word ending at e. */
+static inline size_t
+suffix(const uint8_t *s, size_t len, size_t e)
+{
+	size_t		c = (e < len && s[e] == '\'') ? contraction(s, len, e) : 0;
+
+	return c ? c : e;
+}
+
+/*
+ * o200k's first alternative from p, after its optional leading character:
+ *
+ *	[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|...)?
+ *
+ * Call the classes UP and LO.  UP* takes the maximal UP run [p, q) first.  If
+ * the character at q is in LO, LO+ takes the maximal LO run from there.
+ * Otherwise UP* must give back characters until the next one is in LO: the
+ * characters of the run in both classes are Lm, Lo and M, so it stops before
+ * the last such character b of the run, and LO+ then takes b alone (what
+ * follows b in the run is Lu or Lt, by the choice of b, or is q).  With no
+ * such character, the alternative fails.  Returns the end, or 0.
+ */
+static inline size_t
+o200k_alt1(const uint8_t *s, size_t len, size_t p)
+{
+	size_t		q = p,
+				both_end = 0,
+				n;
+	int			c = 0;
+
+	while (q < len)
+	{
+		c = uclass(s, len, q, &n);
+		if (!(B(c) & M_UP))
+			break;
+		q += n;
+		if (B(c) & M_BOTH)
+			both_end = q;
+	}
+	if (q < len && (B(c) & M_LO))
+		return suffix(s, len, scan(s, len, q + n, M_LO));
+	if (both_end)
+		return suffix(s, len, both_end);
+	return 0;
+}
+
+/*
+ * o200k's second alternative from p:
+ *
+ *	[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|...)?
+ *
+ * Nothing after UP+ can fail, so both runs are maximal.  Returns the end, or
+ * 0.
+ */
+static inline size_t
+o200k_alt2(const uint8_t *s, size_t len, size_t p)
+{
+	size_t		n;
+
+	if (p >= len || !(B(uclass(s, len, p, &n)) & M_UP))
+		return 0;
+	return suffix(s, len, scan(s, len, scan(s, len, p + n, M_UP), M_LO));
+}
+
+/*
+ * o200k_base:
+ *
+ *	[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+ *	[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+ *	\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *
+ * The optional leading character is tried present, then absent, for each of
+ * the first two alternatives in turn.  A mark (\p{M}) can be that leading
+ * character and also the start of the letters, so both tries matter.
+ */
+static inline size_t
+piece_o200k(const uint8_t *s, size_t len, size_t pos)
+{
+	size_t		n0,
+				n1,
+				e;
+	int			c0 = uclass(s, len, pos, &n0);
+	uint32_t	b0 = B(c0);
+
+	if ((b0 & M_P) && (e = o200k_alt1(s, len, pos + n0)) != 0)
+		return e;
+	if ((b0 & (M_UP | M_LO)) && (e = o200k_alt1(s, len, pos)) != 0)
+		return e;
+	if ((b0 & M_P) && (e = o200k_alt2(s, len, pos + n0)) != 0)
+		return e;
+	if ((b0 & M_UP) && (e = o200k_alt2(s, len, pos)) != 0)
+		return e;
+	if (c0 == U_N)
+	{
+		e = pos + n0;
+		if (e < len && uclass(s, len, e, &n1) == U_N)
+		{
+			e += n1;
+			if (e < len && uclass(s, len, e, &n1) == U_N)
+				e += n1;
+		}
+		return e;
+	}
+	e = (s[pos] == ' ') ? pos + 1 : pos;
+	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
+	{
+		e = scan(s, len, e + n1, M_O);
+		while (e < len && (s[e] == '\r' || s[e] == '\n' || s[e] == '/'))
+			e++;
+		return e;
+	}
+	return piece_space(s, len, pos);
+}
+
+size_t
+bpe_next_piece(const BpeEncoding *enc, const uint8_t *s, size_t len, size_t pos)
+{
+	if (enc->pattern == BPE_PAT_CL100K)
+		return piece_cl100k(s, len, pos);
+	return piece_o200k(s, len, pos);
+}
+
+/*
+ * Growable output array of ids; ids == NULL when only counting.
+ */
+typedef struct IdSink
+{
+	uint32_t   *ids;
+	size_t		n;
+	size_t		cap;
+} IdSink;
+
+static void
+sink_grow(IdSink *out, size_t need)
+{
+	size_t		cap = out->cap ? out->cap : 1024;
+
+	while (cap < out->n + need)
+		cap *= 2;
+	out->ids = bpe_realloc(out->ids, cap * sizeof(uint32_t));
+	out->cap = cap;
+}
+
+static inline void
+sink_put(IdSink *out, uint32_t id)
+{
+	if (out->n == out->cap)
+		sink_grow(out, 1);
+	out->ids[out->n++] = id;
+}
+
+static inline uint32_t
+pair_rank(const BpeVocab *v, const uint8_t *p, size_t n)
+{
+	if (n > BPE_LONGEST_TOKEN)
+		return BPE_NO_RANK;
+	return bpe_vocab_rank(v, p, n);
+}
+
+/*
+ * tiktoken's _byte_pair_merge for a piece of 2 .. BPE_SMALL_PIECE bytes.
+ * start[i] is where part i begins; rank[i] the rank of part i joined with
+ * part i + 1 (BPE_NO_RANK if none).  Returns the token count and emits ids
+ * when out->ids is wanted.
+ */
+static size_t
+merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want_ids)
+{
+	uint32_t	start[BPE_SMALL_PIECE + 1];
+	uint32_t	rank[BPE_SMALL_PIECE + 1];
+	size_t		parts = n + 1;
+	size_t		i;
+
+	for (i = 0; i + 1 < n; i++)
+	{
+		start[i] = (uint32_t) i;
+		rank[i] = bpe_vocab_rank(v, p + i, 2);
+	}
+	start[n - 1] = (uint32_t) (n - 1);
+	rank[n - 1] = BPE_NO_RANK;
+	start[n] = (uint32_t) n;
+	rank[n] = BPE_NO_RANK;
+
+	for (;;)
+	{
+		uint32_t	min = BPE_NO_RANK;
+		size_t		m = 0;
+
+		for (i = 0; i + 1 < parts; i++)
+		{
+			if (rank[i] < min)
+			{
+				min = rank[i];
+				m = i;
+			}
+		}
+		if (min == BPE_NO_RANK)
+			break;
+		/* join parts m and m + 1; recompute the ranks that involve them */
+		if (m > 0)
+			rank[m - 1] = (m + 2 < parts) ?
+				pair_rank(v, p + start[m - 1], start[m + 2] - start[m - 1]) : BPE_NO_RANK;
+		rank[m] = (m + 3 < parts) ?
+			pair_rank(v, p + start[m], start[m + 3] - start[m]) : BPE_NO_RANK;
+		memmove(&start[m + 1], &start[m + 2], (parts - m - 2) * sizeof(uint32_t));
+		memmove(&rank[m + 1], &rank[m + 2], (parts - m - 2) * sizeof(uint32_t));
+		parts--;
+	}
+	if (want_ids)
+	{
+		if (out->n + parts - 1 > out->cap)
+			sink_grow(out, parts - 1);
+		for (i = 0; i + 1 < parts; i++)
+			out->ids[out->n++] = bpe_vocab_rank(v, p + start[i], start[i + 1] - start[i]);
+	}
+	return parts - 1;
+}
+
+/*
+ * Indexed binary min-heap of part positions keyed by (rank, position), for
+ * merge_large.  where[pos] is pos's index in heap, or HEAP_NONE.
+ */
+#define HEAP_NONE UINT32_MAX
+
+typedef struct MergeHeap
+{
+	uint32_t   *heap;
+	uint32_t   *where;
+	const uint32_t *rank;
+	size_t		n;
+} MergeHeap;
+
+static inline uint64_t
+heap_key(const MergeHeap *h, uint32_t pos)
+{
+	return ((uint64_t) h->rank[pos] << 32) | pos;
+}
+
+/* Move heap[i] down to its place; its subtrees must be heaps. */
+static void
+heap_down(MergeHeap *h, size_t i)
+{
+	uint32_t	pos = h->heap[i];
+	uint64_t	key = heap_key(h, pos);
+
+	for (;;)
+	{
+		size_t		c = 2 * i + 1;
+
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && heap_key(h, h->heap[c + 1]) < heap_key(h, h->heap[c]))
+			c++;
+		if (heap_key(h, h->heap[c]) >= key)
+			break;
+		h->heap[i] = h->heap[c];
+		h->where[h->heap[i]] = (uint32_t) i;
+		i = c;
+	}
+	h->heap[i] = pos;
+	h->where[pos] = (uint32_t) i;
+}
+
+/* Restore the heap after the key of heap[i], and only it, changed. */
+static void
+heap_sift(MergeHeap *h, size_t i)
+{
+	uint32_t	pos = h->heap[i];
+	uint64_t	key = heap_key(h, pos);
+
+	while (i > 0)
+	{
+		size_t		parent = (i - 1) / 2;
+
+		if (heap_key(h, h->heap[parent]) <= key)
+			break;
+		h->heap[i] = h->heap[parent];
+		h->where[h->heap[i]] = (uint32_t) i;
+		i = parent;
+	}
+	h->heap[i] = pos;
+	h->where[pos] = (uint32_t) i;
+	heap_down(h, i);
+}
+
+static void
+heap_remove(MergeHeap *h, uint32_t pos)
+{
+	uint32_t	i = h->where[pos];
+
+	if (i == HEAP_NONE)
+		return;
+	h->where[pos] = HEAP_NONE;
+	h->n--;
+	if (i < h->n)
+	{
+		h->heap[i] = h->heap[h->n];
+		h->where[h->heap[i]] = i;
+		heap_sift(h, i);
+	}
+}
+
+/* Rank of pos changed (already stored): reposition, insert or remove it. */
+static void
+heap_update(MergeHeap *h, uint32_t pos)
+{
+	if (h->rank[pos] == BPE_NO_RANK)
+		heap_remove(h, pos);
+	else if (h->where[pos] == HEAP_NONE)
+	{
+		h->heap[h->n] = pos;
+		h->where[pos] = (uint32_t) h->n;
+		h->n++;
+		heap_sift(h, h->n - 1);
+	}
+	else
+		heap_sift(h, h->where[pos]);
+}
+
+/*
+ * The same merges as merge_small, for long pieces, in O(n log n): parts form
+ * a doubly linked list indexed by their start position, and the heap yields
+ * the lowest (rank, position), i.e. tiktoken's leftmost lowest-ranked pair.
+ */
+static size_t
+merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want_ids)
+{
+	uint32_t   *buf = bpe_alloc(5 * (n + 1) * sizeof(uint32_t));
+	uint32_t   *next = buf;
+	uint32_t   *prev = buf + (n + 1);
+	uint32_t   *rank = buf + 2 * (n + 1);
+	MergeHeap	h;
+	size_t		parts = n;
+	size_t		i;
+	size_t		steps = 0;
+
+	h.heap = buf + 3 * (n + 1);
+	h.where = buf + 4 * (n + 1);
+	h.rank = rank;
+	h.n = 0;
+	for (i = 0; i < n; i++)
+	{
+		next[i] = (uint32_t) (i + 1);
+		prev[i] = (uint32_t) (i - 1);
+		rank[i] = (i + 1 < n) ? bpe_vocab_rank(v, p + i, 2) : BPE_NO_RANK;
+		h.where[i] = HEAP_NONE;
+		if (rank[i] != BPE_NO_RANK)
+		{
+			h.heap[h.n] = (uint32_t) i;
+			h.where[i] = (uint32_t) h.n++;
+		}
+	}
+	/* heapify */
+	for (i = h.n / 2; i-- > 0;)
+		heap_down(&h, i);
+
+	while (h.n > 0)
+	{
+		uint32_t	a = h.heap[0];
+		uint32_t	b = next[a];
+		uint32_t	c = next[b];
+
+		if ((++steps & 0xFFFF) == 0)
+			bpe_check_interrupts();
+		/* join part a with part b = [b, c) */
+		heap_remove(&h, b);
+		next[a] = c;
+		if (c < n)
+			prev[c] = a;
+		parts--;
+		rank[a] = (c < n) ? pair_rank(v, p + a, next[c] - a) : BPE_NO_RANK;
+		heap_update(&h, a);
+		if (a > 0)
+		{
+			uint32_t	z = prev[a];
+
+			rank[z] = pair_rank(v, p + z, c - z);
+			heap_update(&h, z);
+		}
+	}
+	if (want_ids)
+	{
+		if (out->n + parts > out->cap)
+			sink_grow(out, parts);
+		for (i = 0; i < n; i = next[i])
+			out->ids[out->n++] = bpe_vocab_rank(v, p + i, next[i] - i);
+	}
+	bpe_free(buf);
+	return parts;
+}
+
+/* Tokens of one piece p[0..n), n >= 1. */
+static inline size_t
+encode_piece(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want_ids)
+{
+	if (n <= BPE_LONGEST_TOKEN)
+	{
+		uint32_t	r = bpe_vocab_rank(v, p, n);
+
+		if (r != BPE_NO_RANK)
+		{
+			if (want_ids)
+				sink_put(out, r);
+			return 1;
+		}
+	}
+	if (n <= BPE_SMALL_PIECE)
+		return merge_small(v, p, n, out, want_ids);
+	return merge_large(v, p, n, out, want_ids);
+}
+
+/*
+ * Split and merge the whole text.  Specialized by pattern and by whether ids
+ * are wanted, so the counting loop carries nothing it does not use.
+ */
+static inline size_t
+run(const BpeEncoding *enc, const uint8_t *s, size_t len, IdSink *out,
+	int want_ids, BpePattern pat)
+{
+	const BpeVocab *v = enc->vocab;
+	size_t		pos = 0;
+	size_t		count = 0;
+	size_t		next_check = BPE_CHECK_INTERVAL;
+
+	while (pos < len)
+	{
+		size_t		end = (pat == BPE_PAT_CL100K) ?
+			piece_cl100k(s, len, pos) : piece_o200k(s, len, pos);
+
+		count += encode_piece(v, s + pos, end - pos, out, want_ids);
+		pos = end;
+		if (pos >= next_check)
+		{
+			bpe_check_interrupts();
+			next_check = pos + BPE_CHECK_INTERVAL;
+		}
+	}
+	return count;
+}
+
+size_t
+bpe_count(const BpeEncoding *enc, const uint8_t *text, size_t len)
+{
+	if (enc->pattern == BPE_PAT_CL100K)
+		return run(enc, text, len, NULL, 0, BPE_PAT_CL100K);
+	return run(enc, text, len, NULL, 0, BPE_PAT_O200K);
+}
+
+size_t
+bpe_encode(const BpeEncoding *enc, const uint8_t *text, size_t len, uint32_t **ids)
+{
+	IdSink		out = {NULL, 0, 0};
+
+	if (enc->pattern == BPE_PAT_CL100K)
+		run(enc, text, len, &out, 1, BPE_PAT_CL100K);
+	else
+		run(enc, text, len, &out, 1, BPE_PAT_O200K);
+	*ids = out.ids;
+	return out.n;
+}
+
+/* Bytes of one id, or NULL if it is no token of enc. */
+static const uint8_t *
+id_bytes(const BpeEncoding *enc, uint32_t id, size_t *n)
+{
+	int			i;
+
+	if (id < enc->vocab->n_tokens)
+		return bpe_vocab_bytes(enc->vocab, id, n);
+	for (i = 0; i < enc->n_specials; i++)
+	{
+		if (enc->specials[i].id == id)
+		{
+			*n = strlen(enc->specials[i].text);
+			return (const uint8_t *) enc->specials[i].text;
+		}
+	}
+	return NULL;
+}
+
+uint8_t *
+bpe_decode(const BpeEncoding *enc, const uint32_t *ids, size_t n, size_t *len,
+		   size_t *bad)
+{
+	size_t		total = 0;
+	size_t		i;
+	uint8_t    *buf,
+			   *w;
+
+	for (i = 0; i < n; i++)
+	{
+		size_t		k;
+
+		if (id_bytes(enc, ids[i], &k) == NULL)
+		{
+			*bad = i;
+			return NULL;
+		}
+		total += k;
+		if ((i & 0xFFFF) == 0xFFFF)
+			bpe_check_interrupts();
+	}
+	w = buf = bpe_alloc(total + 1);
+	for (i = 0; i < n; i++)
+	{
+		size_t		k;
+		const uint8_t *b = id_bytes(enc, ids[i], &k);
+
+		memcpy(w, b, k);
+		w += k;
+	}
+	*w = '\0';
+	*len = total;
+	return buf;
+}
