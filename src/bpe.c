@@ -772,8 +772,8 @@ id_bytes(const BpeEncoding *enc, uint32_t id, size_t *n)
 }
 
 uint8_t *
-bpe_decode(const BpeEncoding *enc, const uint32_t *ids, size_t n, size_t *len,
-		   size_t *bad)
+bpe_decode(const BpeEncoding *enc, const uint32_t *ids, size_t n, size_t max_len,
+		   size_t *len, size_t *bad)
 {
 	size_t		total = 0;
 	size_t		i;
@@ -790,6 +790,11 @@ bpe_decode(const BpeEncoding *enc, const uint32_t *ids, size_t n, size_t *len,
 			return NULL;
 		}
 		total += k;
+		if (total > max_len)
+		{
+			*bad = n;
+			return NULL;
+		}
 		if ((i & 0xFFFF) == 0xFFFF)
 			bpe_check_interrupts();
 	}

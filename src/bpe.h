@@ -74,10 +74,11 @@ extern size_t bpe_encode(const BpeEncoding *enc, const uint8_t *text, size_t len
 /*
  * Bytes of ids[0..n).  Special-token ids decode to their text.  Returns a
  * bpe_alloc'd buffer (with a terminating NUL not counted in *len), or NULL if
- * some id is out of range; then *bad is set to its index.
+ * some id is out of range (then *bad is set to its index) or if the result
+ * would be longer than max_len bytes (then *bad is set to n).
  */
 extern uint8_t *bpe_decode(const BpeEncoding *enc, const uint32_t *ids, size_t n,
-						   size_t *len, size_t *bad);
+						   size_t max_len, size_t *len, size_t *bad);
 
 /*
  * End of the pre-tokenizer piece that starts at pos (pos < len).  Exposed

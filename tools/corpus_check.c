@@ -115,7 +115,7 @@ main(int argc, char **argv)
 			size_t		nids = bpe_encode(enc, c.rec[i].text, c.rec[i].len, &ids);
 			size_t		len,
 						bad;
-			uint8_t    *back = bpe_decode(enc, ids, nids, &len, &bad);
+			uint8_t    *back = bpe_decode(enc, ids, nids, SIZE_MAX, &len, &bad);
 
 			if (back && len == c.rec[i].len && memcmp(back, c.rec[i].text, len) == 0 &&
 				nids == bpe_count(enc, c.rec[i].text, c.rec[i].len))

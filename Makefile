@@ -1,0 +1,57 @@
+# ctxwin: PGXS build.  make && make install; make installcheck runs pg_regress.
+EXTENSION = ctxwin
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ctxwin.control)
+
+MODULE_big = ctxwin
+OBJS = \
+	src/ctxwin.o \
+	src/tokenizer.o \
+	src/bpe.o \
+	src/vocab_cl100k_base.o \
+	src/vocab_o200k_base.o
+
+DATA = $(wildcard sql/ctxwin--*.sql)
+REGRESS = tokenizer
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+
+VOCABS = cl100k_base o200k_base
+EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap
+
+PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# Host tools run at build time; plain flags, never the server's.
+HOST_CC ?= cc
+HOST_CFLAGS ?= -O2 -g -Wall -Wextra
+
+tools/gen_vocab: tools/gen_vocab.c src/bpe_vocab.h
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ tools/gen_vocab.c
+
+# The vocabularies are checked against their published sha256 before use.
+src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
+	cd vocab && grep ' $*.tiktoken$$' SHA256SUMS | sha256sum --check --strict --quiet
+	tools/gen_vocab $* $$(awk '$$2 == "$*.tiktoken" {print $$1}' vocab/SHA256SUMS) $< > $@.tmp
+	mv $@.tmp $@
+
+src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
+src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
+src/ctxwin.o: src/ctxwin.c src/ctxwin.h
+
+# The corpus checker: the tokenizer core against tiktoken's reference output.
+CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c
+tools/corpus_check: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
+	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
+
+# Every piece through the long-piece merge, to check it on the whole corpus.
+tools/corpus_check_heap: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
+	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
+
+check-core: tools/corpus_check tools/corpus_check_heap
+	tools/corpus_check test/corpus
+	tools/corpus_check_heap test/corpus
+
+.PHONY: check-core

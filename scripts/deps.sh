@@ -1,0 +1,18 @@
+# Install the Debian packages ctxwin needs to build and test (sourced by
+# scripts/demo.sh and scripts/test.sh).  Does nothing for packages already
+# installed, so a second run is quick and works offline.
+ctxwin_deps() {
+	local want="build-essential postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev
+		postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-common"
+	local missing=""
+	local p
+	for p in $want; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	local sudo=""
+	[ "$(id -u)" -ne 0 ] && sudo="sudo"
+	echo "Installing:$missing"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+}

@@ -1,0 +1,69 @@
+-- Token counting: exact outputs and error texts.
+-- Ids are tiktoken's (checked against the reference implementation).
+
+SELECT ctxwin.count_tokens('hello world');
+SELECT ctxwin.tokenize('hello world');
+SELECT ctxwin.tokenize('hello world', 'o200k_base');
+SELECT ctxwin.count_tokens('');
+SELECT ctxwin.tokenize('');
+SELECT ctxwin.detokenize('{}');
+
+-- encode_ordinary: special-token text is ordinary text
+SELECT ctxwin.tokenize('<|endoftext|>'), ctxwin.tokenize('<|endoftext|>', 'o200k_base');
+
+-- contractions in any case, and the long s that folds to s
+SELECT ctxwin.tokenize(E'don''t I''LL we''Re it''ſ');
+SELECT ctxwin.tokenize(E'don''t I''LL we''Re it''ſ', 'o200k_base');
+
+-- digits go in runs of at most three; whitespace runs give back their last space
+SELECT ctxwin.tokenize('1234567 x  y', 'cl100k_base');
+SELECT ctxwin.tokenize(E'a \r\n\r\n  b\t', 'o200k_base');
+
+-- o200k splits CamelCase words and keeps '/' after punctuation
+SELECT ctxwin.tokenize('HTTPServer getHTTPResponse', 'o200k_base');
+SELECT ctxwin.tokenize('a.b// x', 'o200k_base');
+
+-- White_Space: U+0085 and U+3000 are spaces, U+FEFF and U+200B are not
+SELECT ctxwin.tokenize(E'a\u0085\u0085b a\u3000\u3000b a\uFEFF\uFEFFb a\u200B\u200Bb');
+
+-- combining marks, CJK and emoji sequences
+SELECT ctxwin.count_tokens(E'e\u0301te\u0301 日本語のテキスト 👩‍👩‍👧‍👦', 'cl100k_base'),
+       ctxwin.count_tokens(E'e\u0301te\u0301 日本語のテキスト 👩‍👩‍👧‍👦', 'o200k_base');
+
+-- round trips
+SELECT ctxwin.detokenize(ctxwin.tokenize(t, e), e) = t AS round_trip
+FROM (VALUES ('Grüße aus Köln! 🎉'), (E'line one\r\nline two\n\n\tindented')) AS v(t),
+     (VALUES ('cl100k_base'), ('o200k_base')) AS w(e);
+
+-- special ids decode to their text
+SELECT ctxwin.detokenize('{100257, 15339}', 'cl100k_base');
+SELECT ctxwin.detokenize('{199999}', 'o200k_base');
+
+-- estimates: characters, not bytes
+SELECT ctxwin.count_tokens('abcdefg', 'chars4'), ctxwin.count_tokens('abcdefg', 'chars3.5');
+SELECT ctxwin.count_tokens('ééééééé', 'chars4'), ctxwin.count_tokens('ééééééé', 'chars3.5');
+SELECT ctxwin.count_tokens('', 'chars3.5'), ctxwin.count_tokens('abcdefgh', 'chars3.5');
+
+-- NULLs: the functions are strict
+SELECT ctxwin.count_tokens(NULL) IS NULL, ctxwin.count_tokens('x', NULL) IS NULL,
+       ctxwin.tokenize(NULL) IS NULL, ctxwin.detokenize(NULL) IS NULL;
+
+-- errors
+SELECT ctxwin.count_tokens('x', 'gpt2');
+SELECT ctxwin.count_tokens('x', '');
+SELECT ctxwin.tokenize('x', 'chars4');
+SELECT ctxwin.detokenize('{1,-5}');
+SELECT ctxwin.detokenize('{100256}');
+SELECT ctxwin.detokenize('{200019}', 'o200k_base');
+SELECT ctxwin.detokenize('{1,NULL}');
+SELECT ctxwin.detokenize('{9468}');
+SELECT ctxwin.detokenize('{0}');
+SELECT ctxwin.detokenize('{15339}', 'chars3.5');
+
+-- multidimensional arrays are read in storage order
+SELECT ctxwin.detokenize('{{15339},{1917}}');
+
+-- immutable, strict, parallel safe, search_path pinned
+SELECT p.proname, p.provolatile, p.proisstrict, p.proparallel, p.proconfig
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'ctxwin' ORDER BY 1;

@@ -1,0 +1,39 @@
+/*
+ * ctxwin.h
+ *		Declarations shared by ctxwin's files.
+ *
+ * Glossary
+ *	token		a unit of text as an LLM counts it: one id of a BPE vocabulary
+ *	encoding	a way to count tokens: a tiktoken vocabulary (cl100k_base,
+ *				o200k_base) or a characters-per-token estimate (chars4,
+ *				chars3.5)
+ */
+#ifndef CTXWIN_H
+#define CTXWIN_H
+
+#include "postgres.h"
+
+#include "bpe.h"
+
+/* How an encoding counts. */
+typedef enum CtxwinEncodingKind
+{
+	CTXWIN_ENC_BPE,				/* exact, with a tiktoken vocabulary */
+	CTXWIN_ENC_CHARS4,			/* characters / 4, rounded down */
+	CTXWIN_ENC_CHARS3_5			/* characters / 3.5, rounded up */
+} CtxwinEncodingKind;
+
+typedef struct CtxwinEncoding
+{
+	const char *name;
+	CtxwinEncodingKind kind;
+	const BpeEncoding *bpe;		/* for CTXWIN_ENC_BPE */
+} CtxwinEncoding;
+
+#define CTXWIN_ENCODING_NAMES "cl100k_base, o200k_base, chars4 and chars3.5"
+
+/* tokenizer.c */
+extern const CtxwinEncoding *CtxwinLookupEncoding(const char *name);
+extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
+
+#endif							/* CTXWIN_H */
