@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install what ctxwin needs, build and install it, and run the demo on a
+# throwaway PostgreSQL cluster.  Offline; run as root or with sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/deps.sh
+ctxwin_deps
+
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+make -j"$(nproc)" >/dev/null
+$sudo make install >/dev/null
+$sudo env PGCLIENTENCODING=UTF8 pg_virtualenv -t psql -X -v ON_ERROR_STOP=1 -f demo/demo.sql
