@@ -63,7 +63,13 @@ SELECT ctxwin.detokenize('{15339}', 'chars3.5');
 -- multidimensional arrays are read in storage order
 SELECT ctxwin.detokenize('{{15339},{1917}}');
 
--- immutable, strict, parallel safe, search_path pinned
-SELECT p.proname, p.provolatile, p.proisstrict, p.proparallel, p.proconfig
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = 'ctxwin' ORDER BY 1;
+-- Every function of the extension: volatility, strictness, parallel safety,
+-- and whether it pins search_path.  Only C functions that run no SQL may go
+-- without (see the install script).
+SELECT p.proname, l.lanname, p.provolatile, p.proisstrict, p.proparallel,
+       coalesce(array_to_string(p.proconfig, ','), '') LIKE '%search_path=%' AS pins_search_path
+FROM pg_proc p
+JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_language l ON l.oid = p.prolang
+WHERE n.nspname = 'ctxwin'
+ORDER BY 1;
