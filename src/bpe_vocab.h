@@ -10,7 +10,10 @@
  *
  * The lookup table is open-addressed with linear probing.  Each 64-bit slot
  * packs the token's rank, its byte length, its offset in the byte blob and a
- * 14-bit hash tag, so a probe that misses rarely touches the blob.
+ * 14-bit hash tag, so a probe that misses rarely touches the blob.  Strings of
+ * one and two bytes, the most frequent lookups by far (every merge starts
+ * from the pairs of adjacent bytes), skip the hash table: they index direct
+ * tables of 256 and 65536 ranks.
  *
  * This header is shared by the generator (a host program) and the extension:
  * both must hash identically.  It uses nothing from PostgreSQL.
@@ -34,7 +37,8 @@
 
 /*
  * One compiled vocabulary.  tokens[rank] packs (offset << 8 | length) of the
- * token's bytes in blob.
+ * token's bytes in blob.  byte_rank[b] is the rank of the one-byte token b,
+ * pair_rank[a << 8 | b] that of the two-byte token ab (or BPE_NO_RANK).
  */
 typedef struct BpeVocab
 {
@@ -45,6 +49,8 @@ typedef struct BpeVocab
 	const uint64_t *slots;
 	const uint32_t *tokens;
 	const uint8_t *blob;
+	const uint32_t *byte_rank;	/* 256 entries */
+	const uint32_t *pair_rank;	/* 65536 entries */
 } BpeVocab;
 
 /*
@@ -98,10 +104,11 @@ bpe_hash(const uint8_t *p, size_t n)
 }
 
 /*
- * The rank of the token whose bytes are p[0..n), or BPE_NO_RANK.
+ * The rank of the token whose bytes are p[0..n), or BPE_NO_RANK, from the
+ * hash table alone.
  */
 static inline uint32_t
-bpe_vocab_rank(const BpeVocab *v, const uint8_t *p, size_t n)
+bpe_vocab_lookup(const BpeVocab *v, const uint8_t *p, size_t n)
 {
 	uint64_t	h = bpe_hash(p, n);
 	uint64_t	tag = h >> BPE_TAG_SHIFT;
@@ -120,6 +127,19 @@ bpe_vocab_rank(const BpeVocab *v, const uint8_t *p, size_t n)
 			return (uint32_t) (e & BPE_RANK_MASK);
 		i = (i + 1) & v->mask;
 	}
+}
+
+/*
+ * The rank of the token whose bytes are p[0..n) (n >= 1), or BPE_NO_RANK.
+ */
+static inline uint32_t
+bpe_vocab_rank(const BpeVocab *v, const uint8_t *p, size_t n)
+{
+	if (n == 2)
+		return v->pair_rank[(p[0] << 8) | p[1]];
+	if (n == 1)
+		return v->byte_rank[p[0]];
+	return bpe_vocab_lookup(v, p, n);
 }
 
 /* The bytes of token rank r (r < n_tokens). */
