@@ -82,7 +82,7 @@ main(int argc, char **argv)
 	uint32_t   *tokens = NULL;
 	size_t		ntok = 0,
 				tok_cap = 0;
-	uint64_t   *slots;
+	BpeSlot    *slots;
 	uint32_t   *byte_rank;
 	uint32_t   *pair_rank;
 	size_t		nslots,
@@ -143,20 +143,22 @@ main(int argc, char **argv)
 	/* load factor at most 0.8 */
 	for (nslots = 1024; nslots * 4 < ntok * 5; nslots *= 2)
 		;
-	slots = calloc(nslots, sizeof(uint64_t));
+	slots = calloc(nslots, sizeof(BpeSlot));
 	for (i = 0; i < ntok; i++)
 	{
 		uint64_t	off = tokens[i] >> 8;
 		uint64_t	len = tokens[i] & 0xff;
-		uint64_t	h = bpe_hash(blob + off, len);
+		uint64_t	key = bpe_key(blob + off, len);
+		uint64_t	h = bpe_hash(blob + off, len, key);
 		size_t		s = (size_t) (h & (nslots - 1));
 
 		if (bpe_vocab_lookup(&(BpeVocab) {.mask = (uint32_t) (nslots - 1),.slots = slots,.blob = blob},
 							 blob + off, len) != BPE_NO_RANK)
 			die("duplicate token", (long) i + 1);
-		while (slots[s] != 0)
+		while (slots[s].meta != 0)
 			s = (s + 1) & (nslots - 1);
-		slots[s] = (uint64_t) i | (len << BPE_RANK_BITS) |
+		slots[s].key = key;
+		slots[s].meta = (uint64_t) i | (len << BPE_RANK_BITS) |
 			(off << (BPE_RANK_BITS + BPE_LEN_BITS)) |
 			((h >> BPE_TAG_SHIFT) << BPE_TAG_SHIFT);
 	}
@@ -189,14 +191,15 @@ main(int argc, char **argv)
 	printf("};\n\nstatic const uint32_t tokens[%zu] = {\n", ntok);
 	for (i = 0; i < ntok; i++)
 		printf("%uu,%s", tokens[i], (i % 12 == 11) ? "\n" : "");
-	printf("};\n\nstatic const uint64_t slots[%zu] = {\n", nslots);
+	printf("};\n\nstatic const BpeSlot slots[%zu] = {\n", nslots);
 	for (i = 0; i < nslots; i++)
 	{
-		if (slots[i])
-			printf("0x%llxu,", (unsigned long long) slots[i]);
+		if (slots[i].meta)
+			printf("{0x%llxu,0x%llxu},", (unsigned long long) slots[i].key,
+				   (unsigned long long) slots[i].meta);
 		else
-			printf("0,");
-		if (i % 8 == 7)
+			printf("{0,0},");
+		if (i % 4 == 3)
 			printf("\n");
 	}
 	printf("};\n\nstatic const uint32_t byte_rank[256] = {\n");
