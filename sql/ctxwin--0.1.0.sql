@@ -32,3 +32,1010 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
 'Text of a sequence of token ids; the inverse of tokenize';
+
+CREATE FUNCTION ctxwin.count_message_tokens(message jsonb, encoding text DEFAULT 'cl100k_base')
+RETURNS int
+AS 'MODULE_PATHNAME', 'count_message_tokens'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
+'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
+
+CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
+                                      tool_calls jsonb, encoding text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'message_tokens'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) IS
+'Tokens of one chat message given as fields (NULL: absent); equal to count_message_tokens of the same message as JSON';
+
+CREATE FUNCTION ctxwin.truncate_middle(t text, max_tokens int, encoding text DEFAULT 'cl100k_base')
+RETURNS text
+AS 'MODULE_PATHNAME', 'truncate_middle'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
+'The text itself if it has at most max_tokens tokens, else its beginning and end around "[... N tokens omitted ...]", within max_tokens';
+
+------------------------------------------------------------------------------
+-- Models and profiles
+--
+-- Both ship rows (builtin = true) and take the user's.  pg_dump carries the
+-- user's rows only (the extension recreates its own); a row a user inserts
+-- under a built-in name replaces the built-in one, and a built-in row a
+-- user updates becomes the user's, so a dump and restore keeps every change.
+------------------------------------------------------------------------------
+
+CREATE TABLE ctxwin.models (
+    name text PRIMARY KEY,
+    encoding text NOT NULL
+        CHECK (encoding IN ('cl100k_base', 'o200k_base', 'chars4', 'chars3.5')),
+    context_window int NOT NULL CHECK (context_window > 0),
+    provider text,
+    builtin boolean NOT NULL DEFAULT false
+);
+
+COMMENT ON TABLE ctxwin.models IS
+'LLM models: the encoding their tokens are counted with and their context window';
+
+CREATE TABLE ctxwin.profiles (
+    name text PRIMARY KEY,
+    model text NOT NULL DEFAULT 'gpt-4o' REFERENCES ctxwin.models (name) ON UPDATE CASCADE,
+    context_window int CHECK (context_window > 0),
+    trigger_ratio real DEFAULT 0.8 CHECK (trigger_ratio > 0 AND trigger_ratio <= 1),
+    max_messages_before_summary int DEFAULT 30 CHECK (max_messages_before_summary > 0),
+    max_tokens_before_summary int DEFAULT 128000 CHECK (max_tokens_before_summary > 0),
+    min_recent_messages int NOT NULL DEFAULT 6 CHECK (min_recent_messages >= 0),
+    response_reserve int NOT NULL DEFAULT 4096 CHECK (response_reserve >= 0),
+    max_summary_tokens int NOT NULL DEFAULT 1024 CHECK (max_summary_tokens > 0),
+    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive')),
+    summary_model text,
+    summary_prompt text,
+    summary_placement text NOT NULL DEFAULT 'system'
+        CHECK (summary_placement IN ('system', 'message')),
+    builtin boolean NOT NULL DEFAULT false
+);
+
+COMMENT ON TABLE ctxwin.profiles IS
+'Per-agent settings: model, window, summary triggers (NULL: off), recent messages kept, response reserve and summary settings';
+
+CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- a user's row under a built-in name replaces the built-in row
+        IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
+            DELETE FROM ctxwin.models WHERE name = NEW.name AND builtin;
+        ELSIF NOT NEW.builtin THEN
+            DELETE FROM ctxwin.profiles WHERE name = NEW.name AND builtin;
+        END IF;
+    ELSIF OLD.builtin AND NEW.builtin THEN
+        -- a built-in row the user changes becomes the user's
+        NEW.builtin := false;
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._builtin_row_replace() IS
+'Trigger on models and profiles: user rows replace and take over built-in rows, so pg_dump keeps them';
+
+CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.models
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._builtin_row_replace();
+CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.profiles
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._builtin_row_replace();
+
+-- Context windows as published by each provider.  Claude and Gemini have
+-- their own tokenizers: their counts are approximated with the nearest
+-- tiktoken vocabulary, which can undercount; keep a response_reserve.
+INSERT INTO ctxwin.models (name, encoding, context_window, provider, builtin) VALUES
+    ('gpt-5',              'o200k_base',  400000, 'openai', true),
+    ('gpt-5-mini',         'o200k_base',  400000, 'openai', true),
+    ('gpt-5-nano',         'o200k_base',  400000, 'openai', true),
+    ('gpt-4.1',            'o200k_base', 1047576, 'openai', true),
+    ('gpt-4.1-mini',       'o200k_base', 1047576, 'openai', true),
+    ('gpt-4.1-nano',       'o200k_base', 1047576, 'openai', true),
+    ('gpt-4o',             'o200k_base',  128000, 'openai', true),
+    ('gpt-4o-mini',        'o200k_base',  128000, 'openai', true),
+    ('o1',                 'o200k_base',  200000, 'openai', true),
+    ('o3',                 'o200k_base',  200000, 'openai', true),
+    ('o3-mini',            'o200k_base',  200000, 'openai', true),
+    ('o4-mini',            'o200k_base',  200000, 'openai', true),
+    ('gpt-4-turbo',        'cl100k_base', 128000, 'openai', true),
+    ('gpt-4',              'cl100k_base',   8192, 'openai', true),
+    ('gpt-4-32k',          'cl100k_base',  32768, 'openai', true),
+    ('gpt-3.5-turbo',      'cl100k_base',  16385, 'openai', true),
+    ('claude-opus-4-1',    'cl100k_base', 200000, 'anthropic', true),
+    ('claude-opus-4',      'cl100k_base', 200000, 'anthropic', true),
+    ('claude-sonnet-4-5',  'cl100k_base', 200000, 'anthropic', true),
+    ('claude-sonnet-4',    'cl100k_base', 200000, 'anthropic', true),
+    ('claude-haiku-4-5',   'cl100k_base', 200000, 'anthropic', true),
+    ('claude-3-7-sonnet',  'cl100k_base', 200000, 'anthropic', true),
+    ('claude-3-5-sonnet',  'cl100k_base', 200000, 'anthropic', true),
+    ('claude-3-5-haiku',   'cl100k_base', 200000, 'anthropic', true),
+    ('gemini-2.5-pro',     'o200k_base', 1048576, 'google', true),
+    ('gemini-2.5-flash',   'o200k_base', 1048576, 'google', true),
+    ('gemini-2.0-flash',   'o200k_base', 1048576, 'google', true),
+    ('gemini-1.5-pro',     'o200k_base', 2097152, 'google', true),
+    ('gemini-1.5-flash',   'o200k_base', 1048576, 'google', true);
+
+INSERT INTO ctxwin.profiles (name, model, builtin) VALUES ('default', 'gpt-4o', true);
+
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.models', 'WHERE NOT builtin');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.profiles', 'WHERE NOT builtin');
+
+------------------------------------------------------------------------------
+-- Sessions and messages
+------------------------------------------------------------------------------
+
+CREATE TABLE ctxwin.sessions (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    profile text NOT NULL DEFAULT 'default' REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE,
+    system_prompt text,
+    conversation_summary text,
+    summary_through_id bigint NOT NULL DEFAULT 0 CHECK (summary_through_id >= 0),
+    summary_tokens int NOT NULL DEFAULT 0,
+    summary_version int NOT NULL DEFAULT 0,
+    summary_updated_at timestamptz,
+    message_count bigint NOT NULL DEFAULT 0 CHECK (message_count >= summary_through_id),
+    token_count bigint NOT NULL DEFAULT 0,
+    unsummarized_messages bigint NOT NULL DEFAULT 0,
+    unsummarized_tokens bigint NOT NULL DEFAULT 0,
+    prompt_tokens int NOT NULL DEFAULT 0,
+    count_encoding text,
+    pending_tool_calls text[],
+    compaction_queued_at timestamptz,
+    compaction_failures int NOT NULL DEFAULT 0,
+    last_error text,
+    last_error_at timestamptz,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX sessions_compaction_queue ON ctxwin.sessions (compaction_queued_at)
+    WHERE compaction_queued_at IS NOT NULL;
+
+COMMENT ON TABLE ctxwin.sessions IS
+'Chat sessions: system prompt, running summary and the counters ctxwin maintains';
+COMMENT ON COLUMN ctxwin.sessions.summary_through_id IS
+'Id of the last message the summary covers (0: none); only moves forward';
+COMMENT ON COLUMN ctxwin.sessions.message_count IS
+'Messages in the session, which is also the id of the newest one';
+COMMENT ON COLUMN ctxwin.sessions.prompt_tokens IS
+'Tokens of the system prompt and summary as build_context sends them, in count_encoding';
+COMMENT ON COLUMN ctxwin.sessions.count_encoding IS
+'Encoding of unsummarized_tokens, summary_tokens and prompt_tokens';
+COMMENT ON COLUMN ctxwin.sessions.pending_tool_calls IS
+'Ids of the tool calls of the newest assistant message with tool_calls not yet answered';
+COMMENT ON COLUMN ctxwin.sessions.compaction_queued_at IS
+'When a summary trigger fired and the session was queued for compaction (NULL: not queued)';
+
+CREATE TABLE ctxwin.messages (
+    session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    id bigint NOT NULL,
+    role text NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+    content text,
+    tool_calls jsonb,
+    tool_call_id text,
+    name text,
+    token_count int NOT NULL,
+    token_encoding text NOT NULL,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, id)
+);
+
+COMMENT ON TABLE ctxwin.messages IS
+'Chat messages, append-only; id is the position in the session (1, 2, 3 ... in commit order), set by ctxwin';
+COMMENT ON COLUMN ctxwin.messages.token_count IS
+'Tokens of the message with its overhead, counted with token_encoding when it was inserted';
+
+CREATE TABLE ctxwin.summaries (
+    session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    version int NOT NULL,
+    from_id bigint NOT NULL,
+    through_id bigint NOT NULL,
+    content text NOT NULL,
+    token_count int NOT NULL,
+    strategy text NOT NULL,
+    model text,
+    usage jsonb,
+    latency_ms int,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, version),
+    CHECK (from_id <= through_id)
+);
+
+COMMENT ON TABLE ctxwin.summaries IS
+'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
+
+CREATE TABLE ctxwin.flush_events (
+    session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    id bigint NOT NULL,
+    from_id bigint NOT NULL,
+    through_id bigint NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, id)
+);
+
+COMMENT ON TABLE ctxwin.flush_events IS
+'Outbox: one row per compaction with the message range it newly summarized, for long-term memory extraction';
+
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.sessions', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.messages', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.summaries', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.flush_events', '');
+
+-- The system messages build_context sends before the conversation.
+CREATE FUNCTION ctxwin.system_messages(system_prompt text, summary text, placement text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE
+    WHEN coalesce(summary, '') = '' THEN
+        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
+             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
+    WHEN placement = 'message' THEN
+        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
+             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
+        || jsonb_build_array(jsonb_build_object('role', 'system',
+               'content', 'Summary of earlier conversation:' || E'\n' || summary))
+    ELSE jsonb_build_array(jsonb_build_object('role', 'system',
+             'content', concat_ws(E'\n\n', nullif(system_prompt, ''),
+                                  'Summary of earlier conversation:' || E'\n' || summary)))
+END;
+
+COMMENT ON FUNCTION ctxwin.system_messages(text, text, text) IS
+'The system messages that carry a session''s system prompt and summary, per summary_placement';
+
+CREATE FUNCTION ctxwin.messages_tokens(messages jsonb, encoding text)
+RETURNS int
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(sum(ctxwin.count_message_tokens(m, encoding)), 0)
+        FROM jsonb_array_elements(messages) m);
+
+COMMENT ON FUNCTION ctxwin.messages_tokens(jsonb, text) IS
+'Sum of count_message_tokens over a JSON array of messages (without the 3 tokens of a list)';
+
+-- A session joined with its profile and model: what every function needs.
+CREATE VIEW ctxwin.session_settings AS
+SELECT s.id AS session_id, s.profile, p.model, m.encoding,
+       coalesce(p.context_window, m.context_window) AS context_window,
+       p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
+       p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
+       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement
+FROM ctxwin.sessions s
+JOIN ctxwin.profiles p ON p.name = s.profile
+JOIN ctxwin.models m ON m.name = p.model;
+
+COMMENT ON VIEW ctxwin.session_settings IS
+'Each session with the settings of its profile and model in effect now';
+
+-- Tokens of the unsummarized messages of a session, in an encoding.
+CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                 ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                            m.tool_calls, p_encoding) END), 0)
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > p_after);
+
+COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
+'Tokens of the messages of a session after an id, counted in an encoding';
+
+-- Keeps a session's derived columns right when its prompt, summary, summary
+-- point or profile change, and guards the summary point.
+CREATE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+    fires boolean;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
+        IF NEW.summary_through_id < OLD.summary_through_id THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group: the next message is no tool result, and
+        -- an assistant message with tool calls is summarized with its results
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF nxt.role = 'tool' OR (coalesce(cur.has_calls, false) AND nxt.role IS NULL) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, enc), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement), enc);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        fires := coalesce(NEW.unsummarized_messages >= st.max_messages_before_summary, false)
+              OR coalesce(NEW.unsummarized_tokens >= st.max_tokens_before_summary, false)
+              OR coalesce(NEW.prompt_tokens + NEW.unsummarized_tokens + 3 > st.trigger_ratio * st.window, false);
+        IF fires AND NEW.unsummarized_messages > st.min_recent_messages THEN
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group';
+
+CREATE TRIGGER sessions_maintain_insert BEFORE INSERT ON ctxwin.sessions
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_maintain();
+CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
+    FOR EACH ROW
+    WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
+          OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
+          OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
+          OR OLD.profile IS DISTINCT FROM NEW.profile)
+    EXECUTE FUNCTION ctxwin._sessions_maintain();
+
+-- The insert trigger: validates, numbers and counts a message, keeps the
+-- session's counters and queues the session when a summary trigger fires.
+-- It never calls the network.
+CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    pend text[];
+    um bigint;
+    ut bigint;
+    pt int;
+    fires boolean;
+BEGIN
+    IF NEW.session_id IS NULL THEN
+        RAISE EXCEPTION 'session_id must not be null' USING ERRCODE = 'not_null_violation';
+    END IF;
+    IF NEW.role IS NULL OR NEW.role NOT IN ('system', 'user', 'assistant', 'tool') THEN
+        RAISE EXCEPTION 'invalid message role "%"', coalesce(NEW.role, 'NULL')
+            USING ERRCODE = 'check_violation',
+                  HINT = 'A role is one of system, user, assistant and tool.';
+    END IF;
+
+    -- the session row lock orders concurrent inserts: ids follow commit order
+    SELECT * INTO s FROM ctxwin.sessions WHERE id = NEW.session_id FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', NEW.session_id
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.';
+    END IF;
+
+    IF NEW.id IS NOT NULL AND NEW.id <= s.message_count THEN
+        -- a restore replays rows whose session was restored with its counters
+        IF NEW.token_count IS NULL OR NEW.token_encoding IS NULL THEN
+            RAISE EXCEPTION 'message id % is taken in session %', NEW.id, NEW.session_id
+                USING ERRCODE = 'unique_violation',
+                      HINT = 'Leave id out: ctxwin numbers the messages of a session.';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.id IS NOT NULL AND NEW.id <> s.message_count + 1 THEN
+        RAISE EXCEPTION 'message id % is not the next id of session % (%)', NEW.id, NEW.session_id,
+            s.message_count + 1
+            USING ERRCODE = 'check_violation',
+                  HINT = 'Leave id out: ctxwin numbers the messages of a session.';
+    END IF;
+
+    -- the tool call protocol: results answer the calls of the newest
+    -- assistant message with tool_calls, each at most once
+    IF NEW.tool_calls IS NOT NULL THEN
+        IF NEW.role <> 'assistant' THEN
+            RAISE EXCEPTION 'only assistant messages can have tool_calls'
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF jsonb_typeof(NEW.tool_calls) <> 'array' OR jsonb_array_length(NEW.tool_calls) = 0 THEN
+            RAISE EXCEPTION 'tool_calls must be a non-empty JSON array'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        pend := ARRAY(SELECT c ->> 'id' FROM jsonb_array_elements(NEW.tool_calls) c);
+        IF array_position(pend, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'every tool call needs an "id"'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Tool results name the call they answer by its id.';
+        END IF;
+    ELSIF NEW.role = 'tool' THEN
+        IF NEW.tool_call_id IS NULL THEN
+            RAISE EXCEPTION 'a tool message needs a tool_call_id'
+                USING ERRCODE = 'not_null_violation';
+        END IF;
+        IF s.pending_tool_calls IS NULL OR NOT NEW.tool_call_id = ANY (s.pending_tool_calls) THEN
+            RAISE EXCEPTION 'tool result "%" answers no pending tool call', NEW.tool_call_id
+                USING ERRCODE = 'foreign_key_violation',
+                      DETAIL = 'A tool message must follow the assistant message whose tool_calls include its tool_call_id, and answer each call once.';
+        END IF;
+        pend := array_remove(s.pending_tool_calls, NEW.tool_call_id);
+    END IF;
+
+    SELECT * INTO st FROM ctxwin.session_settings WHERE session_id = s.id;
+    NEW.id := s.message_count + 1;
+    NEW.token_encoding := st.encoding;
+    NEW.token_count := ctxwin.message_tokens(NEW.role, NEW.content, NEW.name, NEW.tool_call_id,
+                                             NEW.tool_calls, st.encoding);
+
+    -- counters are kept in the encoding in effect now
+    ut := s.unsummarized_tokens;
+    pt := s.prompt_tokens;
+    IF s.count_encoding IS DISTINCT FROM st.encoding THEN
+        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding);
+        pt := ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
+                                                            st.summary_placement), st.encoding);
+    END IF;
+    um := s.unsummarized_messages + 1;
+    ut := ut + NEW.token_count;
+    fires := coalesce(um >= st.max_messages_before_summary, false)
+          OR coalesce(ut >= st.max_tokens_before_summary, false)
+          OR coalesce(pt + ut + 3 > st.trigger_ratio * st.context_window, false);
+
+    UPDATE ctxwin.sessions
+    SET message_count = NEW.id,
+        token_count = token_count + NEW.token_count,
+        unsummarized_messages = um,
+        unsummarized_tokens = ut,
+        prompt_tokens = pt,
+        count_encoding = st.encoding,
+        pending_tool_calls = pend,
+        compaction_failures = 0,
+        compaction_queued_at = CASE WHEN fires AND um > st.min_recent_messages
+                                    THEN coalesce(compaction_queued_at, now())
+                                    ELSE compaction_queued_at END,
+        updated_at = now()
+    WHERE id = s.id;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._messages_insert() IS
+'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires';
+
+CREATE TRIGGER messages_insert BEFORE INSERT ON ctxwin.messages
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_insert();
+
+-- Messages are append-only: their metadata may change, nothing else; one
+-- message cannot be deleted, a whole session can (its messages go with it).
+CREATE FUNCTION ctxwin._messages_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at)
+           IS DISTINCT FROM
+           (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at) THEN
+            RAISE EXCEPTION 'messages cannot be changed'
+                USING ERRCODE = 'integrity_constraint_violation',
+                      DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
+                      HINT = 'Append a correction as a new message.';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = OLD.session_id) THEN
+        RAISE EXCEPTION 'a single message cannot be deleted'
+            USING ERRCODE = 'integrity_constraint_violation',
+                  DETAIL = 'Its session''s ids, counters and summary would no longer match its messages.',
+                  HINT = 'Delete the whole session (DELETE FROM ctxwin.sessions WHERE id = ...); its messages, summaries and flush events go with it.';
+    END IF;
+    RETURN OLD;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._messages_guard() IS
+'Update and delete trigger on messages: only metadata changes; messages go only with their whole session';
+
+CREATE TRIGGER messages_guard BEFORE UPDATE OR DELETE ON ctxwin.messages
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_guard();
+
+CREATE FUNCTION ctxwin._session_must_exist(p_session uuid) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = p_session) THEN
+        RAISE EXCEPTION 'session % does not exist', p_session USING ERRCODE = 'no_data_found';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._session_must_exist(uuid) IS
+'Raises no_data_found for a session id that names no session';
+
+CREATE FUNCTION ctxwin.messages_after(session uuid, after_id bigint DEFAULT NULL)
+RETURNS SETOF ctxwin.messages
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    RETURN QUERY SELECT * FROM ctxwin.messages m
+                 WHERE m.session_id = session AND m.id > coalesce(after_id, 0)
+                 ORDER BY m.id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
+'Messages of a session with an id greater than after_id (all if NULL), oldest first';
+
+------------------------------------------------------------------------------
+-- The window
+------------------------------------------------------------------------------
+
+-- One message in OpenAI form, absent fields left out.
+CREATE FUNCTION ctxwin._message_json(role text, content text, name text, tool_call_id text,
+                                     tool_calls jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN jsonb_build_object('role', role)
+    || CASE WHEN content IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('content', content) END
+    || CASE WHEN name IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('name', name) END
+    || CASE WHEN tool_calls IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tool_calls', tool_calls) END
+    || CASE WHEN tool_call_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tool_call_id', tool_call_id) END;
+
+COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
+'A message as an OpenAI chat message object, without the fields it does not have';
+
+/*
+ * The window of a session within a budget: the system messages, then the
+ * newest unsummarized messages that fit, oldest first, as OpenAI messages,
+ * with what context_status reports.  Walks the messages newest first and
+ * stops at the first unit (a message, or an assistant message with its tool
+ * results) that does not fit, so it reads O(window) rows, not O(history).
+ * Only the newest unit is ever cut (largest contents first); older units that
+ * do not fit are dropped whole.  Never writes.
+ */
+CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    enc text;
+    b int;
+    sys jsonb;
+    used int;
+    room int;
+    r record;
+    unit int := 0;
+    lo bigint;
+    newest boolean := true;
+    cut_from bigint;
+    msgs jsonb := '[]';
+    n_in bigint := 0;
+    -- cutting the newest unit
+    u_role text[];
+    u_content text[];
+    u_name text[];
+    u_call_id text[];
+    u_calls jsonb[];
+    u_ct int[];
+    sorted int[];
+    avail int;
+    lvl int;
+    total int;
+    i int;
+    k int;
+BEGIN
+    PERFORM ctxwin._session_must_exist(p_session);
+    SELECT * INTO s FROM ctxwin.sessions WHERE id = p_session;
+    SELECT * INTO st FROM ctxwin.session_settings WHERE session_id = p_session;
+    enc := st.encoding;
+    b := coalesce(p_budget, st.context_window - st.response_reserve);
+    IF b <= 0 THEN
+        IF p_budget IS NULL THEN
+            RAISE EXCEPTION 'token budget must be greater than zero'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('The context window (%s) less the response reserve (%s) of profile "%s" leaves none.',
+                                      st.context_window, st.response_reserve, st.profile);
+        END IF;
+        RAISE EXCEPTION 'token budget must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    sys := ctxwin.system_messages(s.system_prompt, s.conversation_summary, st.summary_placement);
+    used := 3 + ctxwin.messages_tokens(sys, enc);
+    IF used > b THEN
+        RAISE EXCEPTION 'token budget % is too small for the system prompt and summary (% tokens)', b, used
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give a larger budget, or shorten the system prompt.';
+    END IF;
+    room := b - used;
+
+    FOR r IN
+        SELECT m.id, m.role,
+               CASE WHEN m.token_encoding = enc THEN m.token_count
+                    ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id, m.tool_calls, enc)
+               END AS tk
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > s.summary_through_id
+        ORDER BY m.id DESC
+    LOOP
+        unit := unit + r.tk;
+        -- a tool result goes with the assistant message that called it
+        CONTINUE WHEN r.role = 'tool';
+        IF unit <= room THEN
+            room := room - unit;
+            lo := r.id;
+            unit := 0;
+            newest := false;
+        ELSE
+            IF newest THEN
+                cut_from := r.id;
+            END IF;
+            EXIT;
+        END IF;
+    END LOOP;
+
+    IF cut_from IS NOT NULL THEN
+        -- The newest unit alone is over the room left: shorten its largest
+        -- contents, in the middle, until it fits.
+        SELECT array_agg(m.role ORDER BY m.id), array_agg(m.content ORDER BY m.id),
+               array_agg(m.name ORDER BY m.id), array_agg(m.tool_call_id ORDER BY m.id),
+               array_agg(m.tool_calls ORDER BY m.id),
+               array_agg(coalesce(ctxwin.count_tokens(m.content, enc), 0) ORDER BY m.id),
+               sum(ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id, m.tool_calls, enc))
+        INTO u_role, u_content, u_name, u_call_id, u_calls, u_ct, total
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id >= cut_from;
+        -- Water-filling: cap every content at the highest level L that fits,
+        -- so the largest contents are cut first and no more than needed.
+        avail := room - (total - (SELECT sum(x) FROM unnest(u_ct) x));
+        IF avail < 0 THEN
+            RAISE EXCEPTION 'token budget % is too small for the newest message', b
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Without any content it needs %s tokens besides the %s of the system prompt and summary.',
+                                      total - (SELECT sum(x) FROM unnest(u_ct) x), used);
+        END IF;
+        sorted := ARRAY(SELECT x FROM unnest(u_ct) x ORDER BY x DESC);
+        FOR k IN 1 .. cardinality(sorted) LOOP
+            lvl := (avail - coalesce((SELECT sum(x) FROM unnest(sorted[k + 1:]) x), 0)) / k;
+            EXIT WHEN k = cardinality(sorted) OR lvl >= sorted[k + 1];
+        END LOOP;
+        total := total - (SELECT sum(x) FROM unnest(u_ct) x);
+        FOR i IN 1 .. cardinality(u_ct) LOOP
+            IF u_ct[i] > lvl THEN
+                u_content[i] := ctxwin.truncate_middle(u_content[i], lvl, enc);
+                u_ct[i] := ctxwin.count_tokens(u_content[i], enc);
+            END IF;
+            total := total + u_ct[i];
+        END LOOP;
+        room := room - total;
+        lo := cut_from;
+        SELECT jsonb_agg(ctxwin._message_json(u_role[g.ix], u_content[g.ix], u_name[g.ix],
+                                              u_call_id[g.ix], u_calls[g.ix]) ORDER BY g.ix)
+        INTO msgs
+        FROM generate_subscripts(u_role, 1) AS g(ix);
+    ELSIF lo IS NOT NULL THEN
+        SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                         ORDER BY m.id)
+        INTO msgs
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id >= lo;
+    END IF;
+    IF lo IS NOT NULL THEN
+        n_in := s.message_count - lo + 1;
+    END IF;
+
+    RETURN jsonb_build_object(
+        'messages', sys || msgs,
+        'tokens', b - room,
+        'budget', b,
+        'encoding', enc,
+        'first_id', lo,
+        'window_messages', n_in,
+        'dropped_messages', s.message_count - s.summary_through_id - n_in,
+        'cut', cut_from IS NOT NULL);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._window(uuid, int) IS
+'The messages build_context returns for a session and budget, with their token total and what was dropped or cut';
+
+-- A tool call's arguments as the JSON object Anthropic's tool_use input wants.
+CREATE FUNCTION ctxwin._arguments_object(arguments text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j jsonb;
+BEGIN
+    BEGIN
+        j := arguments::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        j := NULL;
+    END;
+    IF jsonb_typeof(j) = 'object' THEN
+        RETURN j;
+    END IF;
+    RETURN jsonb_build_object('arguments', coalesce(j, to_jsonb(arguments)));
+END $$;
+
+COMMENT ON FUNCTION ctxwin._arguments_object(text) IS
+'OpenAI tool call arguments (a JSON text) as a JSON object, wrapped when they are not one';
+
+/*
+ * OpenAI messages -> Anthropic Messages API body: system messages join the
+ * top-level "system"; assistant tool calls become tool_use blocks and tool
+ * results tool_result blocks in user turns; consecutive turns of one role
+ * merge into one.
+ */
+CREATE FUNCTION ctxwin._to_anthropic(msgs jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m jsonb;
+    c jsonb;
+    sys text[] := '{}';
+    turns jsonb := '[]';
+    role text;
+    blocks jsonb;
+    last_role text;
+    n int;
+BEGIN
+    FOR m IN SELECT * FROM jsonb_array_elements(msgs) LOOP
+        IF m ->> 'role' = 'system' THEN
+            sys := sys || (m ->> 'content');
+            CONTINUE;
+        ELSIF m ->> 'role' = 'tool' THEN
+            role := 'user';
+            blocks := jsonb_build_array(jsonb_build_object(
+                'type', 'tool_result', 'tool_use_id', m ->> 'tool_call_id',
+                'content', coalesce(m ->> 'content', '')));
+        ELSE
+            role := m ->> 'role';
+            blocks := '[]';
+            IF coalesce(m ->> 'content', '') <> '' THEN
+                blocks := jsonb_build_array(jsonb_build_object('type', 'text', 'text', m ->> 'content'));
+            END IF;
+            FOR c IN SELECT * FROM jsonb_array_elements(coalesce(m -> 'tool_calls', '[]')) LOOP
+                blocks := blocks || jsonb_build_array(jsonb_build_object(
+                    'type', 'tool_use', 'id', c ->> 'id', 'name', c -> 'function' ->> 'name',
+                    'input', ctxwin._arguments_object(c -> 'function' ->> 'arguments')));
+            END LOOP;
+            CONTINUE WHEN blocks = '[]';
+        END IF;
+        n := jsonb_array_length(turns);
+        IF role = last_role THEN
+            turns := jsonb_set(turns, ARRAY[(n - 1)::text, 'content'], (turns -> (n - 1) -> 'content') || blocks);
+        ELSE
+            turns := turns || jsonb_build_array(jsonb_build_object('role', role, 'content', blocks));
+        END IF;
+        last_role := role;
+    END LOOP;
+    IF cardinality(sys) > 0 THEN
+        RETURN jsonb_build_object('system', array_to_string(sys, E'\n\n'), 'messages', turns);
+    END IF;
+    RETURN jsonb_build_object('messages', turns);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._to_anthropic(jsonb) IS
+'An OpenAI message list as an Anthropic Messages API body (system, messages)';
+
+CREATE FUNCTION ctxwin.build_context(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai')
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    w jsonb;
+BEGIN
+    IF format IS NULL OR format NOT IN ('openai', 'anthropic') THEN
+        RAISE EXCEPTION 'unrecognized format "%"', coalesce(format, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Valid formats are openai and anthropic.';
+    END IF;
+    w := ctxwin._window(session, budget);
+    IF format = 'anthropic' THEN
+        RETURN ctxwin._to_anthropic(w -> 'messages');
+    END IF;
+    RETURN w -> 'messages';
+END $$;
+
+COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text) IS
+'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve); openai: an array of chat messages; anthropic: {"system", "messages"}. Never writes.';
+
+CREATE FUNCTION ctxwin.context_status(
+    session uuid,
+    OUT session_id uuid,
+    OUT profile text,
+    OUT model text,
+    OUT encoding text,
+    OUT context_window int,
+    OUT budget int,
+    OUT message_count bigint,
+    OUT summary_through_id bigint,
+    OUT messages_since_summary bigint,
+    OUT tokens_since_summary bigint,
+    OUT max_messages_before_summary int,
+    OUT messages_pct numeric,
+    OUT max_tokens_before_summary int,
+    OUT tokens_pct numeric,
+    OUT trigger_ratio real,
+    OUT context_tokens bigint,
+    OUT context_pct numeric,
+    OUT ratio_pct numeric,
+    OUT will_trigger boolean,
+    OUT triggers_firing text[],
+    OUT summary_version int,
+    OUT summary_tokens int,
+    OUT summary_updated_at timestamptz,
+    OUT summary_age interval,
+    OUT window_messages bigint,
+    OUT window_tokens int,
+    OUT dropped_messages bigint,
+    OUT queued_at timestamptz,
+    OUT compaction_failures int,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT note text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    ut bigint;
+    pt int;
+    w jsonb;
+    recent_tokens bigint;
+    recent_n bigint;
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = session;
+
+    session_id := s.id;
+    profile := s.profile;
+    model := st.model;
+    encoding := st.encoding;
+    context_window := st.context_window;
+    message_count := s.message_count;
+    summary_through_id := s.summary_through_id;
+    messages_since_summary := s.message_count - s.summary_through_id;
+    -- counters were kept in another encoding if the model changed since
+    IF s.count_encoding = st.encoding THEN
+        ut := s.unsummarized_tokens;
+    ELSE
+        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding);
+    END IF;
+    pt := ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
+                                                        st.summary_placement), st.encoding);
+    tokens_since_summary := ut;
+    max_messages_before_summary := st.max_messages_before_summary;
+    messages_pct := round(100.0 * messages_since_summary / st.max_messages_before_summary, 1);
+    max_tokens_before_summary := st.max_tokens_before_summary;
+    tokens_pct := round(100.0 * ut / st.max_tokens_before_summary, 1);
+    trigger_ratio := st.trigger_ratio;
+    context_tokens := pt + ut + 3;
+    context_pct := round(100.0 * context_tokens / st.context_window, 1);
+    ratio_pct := round(100.0 * context_tokens / (st.trigger_ratio * st.context_window)::numeric, 1);
+    triggers_firing := array_remove(ARRAY[
+        CASE WHEN messages_since_summary >= st.max_messages_before_summary THEN 'messages' END,
+        CASE WHEN ut >= st.max_tokens_before_summary THEN 'tokens' END,
+        CASE WHEN context_tokens > st.trigger_ratio * st.context_window THEN 'ratio' END], NULL);
+    will_trigger := cardinality(triggers_firing) > 0;
+    summary_version := s.summary_version;
+    summary_tokens := coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0);
+    summary_updated_at := s.summary_updated_at;
+    summary_age := now() - s.summary_updated_at;
+    queued_at := s.compaction_queued_at;
+    compaction_failures := s.compaction_failures;
+    last_error := s.last_error;
+    last_error_at := s.last_error_at;
+
+    BEGIN
+        w := ctxwin._window(session, NULL);
+        budget := (w ->> 'budget')::int;
+        window_messages := (w ->> 'window_messages')::bigint;
+        window_tokens := (w ->> 'tokens')::int;
+        dropped_messages := (w ->> 'dropped_messages')::bigint;
+        IF (w ->> 'cut')::boolean THEN
+            note := 'The newest message is longer than the budget: build_context shortens it in the middle.';
+        END IF;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        GET STACKED DIAGNOSTICS note = MESSAGE_TEXT;
+    END;
+
+    IF will_trigger AND messages_since_summary <= st.min_recent_messages THEN
+        note := concat_ws(' ', note, format(
+            'The newest %s messages are never summarized (min_recent_messages), and they alone keep the %s trigger firing.',
+            st.min_recent_messages, array_to_string(triggers_firing, ' and ')));
+    ELSIF dropped_messages > 0 THEN
+        note := concat_ws(' ', note, format(
+            'The %s oldest unsummarized messages do not fit the budget and are left out until a summary covers them.',
+            dropped_messages));
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.context_status(uuid) IS
+'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages and the last compaction error';
+
+CREATE FUNCTION ctxwin._bar(pct numeric, width int DEFAULT 24)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN '[' || repeat('#', least(greatest(round(coalesce(pct, 0) * width / 100), 0), width)::int)
+    || repeat('.', width - least(greatest(round(coalesce(pct, 0) * width / 100), 0), width)::int) || ']';
+
+COMMENT ON FUNCTION ctxwin._bar(numeric, int) IS 'A text progress bar for a percentage';
+
+CREATE FUNCTION ctxwin.context_report(session uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    lines text[];
+BEGIN
+    SELECT * INTO c FROM ctxwin.context_status(session);
+    lines := ARRAY[
+        format('Session %s: profile %s, model %s (%s), window %s tokens',
+               c.session_id, c.profile, c.model, c.encoding, to_char(c.context_window, 'FM999,999,999')),
+        CASE WHEN c.trigger_ratio IS NULL
+             THEN format('  context   %s %6s%%  %s of %s tokens; ratio trigger off',
+                         ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'))
+             ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
+                         ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100)) END,
+        CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
+             ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
+                         c.max_messages_before_summary) END,
+        CASE WHEN c.max_tokens_before_summary IS NULL THEN '  tokens    trigger off'
+             ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
+                         to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
+        CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
+             ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
+                         c.summary_version, c.summary_tokens, c.summary_through_id,
+                         justify_interval(date_trunc('second', c.summary_age))) END,
+        format('  window    %s messages, %s tokens of a %s-token budget; %s dropped',
+               coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
+               to_char(c.budget, 'FM999,999,999'), coalesce(c.dropped_messages, 0)),
+        format('  compaction %s%s',
+               CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
+                    ELSE 'not due' END,
+               CASE WHEN c.queued_at IS NOT NULL THEN ', queued since ' || to_char(c.queued_at, 'YYYY-MM-DD HH24:MI:SS')
+                    ELSE '' END),
+        CASE WHEN c.last_error IS NOT NULL
+             THEN format('  last error (%s failures): %s', c.compaction_failures, c.last_error) END,
+        CASE WHEN c.note IS NOT NULL THEN '  note: ' || c.note END];
+    RETURN array_to_string(lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin.context_report(uuid) IS
+'context_status as text for a person in psql, with progress bars';

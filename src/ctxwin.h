@@ -32,8 +32,16 @@ typedef struct CtxwinEncoding
 
 #define CTXWIN_ENCODING_NAMES "cl100k_base, o200k_base, chars4 and chars3.5"
 
+/* Tokens every message costs beyond its fields, and a message list beyond its messages. */
+#define CTXWIN_MESSAGE_OVERHEAD 4
+#define CTXWIN_LIST_OVERHEAD 3
+
+/* What replaces the middle of a text cut to fit (a printf format). */
+#define CTXWIN_OMITTED_MARKER "\n[... %lld tokens omitted ...]\n"
+
 /* tokenizer.c */
 extern const CtxwinEncoding *CtxwinLookupEncoding(const char *name);
+extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
 
 #endif							/* CTXWIN_H */

@@ -84,8 +84,8 @@ CtxwinLookupEncoding(const char *name)
 /*
  * The encoding named by a text argument; an error if there is none.
  */
-static const CtxwinEncoding *
-GetEncodingArg(text *name)
+const CtxwinEncoding *
+CtxwinEncodingArg(text *name)
 {
 	const char *s = VARDATA_ANY(name);
 	int			len = VARSIZE_ANY_EXHDR(name);
@@ -110,7 +110,7 @@ GetEncodingArg(text *name)
 static const BpeEncoding *
 GetBpeEncodingArg(text *name)
 {
-	const CtxwinEncoding *enc = GetEncodingArg(name);
+	const CtxwinEncoding *enc = CtxwinEncodingArg(name);
 
 	if (enc->kind != CTXWIN_ENC_BPE)
 		ereport(ERROR,
@@ -216,7 +216,7 @@ Datum
 count_tokens(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
-	const CtxwinEncoding *enc = GetEncodingArg(PG_GETARG_TEXT_PP(1));
+	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(1));
 
 	PG_RETURN_INT32((int32) CtxwinCountText(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)));
 }

@@ -1,0 +1,234 @@
+/*
+ * messages.c
+ *		Token cost of chat messages, and cutting an oversized text.
+ *
+ * A message costs 4 tokens of overhead plus the tokens of each string field
+ * it has (role, content, name, tool_call_id) plus the tokens of the JSON text
+ * of its tool_calls.  A list of messages costs the sum plus 3 (the priming of
+ * the reply).  These are the definitions build_context's budget is checked
+ * against; count_message_tokens(jsonb) and the insert trigger's
+ * message_tokens(...) must agree, so both go through MessageTokens.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "ctxwin.h"
+
+PG_FUNCTION_INFO_V1(count_message_tokens);
+PG_FUNCTION_INFO_V1(message_tokens);
+PG_FUNCTION_INFO_V1(truncate_middle);
+
+/* Tokens of a text argument (0 for NULL). */
+static int64
+TextTokens(const CtxwinEncoding *enc, text *t)
+{
+	if (t == NULL)
+		return 0;
+	return CtxwinCountText(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+/* Tokens of the JSON text of a jsonb value, as jsonb prints it. */
+static int64
+JsonbTokens(const CtxwinEncoding *enc, Jsonb *jb)
+{
+	char	   *s = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	int64		n = CtxwinCountText(enc, s, strlen(s));
+
+	pfree(s);
+	return n;
+}
+
+/*
+ * message_tokens(role, content, name, tool_call_id, tool_calls, encoding):
+ * the cost of one message given as fields; NULL fields are absent.
+ */
+Datum
+message_tokens(PG_FUNCTION_ARGS)
+{
+	const CtxwinEncoding *enc;
+	int64		n = CTXWIN_MESSAGE_OVERHEAD;
+	int			i;
+
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("encoding must not be null")));
+	enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(5));
+	for (i = 0; i < 4; i++)
+	{
+		if (!PG_ARGISNULL(i))
+			n += TextTokens(enc, PG_GETARG_TEXT_PP(i));
+	}
+	if (!PG_ARGISNULL(4))
+		n += JsonbTokens(enc, PG_GETARG_JSONB_P(4));
+	PG_RETURN_INT32((int32) Min(n, PG_INT32_MAX));
+}
+
+/* The value of key in a jsonb object, or NULL (absent or JSON null). */
+static JsonbValue *
+ObjectField(Jsonb *jb, const char *key, JsonbValue *buf)
+{
+	JsonbValue	k;
+	JsonbValue *v;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	v = findJsonbValueFromContainer(&jb->root, JB_FOBJECT, &k);
+	if (v == NULL || v->type == jbvNull)
+		return NULL;
+	*buf = *v;
+	return buf;
+}
+
+/* Tokens of a field: a string's text, any other value's JSON text. */
+static int64
+FieldTokens(const CtxwinEncoding *enc, JsonbValue *v)
+{
+	if (v == NULL)
+		return 0;
+	if (v->type == jbvString)
+		return CtxwinCountText(enc, v->val.string.val, v->val.string.len);
+	return JsonbTokens(enc, JsonbValueToJsonb(v));
+}
+
+/*
+ * count_message_tokens(jsonb, encoding) returns int: the cost of one chat
+ * message in OpenAI form ({"role", "content", "name", "tool_call_id",
+ * "tool_calls"}); other keys cost nothing.
+ */
+Datum
+count_message_tokens(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
+	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(1));
+	static const char *const fields[] = {"role", "content", "name", "tool_call_id", "tool_calls"};
+	int64		n = CTXWIN_MESSAGE_OVERHEAD;
+	int			i;
+
+	if (!JB_ROOT_IS_OBJECT(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a chat message must be a JSON object"),
+				 errhint("Pass an object such as {\"role\": \"user\", \"content\": \"...\"}.")));
+	for (i = 0; i < lengthof(fields); i++)
+	{
+		JsonbValue	buf;
+
+		n += FieldTokens(enc, ObjectField(jb, fields[i], &buf));
+	}
+	PG_RETURN_INT32((int32) Min(n, PG_INT32_MAX));
+}
+
+/*
+ * Length of the longest prefix of s[0..len) that ends on a character
+ * boundary of the server encoding.
+ */
+static int
+ClipHead(const char *s, int len)
+{
+	return pg_mbcliplen(s, len, len);
+}
+
+/* Offset of the first character boundary at or after off in s[0..len). */
+static int
+ClipTailStart(const char *s, int len, int off)
+{
+	int			pos = 0;
+
+	while (pos < off && pos < len)
+		pos += pg_mblen(s + pos);
+	return Min(pos, len);
+}
+
+/*
+ * Token count of head + marker + tail.
+ */
+static int64
+JoinedTokens(const CtxwinEncoding *enc, StringInfo buf, const char *s, int head,
+			 int tail_start, int len, int64 omitted)
+{
+	resetStringInfo(buf);
+	appendBinaryStringInfo(buf, s, head);
+	appendStringInfo(buf, CTXWIN_OMITTED_MARKER, (long long) omitted);
+	appendBinaryStringInfo(buf, s + tail_start, len - tail_start);
+	return CtxwinCountText(enc, buf->data, buf->len);
+}
+
+/*
+ * truncate_middle(t text, max_tokens int, encoding text) returns text
+ *
+ * t itself if it has at most max_tokens tokens; else its beginning and end
+ * around the marker "[... N tokens omitted ...]", cut on character
+ * boundaries, with at most max_tokens tokens in all.  Below the marker's own
+ * size, the result is the beginning of t alone.
+ */
+Datum
+truncate_middle(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+	int32		max_tokens = PG_GETARG_INT32(1);
+	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(2));
+	const char *s = VARDATA_ANY(t);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	int64		total = CtxwinCountText(enc, s, len);
+	StringInfoData buf;
+	double		bytes_per_token;
+	int			keep;
+
+	if (max_tokens < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_tokens must not be negative")));
+	if (total <= max_tokens)
+		PG_RETURN_TEXT_P(t);
+
+	initStringInfo(&buf);
+	bytes_per_token = (double) len / (double) total;
+	/* bytes to keep, first guess: the budget less the marker's ~12 tokens */
+	keep = (int) ((max_tokens - 12) * bytes_per_token);
+	for (;;)
+	{
+		int			head,
+					tail_start;
+		int64		got;
+
+		CHECK_FOR_INTERRUPTS();
+		if (keep <= 0)
+			break;
+		head = ClipHead(s, keep / 2);
+		tail_start = ClipTailStart(s, len, len - (keep - keep / 2));
+		if (tail_start < head)
+			tail_start = head;
+		/* first with a rough omitted count, then with the exact one */
+		got = JoinedTokens(enc, &buf, s, head, tail_start, len, total);
+		if (got <= max_tokens)
+		{
+			int64		kept = CtxwinCountText(enc, s, head) +
+				CtxwinCountText(enc, s + tail_start, len - tail_start);
+
+			got = JoinedTokens(enc, &buf, s, head, tail_start, len, Max(total - kept, 1));
+			if (got <= max_tokens)
+				PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
+		}
+		/* shrink by the excess, at least one byte */
+		keep -= Max((int) ((got - max_tokens + 1) * bytes_per_token), 1);
+	}
+
+	/* not even the marker fits: the beginning alone */
+	keep = (int) (max_tokens * bytes_per_token);
+	for (;;)
+	{
+		int			head = ClipHead(s, Max(keep, 0));
+
+		CHECK_FOR_INTERRUPTS();
+		if (head == 0 || CtxwinCountText(enc, s, head) <= max_tokens)
+			PG_RETURN_TEXT_P(cstring_to_text_with_len(s, head));
+		keep = head - 1;
+	}
+}
