@@ -682,18 +682,13 @@ merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 	return parts;
 }
 
-/*
- * Tokens of one piece p[0..n), n >= 1.  When 3 <= n <= BPE_LONGEST_TOKEN,
- * key and h are the piece's bpe_key and bpe_hash.
- */
+/* Tokens of one piece p[0..n), n >= 1. */
 static inline size_t
-encode_piece(const BpeVocab *v, const uint8_t *p, size_t n, uint64_t key,
-			 uint64_t h, IdSink *out, int want_ids)
+encode_piece(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want_ids)
 {
 	if (n <= BPE_LONGEST_TOKEN)
 	{
-		uint32_t	r = (n <= 2) ? bpe_vocab_rank(v, p, n) :
-			bpe_vocab_lookup_hashed(v, p, n, key, h);
+		uint32_t	r = bpe_vocab_rank(v, p, n);
 
 		if (r != BPE_NO_RANK)
 		{
@@ -710,10 +705,6 @@ encode_piece(const BpeVocab *v, const uint8_t *p, size_t n, uint64_t key,
 /*
  * Split and merge the whole text.  Specialized by pattern and by whether ids
  * are wanted, so the counting loop carries nothing it does not use.
- *
- * Most pieces are whole tokens, found by one hash lookup whose slot is
- * rarely in cache; so the loop runs one piece ahead: it finds the next
- * piece and starts loading its slot before it looks up the current one.
  */
 static inline size_t
 run(const BpeEncoding *enc, const uint8_t *s, size_t len, IdSink *out,
@@ -721,47 +712,16 @@ run(const BpeEncoding *enc, const uint8_t *s, size_t len, IdSink *out,
 {
 	const BpeVocab *v = enc->vocab;
 	size_t		pos = 0;
-	size_t		end;
 	size_t		count = 0;
 	size_t		next_check = BPE_CHECK_INTERVAL;
-	uint64_t	key = 0,
-				h = 0;
 
-	if (len == 0)
-		return 0;
-	end = (pat == BPE_PAT_CL100K) ? piece_cl100k(s, len, 0) : piece_o200k(s, len, 0);
-	if (end >= 3 && end <= BPE_LONGEST_TOKEN)
+	while (pos < len)
 	{
-		key = bpe_key(s, end);
-		h = bpe_hash(s, end, key);
-	}
-	for (;;)
-	{
-		size_t		next_end = end;
-		uint64_t	next_key = 0,
-					next_h = 0;
+		size_t		end = (pat == BPE_PAT_CL100K) ?
+			piece_cl100k(s, len, pos) : piece_o200k(s, len, pos);
 
-		if (end < len)
-		{
-			size_t		n;
-
-			next_end = (pat == BPE_PAT_CL100K) ?
-				piece_cl100k(s, len, end) : piece_o200k(s, len, end);
-			n = next_end - end;
-			if (n >= 3 && n <= BPE_LONGEST_TOKEN)
-			{
-				next_key = bpe_key(s + end, n);
-				next_h = bpe_hash(s + end, n, next_key);
-				bpe_vocab_prefetch(v, next_h);
-			}
-		}
-		count += encode_piece(v, s + pos, end - pos, key, h, out, want_ids);
-		if (end >= len)
-			break;
+		count += encode_piece(v, s + pos, end - pos, out, want_ids);
 		pos = end;
-		end = next_end;
-		key = next_key;
-		h = next_h;
 		if (pos >= next_check)
 		{
 			bpe_check_interrupts();

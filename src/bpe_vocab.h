@@ -167,12 +167,13 @@ bpe_bytes_equal(const uint8_t *a, const uint8_t *b, size_t n)
 
 /*
  * The rank of the token whose bytes are p[0..n), or BPE_NO_RANK, from the
- * hash table alone, given key = bpe_key(p, n) and h = bpe_hash(p, n, key).
+ * hash table alone.
  */
 static inline uint32_t
-bpe_vocab_lookup_hashed(const BpeVocab *v, const uint8_t *p, size_t n,
-						uint64_t key, uint64_t h)
+bpe_vocab_lookup(const BpeVocab *v, const uint8_t *p, size_t n)
 {
+	uint64_t	key = bpe_key(p, n);
+	uint64_t	h = bpe_hash(p, n, key);
 	uint64_t	tag = h >> BPE_TAG_SHIFT;
 	uint64_t	want = ((uint64_t) n << BPE_RANK_BITS) | (tag << BPE_TAG_SHIFT);
 	uint64_t	cmpmask = (BPE_LEN_MASK << BPE_RANK_BITS) | (~UINT64_C(0) << BPE_TAG_SHIFT);
@@ -191,30 +192,6 @@ bpe_vocab_lookup_hashed(const BpeVocab *v, const uint8_t *p, size_t n,
 			return (uint32_t) (e->meta & BPE_RANK_MASK);
 		i = (i + 1) & v->mask;
 	}
-}
-
-/*
- * Start loading the slot where the lookup of a string of hash h begins, so
- * that the lookup, done a little later, does not wait for memory.
- */
-static inline void
-bpe_vocab_prefetch(const BpeVocab *v, uint64_t h)
-{
-#if defined(__GNUC__) || defined(__clang__)
-	__builtin_prefetch(&v->slots[h & v->mask]);
-#endif
-}
-
-/*
- * The rank of the token whose bytes are p[0..n), or BPE_NO_RANK, from the
- * hash table alone.
- */
-static inline uint32_t
-bpe_vocab_lookup(const BpeVocab *v, const uint8_t *p, size_t n)
-{
-	uint64_t	key = bpe_key(p, n);
-
-	return bpe_vocab_lookup_hashed(v, p, n, key, bpe_hash(p, n, key));
 }
 
 /*
