@@ -6,8 +6,8 @@
 # Run inside a throwaway cluster (bench/run uses pg_virtualenv, which sets the
 # PG* connection variables), with ctxwin installed.  Creates the database
 # ctxwin_bench, loads the CSV written by bench/make_corpus_csv.mjs, then for
-# each encoding and input runs the query once to warm up and REPEATS more
-# times, timed by psql's \timing; prints the median as
+# each encoding and input runs the query once to warm up and 3 * REPEATS
+# more times, timed by psql's \timing; prints the median as
 #
 #	RESULT ctxwin_sql ENCODING INPUT BYTES TOKENS SECONDS
 #
@@ -21,7 +21,8 @@
 set -euo pipefail
 
 csv=$1
-repeats=$2
+# the queries are short: three times as many samples as the other benchmarks
+repeats=$(($2 * 3))
 
 export PGOPTIONS="-c max_parallel_workers_per_gather=0"
 psql -X -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS ctxwin_bench" \
@@ -54,7 +55,7 @@ time_query()
 	for i in $(seq 0 "$repeats"); do
 		script+=$'\n'"SELECT sum($expr) FROM corpus WHERE $where;"
 	done
-	out=$(printf '%s\n' "$script" | psql -X -At -v ON_ERROR_STOP=1)
+	out=$(printf '%s\n' "$script" | psql -X -At -q -v ON_ERROR_STOP=1)
 	value=$(printf '%s\n' "$out" | grep -v '^Time:' | head -n 1)
 	med=$(printf '%s\n' "$out" | awk '/^Time:/ { print $2 }' | tail -n +2 | sort -g |
 		awk '{ t[NR] = $1 } END { m = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2; printf "%.6f", m / 1000 }')
