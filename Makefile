@@ -12,7 +12,7 @@ OBJS = \
 	src/vocab_o200k_base.o
 
 DATA = $(wildcard sql/ctxwin--*.sql)
-REGRESS = tokenizer
+REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base

@@ -1022,7 +1022,10 @@ BEGIN
         CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
              ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
                          c.summary_version, c.summary_tokens, c.summary_through_id,
-                         justify_interval(date_trunc('second', c.summary_age))) END,
+                         CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
+                              WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
+                              WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
+                              ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
         format('  window    %s messages, %s tokens of a %s-token budget; %s dropped',
                coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
                to_char(c.budget, 'FM999,999,999'), coalesce(c.dropped_messages, 0)),
