@@ -7,6 +7,7 @@ OBJS = \
 	src/ctxwin.o \
 	src/tokenizer.o \
 	src/messages.o \
+	src/window.o \
 	src/bpe.o \
 	src/vocab_cl100k_base.o \
 	src/vocab_o200k_base.o
@@ -42,6 +43,7 @@ src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
 src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h
 src/messages.o: src/messages.c src/ctxwin.h
+src/window.o: src/window.c src/ctxwin.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c

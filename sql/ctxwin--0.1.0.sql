@@ -341,6 +341,11 @@ BEGIN
     SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
     FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
     WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
     enc := st.encoding;
 
     IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
@@ -615,6 +620,16 @@ RETURN jsonb_build_object('role', role)
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';
 
+CREATE FUNCTION ctxwin._window_walk(session uuid, after_id bigint, room int, encoding text,
+                                   OUT first_id bigint, OUT cut_from bigint, OUT tokens int,
+                                   OUT messages jsonb)
+AS 'MODULE_PATHNAME', 'window_walk'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._window_walk(uuid, bigint, int, text) IS
+'Packs the newest whole units of messages after after_id into room tokens, newest first; reports where a cut is needed';
+
 /*
  * The window of a session within a budget: the system messages, then the
  * newest unsummarized messages that fit, oldest first, as OpenAI messages,
@@ -636,9 +651,7 @@ DECLARE
     used int;
     room int;
     r record;
-    unit int := 0;
     lo bigint;
-    newest boolean := true;
     cut_from bigint;
     msgs jsonb := '[]';
     n_in bigint := 0;
@@ -681,30 +694,13 @@ BEGIN
     END IF;
     room := b - used;
 
-    FOR r IN
-        SELECT m.id, m.role,
-               CASE WHEN m.token_encoding = enc THEN m.token_count
-                    ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id, m.tool_calls, enc)
-               END AS tk
-        FROM ctxwin.messages m
-        WHERE m.session_id = p_session AND m.id > s.summary_through_id
-        ORDER BY m.id DESC
-    LOOP
-        unit := unit + r.tk;
-        -- a tool result goes with the assistant message that called it
-        CONTINUE WHEN r.role = 'tool';
-        IF unit <= room THEN
-            room := room - unit;
-            lo := r.id;
-            unit := 0;
-            newest := false;
-        ELSE
-            IF newest THEN
-                cut_from := r.id;
-            END IF;
-            EXIT;
-        END IF;
-    END LOOP;
+    SELECT * INTO r FROM ctxwin._window_walk(p_session, s.summary_through_id, room, enc);
+    lo := r.first_id;
+    cut_from := r.cut_from;
+    IF cut_from IS NULL THEN
+        room := room - r.tokens;
+        msgs := r.messages;
+    END IF;
 
     IF cut_from IS NOT NULL THEN
         -- The newest unit alone is over the room left: shorten its largest
@@ -745,12 +741,6 @@ BEGIN
                                               u_call_id[g.ix], u_calls[g.ix]) ORDER BY g.ix)
         INTO msgs
         FROM generate_subscripts(u_role, 1) AS g(ix);
-    ELSIF lo IS NOT NULL THEN
-        SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
-                         ORDER BY m.id)
-        INTO msgs
-        FROM ctxwin.messages m
-        WHERE m.session_id = p_session AND m.id >= lo;
     END IF;
     IF lo IS NOT NULL THEN
         n_in := s.message_count - lo + 1;

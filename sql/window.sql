@@ -1,4 +1,5 @@
 -- build_context, context_report and errors: exact outputs.
+\set SHOW_CONTEXT never
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages, response_reserve)
 VALUES ('support', 'gpt-4o-mini', 8, 2, 1000);
 INSERT INTO ctxwin.sessions (id, profile, system_prompt)
@@ -73,3 +74,4 @@ SELECT ctxwin.count_tokens(ctxwin.truncate_middle(repeat('abc ', 100), 20, 'cl10
 
 DELETE FROM ctxwin.sessions;
 SELECT count(*) FROM ctxwin.messages;
+INSERT INTO ctxwin.sessions (profile) VALUES ('no_such_profile');

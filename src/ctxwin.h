@@ -13,6 +13,8 @@
 
 #include "postgres.h"
 
+#include "utils/jsonb.h"
+
 #include "bpe.h"
 
 /* How an encoding counts. */
@@ -43,5 +45,9 @@ typedef struct CtxwinEncoding
 extern const CtxwinEncoding *CtxwinLookupEncoding(const char *name);
 extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
+
+/* messages.c */
+extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
+								 text *name, text *tool_call_id, Jsonb *tool_calls);
 
 #endif							/* CTXWIN_H */

@@ -44,6 +44,23 @@ JsonbTokens(const CtxwinEncoding *enc, Jsonb *jb)
 }
 
 /*
+ * The cost of one message given as fields; NULL fields are absent.
+ */
+int64
+CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
+					text *name, text *tool_call_id, Jsonb *tool_calls)
+{
+	int64		n = CTXWIN_MESSAGE_OVERHEAD;
+
+	if (role)
+		n += CtxwinCountText(enc, role, strlen(role));
+	n += TextTokens(enc, content) + TextTokens(enc, name) + TextTokens(enc, tool_call_id);
+	if (tool_calls)
+		n += JsonbTokens(enc, tool_calls);
+	return n;
+}
+
+/*
  * message_tokens(role, content, name, tool_call_id, tool_calls, encoding):
  * the cost of one message given as fields; NULL fields are absent.
  */
@@ -51,21 +68,19 @@ Datum
 message_tokens(PG_FUNCTION_ARGS)
 {
 	const CtxwinEncoding *enc;
-	int64		n = CTXWIN_MESSAGE_OVERHEAD;
-	int			i;
+	int64		n;
 
 	if (PG_ARGISNULL(5))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("encoding must not be null")));
 	enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(5));
-	for (i = 0; i < 4; i++)
-	{
-		if (!PG_ARGISNULL(i))
-			n += TextTokens(enc, PG_GETARG_TEXT_PP(i));
-	}
-	if (!PG_ARGISNULL(4))
-		n += JsonbTokens(enc, PG_GETARG_JSONB_P(4));
+	n = CtxwinMessageTokens(enc,
+							PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)),
+							PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
+							PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2),
+							PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3),
+							PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4));
 	PG_RETURN_INT32((int32) Min(n, PG_INT32_MAX));
 }
 
