@@ -113,22 +113,26 @@ bpe_find_encoding(const char *name)
 	return NULL;
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+#define BPE_NOINLINE __attribute__((noinline))
+#define BPE_LIKELY(x) __builtin_expect((x) != 0, 1)
+#else
+#define BPE_NOINLINE
+#define BPE_LIKELY(x) (x)
+#endif
+
 /*
- * Class of the character at s[pos] (pos < len); sets *clen to its length in
- * bytes.  Anything that is not a well-formed, shortest-form UTF-8 sequence of
- * a scalar value is a one-byte U_OTHER.
+ * Class of the multi-byte character at s[pos] (pos < len, s[pos] >= 0x80);
+ * sets *clen to its length in bytes.  Anything that is not a well-formed,
+ * shortest-form UTF-8 sequence of a scalar value is a one-byte U_OTHER.  Kept
+ * out of line, so that the ASCII path of its callers stays small.
  */
-static inline int
-uclass(const uint8_t *s, size_t len, size_t pos, size_t *clen)
+static BPE_NOINLINE int
+uclass_multi(const uint8_t *s, size_t len, size_t pos, size_t *clen)
 {
 	uint32_t	b = s[pos];
 	uint32_t	cp;
 
-	if (b < 0x80)
-	{
-		*clen = 1;
-		return uni_stage2[b];	/* block 0 is stored first */
-	}
 	if (b >= 0xC2 && b <= 0xDF && pos + 1 < len && (s[pos + 1] & 0xC0) == 0x80)
 	{
 		cp = ((b & 0x1F) << 6) | (s[pos + 1] & 0x3F);
@@ -161,15 +165,40 @@ invalid:
 	return U_OTHER;
 }
 
+/*
+ * Class of the character at s[pos] (pos < len); sets *clen to its length in
+ * bytes.  ASCII, most of any text, is one table lookup.
+ */
+static inline int
+uclass(const uint8_t *s, size_t len, size_t pos, size_t *clen)
+{
+	uint32_t	b = s[pos];
+
+	if (BPE_LIKELY(b < 0x80))
+	{
+		*clen = 1;
+		return uni_stage2[b];	/* block 0 is stored first */
+	}
+	return uclass_multi(s, len, pos, clen);
+}
+
 /* End of the run of characters in class set mask that starts at pos. */
 static inline size_t
 scan(const uint8_t *s, size_t len, size_t pos, uint32_t mask)
 {
 	while (pos < len)
 	{
+		uint32_t	b = s[pos];
 		size_t		n;
 
-		if (!(B(uclass(s, len, pos, &n)) & mask))
+		if (BPE_LIKELY(b < 0x80))
+		{
+			if (!(B(uni_stage2[b]) & mask))
+				break;
+			pos++;
+			continue;
+		}
+		if (!(B(uclass_multi(s, len, pos, &n)) & mask))
 			break;
 		pos += n;
 	}
