@@ -1032,3 +1032,393 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.context_report(uuid) IS
 'context_status as text for a person in psql, with progress bars';
+
+------------------------------------------------------------------------------
+-- Summaries
+------------------------------------------------------------------------------
+
+-- Facts a summary keeps verbatim, found without an LLM: paths, URLs,
+-- commands, error lines, identifiers and numbers with units, in order of
+-- appearance, each once.
+CREATE FUNCTION ctxwin.extract_facts(t text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY(
+    SELECT f FROM (
+        SELECT DISTINCT ON (f) f, min(o) OVER (PARTITION BY f) AS first_at
+        FROM (
+            SELECT btrim(m[1], '.,;:)(''"') AS f, n AS o
+            FROM regexp_matches(t,
+                '('
+                || 'https?://[^\s<>()"'']+'                                   -- URLs
+                || '|(?:~|\.{1,2})?/[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+'   -- absolute and relative paths
+                || '|\m[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_.\-]+)+'                 -- dir/file paths
+                || '|\m[A-Za-z0-9_\-]+\.(?:py|js|ts|tsx|go|rs|c|h|cc|cpp|java|rb|php|sql|md|json|ya?ml|toml|txt|log|sh|conf|cfg|ini|csv|html|css)\M'
+                || '|`[^`\n]{2,80}`'                                          -- inline code and commands
+                || '|\m(?:[A-Z][A-Za-z]*(?:Error|Exception)|E[0-9]{3,}|[A-Z]{2,}-[0-9]+)\M'  -- errors, codes, tickets
+                || '|\m[0-9]+(?:\.[0-9]+)?\s?(?:ms|s|sec|seconds|min|minutes|h|hours|days|weeks|KB|kB|MB|GB|TB|%|px|USD|EUR|GBP)(?![A-Za-z])'
+                || '|[$€£][0-9][0-9,]*(?:\.[0-9]+)?'                           -- money
+                || '|\m[a-z]+(?:_[a-z0-9]+)+\M'                               -- snake_case identifiers
+                || '|\m[a-z]+(?:[A-Z][a-z0-9]+)+\M|\m[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\M'  -- camelCase, PascalCase
+                || '|\m[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\M'     -- uuids
+                || ')', 'g') WITH ORDINALITY AS x(m, n)
+        ) raw
+        WHERE length(f) > 2
+        ORDER BY f, o
+    ) d
+    ORDER BY first_at);
+
+COMMENT ON FUNCTION ctxwin.extract_facts(text) IS
+'Paths, URLs, inline code, error names and codes, identifiers and numbers with units found in a text, each once, in order of appearance';
+
+/*
+ * The extractive strategy: no network, deterministic.  Keeps, within
+ * max_tokens: what the user asked, decisions and conclusions, open questions,
+ * facts verbatim and the tools used, newest first within each section, merged
+ * with the sections of the previous summary (newer facts first; a previous
+ * summary of another kind is kept as "Earlier").  Sentences that mention a
+ * word of instructions come first.
+ */
+CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tokens int,
+                                          encoding text DEFAULT 'cl100k_base',
+                                          instructions text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sections text[] := ARRAY['Focus', 'Requests', 'Decisions', 'Open questions', 'Facts', 'Tools used', 'Earlier'];
+    items jsonb := '{}';        -- section -> array of items, highest priority first
+    sec text;
+    m jsonb;
+    sent text;
+    focus_re text;
+    prev_items jsonb := '{}';
+    line text;
+    cur text;
+    earlier text;
+    out_lines text[];
+    result text;
+    n int;
+    k int;
+    limits int[];
+BEGIN
+    IF max_tokens IS NULL OR max_tokens <= 0 THEN
+        RAISE EXCEPTION 'max_tokens must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOREACH sec IN ARRAY sections LOOP
+        items := jsonb_set(items, ARRAY[sec], '[]');
+        prev_items := jsonb_set(prev_items, ARRAY[sec], '[]');
+    END LOOP;
+    -- words of the focus, 4 letters or more
+    SELECT string_agg(DISTINCT regexp_replace(w, '([.^$*+?()\[\]{}|\\])', '\\\1', 'g'), '|')
+    INTO focus_re
+    FROM regexp_split_to_table(lower(coalesce(instructions, '')), '[^[:alnum:]_]+') w
+    WHERE length(w) >= 4 AND w NOT IN ('keep', 'about', 'with', 'that', 'this', 'from', 'have', 'what', 'when', 'which', 'their', 'there', 'should');
+
+    -- the newest messages first, so items are in priority order
+    FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
+        IF m ? 'tool_calls' AND jsonb_typeof(m -> 'tool_calls') = 'array' THEN
+            items := jsonb_set(items, '{Tools used}', (items -> 'Tools used') || (
+                SELECT coalesce(jsonb_agg(c -> 'function' ->> 'name'), '[]') FROM jsonb_array_elements(m -> 'tool_calls') c
+                WHERE c -> 'function' ->> 'name' IS NOT NULL));
+        END IF;
+        CONTINUE WHEN coalesce(m ->> 'content', '') = '';
+        items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb(ctxwin.extract_facts(
+            CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END)));
+        CONTINUE WHEN m ->> 'role' = 'tool';
+        k := 0;
+        FOR sent IN
+            SELECT btrim(regexp_replace(x, '\s+', ' ', 'g'))
+            FROM regexp_split_to_table(m ->> 'content', '(?<=[.!?])\s+|\n+') x
+        LOOP
+            CONTINUE WHEN length(sent) < 8 OR length(sent) > 400;
+            k := k + 1;
+            IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
+                items := jsonb_set(items, '{Focus}', (items -> 'Focus') || to_jsonb(sent));
+            ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
+                items := jsonb_set(items, '{Open questions}', (items -> 'Open questions') || to_jsonb(sent));
+            ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead)\M' THEN
+                items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
+                    CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
+            ELSIF m ->> 'role' = 'user' AND k = 1 THEN
+                items := jsonb_set(items, '{Requests}', (items -> 'Requests') || to_jsonb(sent));
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- the previous summary: its sections follow the new items; another
+    -- kind of text is kept whole as Earlier
+    IF coalesce(previous, '') <> '' THEN
+        IF previous ~ '^(Focus|Requests|Decisions|Open questions|Facts|Tools used|Earlier):' THEN
+            FOR line IN SELECT l FROM regexp_split_to_table(previous, '\n') l LOOP
+                IF line ~ '^(Focus|Requests|Decisions|Open questions|Facts|Tools used|Earlier):' THEN
+                    cur := substring(line FROM '^([^:]+):');
+                    IF cur IN ('Facts', 'Tools used') THEN
+                        prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || (
+                            SELECT coalesce(jsonb_agg(btrim(v)), '[]')
+                            FROM regexp_split_to_table(substring(line FROM '^[^:]+:\s*(.*)$'), ';\s*') v
+                            WHERE btrim(v) <> ''));
+                    END IF;
+                ELSIF line ~ '^- ' AND cur IS NOT NULL THEN
+                    prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(substr(line, 3)));
+                END IF;
+            END LOOP;
+        ELSE
+            earlier := previous;
+        END IF;
+    END IF;
+
+    -- merge: new first, each item once (tools are counted below)
+    FOREACH sec IN ARRAY sections LOOP
+        CONTINUE WHEN sec = 'Tools used';
+        items := jsonb_set(items, ARRAY[sec], (
+            SELECT coalesce(jsonb_agg(v ORDER BY first_o), '[]')
+            FROM (SELECT v, min(o) AS first_o
+                  FROM jsonb_array_elements_text((items -> sec) || (prev_items -> sec)) WITH ORDINALITY AS x(v, o)
+                  GROUP BY v) d));
+    END LOOP;
+    -- tools: name (count)
+    items := jsonb_set(items, '{Tools used}', (
+        SELECT coalesce(jsonb_agg(name || CASE WHEN cnt > 1 THEN ' (' || cnt || ')' ELSE '' END ORDER BY first_o), '[]')
+        FROM (SELECT regexp_replace(v, ' \(([0-9]+)\)$', '') AS name,
+                     sum(coalesce(substring(v FROM ' \(([0-9]+)\)$')::int, 1)) AS cnt, min(o) AS first_o
+              FROM jsonb_array_elements_text((items -> 'Tools used') || (prev_items -> 'Tools used'))
+                   WITH ORDINALITY AS x(v, o)
+              GROUP BY 1) t));
+
+    -- fill the budget: take items round-robin over sections in priority
+    -- order, so every section gets room, until the next one would not fit
+    limits := ARRAY[0, 0, 0, 0, 0, 0, 0];
+    IF earlier IS NOT NULL THEN
+        -- a summary of another kind keeps up to half the room, cut in the middle
+        earlier := ctxwin.truncate_middle(earlier, max_tokens / 2, encoding);
+        limits[7] := 1;
+    END IF;
+    LOOP
+        n := 0;
+        FOR k IN 1 .. cardinality(sections) LOOP
+            sec := sections[k];
+            CONTINUE WHEN sec = 'Earlier' AND earlier IS NULL;
+            CONTINUE WHEN sec <> 'Earlier' AND limits[k] >= jsonb_array_length(items -> sec);
+            CONTINUE WHEN sec = 'Earlier' AND limits[k] >= 1;
+            limits[k] := limits[k] + 1;
+            result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+            IF ctxwin.count_tokens(result, encoding) > max_tokens THEN
+                limits[k] := limits[k] - 1;
+            ELSE
+                n := n + 1;
+            END IF;
+        END LOOP;
+        EXIT WHEN n = 0;
+    END LOOP;
+    RETURN ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+END $$;
+
+COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
+'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, open questions, facts verbatim and tools used, within max_tokens';
+
+CREATE FUNCTION ctxwin._render_summary(sections text[], items jsonb, limits int[], earlier text,
+                                       max_tokens int, encoding text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    out_lines text[] := '{}';
+    k int;
+    sec text;
+    vals text[];
+BEGIN
+    FOR k IN 1 .. cardinality(sections) LOOP
+        sec := sections[k];
+        CONTINUE WHEN limits[k] = 0;
+        IF sec = 'Earlier' THEN
+            out_lines := out_lines || ('Earlier: ' || earlier);
+            CONTINUE;
+        END IF;
+        vals := ARRAY(SELECT v FROM jsonb_array_elements_text(items -> sec) WITH ORDINALITY AS x(v, o)
+                      WHERE o <= limits[k] ORDER BY o);
+        IF sec IN ('Facts', 'Tools used') THEN
+            out_lines := out_lines || (sec || ': ' || array_to_string(vals, '; '));
+        ELSE
+            out_lines := out_lines || (sec || ':') || ARRAY(SELECT '- ' || v FROM unnest(vals) v);
+        END IF;
+    END LOOP;
+    RETURN array_to_string(out_lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin._render_summary(text[], jsonb, int[], text, int, text) IS
+'Renders the first limits[k] items of each section of an extractive summary';
+
+-- The newest message id a summary may end at: at most target, after the
+-- current summary point, and not inside a tool group (the next message is no
+-- tool result; an assistant message with calls is followed by a message).
+CREATE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT max(m.id) FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
+    WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+      AND coalesce(nx.role, '') <> 'tool'
+      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL));
+
+COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
+'The last message id at or before a target where a summary may end without splitting a tool group';
+
+-- Whether a summary trigger fires for a session now, and what the
+-- strategy in effect is.
+CREATE FUNCTION ctxwin._session_due(p_session uuid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(c.will_trigger, false) FROM ctxwin.context_status(p_session) c);
+
+COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fires for the session now';
+
+CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
+                                         instructions text DEFAULT NULL)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    strategy text;
+    through bigint;
+    msgs jsonb;
+    content text;
+    tokens int;
+    t0 timestamptz;
+    v int;
+    result ctxwin.summaries;
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    IF force IS NULL THEN
+        RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- one summarizer per session at a time (compact() takes the same lock)
+    IF NOT pg_try_advisory_xact_lock(2026112101, hashtext(session::text)) THEN
+        RAISE EXCEPTION 'session % is being summarized by another backend', session
+            USING ERRCODE = 'lock_not_available',
+                  HINT = 'Try again when that summary is done.';
+    END IF;
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = session;
+    IF NOT force AND NOT ctxwin._session_due(session) THEN
+        RETURN NULL;
+    END IF;
+
+    -- cover the oldest unsummarized messages, keeping the newest
+    -- min_recent_messages and tool groups whole
+    through := ctxwin._summary_cut(session, s.summary_through_id, s.message_count - st.min_recent_messages);
+    IF through IS NULL THEN
+        IF force THEN
+            RAISE NOTICE 'session % has nothing to summarize', session
+                USING DETAIL = format('Its %s unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).',
+                                      s.message_count - s.summary_through_id, st.min_recent_messages);
+        END IF;
+        RETURN NULL;
+    END IF;
+
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
+    INTO msgs
+    FROM ctxwin.messages m
+    WHERE m.session_id = session AND m.id > s.summary_through_id AND m.id <= through;
+
+    t0 := clock_timestamp();
+    IF strategy = 'extractive' THEN
+        content := ctxwin.extractive_summary(s.conversation_summary, msgs, st.max_summary_tokens,
+                                             st.encoding, instructions);
+    ELSE
+        RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
+    END IF;
+    IF content IS NULL OR btrim(content) = '' THEN
+        RAISE EXCEPTION 'the % summarizer returned an empty summary', strategy
+            USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
+    END IF;
+    tokens := ctxwin.count_tokens(content, st.encoding);
+    IF tokens > st.max_summary_tokens THEN
+        RAISE EXCEPTION 'the % summarizer returned % tokens, over max_summary_tokens (%)', strategy, tokens,
+            st.max_summary_tokens
+            USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
+    END IF;
+
+    -- compare-and-set: only if nobody moved the summary point meanwhile
+    UPDATE ctxwin.sessions x
+    SET conversation_summary = content,
+        summary_through_id = through,
+        summary_version = x.summary_version + 1,
+        summary_updated_at = now(),
+        compaction_failures = 0,
+        last_error = NULL,
+        last_error_at = NULL
+    WHERE x.id = session AND x.summary_through_id = s.summary_through_id
+    RETURNING x.summary_version INTO v;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', session
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = 'The new summary was discarded.',
+                  HINT = 'Call summarize_session again.';
+    END IF;
+
+    INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count,
+                                  strategy, model, usage, latency_ms)
+    VALUES (session, v, s.summary_through_id + 1, through, content, tokens, strategy, NULL, NULL,
+            (extract(epoch FROM clock_timestamp() - t0) * 1000)::int)
+    RETURNING * INTO result;
+    INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
+    VALUES (session, v, s.summary_through_id + 1, through);
+    IF coalesce(current_setting('ctxwin.flush_notify', true), 'on') NOT IN ('off', 'false', '0') THEN
+        PERFORM pg_notify('ctxwin_flush', json_build_object('session_id', session, 'id', v,
+                                                            'from_id', s.summary_through_id + 1,
+                                                            'through_id', through)::text);
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
+'Summarizes the oldest unsummarized messages of a session now, in this backend (all but the newest min_recent_messages, tool groups whole); without force only when a trigger fires. Writes the session, a summaries row and a flush event in this transaction.';
+
+CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid;
+    done int := 0;
+    r ctxwin.summaries;
+BEGIN
+    IF max_sessions IS NULL OR max_sessions <= 0 THEN
+        RAISE EXCEPTION 'max_sessions must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR sid IN
+        SELECT id FROM ctxwin.sessions
+        WHERE compaction_queued_at IS NOT NULL
+        ORDER BY compaction_queued_at
+        LIMIT max_sessions
+    LOOP
+        -- another compact() or summarize_session has it: skip, don't wait
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(2026112101, hashtext(sid::text));
+        BEGIN
+            r := ctxwin.summarize_session(sid, false);
+            IF r.session_id IS NOT NULL THEN
+                done := done + 1;
+            ELSE
+                -- nothing to do after all (a trigger no longer fires)
+                UPDATE ctxwin.sessions SET compaction_queued_at = NULL WHERE id = sid AND NOT ctxwin._session_due(sid);
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            -- recorded, and the session stays queued for a later attempt
+            UPDATE ctxwin.sessions
+            SET compaction_failures = compaction_failures + 1, last_error = SQLERRM, last_error_at = now()
+            WHERE id = sid;
+        END;
+    END LOOP;
+    RETURN done;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.compact(int) IS
+'Summarizes up to max_sessions queued sessions in this backend, oldest queued first; sessions another backend is summarizing are skipped. Returns how many were summarized.';
