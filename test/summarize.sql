@@ -1,0 +1,117 @@
+-- summarize_session, compact and the extractive strategy: offline, so no
+-- LLM server is needed.
+\set ON_ERROR_STOP 1
+\set QUIET 1
+BEGIN;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+CREATE EXTENSION ctxwin;
+
+SELECT plan(31);
+
+INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
+                             trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)
+VALUES ('s', 'gpt-4o', 12, NULL, NULL, 4, 300, 'extractive');
+INSERT INTO ctxwin.sessions (id, profile, system_prompt)
+VALUES ('30000000-0000-0000-0000-000000000001', 's', 'You help with the billing service.');
+
+CREATE FUNCTION pg_temp.say(r text, c text, calls jsonb DEFAULT NULL, call_id text DEFAULT NULL)
+RETURNS bigint LANGUAGE sql AS $$
+    INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id)
+    VALUES ('30000000-0000-0000-0000-000000000001', r, c, calls, call_id) RETURNING id $$;
+
+SELECT pg_temp.say('user', 'The invoice job fails with error E4242 in billing/money.py. Why?');
+SELECT pg_temp.say('assistant', 'The root cause is float rounding. We should use Decimal with ROUND_HALF_EVEN.');
+SELECT pg_temp.say('user', 'Deploys go through https://ci.example.com/billing and take 12 min.');
+SELECT pg_temp.say('assistant', 'Agreed: switch the money type to NUMERIC(12,2) in migration 0042.');
+SELECT pg_temp.say('user', 'ok');
+
+-- no trigger fires: nothing happens without force
+SELECT is((SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000001')), NULL,
+          'without force and below every trigger, summarize_session does nothing');
+SELECT is((SELECT summary_through_id FROM ctxwin.sessions), 0::bigint, 'and the session is unchanged');
+
+SELECT pg_temp.say(CASE WHEN g % 2 = 0 THEN 'user' ELSE 'assistant' END, 'Filler message number ' || g || '.')
+FROM generate_series(1, 7) g;
+SELECT isnt((SELECT compaction_queued_at FROM ctxwin.sessions), NULL, '12 messages fire the trigger and queue the session');
+
+-- the first summary
+CREATE TEMP TABLE s1 AS SELECT * FROM ctxwin.summarize_session('30000000-0000-0000-0000-000000000001');
+SELECT is((SELECT version FROM s1), 1, 'the first summary is version 1');
+SELECT is((SELECT from_id FROM s1), 1::bigint, 'it starts at the first message');
+SELECT is((SELECT through_id FROM s1), 8::bigint, 'and leaves the newest 4 messages (min_recent_messages)');
+SELECT is((SELECT summary_through_id FROM ctxwin.sessions), 8::bigint, 'the session''s summary point moved');
+SELECT is((SELECT conversation_summary FROM ctxwin.sessions), (SELECT content FROM s1), 'the session holds the summary');
+SELECT cmp_ok((SELECT token_count FROM s1), '<=', 300, 'the summary is within max_summary_tokens');
+SELECT is((SELECT token_count FROM s1), ctxwin.count_tokens((SELECT content FROM s1), 'o200k_base'),
+          'the summaries row records its tokens');
+SELECT ok((SELECT content FROM s1) LIKE '%E4242%' AND (SELECT content FROM s1) LIKE '%billing/money.py%'
+          AND (SELECT content FROM s1) LIKE '%https://ci.example.com/billing%' AND (SELECT content FROM s1) LIKE '%12 min%',
+          'identifiers, paths, URLs and numbers with units are kept verbatim');
+SELECT ok((SELECT content FROM s1) LIKE '%ROUND_HALF_EVEN%', 'decisions are kept');
+SELECT is((SELECT array[from_id, through_id] FROM ctxwin.flush_events), ARRAY[1, 8]::bigint[],
+          'a flush event carries the newly covered range');
+SELECT is((SELECT compaction_queued_at FROM ctxwin.sessions), NULL, 'invariant 6: the session leaves the queue');
+SELECT is((SELECT will_trigger FROM ctxwin.context_status('30000000-0000-0000-0000-000000000001')), false,
+          'invariant 6: below every trigger');
+SELECT is((SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000001')), NULL,
+          'invariant 6: no immediate re-trigger');
+
+-- a second summary is incremental: it starts after the first and keeps its facts
+SELECT pg_temp.say('user', 'Also the PDF renderer crashes with RenderError on page 3.');
+SELECT pg_temp.say('assistant', 'We will pin weasyprint to 60.1 and retry.', '[{"id": "t1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]');
+SELECT pg_temp.say('tool', '41 passed', NULL, 't1');
+SELECT pg_temp.say(CASE WHEN g % 2 = 0 THEN 'user' ELSE 'assistant' END, 'More filler ' || g || '.')
+FROM generate_series(1, 5) g;
+CREATE TEMP TABLE s2 AS SELECT * FROM ctxwin.summarize_session('30000000-0000-0000-0000-000000000001', true,
+                                                               'keep the renderer decisions');
+SELECT is((SELECT from_id FROM s2), 9::bigint, 'invariant 5: the next summary starts right after the previous one');
+SELECT is((SELECT through_id FROM s2), 16::bigint, 'and covers up to the newest 4');
+SELECT ok((SELECT content FROM s2) LIKE '%E4242%' AND (SELECT content FROM s2) LIKE '%billing/money.py%',
+          'facts of the previous summary survive into the new one');
+SELECT ok((SELECT content FROM s2) LIKE '%RenderError%' AND (SELECT content FROM s2) LIKE '%run_tests%',
+          'facts and tools of the newly covered messages are in it');
+SELECT ok((SELECT content FROM s2) LIKE E'Focus:\n- Also the PDF renderer crashes%',
+          'instructions bring matching sentences first');
+SELECT is((SELECT array_agg(array[from_id, through_id] ORDER BY id) FROM ctxwin.flush_events),
+          ARRAY[ARRAY[1, 8], ARRAY[9, 16]]::bigint[], 'summary ranges chain without gaps or overlaps');
+SELECT is((SELECT array_agg(version ORDER BY version) FROM ctxwin.summaries), ARRAY[1, 2],
+          'ctxwin.summaries keeps every version');
+
+-- a cut never splits a tool group: with 2 recent messages kept, the target
+-- would be the call; the summary stops before it
+UPDATE ctxwin.profiles SET min_recent_messages = 2 WHERE name = 's';
+SELECT pg_temp.say('assistant', 'Checking.', '[{"id": "t2", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]');
+SELECT pg_temp.say('tool', 'no match', NULL, 't2');
+SELECT pg_temp.say('assistant', 'Nothing found.');
+CREATE TEMP TABLE s3 AS SELECT * FROM ctxwin.summarize_session('30000000-0000-0000-0000-000000000001', true);
+SELECT is((SELECT through_id FROM s3), 20::bigint, 'the summary ends before a tool group rather than inside it');
+
+-- summaries stay within small budgets
+UPDATE ctxwin.profiles SET max_summary_tokens = 40 WHERE name = 's';
+SELECT pg_temp.say('user', 'Final question: what about the currency table? ' || repeat('Detail ' || g || '. ', 20))
+FROM generate_series(1, 3) g;
+SELECT cmp_ok((SELECT token_count FROM ctxwin.summarize_session('30000000-0000-0000-0000-000000000001', true)), '<=', 40,
+              'a summary never exceeds max_summary_tokens');
+
+-- compact() processes the queue
+INSERT INTO ctxwin.sessions (id, profile) SELECT ('3' || lpad(g::text, 7, '0') || '-0000-0000-0000-000000000002')::uuid, 's'
+FROM generate_series(1, 3) g;
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT ('3' || lpad(g::text, 7, '0') || '-0000-0000-0000-000000000002')::uuid,
+       CASE WHEN i % 2 = 0 THEN 'user' ELSE 'assistant' END, 'Message ' || i || ' about ticket BILL-' || g || '.'
+FROM generate_series(1, 3) g, generate_series(1, 12) i;
+SELECT is((SELECT count(*) FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL)::int, 3, 'three sessions are queued');
+SELECT is(ctxwin.compact(), 3, 'compact() summarizes them');
+SELECT is((SELECT count(*) FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL)::int, 0, 'and empties the queue');
+
+-- errors leave the session unchanged
+UPDATE ctxwin.profiles SET summary_strategy = 'llm' WHERE name = 's';
+SELECT pg_temp.say('user', 'x' || g) FROM generate_series(1, 12) g;
+SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000001', true)$$, '0A000',
+                 'summary strategy "llm" needs an LLM, and none is configured', 'the llm strategy without an LLM is an error');
+SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-0000000000ff')$$, 'P0002',
+                 'session 30000000-0000-0000-0000-0000000000ff does not exist', 'unknown session');
+SELECT throws_ok($$SELECT ctxwin.compact(0)$$, '22023', 'max_sessions must be greater than zero', 'compact(0)');
+
+SELECT * FROM finish();
+ROLLBACK;
