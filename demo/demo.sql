@@ -43,39 +43,67 @@ FROM corpus;
 
 \echo
 \echo '== A chat session: the app inserts messages with plain INSERTs'
-INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, response_reserve)
-VALUES ('demo', 'gpt-4o', 40, 2000)
+INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, response_reserve, max_summary_tokens)
+VALUES ('demo', 'gpt-4o', 40, 2000, 400)
 ON CONFLICT (name) DO NOTHING;
 INSERT INTO ctxwin.sessions (id, profile, system_prompt)
 VALUES ('d0000000-0000-0000-0000-000000000001', 'demo',
         'You are a coding assistant for the Acme billing service. Be precise.')
 ON CONFLICT (id) DO NOTHING;
 
--- 60 turns of a conversation, with a tool call every tenth turn
+-- a debugging conversation of 30 turns, with tool calls
 DO $$
 DECLARE
-    topics text[] := ARRAY['the invoice rounding bug', 'the Stripe webhook retries',
-                           'the PostgreSQL migration 0042', 'the currency table', 'the PDF renderer'];
+    turns text[][] := ARRAY[
+        ['Invoices for EUR customers are off by one cent. Where do we round?', 'Rounding happens in billing/money.py, function to_cents(), with float arithmetic.'],
+        ['Can you show me to_cents()?', 'It multiplies by 100 and calls round(), which rounds half to even on floats like 10.045.'],
+        ['Is that the bug behind ticket BILL-412?', 'Yes: 10.045 is stored as 10.04499999, so round() gives 10.04 instead of 10.05.'],
+        ['What do you propose?', 'We should use Decimal with ROUND_HALF_UP and quantize to two places.'],
+        ['Does that change the tax calculation too?', 'The tax module calls to_cents() twice; we decided to round only once, at the end.'],
+        ['Run the tests for billing.', NULL],
+        ['Good. What about the database column type?', 'The amount column is double precision; switch it to NUMERIC(12,2) in migration 0042.'],
+        ['How long will the migration take on 40 GB?', 'About 25 min with a table rewrite; use a new column and backfill in batches of 10000 rows instead.'],
+        ['Write the backfill plan.', 'Add amount_num NUMERIC(12,2), backfill by id ranges, then swap in a short transaction.'],
+        ['Where is the backfill script?', 'Put it in scripts/backfill_amounts.py, with a --batch-size flag defaulting to 10000.'],
+        ['Check the Stripe webhook handler too.', NULL],
+        ['Do webhooks depend on to_cents()?', 'Yes, stripe_webhook.py converts amounts back with float division; use Decimal there as well.'],
+        ['Any risk of double charging?', 'Retries are idempotent via the Idempotency-Key header; the key is the invoice id.'],
+        ['What is our retry policy?', 'Exponential backoff from 2 s to 5 min, 8 attempts, as configured in config/stripe.yaml.'],
+        ['Let us ship the rounding fix first, migration later.', 'Agreed: PR 1 is the Decimal change, PR 2 the migration and backfill.'],
+        ['Which currencies have no minor unit?', 'JPY and KRW have zero decimals; quantize per currency using the currency table.'],
+        ['Is the currency table complete?', 'It lacks ISK and CLP; add them with exponent 0.'],
+        ['Run the tests again.', NULL],
+        ['What does the PDF renderer do with amounts?', 'It formats with %.2f, which hides the bug; switch to the formatted Decimal string.'],
+        ['How do we monitor this after release?', 'Add a metric billing_rounding_diff_cents and alert if it is non-zero for 15 min.'],
+        ['Where do alerts go?', 'To the #billing-alerts channel through the existing Alertmanager route.'],
+        ['Summarize the plan for the release notes.', 'Fix rounding with Decimal, per-currency exponents, PDF formatting, and a rounding metric.'],
+        ['Who reviews PR 1?', 'The billing owners; the CODEOWNERS file lists team @acme/billing.'],
+        ['When is the next release window?', 'Tuesday 14:00 UTC; the freeze starts Monday 18:00 UTC.'],
+        ['Can we backport to 2.3?', 'Yes, cherry-pick onto release/2.3; the migration is not needed there.'],
+        ['Anything else before we start?', 'Add a regression test with 10.045 EUR and 1,005 JPY.'],
+        ['Write that test.', 'Added tests/test_rounding.py::test_half_up_eur and test_jpy_no_minor_unit.'],
+        ['Run the full suite.', NULL],
+        ['Great. Open the PR.', 'Opened PR 1287: Decimal rounding for invoices (BILL-412).'],
+        ['Thanks. What is left?', 'The migration 0042 and backfill, the currency table additions, and the metric.']];
 BEGIN
-    FOR i IN 1 .. 60 LOOP
-        INSERT INTO ctxwin.messages (session_id, role, content) VALUES
-            ('d0000000-0000-0000-0000-000000000001', 'user',
-             format('Question %s: what should we do about %s? We saw error E%s in /srv/billing/app.py.',
-                    i, topics[1 + i % 5], 1000 + i));
-        IF i % 10 = 0 THEN
+    FOR i IN 1 .. array_length(turns, 1) LOOP
+        INSERT INTO ctxwin.messages (session_id, role, content)
+        VALUES ('d0000000-0000-0000-0000-000000000001', 'user', turns[i][1]);
+        IF turns[i][2] IS NULL THEN
             INSERT INTO ctxwin.messages (session_id, role, tool_calls) VALUES
                 ('d0000000-0000-0000-0000-000000000001', 'assistant',
                  jsonb_build_array(jsonb_build_object('id', 'call_' || i, 'type', 'function',
-                     'function', jsonb_build_object('name', 'run_tests',
-                                                    'arguments', '{"path": "tests/billing"}'))));
+                     'function', jsonb_build_object('name', 'run_tests', 'arguments', '{"path": "tests/billing"}'))));
             INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id) VALUES
                 ('d0000000-0000-0000-0000-000000000001', 'tool',
-                 format('%s passed, 1 failed: test_rounding (expected 10.05, got 10.04)', 100 + i), 'call_' || i);
+                 format('%s passed, %s failed in 3.2 s', 180 + i, CASE WHEN i < 18 THEN 1 ELSE 0 END), 'call_' || i);
+            INSERT INTO ctxwin.messages (session_id, role, content) VALUES
+                ('d0000000-0000-0000-0000-000000000001', 'assistant',
+                 CASE WHEN i < 18 THEN 'One failure: test_tax_rounding expects 10.05 and gets 10.04.' ELSE 'All tests pass.' END);
+        ELSE
+            INSERT INTO ctxwin.messages (session_id, role, content)
+            VALUES ('d0000000-0000-0000-0000-000000000001', 'assistant', turns[i][2]);
         END IF;
-        INSERT INTO ctxwin.messages (session_id, role, content) VALUES
-            ('d0000000-0000-0000-0000-000000000001', 'assistant',
-             format('For %s, change the rounding to ROUND_HALF_EVEN in billing/money.py line %s and add a test. ', topics[1 + i % 5], 40 + i)
-             || repeat('Details follow. ', 1 + i % 7));
     END LOOP;
 END $$;
 
@@ -96,3 +124,16 @@ SELECT ctxwin.messages_tokens(ctxwin.build_context('d0000000-0000-0000-0000-0000
 SELECT ctxwin.context_report('d0000000-0000-0000-0000-000000000001');
 \pset format aligned
 \pset tuples_only off
+
+\echo '== Summarize offline (extractive strategy, no LLM): the oldest messages become a running summary'
+SELECT version, from_id, through_id, token_count, strategy, latency_ms
+FROM ctxwin.summarize_session('d0000000-0000-0000-0000-000000000001');
+\pset format unaligned
+\pset tuples_only on
+SELECT conversation_summary FROM ctxwin.sessions WHERE id = 'd0000000-0000-0000-0000-000000000001';
+\echo
+SELECT ctxwin.context_report('d0000000-0000-0000-0000-000000000001');
+\pset format aligned
+\pset tuples_only off
+\echo '== The flush outbox: the range each summary newly covered, for long-term memory extraction'
+SELECT session_id, id, from_id, through_id FROM ctxwin.flush_events;

@@ -1074,7 +1074,7 @@ COMMENT ON FUNCTION ctxwin.extract_facts(text) IS
 
 /*
  * The extractive strategy: no network, deterministic.  Keeps, within
- * max_tokens: what the user asked, decisions and conclusions, open questions,
+ * max_tokens: what the user asked, decisions and conclusions, questions,
  * facts verbatim and the tools used, newest first within each section, merged
  * with the sections of the previous summary (newer facts first; a previous
  * summary of another kind is kept as "Earlier").  Sentences that mention a
@@ -1086,7 +1086,7 @@ CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tok
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    sections text[] := ARRAY['Focus', 'Requests', 'Decisions', 'Open questions', 'Facts', 'Tools used', 'Earlier'];
+    sections text[] := ARRAY['Focus', 'Requests', 'Decisions', 'Questions', 'Facts', 'Tools used', 'Earlier'];
     items jsonb := '{}';        -- section -> array of items, highest priority first
     sec text;
     m jsonb;
@@ -1136,7 +1136,7 @@ BEGIN
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
                 items := jsonb_set(items, '{Focus}', (items -> 'Focus') || to_jsonb(sent));
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
-                items := jsonb_set(items, '{Open questions}', (items -> 'Open questions') || to_jsonb(sent));
+                items := jsonb_set(items, '{Questions}', (items -> 'Questions') || to_jsonb(sent));
             ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead)\M' THEN
                 items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
                     CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
@@ -1149,9 +1149,9 @@ BEGIN
     -- the previous summary: its sections follow the new items; another
     -- kind of text is kept whole as Earlier
     IF coalesce(previous, '') <> '' THEN
-        IF previous ~ '^(Focus|Requests|Decisions|Open questions|Facts|Tools used|Earlier):' THEN
+        IF previous ~ '^(Focus|Requests|Decisions|Questions|Facts|Tools used|Earlier):' THEN
             FOR line IN SELECT l FROM regexp_split_to_table(previous, '\n') l LOOP
-                IF line ~ '^(Focus|Requests|Decisions|Open questions|Facts|Tools used|Earlier):' THEN
+                IF line ~ '^(Focus|Requests|Decisions|Questions|Facts|Tools used|Earlier):' THEN
                     cur := substring(line FROM '^([^:]+):');
                     IF cur IN ('Facts', 'Tools used') THEN
                         prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || (
@@ -1215,7 +1215,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
-'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, open questions, facts verbatim and tools used, within max_tokens';
+'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, questions, facts verbatim and tools used, within max_tokens';
 
 CREATE FUNCTION ctxwin._render_summary(sections text[], items jsonb, limits int[], earlier text,
                                        max_tokens int, encoding text)
