@@ -8,6 +8,7 @@ OBJS = \
 	src/tokenizer.o \
 	src/messages.o \
 	src/window.o \
+	src/llm.o \
 	src/bpe.o \
 	src/vocab_cl100k_base.o \
 	src/vocab_o200k_base.o
@@ -21,6 +22,8 @@ EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_chec
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+
+SHLIB_LINK = -lcurl
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -44,6 +47,7 @@ src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h
 src/messages.o: src/messages.c src/ctxwin.h
 src/window.o: src/window.c src/ctxwin.h
+src/llm.o: src/llm.c src/ctxwin.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c

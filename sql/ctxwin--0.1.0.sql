@@ -1248,6 +1248,167 @@ END $$;
 COMMENT ON FUNCTION ctxwin._render_summary(text[], jsonb, int[], text, int, text) IS
 'Renders the first limits[k] items of each section of an extractive summary';
 
+
+------------------------------------------------------------------------------
+-- The LLM client
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ctxwin._llm_post(body jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'llm_post'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_post(jsonb) IS
+'POSTs a JSON body to the configured LLM endpoint with the server''s key; returns status, body, retry_after and latency. Not for PUBLIC.';
+
+REVOKE ALL ON FUNCTION ctxwin._llm_post(jsonb) FROM PUBLIC;
+
+-- The built-in summary prompt.
+CREATE FUNCTION ctxwin.default_summary_prompt()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'You maintain the running summary of a conversation between a user and an AI assistant. '
+    || 'You are given the previous summary (possibly empty) and the messages that came after it. '
+    || 'Write one updated summary that merges both. '
+    || 'Keep identifiers verbatim: names, ids, file paths, URLs, commands, numbers, amounts, dates and error messages. '
+    || 'When two facts conflict, keep the newer one. '
+    || 'Keep decisions, open tasks, constraints and the user''s preferences. '
+    || 'Do not answer the user, do not continue the conversation, and add nothing that is not in the input. '
+    || 'Output only the summary.';
+
+COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none';
+
+-- Messages as a transcript for the summarizer: role labels, tool calls by
+-- name, long tool results shortened.
+CREATE FUNCTION ctxwin.transcript(messages jsonb, encoding text DEFAULT 'cl100k_base',
+                                  max_tool_tokens int DEFAULT 400)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT string_agg(
+        CASE
+            WHEN m ->> 'role' = 'tool' THEN
+                '[tool result ' || coalesce(m ->> 'tool_call_id', '') || '] '
+                || ctxwin.truncate_middle(coalesce(m ->> 'content', ''), max_tool_tokens, encoding)
+            WHEN m ? 'tool_calls' THEN
+                '[' || (m ->> 'role') || '] ' || coalesce(nullif(m ->> 'content', '') || ' ', '')
+                || '(calls ' || (SELECT string_agg((c -> 'function' ->> 'name') || ' ' || coalesce(c -> 'function' ->> 'arguments', '')
+                                                   || ' [' || (c ->> 'id') || ']', ', ')
+                                 FROM jsonb_array_elements(m -> 'tool_calls') c) || ')'
+            ELSE '[' || (m ->> 'role') || coalesce(' ' || (m ->> 'name'), '') || '] ' || coalesce(m ->> 'content', '')
+        END, E'\n' ORDER BY o)
+    FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(m, o));
+
+COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
+'Messages as a plain transcript with role labels, tool calls by name and arguments, tool results shortened in the middle';
+
+/*
+ * One summary request to the configured provider, with retries: connection
+ * failures, timeouts and 5xx back off exponentially; 429 and 529 wait as
+ * Retry-After says.  The answer must be a complete, non-empty text: an
+ * error, an empty choice list, a truncated answer (length / max_tokens) or
+ * an error text never becomes a summary.  SECURITY DEFINER so that roles
+ * allowed to summarize can use the server's key without seeing it or
+ * sending anything but a summary request.
+ */
+CREATE FUNCTION ctxwin._llm_summarize(system_prompt text, prompt text, max_tokens int, model text)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    provider text := current_setting('ctxwin.llm_provider');
+    req jsonb;
+    r jsonb;
+    b jsonb;
+    status int;
+    attempt int := 0;
+    retries int := current_setting('ctxwin.llm_max_retries')::int;
+    wait numeric;
+    last_err text;
+    content text;
+    finish text;
+BEGIN
+    IF provider = 'anthropic' THEN
+        req := jsonb_build_object('model', model, 'max_tokens', max_tokens, 'system', system_prompt,
+                                  'messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', prompt)));
+    ELSIF provider = 'openai' THEN
+        req := jsonb_build_object('model', model, 'max_tokens', max_tokens, 'temperature', 0,
+                                  'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt),
+                                                                jsonb_build_object('role', 'user', 'content', prompt)));
+    ELSE
+        RAISE EXCEPTION 'no LLM provider is configured'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Set "ctxwin.llm_provider" to openai or anthropic, or use the extractive strategy.';
+    END IF;
+
+    LOOP
+        wait := NULL;
+        BEGIN
+            r := ctxwin._llm_post(req);
+        EXCEPTION WHEN connection_failure THEN
+            last_err := SQLERRM;
+            r := NULL;
+        END;
+        IF r IS NOT NULL THEN
+            status := (r ->> 'status')::int;
+            b := r -> 'body';
+            IF status BETWEEN 200 AND 299 THEN
+                EXIT;
+            END IF;
+            last_err := format('HTTP %s: %s', status,
+                               left(coalesce(b -> 'error' ->> 'message', b ->> 'error', b::text), 300));
+            IF status NOT IN (408, 409, 429, 529) AND status < 500 THEN
+                RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
+                    USING ERRCODE = 'external_routine_exception';
+            END IF;
+            IF status IN (429, 529) AND r ->> 'retry_after' ~ '^\s*[0-9]+(\.[0-9]+)?\s*$' THEN
+                wait := least((r ->> 'retry_after')::numeric, 60);
+            END IF;
+        END IF;
+        attempt := attempt + 1;
+        IF attempt > retries THEN
+            RAISE EXCEPTION 'LLM request failed after % attempts: %', attempt, last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        PERFORM pg_sleep(coalesce(wait, least(0.25 * power(2, attempt - 1), 30)));
+    END LOOP;
+
+    IF provider = 'anthropic' THEN
+        SELECT string_agg(blk ->> 'text', '') INTO content
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(b -> 'content') = 'array' THEN b -> 'content' ELSE '[]' END) blk
+        WHERE blk ->> 'type' = 'text';
+        finish := b ->> 'stop_reason';
+        IF finish = 'max_tokens' THEN
+            RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
+        END IF;
+    ELSE
+        IF jsonb_typeof(b -> 'choices') <> 'array' OR jsonb_array_length(b -> 'choices') = 0 THEN
+            RAISE EXCEPTION 'LLM answer has no choices'
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        content := b -> 'choices' -> 0 -> 'message' ->> 'content';
+        finish := b -> 'choices' -> 0 ->> 'finish_reason';
+        IF finish = 'length' THEN
+            RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
+        END IF;
+    END IF;
+    IF content IS NULL OR btrim(content) = '' THEN
+        RAISE EXCEPTION 'LLM answer is empty' USING ERRCODE = 'external_routine_exception';
+    END IF;
+    RETURN jsonb_build_object('content', btrim(content), 'model', coalesce(b ->> 'model', model),
+                              'usage', b -> 'usage', 'latency_ms', (r ->> 'latency_ms')::int,
+                              'attempts', attempt + 1);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._llm_summarize(text, text, int, text) IS
+'One summary request to the configured LLM, with retries and backoff; returns content, model, usage and latency, or raises';
+
+REVOKE ALL ON FUNCTION ctxwin._llm_summarize(text, text, int, text) FROM PUBLIC;
+
 -- The newest message id a summary may end at: at most target, after the
 -- current summary point, and not inside a tool group (the next message is no
 -- tool result; an assistant message with calls is followed by a message).
@@ -1290,6 +1451,11 @@ DECLARE
     t0 timestamptz;
     v int;
     result ctxwin.summaries;
+    answer jsonb;
+    facts text[];
+    facts_text text;
+    used_model text;
+    usage jsonb;
 BEGIN
     PERFORM ctxwin._session_must_exist(session);
     IF force IS NULL THEN
@@ -1332,9 +1498,35 @@ BEGIN
         content := ctxwin.extractive_summary(s.conversation_summary, msgs, st.max_summary_tokens,
                                              st.encoding, instructions);
     ELSE
-        RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
+        IF coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') = 'extractive' THEN
+            RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
+        END IF;
+        IF strategy = 'hybrid' THEN
+            -- facts found without the LLM, kept verbatim, take up to a quarter
+            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+            WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
+                facts := facts[1:cardinality(facts) - 1];
+                facts_text := 'Facts: ' || array_to_string(facts, '; ');
+            END LOOP;
+            IF cardinality(facts) = 0 THEN
+                facts_text := NULL;
+            END IF;
+        END IF;
+        answer := ctxwin._llm_summarize(
+            coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+                || format(' Write at most %s tokens.', st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0))
+                || coalesce(' Focus: ' || instructions, ''),
+            'Previous summary:' || E'\n' || coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)')
+                || E'\n\nNew messages:\n' || ctxwin.transcript(msgs, st.encoding),
+            st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
+            coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini'));
+        content := concat_ws(E'\n\n', facts_text, answer ->> 'content');
+        used_model := answer ->> 'model';
+        usage := answer -> 'usage';
     END IF;
     IF content IS NULL OR btrim(content) = '' THEN
         RAISE EXCEPTION 'the % summarizer returned an empty summary', strategy
@@ -1367,7 +1559,7 @@ BEGIN
 
     INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count,
                                   strategy, model, usage, latency_ms)
-    VALUES (session, v, s.summary_through_id + 1, through, content, tokens, strategy, NULL, NULL,
+    VALUES (session, v, s.summary_through_id + 1, through, content, tokens, strategy, used_model, usage,
             (extract(epoch FROM clock_timestamp() - t0) * 1000)::int)
     RETURNING * INTO result;
     INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)

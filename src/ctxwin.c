@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/guc.h"
 
 #include "ctxwin.h"
 
@@ -20,11 +21,61 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+bool		ctxwin_flush_notify = true;
+
+static const struct config_enum_entry provider_options[] = {
+	{"extractive", CTXWIN_PROVIDER_EXTRACTIVE, false},
+	{"openai", CTXWIN_PROVIDER_OPENAI, false},
+	{"anthropic", CTXWIN_PROVIDER_ANTHROPIC, false},
+	{NULL, 0, false}
+};
+
 /*
- * Module load.  Token counting needs no initialization: the vocabularies are
- * constant tables in the library's read-only data.
+ * Module load: define the settings.  Token counting needs no
+ * initialization: the vocabularies are constant tables in the library's
+ * read-only data.  The provider, its URL and the key file are superuser-only
+ * (a user-settable URL with the server's key would let any role send the key
+ * anywhere); the key itself is never a setting, since PostgreSQL logs
+ * changed settings' values on reload.
  */
 void
 _PG_init(void)
 {
+	DefineCustomEnumVariable("ctxwin.llm_provider",
+							 gettext_noop("LLM provider for summaries: extractive (no network), openai or anthropic."),
+							 NULL, &ctxwin_llm_provider, CTXWIN_PROVIDER_EXTRACTIVE, provider_options,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("ctxwin.llm_base_url",
+							   gettext_noop("Base URL of the LLM API (default: https://api.openai.com/v1 or https://api.anthropic.com)."),
+							   NULL, &ctxwin_llm_base_url, NULL,
+							   PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("ctxwin.llm_model",
+							   gettext_noop("Model that writes summaries, unless a profile names one."),
+							   NULL, &ctxwin_llm_model, "gpt-4o-mini",
+							   PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("ctxwin.llm_api_key_file",
+							   gettext_noop("File holding the LLM API key (else the server's CTXWIN_LLM_API_KEY environment variable)."),
+							   NULL, &ctxwin_llm_api_key_file, NULL,
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.llm_timeout_ms",
+							gettext_noop("Time limit of one LLM request."),
+							NULL, &ctxwin_llm_timeout_ms, 60000, 100, 3600000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.llm_max_retries",
+							gettext_noop("Retries of a failed LLM request, with exponential backoff."),
+							NULL, &ctxwin_llm_max_retries, 3, 0, 10,
+							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.llm_max_response_bytes",
+							gettext_noop("Largest LLM answer accepted."),
+							NULL, &ctxwin_llm_max_response_bytes, 1024 * 1024, 1024, 64 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomBoolVariable("ctxwin.flush_notify",
+							 gettext_noop("Send NOTIFY ctxwin_flush when a summary is written (the flush_events row is written either way)."),
+							 NULL, &ctxwin_flush_notify, true,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("ctxwin");
+#else
+	EmitWarningsOnPlaceholders("ctxwin");
+#endif
 }

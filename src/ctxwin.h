@@ -41,6 +41,24 @@ typedef struct CtxwinEncoding
 /* What replaces the middle of a text cut to fit (a printf format). */
 #define CTXWIN_OMITTED_MARKER "\n[... %lld tokens omitted ...]\n"
 
+/* LLM providers (ctxwin.llm_provider) */
+typedef enum CtxwinProvider
+{
+	CTXWIN_PROVIDER_EXTRACTIVE,
+	CTXWIN_PROVIDER_OPENAI,
+	CTXWIN_PROVIDER_ANTHROPIC
+} CtxwinProvider;
+
+/* llm.c: settings */
+extern int	ctxwin_llm_provider;
+extern char *ctxwin_llm_base_url;
+extern char *ctxwin_llm_model;
+extern char *ctxwin_llm_api_key_file;
+extern int	ctxwin_llm_timeout_ms;
+extern int	ctxwin_llm_max_retries;
+extern int	ctxwin_llm_max_response_bytes;
+extern bool ctxwin_flush_notify;
+
 /* tokenizer.c */
 extern const CtxwinEncoding *CtxwinLookupEncoding(const char *name);
 extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
