@@ -3,7 +3,7 @@
 # installed, so a second run is quick and works offline.
 ctxwin_deps() {
 	local want="build-essential postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev
-		postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-common"
+		postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-common python3"
 	local missing=""
 	local p
 	for p in $want; do
