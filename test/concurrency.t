@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# Concurrent inserts into shared sessions, with summaries written and the
+# window read at the same time, from several connections (pgbench):
+#  - the ids of a session are 1, 2, 3 ... in commit order: every snapshot
+#    sees exactly ids 1..message_count, never a hole where a later id
+#    committed before an earlier one; a rolled-back insert leaves no gap;
+#    the messages of one transaction (a tool call group) get consecutive ids;
+#  - the session counters (message_count, token_count, unsummarized_*) stay
+#    equal to what the messages say, in every snapshot and at the end;
+#  - invariant 2, "nothing skipped": with a budget that allows it,
+#    build_context returns exactly the messages after summary_through_id,
+#    in order, in every snapshot, while summaries move forward concurrently;
+#  - the summary point only moves forward and never ends inside a tool call
+#    group, also when the UPDATE is re-evaluated on a concurrently changed row.
+# Then, step by step: an insert waits for an uncommitted insert into the same
+# session (and not for one into another session), and a rolled-back insert
+# hands its id to the next one.
+# Needs a cluster in the environment (PGHOST etc.), as scripts/test.sh sets up.
+cd "$(dirname "$0")/.." || exit 1
+. test/tap.sh
+
+export PGCLIENTENCODING=UTF8
+q() { psql -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+db=ctxwin_concurrency_t
+tmp=$(mktemp -d)
+pgbench=$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)
+cleanup() {
+	q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+plan 25
+
+q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
+q -d "$db" >/dev/null <<'SQL'
+CREATE EXTENSION ctxwin;
+
+-- four shared sessions with fixed ids, so the pgbench scripts can name them
+CREATE FUNCTION sess(i int) RETURNS uuid LANGUAGE sql IMMUTABLE
+RETURN ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid;
+INSERT INTO ctxwin.sessions (id, system_prompt)
+SELECT sess(i), 'You are the support agent of shop ' || i FROM generate_series(1, 4) i;
+-- two more for the deterministic lock-order checks at the end
+INSERT INTO ctxwin.sessions (id) VALUES (sess(5)), (sess(6));
+
+-- what a concurrent check saw go wrong
+CREATE TABLE violations (kind text, detail text, at timestamptz DEFAULT clock_timestamp());
+
+-- A compaction as an app or a worker would write it: lock the session, pick
+-- a point that keeps the newest two messages and does not end inside a tool
+-- call group, move the summary there and record the summary and flush rows.
+-- On the way, check that the guard refuses a point inside a tool call group
+-- and a point behind the current one.
+CREATE FUNCTION summarize_locked(sid uuid) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    s ctxwin.sessions;
+    target bigint;
+    bad bigint;
+    v int;
+    txt text;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions WHERE id = sid FOR UPDATE;
+    SELECT max(m.id) INTO target FROM ctxwin.messages m
+    WHERE m.session_id = sid AND m.id > s.summary_through_id AND m.id <= s.message_count - 2
+      AND NOT EXISTS (SELECT 1 FROM ctxwin.messages n
+                      WHERE n.session_id = sid AND n.id = m.id + 1 AND n.role = 'tool');
+    IF target IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- an assistant message with tool calls: its results follow it
+    SELECT min(m.id) INTO bad FROM ctxwin.messages m
+    WHERE m.session_id = sid AND m.id > s.summary_through_id AND m.tool_calls IS NOT NULL;
+    IF bad IS NOT NULL THEN
+        BEGIN
+            UPDATE ctxwin.sessions SET summary_through_id = bad WHERE id = sid;
+            INSERT INTO violations (kind, detail)
+            VALUES ('guard', format('%s: summary_through_id %s inside a tool call group was accepted', sid, bad));
+        EXCEPTION WHEN check_violation THEN
+            IF SQLERRM NOT LIKE '%would end inside a tool call group%' THEN
+                INSERT INTO violations (kind, detail) VALUES ('guard', SQLERRM);
+            END IF;
+        END;
+    END IF;
+    IF s.summary_through_id > 0 THEN
+        BEGIN
+            UPDATE ctxwin.sessions SET summary_through_id = s.summary_through_id - 1 WHERE id = sid;
+            INSERT INTO violations (kind, detail)
+            VALUES ('guard', format('%s: summary_through_id moved back to %s', sid, s.summary_through_id - 1));
+        EXCEPTION WHEN check_violation THEN
+            IF SQLERRM NOT LIKE '%cannot move back%' THEN
+                INSERT INTO violations (kind, detail) VALUES ('guard', SQLERRM);
+            END IF;
+        END;
+    END IF;
+
+    txt := format('Summary of %s messages of %s (locked)', target, sid);
+    UPDATE ctxwin.sessions SET conversation_summary = txt, summary_through_id = target
+    WHERE id = sid RETURNING summary_version INTO v;
+    INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count, strategy)
+    VALUES (sid, v, s.summary_through_id + 1, target, txt, ctxwin.count_tokens(txt, 'o200k_base'), 'extractive');
+    INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
+    VALUES (sid, v, s.summary_through_id + 1, target);
+END $$;
+
+-- A compaction that does not lock first: the UPDATE computes the point from
+-- the row it updates, so when an insert commits in between, PostgreSQL
+-- re-evaluates it on the new row version and the session trigger must judge
+-- (and count) against that version.  A point inside a tool call group is
+-- refused; anything else that fails is a violation.
+CREATE FUNCTION summarize_blind(sid uuid) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v int;
+    t bigint;
+    prev bigint;
+BEGIN
+    BEGIN
+        UPDATE ctxwin.sessions
+        SET conversation_summary = format('Summary of %s messages of %s (blind)', message_count - 3, id),
+            summary_through_id = message_count - 3
+        WHERE id = sid AND message_count - 3 > summary_through_id
+        RETURNING summary_version, summary_through_id INTO v, t;
+    EXCEPTION WHEN check_violation THEN
+        IF SQLERRM NOT LIKE '%would end inside a tool call group%' THEN
+            INSERT INTO violations (kind, detail) VALUES ('blind', SQLERRM);
+        END IF;
+        RETURN;
+    END;
+    IF v IS NULL THEN
+        RETURN;
+    END IF;
+    -- the row lock is ours now: every summary so far is committed
+    SELECT coalesce(max(through_id), 0) INTO prev FROM ctxwin.summaries WHERE session_id = sid;
+    IF EXISTS (SELECT 1 FROM ctxwin.messages WHERE session_id = sid AND id = t + 1 AND role = 'tool') THEN
+        INSERT INTO violations (kind, detail)
+        VALUES ('blind', format('%s: summary_through_id %s was accepted before a tool result', sid, t));
+    END IF;
+    INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count, strategy)
+    SELECT sid, v, prev + 1, t, conversation_summary, summary_tokens, 'extractive'
+    FROM ctxwin.sessions WHERE id = sid;
+    INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id) VALUES (sid, v, prev + 1, t);
+END $$;
+
+-- The message as build_context writes it in OpenAI form.
+CREATE FUNCTION as_openai(m ctxwin.messages) RETURNS jsonb LANGUAGE sql IMMUTABLE
+RETURN jsonb_strip_nulls(jsonb_build_object('role', m.role, 'content', m.content, 'name', m.name,
+                                            'tool_calls', m.tool_calls, 'tool_call_id', m.tool_call_id));
+
+-- The window's conversation (after the system messages) against the
+-- messages after the summary point: equal unless something was skipped.
+CREATE FUNCTION window_mismatch(s ctxwin.sessions) RETURNS boolean LANGUAGE sql STABLE
+RETURN (SELECT coalesce(jsonb_agg(x ORDER BY o), '[]')
+        FROM jsonb_array_elements(ctxwin.build_context(s.id, 10000000)) WITH ORDINALITY e(x, o)
+        WHERE x ->> 'role' <> 'system')
+   IS DISTINCT FROM
+       (SELECT coalesce(jsonb_agg(as_openai(m) ORDER BY m.id), '[]')
+        FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id);
+SQL
+
+# pgbench scripts.  :seq counts the messages each client inserts (pgbench
+# variables live per client across its transactions), so each client's
+# messages can be checked against the order it committed them in.
+cat >"$tmp/insert.sql" <<'EOF'
+\set sid random(1, 4)
+\set n random(0, 40)
+\set seq :seq + 1
+INSERT INTO ctxwin.messages (session_id, role, content, name, metadata)
+VALUES (sess(:sid), CASE WHEN :seq % 2 = 0 THEN 'assistant' ELSE 'user' END,
+        format('client %s message %s: %s%s', :client_id, :seq,
+               repeat(CASE :n % 3 WHEN 0 THEN 'lorem ipsum ' WHEN 1 THEN 'Grüße, naïve café ✓ ' ELSE '日本語のテキスト ' END, :n),
+               CASE WHEN :n = 7 THEN E'\n```sql\nSELECT 1;\n```' ELSE '' END),
+        CASE WHEN :n % 5 = 0 THEN 'customer_' || :client_id END,
+        jsonb_build_object('client', :client_id, 'seq', :seq));
+EOF
+# an assistant message with two tool calls and both results, one transaction
+cat >"$tmp/toolgroup.sql" <<'EOF'
+\set sid random(1, 4)
+\set seq :seq + 1
+\set g :seq
+BEGIN;
+INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, metadata)
+VALUES (sess(:sid), 'assistant', CASE WHEN :g % 2 = 0 THEN 'Let me check.' END,
+        jsonb_build_array(
+          jsonb_build_object('id', format('call_%s_%s_a', :client_id, :g), 'type', 'function',
+            'function', jsonb_build_object('name', 'get_order', 'arguments', format('{"order": %s}', :g))),
+          jsonb_build_object('id', format('call_%s_%s_b', :client_id, :g), 'type', 'function',
+            'function', jsonb_build_object('name', 'get_stock', 'arguments', '{"sku": "A-1"}'))),
+        jsonb_build_object('client', :client_id, 'seq', :seq, 'grp', :g));
+\set seq :seq + 1
+INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id, metadata)
+VALUES (sess(:sid), 'tool', format('{"order": %s, "status": "shipped"}', :g), format('call_%s_%s_a', :client_id, :g),
+        jsonb_build_object('client', :client_id, 'seq', :seq, 'grp', :g));
+\set seq :seq + 1
+INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id, metadata)
+VALUES (sess(:sid), 'tool', '{"sku": "A-1", "stock": 12}', format('call_%s_%s_b', :client_id, :g),
+        jsonb_build_object('client', :client_id, 'seq', :seq, 'grp', :g));
+COMMIT;
+EOF
+# holds the session's lock a moment, then rolls back: the waiting inserts
+# must take the id it had
+cat >"$tmp/rollback.sql" <<'EOF'
+\set sid random(1, 4)
+BEGIN;
+INSERT INTO ctxwin.messages (session_id, role, content, metadata)
+VALUES (sess(:sid), 'user', 'rolled back', jsonb_build_object('rolled_back', true));
+SELECT pg_sleep(0.002);
+ROLLBACK;
+EOF
+cat >"$tmp/summarize_locked.sql" <<'EOF'
+\set sid random(1, 4)
+SELECT summarize_locked(sess(:sid));
+EOF
+cat >"$tmp/summarize_blind.sql" <<'EOF'
+\set sid random(1, 4)
+SELECT summarize_blind(sess(:sid));
+EOF
+# Readers: in one snapshot, the visible ids are exactly 1..message_count and
+# the counters match the visible messages (an id assigned out of commit order
+# shows up as a hole), and build_context skips nothing.
+cat >"$tmp/check.sql" <<'EOF'
+INSERT INTO violations (kind, detail)
+SELECT 'snapshot', format('%s: %s visible, ids %s..%s, message_count %s, token_count %s/%s, unsummarized %s/%s tokens %s/%s',
+                          s.id, count(m.id), min(m.id), max(m.id), s.message_count,
+                          s.token_count, sum(m.token_count),
+                          s.unsummarized_messages, count(m.id) FILTER (WHERE m.id > s.summary_through_id),
+                          s.unsummarized_tokens, sum(m.token_count) FILTER (WHERE m.id > s.summary_through_id))
+FROM ctxwin.sessions s LEFT JOIN ctxwin.messages m ON m.session_id = s.id
+GROUP BY s.id
+HAVING count(m.id) <> s.message_count OR coalesce(max(m.id), 0) <> s.message_count
+    OR s.token_count <> coalesce(sum(m.token_count), 0)
+    OR s.unsummarized_messages <> count(m.id) FILTER (WHERE m.id > s.summary_through_id)
+    OR s.unsummarized_tokens <> coalesce(sum(m.token_count) FILTER (WHERE m.id > s.summary_through_id), 0);
+INSERT INTO violations (kind, detail)
+SELECT 'window', format('%s: summary_through_id %s, message_count %s', s.id, s.summary_through_id, s.message_count)
+FROM ctxwin.sessions s WHERE window_mismatch(s);
+EOF
+
+start=$(date +%s)
+out=$("$pgbench" -n -c 6 -j 2 -t 1000 -D seq=0 \
+	-f "$tmp/insert.sql@12" -f "$tmp/toolgroup.sql@3" -f "$tmp/rollback.sql@1" \
+	-f "$tmp/summarize_locked.sql@2" -f "$tmp/summarize_blind.sql@2" -f "$tmp/check.sql@2" \
+	"$db" 2>&1)
+rc=$?
+diag "pgbench: $(echo "$out" | grep -E '^(number of transactions actually processed|number of failed|tps)' | tr '\n' ';') $(( $(date +%s) - start )) s"
+ok $rc "pgbench ran 6 clients x 1000 transactions without an error"
+[ $rc -eq 0 ] || echo "$out" | grep -iE 'error|abort' | head -5 | sed 's/^/#   /'
+is "$(echo "$out" | sed -n 's/^number of transactions actually processed: //p')" "6000/6000" "every transaction committed"
+
+is "$(q -d "$db" -c "SELECT count(*) FROM violations WHERE kind IN ('snapshot')")" "0" \
+	"every snapshot saw ids 1..message_count and counters that match its messages"
+q -d "$db" -c "SELECT kind || ': ' || detail FROM violations WHERE kind = 'snapshot' LIMIT 3" | sed 's/^/#   /'
+is "$(q -d "$db" -c "SELECT count(*) FROM violations WHERE kind = 'window'")" "0" \
+	"in every snapshot build_context returned exactly the messages after summary_through_id"
+q -d "$db" -c "SELECT kind || ': ' || detail FROM violations WHERE kind = 'window' LIMIT 3" | sed 's/^/#   /'
+is "$(q -d "$db" -c "SELECT count(*) FROM violations WHERE kind IN ('guard', 'blind')")" "0" \
+	"the guard refused points inside a tool group or behind the summary, and only those"
+q -d "$db" -c "SELECT kind || ': ' || detail FROM violations WHERE kind IN ('guard', 'blind') LIMIT 3" | sed 's/^/#   /'
+
+# The run did what it is meant to: every session got many messages, tool
+# groups and several summaries.
+diag "$(q -d "$db" -c "SELECT string_agg(format('%s msgs, summary through %s (v%s)', message_count, summary_through_id, summary_version), '; ' ORDER BY id) FROM ctxwin.sessions WHERE message_count > 0")"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE s.id IN (sess(1), sess(2), sess(3), sess(4))
+	AND message_count >= 50 AND summary_version >= 3
+	AND EXISTS (SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.role = 'tool')")" "4" \
+	"all four sessions got messages, tool groups and summaries concurrently"
+
+# Final state, session by session.
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE message_count <> (SELECT count(DISTINCT id) FROM ctxwin.messages m WHERE m.session_id = s.id)
+	OR message_count <> (SELECT count(*) FROM ctxwin.messages m WHERE m.session_id = s.id)
+	OR message_count <> coalesce((SELECT max(id) FROM ctxwin.messages m WHERE m.session_id = s.id), 0)
+	OR (message_count > 0 AND (SELECT min(id) FROM ctxwin.messages m WHERE m.session_id = s.id) <> 1)")" "0" \
+	"every session's ids are exactly 1..message_count, no gaps or duplicates"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s
+	WHERE token_count <> (SELECT coalesce(sum(token_count), 0) FROM ctxwin.messages m WHERE m.session_id = s.id)")" "0" \
+	"token_count is the sum of the messages' token counts"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE unsummarized_messages <> message_count - summary_through_id")" "0" \
+	"unsummarized_messages = message_count - summary_through_id"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE unsummarized_tokens <> (SELECT coalesce(sum(token_count), 0)
+	FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id)")" "0" \
+	"unsummarized_tokens is the sum over the messages after summary_through_id"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages m
+	WHERE token_count <> ctxwin.count_message_tokens(as_openai(m), 'o200k_base') OR token_encoding <> 'o200k_base'")" "0" \
+	"every message's token_count is its count_message_tokens, counted in the model's encoding"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE window_mismatch(s)")" "0" \
+	"nothing skipped: build_context returns exactly the messages after summary_through_id, in order"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s
+	WHERE jsonb_array_length(ctxwin.build_context(s.id, 10000000)) <> s.message_count - s.summary_through_id
+	      + (s.system_prompt IS NOT NULL OR s.conversation_summary IS NOT NULL)::int")" "0" \
+	"the window is one system message plus every unsummarized message"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE summary_through_id > 0 AND EXISTS (
+	SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id + 1 AND m.role = 'tool')")" "0" \
+	"no summary ends inside a tool call group"
+# every summary newly covers the messages right after the previous one
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE summary_version <> (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id)
+	OR summary_through_id <> (SELECT coalesce(max(through_id), 0) FROM ctxwin.summaries x WHERE x.session_id = s.id)
+	OR EXISTS (SELECT 1 FROM (SELECT version, from_id, lag(through_id, 1, 0::bigint) OVER (ORDER BY version) AS prev,
+	                                 row_number() OVER (ORDER BY version) AS n
+	                          FROM ctxwin.summaries x WHERE x.session_id = s.id) y
+	           WHERE from_id <> prev + 1 OR version <> n)")" "0" \
+	"summary versions count up by one and their ranges follow each other up to summary_through_id"
+
+# Commit order, seen from each client: a client's transactions commit one
+# after the other, so its messages in one session have increasing ids.
+is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT (metadata ->> 'seq')::int AS seq,
+	lag((metadata ->> 'seq')::int) OVER (PARTITION BY session_id, metadata ->> 'client' ORDER BY id) AS prev
+	FROM ctxwin.messages) x WHERE seq <= prev")" "0" \
+	"each client's messages have ids in the order the client committed them"
+# nothing lost, nothing doubled: each client's sequence numbers are 1..its count
+is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT metadata ->> 'client' AS c, count(*) AS n,
+	count(DISTINCT metadata ->> 'seq') AS d, max((metadata ->> 'seq')::int) AS mx
+	FROM ctxwin.messages WHERE metadata ? 'client' GROUP BY 1) x WHERE n <> d OR n <> mx")" "0" \
+	"every message each client committed is there, once"
+is "$(q -d "$db" -c "SELECT count(DISTINCT metadata ->> 'client') FROM ctxwin.messages")" "6" "all six clients inserted"
+# one transaction's messages are consecutive: no other insert came between
+is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'grp', min(id), max(id), count(*) AS n
+	FROM ctxwin.messages WHERE metadata ? 'grp' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> 2 OR count(*) <> 3) x")" "0" \
+	"each tool call group (one transaction) has three consecutive ids"
+is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages WHERE metadata ? 'rolled_back'")" "0" \
+	"no rolled-back message is visible"
+
+# Deterministic: an insert that rolls back leaves no gap.
+n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
+got=$(q -d "$db" -c "BEGIN" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'oops') RETURNING id" -c "ROLLBACK" \
+	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'again') RETURNING id")
+is "$(echo $got)" "$((n + 1)) $((n + 1))" "after a rolled-back insert the next insert takes the same id"
+
+# Deterministic lock order: while one transaction has inserted into a session
+# and not committed, a second insert into the same session waits (ids by a
+# sequence would let it commit id n+2 before n+1 is visible), an insert into
+# another session does not, and the waiting insert takes the next id.
+n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
+PGAPPNAME=ctxwin_t_first q -d "$db" -c "BEGIN" \
+	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'first') RETURNING id" \
+	-c "SELECT pg_sleep(3)" -c "COMMIT" >"$tmp/first" 2>&1 &
+first=$!
+for _ in $(seq 1 100); do
+	[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_first' AND query LIKE '%pg_sleep%'")" = 1 ] && break
+	sleep 0.05
+done
+PGAPPNAME=ctxwin_t_second q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'assistant', 'second') RETURNING id" >"$tmp/second" 2>&1 &
+second=$!
+waiting=""
+for _ in $(seq 1 100); do
+	waiting=$(q -d "$db" -c "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'ctxwin_t_second' AND state = 'active'")
+	[ "$waiting" = Lock ] && break
+	sleep 0.05
+done
+is "$waiting" "Lock" "an insert into a session waits for an uncommitted insert into it"
+other=$(q -d "$db" -c "SET lock_timeout = '500ms'" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(6), 'user', 'elsewhere') RETURNING id" 2>&1)
+is "$other" "1" "an insert into another session does not wait"
+is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)") $(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages WHERE session_id = sess(5)")" \
+	"$n $n" "meanwhile readers see neither insert"
+wait $first $second
+is "$(cat "$tmp/first") $(cat "$tmp/second")" "$((n + 1)) $((n + 2))" \
+	"the waiting insert takes the next id once the first commits"
+
+done_testing
