@@ -150,7 +150,9 @@ main(int argc, char **argv)
 		uint64_t	len = tokens[i] & 0xff;
 		uint64_t	key = bpe_key(blob + off, len);
 		uint64_t	h = bpe_hash(blob + off, len, key);
-		size_t		s = (size_t) (h & (nslots - 1));
+		size_t		home = (size_t) (h & (nslots - 1));
+		size_t		s = home;
+		uint64_t	run;
 
 		if (bpe_vocab_lookup(&(BpeVocab) {.mask = (uint32_t) (nslots - 1),.slots = slots,.blob = blob},
 							 blob + off, len) != BPE_NO_RANK)
@@ -158,9 +160,15 @@ main(int argc, char **argv)
 		while (slots[s].meta != 0)
 			s = (s + 1) & (nslots - 1);
 		slots[s].key = key;
-		slots[s].meta = (uint64_t) i | (len << BPE_RANK_BITS) |
-			(off << (BPE_RANK_BITS + BPE_LEN_BITS)) |
+		slots[s].meta |= (uint64_t) i | (len << BPE_LEN_SHIFT) | (off << BPE_OFF_SHIFT) |
 			((h >> BPE_TAG_SHIFT) << BPE_TAG_SHIFT);
+		/* the home slot's run now reaches s */
+		run = ((s - home) & (nslots - 1)) + 1;
+		if (run > BPE_RUN_MASK)
+			die("a token lies too far from its hash's slot", (long) i + 1);
+		if (run > ((slots[home].meta >> BPE_RUN_SHIFT) & BPE_RUN_MASK))
+			slots[home].meta = (slots[home].meta & ~(BPE_RUN_MASK << BPE_RUN_SHIFT)) |
+				(run << BPE_RUN_SHIFT);
 	}
 
 	/* the direct tables of one- and two-byte tokens */
