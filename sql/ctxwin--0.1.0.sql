@@ -104,11 +104,30 @@ CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        -- a user's row under a built-in name replaces the built-in row
+        -- A user's row under a built-in name takes over the built-in row in
+        -- place (deleting it first would break the profiles and sessions
+        -- that reference it); the insert itself is then skipped.
         IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
-            DELETE FROM ctxwin.models WHERE name = NEW.name AND builtin;
+            UPDATE ctxwin.models
+            SET encoding = NEW.encoding, context_window = NEW.context_window,
+                provider = NEW.provider, builtin = false
+            WHERE name = NEW.name AND builtin;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
         ELSIF NOT NEW.builtin THEN
-            DELETE FROM ctxwin.profiles WHERE name = NEW.name AND builtin;
+            UPDATE ctxwin.profiles
+            SET model = NEW.model, context_window = NEW.context_window, trigger_ratio = NEW.trigger_ratio,
+                max_messages_before_summary = NEW.max_messages_before_summary,
+                max_tokens_before_summary = NEW.max_tokens_before_summary,
+                min_recent_messages = NEW.min_recent_messages, response_reserve = NEW.response_reserve,
+                max_summary_tokens = NEW.max_summary_tokens, summary_strategy = NEW.summary_strategy,
+                summary_model = NEW.summary_model, summary_prompt = NEW.summary_prompt,
+                summary_placement = NEW.summary_placement, builtin = false
+            WHERE name = NEW.name AND builtin;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
         END IF;
     ELSIF OLD.builtin AND NEW.builtin THEN
         -- a built-in row the user changes becomes the user's
@@ -374,10 +393,15 @@ BEGIN
         NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
-    ELSIF NEW.count_encoding IS DISTINCT FROM enc THEN
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
         -- the model changed: counters follow its encoding
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
     END IF;
 
     IF TG_OP = 'UPDATE' AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
@@ -388,9 +412,12 @@ BEGIN
             NEW.summary_updated_at := now();
         END IF;
     END IF;
-    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, enc), 0);
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
     NEW.prompt_tokens := ctxwin.messages_tokens(
-        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement), enc);
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
 
     IF TG_OP = 'UPDATE' THEN
         -- a session below every trigger, or with nothing it may summarize,

@@ -255,8 +255,8 @@ is "$(go_on "${db}_custom")" "$want" "restored sessions number, count and summar
 like "$want" "00000000-0000-4000-8000-000000000001/49/" "(the original numbered session 1's next message 49)"
 
 # A changed built-in model that a built-in profile uses: restoring the user's
-# row deletes the built-in one while the built-in 'default' profile still
-# references it.
+# row must take over the built-in one in place, not delete it while the
+# built-in 'default' profile still references it.
 q -d "${db}_b1" >/dev/null <<'SQL'
 CREATE EXTENSION ctxwin;
 UPDATE ctxwin.models SET context_window = 64000 WHERE name = 'gpt-4o';
@@ -264,12 +264,10 @@ INSERT INTO ctxwin.models (name, encoding, context_window) VALUES ('acme-chat', 
 SQL
 pg_dump -Fc -d "${db}_b1" -f "$tmp/b1.dump" 2>/dev/null
 pg_restore -d "${db}_b1r" "$tmp/b1.dump" >"$tmp/err" 2>&1
-todo_is "$?" "0" "pg_restore of a changed built-in model that the default profile uses" \
-	"known bug: the built-in row is deleted under profiles_model_fkey"
+is "$?" "0" "pg_restore of a changed built-in model that the default profile uses"
 sed 's/^/#   /' "$tmp/err" | grep -m 2 ERROR
-todo_is "$(q -d "${db}_b1r" -c "SELECT string_agg(name || '=' || context_window, ' ' ORDER BY name) FROM ctxwin.models WHERE NOT builtin")" \
-	"acme-chat=50000 gpt-4o=64000" "the changed built-in model and the user's model come back" \
-	"known bug: the whole COPY of ctxwin.models fails"
+is "$(q -d "${db}_b1r" -c "SELECT string_agg(name || '=' || context_window, ' ' ORDER BY name) FROM ctxwin.models WHERE NOT builtin")" \
+	"acme-chat=50000 gpt-4o=64000" "the changed built-in model and the user's model come back"
 
 # A profile whose model changed encoding after the session's last message:
 # the session's counters are still in the old encoding when it is dumped.
@@ -284,8 +282,7 @@ SQL
 pg_dump -Fc -d "${db}_b2" -f "$tmp/b2.dump" 2>/dev/null
 pg_restore -d "${db}_b2r" "$tmp/b2.dump" >/dev/null 2>&1
 status="SELECT tokens_since_summary, context_tokens FROM ctxwin.context_status('00000000-0000-4000-8000-000000000001')"
-todo_is "$(q -d "${db}_b2r" -c "$status")" "$(q -d "${db}_b2" -c "$status")" \
-	"context_status counts the same tokens after a restore when the model changed encoding" \
-	"known bug: the session insert trigger recounts unsummarized_tokens before the messages are restored"
+is "$(q -d "${db}_b2r" -c "$status")" "$(q -d "${db}_b2" -c "$status")" \
+	"context_status counts the same tokens after a restore when the model changed encoding"
 
 done_testing

@@ -6,7 +6,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(52);
+SELECT plan(54);
 
 -- a profile with small numbers so triggers and budgets are easy to reach
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -207,6 +207,14 @@ SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content) VALUE
                  '23514', 'invalid message role "robot"', 'invalid role');
 SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id) VALUES ('10000000-0000-0000-0000-000000000001', 'tool', 'x', 'call_zz')$$,
                  '23503', 'tool result "call_zz" answers no pending tool call', 'tool result without a matching call');
+
+-- A user's row under a built-in name takes the built-in row over, even
+-- while profiles use it; pg_dump then carries it
+INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('gpt-4o', 'o200k_base', 64000, 'proxy');
+SELECT is((SELECT format('%s %s %s', context_window, provider, builtin) FROM ctxwin.models WHERE name = 'gpt-4o'),
+          '64000 proxy false', 'a user row under a built-in name replaces the built-in one');
+SELECT is((SELECT context_window FROM ctxwin.context_status('10000000-0000-0000-0000-000000000001')), 64000,
+          'and sessions whose profile uses that model see it at once');
 
 -- Deleting a whole session deletes its messages (retention, erasure)
 DELETE FROM ctxwin.sessions WHERE id = '10000000-0000-0000-0000-000000000001';
