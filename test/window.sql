@@ -212,7 +212,7 @@ SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content, tool_
 -- while profiles use it; pg_dump then carries it
 INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('gpt-4o', 'o200k_base', 64000, 'proxy');
 SELECT is((SELECT format('%s %s %s', context_window, provider, builtin) FROM ctxwin.models WHERE name = 'gpt-4o'),
-          '64000 proxy false', 'a user row under a built-in name replaces the built-in one');
+          '64000 proxy f', 'a user row under a built-in name replaces the built-in one');
 SELECT is((SELECT context_window FROM ctxwin.context_status('10000000-0000-0000-0000-000000000001')), 64000,
           'and sessions whose profile uses that model see it at once');
 
