@@ -44,6 +44,10 @@ SELECT ctxwin.count_tokens('abcdefg', 'chars4'), ctxwin.count_tokens('abcdefg', 
 SELECT ctxwin.count_tokens('ééééééé', 'chars4'), ctxwin.count_tokens('ééééééé', 'chars3.5');
 SELECT ctxwin.count_tokens('', 'chars3.5'), ctxwin.count_tokens('abcdefgh', 'chars3.5');
 
+-- a model of ctxwin.models names its encoding
+SELECT ctxwin.tokenize('hello world', 'gpt-4o') = ctxwin.tokenize('hello world', 'o200k_base') AS gpt4o,
+       ctxwin.tokenize('hello world', 'gpt-4') = ctxwin.tokenize('hello world', 'cl100k_base') AS gpt4;
+
 -- NULLs: the functions are strict
 SELECT ctxwin.count_tokens(NULL) IS NULL, ctxwin.count_tokens('x', NULL) IS NULL,
        ctxwin.tokenize(NULL) IS NULL, ctxwin.detokenize(NULL) IS NULL;

@@ -121,7 +121,7 @@ Datum
 count_message_tokens(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
-	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(1));
+	const CtxwinEncoding *enc = CtxwinEncodingOrModelArg(fcinfo, 1);
 	static const char *const fields[] = {"role", "content", "name", "tool_call_id", "tool_calls"};
 	int64		n = CTXWIN_MESSAGE_OVERHEAD;
 	int			i;

@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -81,14 +82,10 @@ CtxwinLookupEncoding(const char *name)
 	return NULL;
 }
 
-/*
- * The encoding named by a text argument; an error if there is none.
- */
-const CtxwinEncoding *
-CtxwinEncodingArg(text *name)
+/* The encoding called s[0..len), or NULL. */
+static const CtxwinEncoding *
+FindEncoding(const char *s, int len)
 {
-	const char *s = VARDATA_ANY(name);
-	int			len = VARSIZE_ANY_EXHDR(name);
 	int			i;
 
 	for (i = 0; i < lengthof(encodings); i++)
@@ -97,20 +94,101 @@ CtxwinEncodingArg(text *name)
 			memcmp(encodings[i].name, s, len) == 0)
 			return &encodings[i];
 	}
+	return NULL;
+}
+
+static void
+UnknownEncoding(text *name)
+{
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("unrecognized encoding \"%s\"", text_to_cstring(name)),
-			 errhint("Valid encodings are " CTXWIN_ENCODING_NAMES ".")));
-	pg_unreachable();
+			 errmsg("unrecognized encoding or model \"%s\"", text_to_cstring(name)),
+			 errhint("Valid encodings are " CTXWIN_ENCODING_NAMES "; a model named in ctxwin.models also works.")));
 }
 
 /*
- * Like GetEncodingArg, for functions that need token ids.
+ * The encoding named by a text argument; an error if there is none.
+ */
+const CtxwinEncoding *
+CtxwinEncodingArg(text *name)
+{
+	const CtxwinEncoding *enc = FindEncoding(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+
+	if (enc == NULL)
+		UnknownEncoding(name);
+	return enc;
+}
+
+/* The last model name a function call site resolved, in fn_extra. */
+typedef struct ModelCache
+{
+	const CtxwinEncoding *enc;
+	int			len;
+	char		name[FLEXIBLE_ARRAY_MEMBER];
+} ModelCache;
+
+/*
+ * The encoding of a model of ctxwin.models, or NULL.
+ */
+static const CtxwinEncoding *
+ModelEncoding(text *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {PointerGetDatum(name)};
+	const CtxwinEncoding *enc = NULL;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("SELECT encoding FROM ctxwin.models WHERE name = $1",
+							  1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		char	   *e = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (e)
+			enc = FindEncoding(e, strlen(e));
+	}
+	SPI_finish();
+	return enc;
+}
+
+/*
+ * The encoding named by the text argument argno of a SQL-callable function:
+ * an encoding's name or a model's (looked up in ctxwin.models once per
+ * query and argument value, cached in fn_extra).
+ */
+const CtxwinEncoding *
+CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *name = PG_GETARG_TEXT_PP(argno);
+	int			len = VARSIZE_ANY_EXHDR(name);
+	const CtxwinEncoding *enc = FindEncoding(VARDATA_ANY(name), len);
+	ModelCache *cache = (ModelCache *) fcinfo->flinfo->fn_extra;
+
+	if (enc)
+		return enc;
+	if (cache && cache->len == len && memcmp(cache->name, VARDATA_ANY(name), len) == 0)
+		return cache->enc;
+	enc = ModelEncoding(name);
+	if (enc == NULL)
+		UnknownEncoding(name);
+	if (cache)
+		pfree(cache);
+	cache = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, offsetof(ModelCache, name) + len);
+	cache->enc = enc;
+	cache->len = len;
+	memcpy(cache->name, VARDATA_ANY(name), len);
+	fcinfo->flinfo->fn_extra = cache;
+	return enc;
+}
+
+/*
+ * Like EncodingOrModelArg, for functions that need token ids.
  */
 static const BpeEncoding *
-GetBpeEncodingArg(text *name)
+GetBpeEncodingArg(FunctionCallInfo fcinfo, int argno)
 {
-	const CtxwinEncoding *enc = CtxwinEncodingArg(name);
+	const CtxwinEncoding *enc = CtxwinEncodingOrModelArg(fcinfo, argno);
 
 	if (enc->kind != CTXWIN_ENC_BPE)
 		ereport(ERROR,
@@ -216,7 +294,7 @@ Datum
 count_tokens(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
-	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(1));
+	const CtxwinEncoding *enc = CtxwinEncodingOrModelArg(fcinfo, 1);
 
 	PG_RETURN_INT32((int32) CtxwinCountText(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)));
 }
@@ -228,7 +306,7 @@ Datum
 tokenize(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
-	const BpeEncoding *enc = GetBpeEncodingArg(PG_GETARG_TEXT_PP(1));
+	const BpeEncoding *enc = GetBpeEncodingArg(fcinfo, 1);
 	const uint8_t *utf8;
 	size_t		len;
 	uint32_t   *ids;
@@ -267,7 +345,7 @@ Datum
 detokenize(PG_FUNCTION_ARGS)
 {
 	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(0);
-	const BpeEncoding *enc = GetBpeEncodingArg(PG_GETARG_TEXT_PP(1));
+	const BpeEncoding *enc = GetBpeEncodingArg(fcinfo, 1);
 	int			n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 	const int32 *ids = (const int32 *) ARR_DATA_PTR(arr);
 	uint8_t    *bytes;

@@ -45,7 +45,7 @@ SELECT is(ctxwin.count_tokens(repeat('a', 8), 'chars3.5'), 3, 'chars3.5 rounds u
 
 -- errors carry SQLSTATEs
 SELECT throws_ok($$SELECT ctxwin.count_tokens('x', 'p50k_base')$$, '22023',
-                 'unrecognized encoding "p50k_base"', 'an unknown encoding is an error');
+                 'unrecognized encoding or model "p50k_base"', 'an unknown encoding is an error');
 SELECT throws_ok($$SELECT ctxwin.detokenize(ARRAY[1, NULL])$$, '22004',
                  'token ids must not be null', 'a NULL id is an error');
 SELECT throws_ok($$SELECT ctxwin.detokenize(ARRAY[2000000000])$$, '22023',
