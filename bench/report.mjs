@@ -107,18 +107,17 @@ console.log('\nThe ratios are tiktoken native\'s time over ctxwin\'s (how many t
 
 	if (scan.some((s) => s))
 	{
-		console.log('\nSQL path details, seconds per query\n');
-		console.log('| input | encoding | sum(length(t)) | ctxwin.count_tokens | same C function without SET search_path |');
-		console.log('| --- | --- | ---: | ---: | ---: |');
+		console.log('\nSQL path: the query alone, and reading and detoasting the same texts (SELECT sum(length(t))), seconds\n');
+		console.log('| input | encoding | sum(ctxwin.count_tokens(t, encoding)) | sum(length(t)) |');
+		console.log('| --- | --- | ---: | ---: |');
 		inputs.forEach((input, k) =>
 		{
 			for (const enc of encs)
 			{
 				const a = get('ctxwin_sql', enc, input);
-				const b = get('ctxwin_sql_noset', enc, input);
 
-				console.log(`| ${input} | ${enc} | ${scan[k] ? fmt(scan[k].seconds, 4) : 'n/a'} | ` +
-							`${a ? fmt(a.seconds, 4) : 'n/a'} | ${b ? fmt(b.seconds, 4) : 'n/a'} |`);
+				console.log(`| ${input} | ${enc} | ${a ? fmt(a.seconds, 4) : 'n/a'} | ` +
+							`${scan[k] ? fmt(scan[k].seconds, 4) : 'n/a'} |`);
 			}
 		});
 	}
@@ -135,7 +134,7 @@ console.log('\nThe ratios are tiktoken native\'s time over ctxwin\'s (how many t
 
 			if (!c)
 				continue;
-			for (const impl of ['ctxwin_sql', 'ctxwin_sql_noset', 'tiktoken_wasm', 'tiktoken_native', 'tiktoken_node'])
+			for (const impl of ['ctxwin_sql', 'tiktoken_wasm', 'tiktoken_native', 'tiktoken_node'])
 			{
 				const r = get(impl, enc, input);
 

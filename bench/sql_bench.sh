@@ -14,10 +14,6 @@
 # Parallel query is off: the figure is single-thread, like the others.
 # For information it also times
 #	pg_scan		SELECT sum(length(t)): reading and detoasting the texts alone
-#	ctxwin_sql_noset
-#				the same C function declared without the SET search_path
-#				clause of the extension script, to show what that clause
-#				costs per call
 set -euo pipefail
 
 csv=$1
@@ -31,8 +27,6 @@ export PGDATABASE=ctxwin_bench
 
 psql -X -q -v ON_ERROR_STOP=1 <<SQL
 CREATE EXTENSION ctxwin;
-CREATE FUNCTION public.count_tokens_noset(text, text) RETURNS int
-	AS '\$libdir/ctxwin', 'count_tokens' LANGUAGE C IMMUTABLE STRICT;
 CREATE TABLE corpus (id int PRIMARY KEY, kind text NOT NULL, t text NOT NULL);
 \\copy corpus FROM '$csv' WITH (FORMAT csv)
 VACUUM ANALYZE corpus;
@@ -72,11 +66,5 @@ for enc in cl100k_base o200k_base; do
 	for input in prose code all; do
 		where_var=where_$input
 		time_query ctxwin_sql "$enc" "$input" "ctxwin.count_tokens(t, '$enc')" "${!where_var}"
-	done
-done
-for enc in cl100k_base o200k_base; do
-	for input in prose code all; do
-		where_var=where_$input
-		time_query ctxwin_sql_noset "$enc" "$input" "count_tokens_noset(t, '$enc')" "${!where_var}"
 	done
 done
