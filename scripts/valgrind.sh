@@ -30,7 +30,7 @@ export PGHOST="$work" PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 rc=0
 make installcheck || rc=1
 psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
-prove --source pgTAP --pgtap-option dbname=postgres test/tokenizer.sql test/corpus.sql || rc=1
+prove --source pgTAP --pgtap-option dbname=postgres test/*.sql || rc=1
 
 as_pg "$bindir/pg_ctl" -D "$work/data" -m fast stop >/dev/null || true
 sleep 2
