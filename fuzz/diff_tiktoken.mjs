@@ -3,7 +3,8 @@
 //
 //   node fuzz/diff_tiktoken.mjs --driver fuzz/build/diff_driver \
 //        --tiktoken /tmp/fuzzref [--seconds 120] [--count 200000]
-//        [--seed N] [--batch 2000] [--report FILE]
+//        [--seed N] [--batch 2000] [--report FILE] [--corpus DIR,DIR...]
+//        [--huge 0|1]
 //
 // Generates random strings built to reach the pre-tokenizers' corner cases,
 // encodes each with tiktoken's encode_ordinary for cl100k_base and
@@ -12,6 +13,9 @@
 // whichever comes first.  Each mismatch is shrunk to a minimal string (by
 // removing code points while the two still disagree) and reported with its
 // code points, both id lists, both token splits and the core's pieces.
+// With --corpus, the files of those directories that are valid UTF-8 (such
+// as the fuzzer's corpus, fuzz/build/corpus-*) are compared first; so are a
+// few strings of 64 KiB to 300 KiB unless --huge 0.
 // Exits 1 if anything differed, 0 otherwise.
 
 import { createRequire } from 'node:module';
@@ -25,6 +29,7 @@ import path from 'node:path';
 const opts = {
 	driver: null, tiktoken: '/tmp/fuzzref', seconds: 120, count: 200000,
 	seed: Date.now() % 2147483647, batch: 2000, report: null, minimize: 20,
+	corpus: '', huge: 1,
 };
 for (let i = 2; i < process.argv.length; i += 2) {
 	const k = process.argv[i].replace(/^--/, '');
@@ -178,7 +183,7 @@ const anyCp = () => {
 // Long runs (over 256 bytes: the core merges those with a heap).
 const long = () => {
 	const n = ri(100, 1500);
-	switch (ri(0, 11)) {
+	switch (ri(0, 13)) {
 		case 0: return rep(n, () => String.fromCharCode(97 + ri(0, 25)));
 		case 1: return rep(n, () => pick(['a', 'b', 'ab', 'ba', 'aa']));
 		case 2: return rep(n, () => pick(['0', '1', '9']));
@@ -190,6 +195,8 @@ const long = () => {
 		case 8: return rep(n, () => (rnd() < 0.6 ? letter() : mark()));
 		case 9: return rep(n, () => pick('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/='.split('')));
 		case 10: return rep(ri(100, 700), () => pick(['\u00e9', '\u00c9', 'e\u0301', '\u00df', '\u0153']));
+		case 11: return ' '.repeat(ri(1, 300)) + pick(['x', '\n', '1', '!', '', '\t', ' y']);
+		case 12: return pick(['\t', '\n', '-', '=', '\u3000']).repeat(ri(100, 300)) + pick(['x', '']);
 		default: return rep(n, () => pick(['\n', ' ', '\r\n', '\t']));
 	}
 };
@@ -344,13 +351,46 @@ function describe(e, s) {
 
 // ---- main loop -------------------------------------------------------------
 
+// Files given with --corpus that are valid UTF-8.
+const files = [];
+let nfiles = 0;
+for (const dir of opts.corpus.split(',').filter((d) => d && fs.existsSync(d))) {
+	const dec = new TextDecoder('utf-8', { fatal: true });
+	for (const f of fs.readdirSync(dir)) {
+		nfiles++;
+		try {
+			files.push(dec.decode(fs.readFileSync(path.join(dir, f))));
+		}
+		catch {
+			/* not valid UTF-8: tiktoken cannot take it */
+		}
+	}
+}
+
+// A few huge strings first: pieces and texts over 64 KiB go through the
+// core's interrupt checks and long heap merges (tiktoken takes seconds on
+// these: its merge is quadratic).
+if (opts.huge) {
+	const letters = (n) => rep(n, () => String.fromCharCode(97 + ri(0, 25)));
+	files.unshift(
+		letters(70000),
+		rep(70000, () => pick(['a', 'b', 'ab'])) + ' tail',
+		' '.repeat(100000) + 'x',
+		'\n'.repeat(20000) + ' \r\n'.repeat(20000),
+		rep(2000, genString),
+		rep(20000, () => cp(ri(0x4e00, 0x9fff))),
+	);
+}
+
 const t0 = Date.now();
 let nstr = 0, nbytes = 0, nlong = 0, ntok = [0, 0];
 const mismatches = [];		// {e, s}
 const driverErrors = [];
-while (nstr < opts.count && (Date.now() - t0) / 1000 < opts.seconds) {
-	const batch = [];
-	const n = Math.min(opts.batch, opts.count - nstr);
+let nfromfiles = 0;
+while (files.length > 0 || (nstr < opts.count && (Date.now() - t0) / 1000 < opts.seconds)) {
+	const batch = files.length > 0 ? files.splice(0, opts.batch) : [];
+	nfromfiles += batch.length;
+	const n = batch.length > 0 ? 0 : Math.min(opts.batch, opts.count - nstr);
 	for (let i = 0; i < n; i++)
 		batch.push(genString());
 	const { out, errors } = core(batch);
@@ -375,6 +415,8 @@ const secs = (Date.now() - t0) / 1000;
 const lines = [];
 lines.push(`tiktoken ${tkver} (npm) vs ctxwin core: seed ${opts.seed}, ${nstr} strings, ` +
 	`${nbytes} bytes (${nlong} strings over 256 bytes), ${secs.toFixed(1)} s`);
+if (nfromfiles > 0)
+	lines.push(`of which ${nfromfiles} from --corpus (the valid UTF-8 ones of ${nfiles} files) and --huge`);
 lines.push(`tokens (tiktoken): cl100k_base ${ntok[0]}, o200k_base ${ntok[1]}`);
 lines.push(`mismatches: cl100k_base ${mismatches.filter((m) => m.e === 0).length}, ` +
 	`o200k_base ${mismatches.filter((m) => m.e === 1).length}; driver errors: ${driverErrors.length}`);
