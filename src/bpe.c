@@ -539,69 +539,75 @@ merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 }
 
 /*
- * Indexed binary min-heap of part positions keyed by (rank, position), for
- * merge_large.  where[pos] is pos's index in heap, or HEAP_NONE.
+ * Indexed 4-ary min-heap of the keys (rank << 32 | position) of the parts
+ * that can join the next part, for merge_large.  The heap holds the keys
+ * themselves, so comparisons read nothing else, and four children share a
+ * cache line; where[pos] is the index of pos's key in heap, or HEAP_NONE.
  */
 #define HEAP_NONE UINT32_MAX
+#define HEAP_ARITY 4
 
 typedef struct MergeHeap
 {
-	uint32_t   *heap;
+	uint64_t   *heap;
 	uint32_t   *where;
-	const uint32_t *rank;
 	size_t		n;
 } MergeHeap;
 
 static inline uint64_t
-heap_key(const MergeHeap *h, uint32_t pos)
+heap_key(uint32_t rank, uint32_t pos)
 {
-	return ((uint64_t) h->rank[pos] << 32) | pos;
+	return ((uint64_t) rank << 32) | pos;
 }
 
 /* Move heap[i] down to its place; its subtrees must be heaps. */
 static void
 heap_down(MergeHeap *h, size_t i)
 {
-	uint32_t	pos = h->heap[i];
-	uint64_t	key = heap_key(h, pos);
+	uint64_t	key = h->heap[i];
 
 	for (;;)
 	{
-		size_t		c = 2 * i + 1;
+		size_t		first = HEAP_ARITY * i + 1;
+		size_t		last = first + HEAP_ARITY;
+		size_t		c,
+					j;
 
-		if (c >= h->n)
+		if (first >= h->n)
 			break;
-		if (c + 1 < h->n && heap_key(h, h->heap[c + 1]) < heap_key(h, h->heap[c]))
-			c++;
-		if (heap_key(h, h->heap[c]) >= key)
+		if (last > h->n)
+			last = h->n;
+		c = first;
+		for (j = first + 1; j < last; j++)
+			c = (h->heap[j] < h->heap[c]) ? j : c;
+		if (h->heap[c] >= key)
 			break;
 		h->heap[i] = h->heap[c];
-		h->where[h->heap[i]] = (uint32_t) i;
+		h->where[(uint32_t) h->heap[i]] = (uint32_t) i;
 		i = c;
 	}
-	h->heap[i] = pos;
-	h->where[pos] = (uint32_t) i;
+	h->heap[i] = key;
+	h->where[(uint32_t) key] = (uint32_t) i;
 }
 
-/* Restore the heap after the key of heap[i], and only it, changed. */
+/* Restore the heap after heap[i], and only it, changed. */
 static void
 heap_sift(MergeHeap *h, size_t i)
 {
-	uint32_t	pos = h->heap[i];
-	uint64_t	key = heap_key(h, pos);
+	uint64_t	key = h->heap[i];
 
 	while (i > 0)
 	{
-		size_t		parent = (i - 1) / 2;
+		size_t		parent = (i - 1) / HEAP_ARITY;
 
-		if (heap_key(h, h->heap[parent]) <= key)
+		if (h->heap[parent] <= key)
 			break;
 		h->heap[i] = h->heap[parent];
-		h->where[h->heap[i]] = (uint32_t) i;
+		h->where[(uint32_t) h->heap[i]] = (uint32_t) i;
 		i = parent;
 	}
-	h->heap[i] = pos;
-	h->where[pos] = (uint32_t) i;
+	h->heap[i] = key;
+	h->where[(uint32_t) key] = (uint32_t) i;
 	heap_down(h, i);
 }
 
@@ -617,26 +623,30 @@ heap_remove(MergeHeap *h, uint32_t pos)
 	if (i < h->n)
 	{
 		h->heap[i] = h->heap[h->n];
-		h->where[h->heap[i]] = i;
+		h->where[(uint32_t) h->heap[i]] = i;
 		heap_sift(h, i);
 	}
 }
 
-/* Rank of pos changed (already stored): reposition, insert or remove it. */
+/* The rank of pos is now rank: reposition, insert or remove its key. */
 static void
-heap_update(MergeHeap *h, uint32_t pos)
+heap_update(MergeHeap *h, uint32_t pos, uint32_t rank)
 {
-	if (h->rank[pos] == BPE_NO_RANK)
+	uint32_t	i = h->where[pos];
+
+	if (rank == BPE_NO_RANK)
 		heap_remove(h, pos);
-	else if (h->where[pos] == HEAP_NONE)
+	else if (i == HEAP_NONE)
 	{
-		h->heap[h->n] = pos;
-		h->where[pos] = (uint32_t) h->n;
+		h->heap[h->n] = heap_key(rank, pos);
 		h->n++;
 		heap_sift(h, h->n - 1);
 	}
 	else
-		heap_sift(h, h->where[pos]);
+	{
+		h->heap[i] = heap_key(rank, pos);
+		heap_sift(h, i);
+	}
 }
 
 /*
@@ -647,38 +657,37 @@ heap_update(MergeHeap *h, uint32_t pos)
 static size_t
 merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want_ids)
 {
-	uint32_t   *buf = bpe_alloc(5 * (n + 1) * sizeof(uint32_t));
+	uint32_t   *buf = bpe_alloc(3 * (n + 1) * sizeof(uint32_t));
 	uint32_t   *next = buf;
 	uint32_t   *prev = buf + (n + 1);
-	uint32_t   *rank = buf + 2 * (n + 1);
 	MergeHeap	h;
 	size_t		parts = n;
 	size_t		i;
 	size_t		steps = 0;
 
-	h.heap = buf + 3 * (n + 1);
-	h.where = buf + 4 * (n + 1);
-	h.rank = rank;
+	h.where = buf + 2 * (n + 1);
+	h.heap = bpe_alloc((n + 1) * sizeof(uint64_t));
 	h.n = 0;
 	for (i = 0; i < n; i++)
 	{
+		uint32_t	r = (i + 1 < n) ? bpe_vocab_rank(v, p + i, 2) : BPE_NO_RANK;
+
 		next[i] = (uint32_t) (i + 1);
 		prev[i] = (uint32_t) (i - 1);
-		rank[i] = (i + 1 < n) ? bpe_vocab_rank(v, p + i, 2) : BPE_NO_RANK;
 		h.where[i] = HEAP_NONE;
-		if (rank[i] != BPE_NO_RANK)
+		if (r != BPE_NO_RANK)
 		{
-			h.heap[h.n] = (uint32_t) i;
+			h.heap[h.n] = heap_key(r, (uint32_t) i);
 			h.where[i] = (uint32_t) h.n++;
 		}
 	}
 	/* heapify */
-	for (i = h.n / 2; i-- > 0;)
+	for (i = h.n / HEAP_ARITY + 1; i-- > 0;)
 		heap_down(&h, i);
 
 	while (h.n > 0)
 	{
-		uint32_t	a = h.heap[0];
+		uint32_t	a = (uint32_t) h.heap[0];
 		uint32_t	b = next[a];
 		uint32_t	c = next[b];
 
@@ -690,14 +699,12 @@ merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 		if (c < n)
 			prev[c] = a;
 		parts--;
-		rank[a] = (c < n) ? pair_rank(v, p + a, next[c] - a) : BPE_NO_RANK;
-		heap_update(&h, a);
+		heap_update(&h, a, (c < n) ? pair_rank(v, p + a, next[c] - a) : BPE_NO_RANK);
 		if (a > 0)
 		{
 			uint32_t	z = prev[a];
 
-			rank[z] = pair_rank(v, p + z, c - z);
-			heap_update(&h, z);
+			heap_update(&h, z, pair_rank(v, p + z, c - z));
 		}
 	}
 	if (want_ids)
@@ -707,6 +714,7 @@ merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 		for (i = 0; i < n; i = next[i])
 			out->ids[out->n++] = bpe_vocab_rank(v, p + i, next[i] - i);
 	}
+	bpe_free(h.heap);
 	bpe_free(buf);
 	return parts;
 }
