@@ -233,9 +233,11 @@ EnsureCurl(void)
  * POSTs body to the configured provider's endpoint and returns
  * {"status": int, "body": jsonb, "retry_after": text, "latency_ms": int}
  * for any HTTP answer whose body is JSON (error statuses included, so the
- * caller can tell 429 from 400), and raises an error for everything else:
- * no provider configured, connection failure, timeout, cancel, an answer
- * over the size limit, not JSON or malformed.
+ * caller can tell 429 from 400), and for an error status whose body is not
+ * JSON (a proxy's 502 page; "body" is then a JSON string saying so), and
+ * raises an error for everything else: no provider configured, connection
+ * failure, timeout, cancel, an answer over the size limit, a 2xx answer
+ * that is not JSON or is malformed.
  */
 Datum
 llm_post(PG_FUNCTION_ARGS)
@@ -257,6 +259,8 @@ llm_post(PG_FUNCTION_ARGS)
 	long		elapsed_ms;
 	JsonLexContext *lex;
 	StringInfoData out;
+	bool		is_error;
+	bool		json_ok;
 
 	if (ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
 		ereport(ERROR,
@@ -362,22 +366,51 @@ llm_post(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("LLM endpoint returned a body with a zero byte"),
 				 errdetail("HTTP status was %ld.", status)));
-	if (pg_strncasecmp(rh.content_type, "application/json", 16) != 0)
+	is_error = status < 200 || status > 299;
+	json_ok = pg_strncasecmp(rh.content_type, "application/json", 16) == 0;
+	if (!json_ok && !is_error)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("LLM endpoint returned content type \"%s\", not JSON", rh.content_type),
 				 errdetail("HTTP status was %ld.", status)));
-	if (GetDatabaseEncoding() != PG_UTF8)
+	if (json_ok)
 	{
-		resp = pg_any_to_server(resp, (int) body.len, PG_UTF8);
-		body.len = strlen(resp);
+		if (GetDatabaseEncoding() != PG_UTF8)
+		{
+			resp = pg_any_to_server(resp, (int) body.len, PG_UTF8);
+			body.len = strlen(resp);
+		}
+		lex = makeJsonLexContextCstringLen(resp, (int) body.len, GetDatabaseEncoding(), false);
+		json_ok = pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS;
+		if (!json_ok && !is_error)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+					 errmsg("LLM endpoint returned malformed JSON"),
+					 errdetail("HTTP status was %ld; the body was %zu bytes.", status, body.len)));
 	}
-	lex = makeJsonLexContextCstringLen(resp, (int) body.len, GetDatabaseEncoding(), false);
-	if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("LLM endpoint returned malformed JSON"),
-				 errdetail("HTTP status was %ld; the body was %zu bytes.", status, body.len)));
+	if (!json_ok)
+	{
+		/*
+		 * An error status whose body is not JSON, such as a proxy's HTML
+		 * page for a 502: the status is what the caller acts on (5xx are
+		 * retried), so return it with a short description as the body.
+		 */
+		StringInfoData d;
+		const char *c;
+
+		initStringInfo(&d);
+		appendStringInfoString(&d, "answer not JSON: ");
+		for (c = rh.content_type; *c; c++)
+			if (*c >= 0x20 && *c < 0x7f && *c != '"' && *c != '\\')
+				appendStringInfoChar(&d, *c);
+		if (rh.content_type[0] == '\0')
+			appendStringInfoString(&d, "no content type");
+		appendStringInfo(&d, ", %zu bytes", body.len);
+		initStringInfo(&out);
+		escape_json(&out, d.data);
+		resp = out.data;
+		body.len = out.len;
+	}
 
 	initStringInfo(&out);
 	appendStringInfo(&out, "{\"status\": %ld, \"latency_ms\": %ld, \"provider\": ", status, elapsed_ms);

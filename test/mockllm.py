@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""A mock LLM server for ctxwin's tests (Python standard library only).
+
+Speaks the OpenAI chat-completions wire format (POST .../chat/completions)
+and the Anthropic Messages one (POST /v1/messages), checks the API key
+header, logs every request as one JSON line (without the key) and injects
+faults chosen by the requested model name:
+
+  mock                  a deterministic summary that keeps every identifier
+                        of the prompt (paths, URLs, ids, error codes, numbers
+                        with units) and says what the previous summary held
+  fault-500             500 with the provider's error JSON, always
+  fault-503-then-ok     503 for the first request of a given body, then ok
+  fault-429             429 with Retry-After: 1 for the first request of a
+                        given body, then ok
+  fault-529             529 overloaded with Retry-After: 1, always
+  fault-502-html        502 with an HTML page (a proxy in front), always
+  fault-timeout         answers (ok) only after --slow seconds
+  fault-drip            headers, then one byte of the body per second
+  fault-malformed       200, application/json, not JSON
+  fault-truncated-json  200, a JSON body cut in the middle (Content-Length
+                        matching the cut body)
+  fault-partial         200, Content-Length of the whole body, half sent,
+                        then the connection is closed
+  fault-empty-choices   OpenAI: "choices": []; Anthropic: "content": []
+  fault-empty-content   an empty text
+  fault-length          finish_reason "length" / stop_reason "max_tokens"
+  fault-html            200 text/html
+  fault-huge            a valid JSON answer of more than 2 MB
+  fault-close           the connection is closed without an answer
+  fault-400             400 with the provider's error JSON
+  any other model       404, the provider's "model not found" error
+
+A wrong or missing key gets 401 with the provider's error JSON (OpenAI's
+shows the key masked, as the real API does).  Each log line holds the path,
+the headers but the key's, "auth" (ok, wrong or missing), the JSON body, the
+system and user prompt, the model, "attempt" (of this body), the status and,
+for answers with a text, "response_text", "response_model" and "usage".  A
+line is written before the answer is sent, so a test can see a request that
+is still being answered.
+
+"The first request of a given body" is counted per (path, body), so a client
+that retries the same request sees the fault once.  POST /_mock/reset
+forgets those counts.
+
+Usage: mockllm.py --port 0 --key KEY --log requests.jsonl [--port-file F]
+With --port 0 the port picked is printed on stdout and written to F.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ARGS = None
+LOCK = threading.Lock()
+SEEN = {}                       # digest of (path, body) -> requests so far
+
+IDENT_RE = re.compile(
+    r"https?://[^\s<>()\"']+"                                   # URLs
+    r"|(?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-]+)+"                    # paths
+    r"|\b[\w\-]+(?:/[\w.\-]+)+"                                  # dir/file
+    r"|\b[\w\-]+\.(?:py|js|ts|go|rs|c|h|sql|md|json|ya?ml|toml|txt|log|sh|conf)\b"
+    r"|`[^`\n]{2,80}`"                                           # inline code
+    r"|\b[A-Z][A-Z0-9]+-\d+\b"                                   # tickets: BILL-412
+    r"|\b[A-Z]\d{3,}\b"                                          # codes: E4242
+    r"|\b[A-Z][A-Za-z]*(?:Error|Exception)\b"
+    r"|\b\d+(?:\.\d+)?\s?(?:ms|s|min|h|days|KB|kB|MB|GB|TB|%|USD|EUR)(?![A-Za-z])"
+    r"|[$€£]\d[\d,]*(?:\.\d+)?"
+    r"|\b[a-z]+(?:_[a-z0-9]+)+\b"                                # snake_case
+    r"|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"
+    r"|\bv?\d+\.\d+\.\d+\b")
+
+
+def identifiers(text):
+    out = []
+    for m in IDENT_RE.finditer(text):
+        t = m.group(0).rstrip(".,;:)")
+        if len(t) > 2 and t not in out:
+            out.append(t)
+    return out
+
+
+def mock_summary(prompt, max_tokens):
+    """A summary that keeps facts: every identifier of the prompt, verbatim."""
+    prev, sep, new = prompt.partition("New messages:")
+    if not sep:
+        prev, new = "", prompt
+    prev = prev.replace("Previous summary:", "").strip()
+    new_msgs = [l for l in new.splitlines() if l.startswith("[")]
+    users = [l for l in new_msgs if l.startswith("[user")]
+    lines = ["Summary (mock) of %d new messages%s." % (
+        len(new_msgs),
+        "" if prev in ("", "(none)") else ", merged with the previous summary")]
+    ids = identifiers(prompt)
+    if ids:
+        lines.append("Identifiers: " + "; ".join(ids))
+    if prev not in ("", "(none)"):
+        first = prev.splitlines()[0]
+        lines.append("Earlier: " + first[:200])
+    if users:
+        lines.append("Last request: " + users[-1][:200])
+    text = "\n".join(lines)
+    # stay well within the token limit asked for (about 3 chars a token)
+    limit = max(40, int(max_tokens or 1024) * 3)
+    return text[:limit]
+
+
+def error_body(provider, status, message, kind=None):
+    if provider == "anthropic":
+        kind = kind or {400: "invalid_request_error", 401: "authentication_error",
+                        404: "not_found_error", 429: "rate_limit_error",
+                        500: "api_error", 529: "overloaded_error"}.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    kind = kind or {400: "invalid_request_error", 401: "invalid_request_error",
+                    429: "requests"}.get(status, "server_error")
+    code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(status)
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def ok_body(provider, model, req_id, text, finish, prompt_chars):
+    pt = max(1, prompt_chars // 4)
+    ct = len(text or "") // 4
+    if provider == "anthropic":
+        return {"id": "msg_" + req_id, "type": "message", "role": "assistant",
+                "model": model,
+                "content": [] if text is None else [{"type": "text", "text": text}],
+                "stop_reason": finish or "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": pt, "output_tokens": ct,
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+    choices = [] if text is None else [{
+        "index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+        "logprobs": None, "finish_reason": finish or "stop"}]
+    return {"id": "chatcmpl-" + req_id, "object": "chat.completion", "created": 1700000000,
+            "model": model + "-2024-07-18", "choices": choices,
+            "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
+            "system_fingerprint": "fp_mock"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "mockllm/1"
+
+    def log_message(self, fmt, *args):     # quiet: the JSON log says it all
+        pass
+
+    def send(self, status, data, ctype="application/json", headers=(), length=None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data) if length is None else length))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/_mock/reset":
+            with LOCK:
+                SEEN.clear()
+            return self.send(200, b'{"reset": true}')
+        if self.path.endswith("/chat/completions"):
+            provider = "openai"
+            got = self.headers.get("Authorization") or ""
+            sent_key = got[7:] if got.startswith("Bearer ") else got
+            auth_ok = got == "Bearer " + ARGS.key
+        elif self.path == "/v1/messages":
+            provider = "anthropic"
+            sent_key = self.headers.get("x-api-key") or ""
+            auth_ok = sent_key == ARGS.key
+        else:
+            return self.send(404, b'{"error": {"message": "no such route"}}')
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        digest = hashlib.sha256(self.path.encode() + b"\0" + raw).hexdigest()
+        with LOCK:
+            SEEN[digest] = attempt = SEEN.get(digest, 0) + 1
+        entry = {"time": time.time(), "path": self.path, "provider": provider,
+                 "headers": {k.lower(): v for k, v in self.headers.items()
+                             if k.lower() not in ("authorization", "x-api-key")},
+                 "auth": "ok" if auth_ok else ("wrong" if sent_key else "missing"),
+                 "body": body if body is not None else raw.decode("utf-8", "replace"),
+                 "model": body.get("model", "") if isinstance(body, dict) else "",
+                 "attempt": attempt}
+        a = self.plan(provider, body, entry, digest[:24], auth_ok, sent_key)
+        entry["status"] = a["status"]
+        for k in ("usage", "response_model", "response_text"):
+            if k in a:
+                entry[k] = a[k]
+        if len(entry.get("response_text") or "") > 10000:
+            entry["response_text"] = "(%d characters)" % len(entry["response_text"])
+        # logged before answering, so a test sees a request still being answered
+        with LOCK, open(ARGS.log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+        self.act(a)
+
+    def plan(self, provider, body, entry, req_id, auth_ok, sent_key):
+        """What to answer: status, data, content type, headers, how to send it."""
+        def error(status, message, kind=None, headers=()):
+            return {"status": status, "data": json.dumps(error_body(provider, status, message, kind)).encode(),
+                    "headers": headers}
+
+        if not auth_ok:
+            if provider == "anthropic":
+                return error(401, "invalid x-api-key")
+            # OpenAI masks the key it got, as here
+            masked = sent_key[:3] + "*" * (len(sent_key) - 7) + sent_key[-4:] if len(sent_key) > 8 else "***"
+            return error(401, "Incorrect API key provided: %s. You can find your API key at "
+                         "https://platform.openai.com/account/api-keys." % masked)
+        if not isinstance(body, dict):
+            return error(400, "We could not parse the JSON body of your request.")
+        if provider == "anthropic":
+            if self.headers.get("anthropic-version") != "2023-06-01":
+                return error(400, "anthropic-version: header is required")
+            missing = [k for k in ("model", "max_tokens", "messages") if k not in body]
+            system = body.get("system") or ""
+        else:
+            missing = [k for k in ("model", "messages") if k not in body]
+            system = "\n".join(m.get("content") or "" for m in body.get("messages") or []
+                               if isinstance(m, dict) and m.get("role") == "system")
+        if missing:
+            return error(400, "%s: Field required" % missing[0])
+        users = [m for m in body["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+        prompt = users[-1].get("content") if users else ""
+        if isinstance(prompt, list):        # content blocks
+            prompt = "".join(b.get("text", "") for b in prompt if isinstance(b, dict))
+        entry["system"], entry["prompt"] = system, prompt
+        model, attempt = entry["model"], entry["attempt"]
+        text = mock_summary(prompt, body.get("max_tokens") or body.get("max_completion_tokens"))
+
+        def ok(text=text, finish=None, how="send"):
+            answer = ok_body(provider, model, req_id, text, finish, len(system) + len(prompt))
+            return {"status": 200, "data": json.dumps(answer).encode(), "how": how,
+                    "usage": answer["usage"], "response_model": answer["model"], "response_text": text}
+
+        if model == "mock":
+            return ok()
+        if model == "fault-500":
+            return error(500, "The server had an error while processing your request.")
+        if model == "fault-503-then-ok":
+            return ok() if attempt > 1 else error(503, "The engine is currently overloaded, please try again later.")
+        if model == "fault-429":
+            return ok() if attempt > 1 else error(429, "Rate limit reached for requests. Please try again in 1s.",
+                                                  headers=[("Retry-After", "1")])
+        if model == "fault-529":
+            return error(529, "Overloaded", "overloaded_error", headers=[("Retry-After", "1")])
+        if model == "fault-502-html":
+            return {"status": 502, "data": b"<html><body><h1>502 Bad Gateway</h1></body></html>\n",
+                    "ctype": "text/html"}
+        if model in ("fault-timeout", "fault-drip", "fault-partial"):
+            return ok(how=model[6:])
+        if model == "fault-malformed":
+            return {"status": 200, "data": b'{"id": "chatcmpl-x", "choices": [{"index": 0, message: oops}'}
+        if model == "fault-truncated-json":
+            a = ok()
+            a["data"] = a["data"][:len(a["data"]) // 2]
+            return a
+        if model == "fault-empty-choices":
+            return ok(text=None)
+        if model == "fault-empty-content":
+            return ok(text="")
+        if model == "fault-length":
+            return ok(text=text[:len(text) // 2], finish="max_tokens" if provider == "anthropic" else "length")
+        if model == "fault-html":
+            return {"status": 200, "data": b"<!DOCTYPE html><html><body>Summary</body></html>\n",
+                    "ctype": "text/html"}
+        if model == "fault-huge":
+            return ok(text="All work and no play makes a dull summary. " * 60000)     # 2.6 MB
+        if model == "fault-close":
+            return {"status": 0, "how": "close"}
+        if model == "fault-400":
+            return error(400, "prompt is too long: 210000 tokens > 200000 maximum" if provider == "anthropic" else
+                         "This model's maximum context length is 128000 tokens. "
+                         "However, your messages resulted in 130000 tokens.")
+        return error(404, "The model `%s` does not exist or you do not have access to it." % model,
+                     "not_found_error" if provider == "anthropic" else "invalid_request_error")
+
+    def act(self, a):
+        how, data = a.get("how", "send"), a.get("data", b"")
+        try:
+            if how == "timeout":
+                time.sleep(ARGS.slow)
+            if how in ("send", "timeout"):
+                return self.send(a["status"], data, a.get("ctype", "application/json"), a.get("headers", ()))
+            self.close_connection = True
+            if how == "drip":               # headers, then a byte a second
+                self.send(200, b"", length=len(data))
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(1)
+            elif how == "partial":          # half the body, then hang up
+                self.send(200, data[:len(data) // 2], length=len(data))
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:                     # the client gave up
+            self.close_connection = True
+
+
+class Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], OSError):     # clients hanging up are expected
+            super().handle_error(request, client_address)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser(description="mock OpenAI / Anthropic server for ctxwin's tests")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--key", required=True, help="the API key clients must send")
+    p.add_argument("--log", required=True, help="JSON-lines file of every request")
+    p.add_argument("--port-file", help="write the port here once listening")
+    p.add_argument("--slow", type=float, default=30.0, help="seconds fault-timeout waits")
+    ARGS = p.parse_args()
+    srv = Server(("127.0.0.1", ARGS.port), Handler)
+    srv.daemon_threads = True
+    port = srv.server_address[1]
+    print(port, flush=True)
+    if ARGS.port_file:
+        with open(ARGS.port_file + ".tmp", "w") as f:
+            f.write("%d\n" % port)
+        os.replace(ARGS.port_file + ".tmp", ARGS.port_file)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
