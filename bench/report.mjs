@@ -2,13 +2,15 @@
  * report.mjs
  *		Tabulate the RESULT lines of bench_core, tiktoken_baseline.mjs and
  *		sql_bench.sh (files named on the command line; missing ones are
- *		skipped) as Markdown tables.
+ *		skipped) as Markdown tables.  When several files hold the same
+ *		measurement (rounds of bench/run), the median of their times is
+ *		used.
  *
  * RESULT IMPL ENCODING INPUT BYTES TOKENS SECONDS
  */
 import { existsSync, readFileSync } from 'node:fs';
 
-const results = new Map();
+const runs = new Map();
 
 for (const f of process.argv.slice(2))
 {
@@ -17,13 +19,29 @@ for (const f of process.argv.slice(2))
 	for (const line of readFileSync(f, 'utf8').split('\n'))
 	{
 		const w = line.trim().split(/\s+/);
+		const key = `${w[1]} ${w[2]} ${w[3]}`;
 
 		if (w[0] !== 'RESULT' || w.length !== 7)
 			continue;
-		results.set(`${w[1]} ${w[2]} ${w[3]}`, {
+		if (!runs.has(key))
+			runs.set(key, []);
+		runs.get(key).push({
 			bytes: Number(w[4]), tokens: Number(w[5]), seconds: Number(w[6]),
 		});
 	}
+}
+
+/* A key measured in several rounds (files) gets the median of their times. */
+const results = new Map();
+
+for (const [key, list] of runs)
+{
+	const s = list.map((r) => r.seconds).sort((a, b) => a - b);
+	const m = s.length >> 1;
+
+	results.set(key, { ...list[0], seconds: s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2 });
+	if (list.some((r) => r.tokens !== list[0].tokens))
+		console.log(`warning: ${key}: token totals differ between rounds`);
 }
 
 const get = (impl, enc, input) => results.get(`${impl} ${enc} ${input}`);
