@@ -1335,7 +1335,7 @@ COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
 /*
  * One summary request to the configured provider, with retries: connection
  * failures, timeouts and 5xx back off exponentially; 429 and 529 wait as
- * Retry-After says.  The answer must be a complete, non-empty text: an
+ * Retry-After says without counting as a failed attempt.  The answer must be a complete, non-empty text: an
  * error, an empty choice list, a truncated answer (length / max_tokens) or
  * an error text never becomes a summary.  SECURITY DEFINER so that roles
  * allowed to summarize can use the server's key without seeing it or
@@ -1351,6 +1351,8 @@ DECLARE
     b jsonb;
     status int;
     attempt int := 0;
+    rate_waits int := 0;
+    requests int := 0;
     retries int := current_setting('ctxwin.llm_max_retries')::int;
     wait numeric;
     last_err text;
@@ -1372,6 +1374,7 @@ BEGIN
 
     LOOP
         wait := NULL;
+        requests := requests + 1;
         BEGIN
             r := ctxwin._llm_post(req);
         EXCEPTION WHEN connection_failure THEN
@@ -1390,16 +1393,25 @@ BEGIN
                 RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
                     USING ERRCODE = 'external_routine_exception';
             END IF;
-            IF status IN (429, 529) AND r ->> 'retry_after' ~ '^\s*[0-9]+(\.[0-9]+)?\s*$' THEN
-                wait := least((r ->> 'retry_after')::numeric, 60);
+            IF status IN (429, 529) THEN
+                -- rate limited or overloaded: wait, without charging an
+                -- attempt (up to 3 such waits per call)
+                rate_waits := rate_waits + 1;
+                IF rate_waits <= 3 THEN
+                    wait := CASE WHEN r ->> 'retry_after' ~ '^\s*[0-9]+(\.[0-9]+)?\s*$'
+                                 THEN least((r ->> 'retry_after')::numeric, 60)
+                                 ELSE least(power(2, rate_waits - 1), 30) END;
+                    PERFORM pg_sleep(wait);
+                    CONTINUE;
+                END IF;
             END IF;
         END IF;
         attempt := attempt + 1;
         IF attempt > retries THEN
-            RAISE EXCEPTION 'LLM request failed after % attempts: %', attempt, last_err
+            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
                 USING ERRCODE = 'external_routine_exception';
         END IF;
-        PERFORM pg_sleep(coalesce(wait, least(0.25 * power(2, attempt - 1), 30)));
+        PERFORM pg_sleep(least(0.25 * power(2, attempt - 1), 30));
     END LOOP;
 
     IF provider = 'anthropic' THEN
@@ -1428,7 +1440,7 @@ BEGIN
     END IF;
     RETURN jsonb_build_object('content', btrim(content), 'model', coalesce(b ->> 'model', model),
                               'usage', b -> 'usage', 'latency_ms', (r ->> 'latency_ms')::int,
-                              'attempts', attempt + 1);
+                              'requests', requests);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._llm_summarize(text, text, int, text) IS

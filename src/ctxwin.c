@@ -8,8 +8,11 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 
 #include "ctxwin.h"
 
@@ -38,9 +41,47 @@ static const struct config_enum_entry provider_options[] = {
  * anywhere); the key itself is never a setting, since PostgreSQL logs
  * changed settings' values on reload.
  */
+/*
+ * Whether a non-superuser set a value of a superuser-only LLM setting in
+ * this backend before the library was loaded (a placeholder set by
+ * connection options or SET).  Defining the setting rejects such a value,
+ * but PostgreSQL then falls back to the built-in default, not to the server
+ * configuration: the backend could send the key to the default endpoint.
+ */
+static bool
+LlmPlaceholdersTainted(void)
+{
+	static const char *const guarded[] = {
+		"ctxwin.llm_provider", "ctxwin.llm_base_url", "ctxwin.llm_api_key_file",
+		"ctxwin.llm_max_response_bytes"
+	};
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+	int			i,
+				j;
+
+	for (i = 0; i < n; i++)
+	{
+		struct config_generic *g = vars[i];
+
+		if (!(g->flags & GUC_CUSTOM_PLACEHOLDER))
+			continue;
+		for (j = 0; j < lengthof(guarded); j++)
+		{
+			if (pg_strcasecmp(g->name, guarded[j]) != 0)
+				continue;
+			if (!superuser_arg(g->reset_srole) || !superuser_arg(g->srole))
+				return true;
+		}
+	}
+	return false;
+}
+
 void
 _PG_init(void)
 {
+	ctxwin_llm_settings_tainted = LlmPlaceholdersTainted();
+
 	DefineCustomEnumVariable("ctxwin.llm_provider",
 							 gettext_noop("LLM provider for summaries: extractive (no network), openai or anthropic."),
 							 NULL, &ctxwin_llm_provider, CTXWIN_PROVIDER_EXTRACTIVE, provider_options,

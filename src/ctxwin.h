@@ -58,6 +58,7 @@ extern int	ctxwin_llm_timeout_ms;
 extern int	ctxwin_llm_max_retries;
 extern int	ctxwin_llm_max_response_bytes;
 extern bool ctxwin_flush_notify;
+extern bool ctxwin_llm_settings_tainted;
 
 /* tokenizer.c */
 extern const CtxwinEncoding *CtxwinLookupEncoding(const char *name);

@@ -50,6 +50,9 @@ int			ctxwin_llm_max_response_bytes = 1024 * 1024;
 
 static bool curl_ready = false;
 
+/* Set by _PG_init: see LlmPlaceholdersTainted in ctxwin.c. */
+bool		ctxwin_llm_settings_tainted = false;
+
 /* A response body, in malloc'd memory: callbacks must not palloc. */
 typedef struct Body
 {
@@ -267,6 +270,12 @@ llm_post(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("no LLM provider is configured"),
 				 errhint("Set \"ctxwin.llm_provider\" to openai or anthropic, or use the extractive strategy.")));
+	if (ctxwin_llm_settings_tainted)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("LLM settings of this connection were set by a role that may not set them"),
+				 errdetail("The server's values of the superuser-only ctxwin.llm_* settings were replaced before ctxwin was loaded."),
+				 errhint("Reconnect without those settings in the connection options, or load ctxwin via \"shared_preload_libraries\".")));
 	EnsureCurl();
 	url = EndpointUrl();
 	key = ReadApiKey();
@@ -356,6 +365,12 @@ llm_post(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("LLM request to \"%s\" timed out after %ld ms", url, elapsed_ms),
 				 errhint("\"ctxwin.llm_timeout_ms\" is %d.", ctxwin_llm_timeout_ms)));
+	if (rc != CURLE_OK && status != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("LLM endpoint \"%s\" broke off its answer: %s", url,
+						errbuf[0] ? errbuf : curl_easy_strerror(rc)),
+				 errdetail("HTTP status was %ld; %zu bytes had arrived.", status, body.len)));
 	if (rc != CURLE_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
