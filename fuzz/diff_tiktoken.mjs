@@ -71,7 +71,7 @@ const rep = (n, f) => { let s = ''; for (let i = 0; i < n; i++) s += f(); return
 // By General_Category, from node's own Unicode tables (which may be a newer
 // version than tiktoken's: a code point new there is unassigned, class
 // "other", for both tokenizers, which is still a valid test).
-const CATS = ['Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'Mn', 'Mc', 'Me', 'Nd', 'Nl', 'No',
+const CATS = ['Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'Mn', 'Mc', 'Me', 'Nd', 'Nl', 'No', 'Cc',
 	'Pc', 'Pd', 'Ps', 'Pe', 'Pi', 'Pf', 'Po', 'Sm', 'Sc', 'Sk', 'So', 'Cf', 'Co', 'Cn'];
 const pool = Object.fromEntries(CATS.map((c) => [c, []]));
 {
@@ -183,7 +183,7 @@ const anyCp = () => {
 // Long runs (over 256 bytes: the core merges those with a heap).
 const long = () => {
 	const n = ri(100, 1500);
-	switch (ri(0, 13)) {
+	switch (ri(0, 14)) {
 		case 0: return rep(n, () => String.fromCharCode(97 + ri(0, 25)));
 		case 1: return rep(n, () => pick(['a', 'b', 'ab', 'ba', 'aa']));
 		case 2: return rep(n, () => pick(['0', '1', '9']));
@@ -197,6 +197,7 @@ const long = () => {
 		case 10: return rep(ri(100, 700), () => pick(['\u00e9', '\u00c9', 'e\u0301', '\u00df', '\u0153']));
 		case 11: return ' '.repeat(ri(1, 300)) + pick(['x', '\n', '1', '!', '', '\t', ' y']);
 		case 12: return pick(['\t', '\n', '-', '=', '\u3000']).repeat(ri(100, 300)) + pick(['x', '']);
+		case 13: return (rnd() < 0.5 ? anyCp() : pick([from('Cc'), from('So'), fromCat('Lo')])).repeat(ri(90, 300));
 		default: return rep(n, () => pick(['\n', ' ', '\r\n', '\t']));
 	}
 };
@@ -245,7 +246,8 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ctxwin-diff-'));
 let runNo = 0;
 
 // The core's ids (and, with pieces, its piece ends) for each string.
-function core(strings, pieces = false) {
+// Runs diff_driver over the strings; returns null if it crashed.
+function runDriver(strings, pieces) {
 	const bufs = [];
 	for (const s of strings) {
 		const b = Buffer.from(s, 'utf8');
@@ -259,9 +261,66 @@ function core(strings, pieces = false) {
 		{ maxBuffer: 1 << 30, encoding: 'utf8' });
 	fs.unlinkSync(file);
 	if (r.status !== 0) {
-		console.error(`diff_driver failed (status ${r.status}, signal ${r.signal}):\n${r.stderr}`);
-		fs.writeFileSync(path.join(tmp, 'crash-input.json'), JSON.stringify(strings));
-		console.error(`its input is saved in ${tmp}/crash-input.json`);
+		lastCrash = `status ${r.status}, signal ${r.signal}: ` +
+			(r.stderr.split('\n').find((l) => /ERROR|SUMMARY|runtime error/.test(l)) || r.stderr.slice(0, 300));
+		return null;
+	}
+	return r;
+}
+let lastCrash = '';
+
+// The shortest string that still crashes the driver, from one that does.
+function shrinkCrash(s) {
+	let a = Array.from(s);
+	let chunk = Math.max(1, a.length >> 1);
+	for (;;) {
+		let found = false;
+		for (let i = 0; i < a.length && !found; i += chunk) {
+			const c = a.slice(0, i).concat(a.slice(i + chunk));
+			if (c.length > 0 && runDriver([c.join('')], false) === null) {
+				a = c;
+				found = true;
+			}
+		}
+		if (found)
+			chunk = Math.min(chunk, Math.max(1, a.length >> 1));
+		else if (chunk > 1)
+			chunk >>= 1;
+		else
+			break;
+	}
+	return a.join('');
+}
+
+// The core's ids (and, with pieces, its piece ends) for each string.  If the
+// driver crashes, finds the first string that crashes it on its own, shrinks
+// it, reports it and exits with status 3.
+function core(strings, pieces = false) {
+	const r = runDriver(strings, pieces);
+	if (r === null) {
+		const why = lastCrash;
+		let lo = 0, hi = strings.length;	// a prefix of length hi crashes
+		while (hi - lo > 1) {
+			const mid = (lo + hi) >> 1;
+			if (runDriver(strings.slice(0, mid), false) === null)
+				hi = mid;
+			else
+				lo = mid;
+		}
+		const bad = strings[hi - 1];
+		const alone = runDriver([bad], false) === null;
+		const small = alone ? shrinkCrash(bad) : bad;
+		const msg = [
+			`diff_driver CRASHED (${why})`,
+			alone ? `on this string alone (shrunk from ${Array.from(bad).length} code points):` :
+				'on a batch (the string below does not crash it alone):',
+			`  "${esc(small).slice(0, 2000)}"`,
+			`  UTF-8 bytes: ${Buffer.byteLength(small, 'utf8')}; code points: ${cps(small).slice(0, 600)}`,
+			`  crash of the shrunk string: ${runDriver([small], false) === null ? lastCrash : 'none'}`,
+		].join('\n') + '\n';
+		process.stdout.write(msg);
+		if (opts.report)
+			fs.writeFileSync(opts.report, msg);
 		process.exit(3);
 	}
 	const lines = r.stdout.split('\n');
