@@ -5,9 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 ctxwin_deps
-
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-make -j"$(nproc)" >/dev/null
-$sudo make install >/dev/null
-$sudo env PGCLIENTENCODING=UTF8 pg_virtualenv -t psql -X -v ON_ERROR_STOP=1 -f demo/demo.sql
+ctxwin_build_install
+$(ctxwin_sudo) env PGCLIENTENCODING=UTF8 pg_virtualenv -t psql -X -v ON_ERROR_STOP=1 -f demo/demo.sql

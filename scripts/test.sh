@@ -6,16 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 ctxwin_deps
-
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
 scripts/check-version.sh
-make -j"$(nproc)" all tools/corpus_check tools/corpus_check_heap
-$sudo make install >/dev/null
+ctxwin_build_install all tools/corpus_check tools/corpus_check_heap
 
 # pg_virtualenv -t: a temporary cluster, dropped afterwards; PG* variables
 # point the commands at it.
-$sudo pg_virtualenv -t bash -c '
+$(ctxwin_sudo) pg_virtualenv -t bash -c '
 	set -e
 	rc=0
 	make installcheck || { cat regression.diffs 2>/dev/null; rc=1; }
