@@ -99,7 +99,7 @@ contains_none() {
 }
 elapsed_ge() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { exit !(b - a >= m) }'; }
 
-plan 181
+plan 184
 
 psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" \
 	-c "DROP ROLE IF EXISTS $role" -c "CREATE DATABASE $db" -c "CREATE ROLE $role LOGIN PASSWORD '$rolepw'" >/dev/null
@@ -418,6 +418,29 @@ is "$(q -c "SELECT summary_through_id, summary_version, compaction_queued_at IS 
              FROM ctxwin.sessions WHERE id IN ('$c1', '$c2')")" "6|1|t|0|t"$'\n'"6|1|t|0|t" \
 	"they are summarized, off the queue, their failures cleared"
 is "$(q -c "SELECT count(*) FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL")" "0" "the queue is empty"
+
+# Two compact() at once never summarize one session twice: the first hangs on
+# its first session (fault-timeout), the second skips that one and does the
+# other; the first, when it gets to the other, finds it summarized already.
+c3=$(newsess llm)
+c4=$(newsess llm)
+q -c "SELECT part('$c3', 1), part('$c4', 1)" >/dev/null
+X="-c ctxwin.llm_model=fault-timeout -c ctxwin.llm_timeout_ms=20000 -c application_name=ctxwin_compact_a" \
+	ql openai -c "SELECT ctxwin.compact()" >"$tmp/compact_a" 2>&1 &
+bga=$!
+for _ in $(seq 1 100); do
+	[ "$(nreq)" -gt 0 ] && [ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_compact_a' AND state = 'active'")" ] && break
+	sleep 0.1
+done
+sleep 0.5
+out=$(X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()")
+is "$out" "1" "a second compact() skips the session the first holds and summarizes the other"
+q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_compact_a'" >/dev/null
+wait $bga
+is "$(q -c "SELECT count(*) FROM ctxwin.summaries WHERE session_id IN ('$c3', '$c4')")" "1" \
+	"one summary in all: no session was summarized by both"
+is "$(q -c "SELECT count(*) FROM ctxwin.sessions WHERE id IN ('$c3', '$c4') AND compaction_queued_at IS NOT NULL")" "1" \
+	"the session the canceled compact() held is still queued"
 
 # ---------------------------------------------------------------------------
 # No provider
