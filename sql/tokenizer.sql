@@ -44,6 +44,11 @@ SELECT ctxwin.count_tokens('abcdefg', 'chars4'), ctxwin.count_tokens('abcdefg', 
 SELECT ctxwin.count_tokens('ééééééé', 'chars4'), ctxwin.count_tokens('ééééééé', 'chars3.5');
 SELECT ctxwin.count_tokens('', 'chars3.5'), ctxwin.count_tokens('abcdefgh', 'chars3.5');
 
+-- long pieces in which no two adjacent bytes form a token (the long-piece
+-- merge with an empty heap); reference counts from tiktoken: 400 400 258 172
+SELECT ctxwin.count_tokens(repeat(chr(129), 200)), ctxwin.count_tokens(repeat(chr(129), 200), 'o200k_base'),
+       ctxwin.count_tokens(repeat(chr(52793), 86)), ctxwin.count_tokens(repeat(chr(52793), 86), 'o200k_base');
+
 -- a model of ctxwin.models names its encoding
 SELECT ctxwin.tokenize('hello world', 'gpt-4o') = ctxwin.tokenize('hello world', 'o200k_base') AS gpt4o,
        ctxwin.tokenize('hello world', 'gpt-4') = ctxwin.tokenize('hello world', 'cl100k_base') AS gpt4;

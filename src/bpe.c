@@ -681,8 +681,8 @@ merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 			h.where[i] = (uint32_t) h.n++;
 		}
 	}
-	/* heapify */
-	for (i = h.n / HEAP_ARITY + 1; i-- > 0;)
+	/* heapify: the nodes with children are 0 .. (h.n - 2) / HEAP_ARITY */
+	for (i = (h.n + HEAP_ARITY - 2) / HEAP_ARITY; i-- > 0;)
 		heap_down(&h, i);
 
 	while (h.n > 0)

@@ -4,9 +4,9 @@
  *		newest first and pack as many whole units as fit.
  *
  * A unit is a message, or an assistant message with tool_calls together with
- * the tool results that follow it.  The walk reads rows through an SPI cursor
- * in id order, descending, so it stops after the first unit that does not
- * fit: the rows read are O(window), whatever the length of the history.  The
+ * the tool results that follow it.  The walk reads rows in batches in id
+ * order, descending, and stops after the first unit that does not fit: the
+ * rows read are O(window), whatever the length of the history.  The
  * packed messages are returned as a jsonb array of OpenAI chat messages,
  * oldest first.  The rare case where even the newest unit does not fit (and
  * must be cut) is reported back to the caller, ctxwin._window, which handles
@@ -44,9 +44,16 @@ typedef struct WalkRow
 
 static SPIPlanPtr walk_plan = NULL;
 
+/*
+ * One batch of the walk: keyset pagination with a LIMIT, so every batch is
+ * a short backward index scan.  (An open cursor over the whole range lets
+ * the planner sort every message of the session first: measured 120 ms on
+ * a session of 100,000 messages, against 0.6 ms for 1,000.)
+ */
 static const char *const walk_query =
 "SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id = $1 AND id > $2 ORDER BY id DESC";
+"FROM ctxwin.messages WHERE session_id = $1 AND id > $2 AND id < $3 "
+"ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
 
 /* A varlena column of the current SPI row, copied, or NULL. */
 static void *
@@ -134,8 +141,8 @@ window_walk(PG_FUNCTION_ARGS)
 	int64		unit = 0;
 	bool		newest = true;
 	int64		cut_from = -1;
-	Portal		portal;
-	Datum		args[2];
+	Datum		args[3];
+	int64		below = PG_INT64_MAX;
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
 	bool		done = false;
@@ -147,8 +154,8 @@ window_walk(PG_FUNCTION_ARGS)
 		elog(ERROR, "_window_walk: SPI_connect failed");
 	if (walk_plan == NULL)
 	{
-		Oid			types[2] = {UUIDOID, INT8OID};
-		SPIPlanPtr	plan = SPI_prepare(walk_query, 2, types);
+		Oid			types[3] = {UUIDOID, INT8OID, INT8OID};
+		SPIPlanPtr	plan = SPI_prepare(walk_query, 3, types);
 
 		if (plan == NULL)
 			elog(ERROR, "_window_walk: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -157,14 +164,17 @@ window_walk(PG_FUNCTION_ARGS)
 	}
 	args[0] = session;
 	args[1] = Int64GetDatum(after_id);
-	portal = SPI_cursor_open(NULL, walk_plan, args, NULL, true);
 
 	while (!done)
 	{
 		uint64		i;
+		uint64		got;
 
-		SPI_cursor_fetch(portal, true, WALK_BATCH);
-		if (SPI_processed == 0)
+		args[2] = Int64GetDatum(below);
+		if (SPI_execute_plan(walk_plan, args, NULL, true, WALK_BATCH) != SPI_OK_SELECT)
+			elog(ERROR, "_window_walk: SPI_execute_plan failed");
+		got = SPI_processed;
+		if (got == 0)
 			break;
 		for (i = 0; i < SPI_processed && !done; i++)
 		{
@@ -196,6 +206,7 @@ window_walk(PG_FUNCTION_ARGS)
 				r->tokens = CtxwinMessageTokens(enc, r->role, r->content, r->name,
 												r->tool_call_id, r->tool_calls);
 			MemoryContextSwitchTo(old);
+			below = r->id;
 
 			unit += r->tokens;
 			/* a tool result goes with the assistant message that called it */
@@ -215,8 +226,10 @@ window_walk(PG_FUNCTION_ARGS)
 				done = true;
 			}
 		}
+		SPI_freetuptable(SPI_tuptable);
+		if (got < WALK_BATCH)
+			break;
 	}
-	SPI_cursor_close(portal);
 	SPI_finish();
 
 	/* rows[0 .. packed) newest first: emit oldest first */
