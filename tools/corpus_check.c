@@ -133,5 +133,8 @@ main(int argc, char **argv)
 		free(want);
 	}
 	printf("# %d of %d checks failed\n", failures, test_no);
+	for (size_t i = 0; i < c.n; i++)
+		free(c.rec[i].text);
+	free(c.rec);
 	return failures ? 1 : 0;
 }
