@@ -454,8 +454,7 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
 CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    s ctxwin.sessions;
-    st ctxwin.session_settings;
+    s record;
     pend text[];
     um bigint;
     ut bigint;
@@ -472,7 +471,18 @@ BEGIN
     END IF;
 
     -- the session row lock orders concurrent inserts: ids follow commit order
-    SELECT * INTO s FROM ctxwin.sessions WHERE id = NEW.session_id FOR NO KEY UPDATE;
+    -- (one query: the session, locked, with its profile's settings)
+    SELECT x.id, x.message_count, x.summary_through_id, x.unsummarized_messages, x.unsummarized_tokens,
+           x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.system_prompt, x.conversation_summary,
+           m.encoding, coalesce(p.context_window, m.context_window) AS context_window, p.trigger_ratio,
+           p.max_messages_before_summary, p.max_tokens_before_summary, p.min_recent_messages,
+           p.summary_placement
+    INTO s
+    FROM ctxwin.sessions x
+    JOIN ctxwin.profiles p ON p.name = x.profile
+    JOIN ctxwin.models m ON m.name = p.model
+    WHERE x.id = NEW.session_id
+    FOR NO KEY UPDATE OF x;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'session % does not exist', NEW.session_id
             USING ERRCODE = 'foreign_key_violation',
@@ -525,25 +535,24 @@ BEGIN
         pend := array_remove(s.pending_tool_calls, NEW.tool_call_id);
     END IF;
 
-    SELECT * INTO st FROM ctxwin.session_settings WHERE session_id = s.id;
     NEW.id := s.message_count + 1;
-    NEW.token_encoding := st.encoding;
+    NEW.token_encoding := s.encoding;
     NEW.token_count := ctxwin.message_tokens(NEW.role, NEW.content, NEW.name, NEW.tool_call_id,
-                                             NEW.tool_calls, st.encoding);
+                                             NEW.tool_calls, s.encoding);
 
     -- counters are kept in the encoding in effect now
     ut := s.unsummarized_tokens;
     pt := s.prompt_tokens;
-    IF s.count_encoding IS DISTINCT FROM st.encoding THEN
-        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding);
+    IF s.count_encoding IS DISTINCT FROM s.encoding THEN
+        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, s.encoding);
         pt := ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
-                                                            st.summary_placement), st.encoding);
+                                                            s.summary_placement), s.encoding);
     END IF;
     um := s.unsummarized_messages + 1;
     ut := ut + NEW.token_count;
-    fires := coalesce(um >= st.max_messages_before_summary, false)
-          OR coalesce(ut >= st.max_tokens_before_summary, false)
-          OR coalesce(pt + ut + 3 > st.trigger_ratio * st.context_window, false);
+    fires := coalesce(um >= s.max_messages_before_summary, false)
+          OR coalesce(ut >= s.max_tokens_before_summary, false)
+          OR coalesce(pt + ut + 3 > s.trigger_ratio * s.context_window, false);
 
     UPDATE ctxwin.sessions
     SET message_count = NEW.id,
@@ -551,10 +560,10 @@ BEGIN
         unsummarized_messages = um,
         unsummarized_tokens = ut,
         prompt_tokens = pt,
-        count_encoding = st.encoding,
+        count_encoding = s.encoding,
         pending_tool_calls = pend,
         compaction_failures = 0,
-        compaction_queued_at = CASE WHEN fires AND um > st.min_recent_messages
+        compaction_queued_at = CASE WHEN fires AND um > s.min_recent_messages
                                     THEN coalesce(compaction_queued_at, now())
                                     ELSE compaction_queued_at END,
         updated_at = now()
