@@ -20,6 +20,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/uuid.h"
@@ -171,8 +172,24 @@ window_walk(PG_FUNCTION_ARGS)
 		uint64		got;
 
 		args[2] = Int64GetDatum(below);
-		if (SPI_execute_plan(walk_plan, args, NULL, true, WALK_BATCH) != SPI_OK_SELECT)
-			elog(ERROR, "_window_walk: SPI_execute_plan failed");
+		{
+			/*
+			 * The backward scan of the primary key is the plan; without
+			 * statistics (a table never analyzed, as after pg_restore) the
+			 * planner would rather sort the session's whole history.
+			 */
+			int			nest = NewGUCNestLevel();
+			int			rc;
+
+			(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+			(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+			rc = SPI_execute_plan(walk_plan, args, NULL, true, WALK_BATCH);
+			AtEOXact_GUC(true, nest);
+			if (rc != SPI_OK_SELECT)
+				elog(ERROR, "_window_walk: SPI_execute_plan failed");
+		}
 		got = SPI_processed;
 		if (got == 0)
 			break;
