@@ -54,37 +54,7 @@ extern size_t bpeS_encode(const BpeEncoding *enc, const uint8_t *text,
 #define ENC_HEAP	(&CONCAT(bpeH_, FUZZ_ENCODING))
 #define ENC_SMALL	(&CONCAT(bpeS_, FUZZ_ENCODING))
 
-/* Hooks required by bpe.h. */
-void *
-bpe_alloc(size_t size)
-{
-	void	   *p = malloc(size ? size : 1);
-
-	if (!p)
-		abort();
-	return p;
-}
-
-void *
-bpe_realloc(void *ptr, size_t size)
-{
-	void	   *p = realloc(ptr, size ? size : 1);
-
-	if (!p)
-		abort();
-	return p;
-}
-
-void
-bpe_free(void *ptr)
-{
-	free(ptr);
-}
-
-void
-bpe_check_interrupts(void)
-{
-}
+/* The hooks bpe.h requires come from tools/standalone.c. */
 
 static void
 fail(const char *what, const uint8_t *data, size_t size, size_t at)
