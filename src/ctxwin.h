@@ -61,7 +61,6 @@ extern bool ctxwin_flush_notify;
 extern bool ctxwin_llm_settings_tainted;
 
 /* tokenizer.c */
-extern const CtxwinEncoding *CtxwinLookupEncoding(const char *name);
 extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
 extern const CtxwinEncoding *CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);

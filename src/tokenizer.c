@@ -66,22 +66,6 @@ bpe_check_interrupts(void)
 	CHECK_FOR_INTERRUPTS();
 }
 
-/*
- * The encoding called name, or NULL.
- */
-const CtxwinEncoding *
-CtxwinLookupEncoding(const char *name)
-{
-	int			i;
-
-	for (i = 0; i < lengthof(encodings); i++)
-	{
-		if (strcmp(encodings[i].name, name) == 0)
-			return &encodings[i];
-	}
-	return NULL;
-}
-
 /* The encoding called s[0..len), or NULL. */
 static const CtxwinEncoding *
 FindEncoding(const char *s, int len)
