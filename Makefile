@@ -9,6 +9,7 @@ OBJS = \
 	src/messages.o \
 	src/window.o \
 	src/llm.o \
+	src/worker.o \
 	src/bpe.o \
 	src/vocab_cl100k_base.o \
 	src/vocab_o200k_base.o
@@ -48,6 +49,7 @@ src/ctxwin.o: src/ctxwin.c src/ctxwin.h
 src/messages.o: src/messages.c src/ctxwin.h
 src/window.o: src/window.c src/ctxwin.h
 src/llm.o: src/llm.c src/ctxwin.h
+src/worker.o: src/worker.c src/ctxwin.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c

@@ -65,6 +65,10 @@ extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
 extern const CtxwinEncoding *CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
 
+/* worker.c: wake this database's worker when the transaction commits
+ * (call when a session enters the compaction queue) */
+extern void CtxwinWorkerWake(void);
+
 /* messages.c */
 extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
 								 text *name, text *tool_call_id, Jsonb *tool_calls);
