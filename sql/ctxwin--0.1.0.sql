@@ -204,6 +204,7 @@ CREATE TABLE ctxwin.sessions (
     count_encoding text,
     pending_tool_calls text[],
     compaction_queued_at timestamptz,
+    compaction_retry_at timestamptz,
     compaction_failures int NOT NULL DEFAULT 0,
     last_error text,
     last_error_at timestamptz,
@@ -229,6 +230,10 @@ COMMENT ON COLUMN ctxwin.sessions.pending_tool_calls IS
 'Ids of the tool calls of the newest assistant message with tool_calls not yet answered';
 COMMENT ON COLUMN ctxwin.sessions.compaction_queued_at IS
 'When a summary trigger fired and the session was queued for compaction (NULL: not queued)';
+COMMENT ON COLUMN ctxwin.sessions.compaction_retry_at IS
+'After a failed compaction: when the worker may try again';
+COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
+'Failed compactions since the last success or new message; at ctxwin.max_failures the worker and compact() stop trying';
 
 CREATE TABLE ctxwin.messages (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
@@ -426,6 +431,9 @@ BEGIN
               OR coalesce(NEW.unsummarized_tokens >= st.max_tokens_before_summary, false)
               OR coalesce(NEW.prompt_tokens + NEW.unsummarized_tokens + 3 > st.trigger_ratio * st.window, false);
         IF fires AND NEW.unsummarized_messages > st.min_recent_messages THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
             NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
         ELSE
             NEW.compaction_queued_at := NULL;
@@ -553,6 +561,9 @@ BEGIN
     fires := coalesce(um >= s.max_messages_before_summary, false)
           OR coalesce(ut >= s.max_tokens_before_summary, false)
           OR coalesce(pt + ut + 3 > s.trigger_ratio * s.context_window, false);
+    IF fires AND um > s.min_recent_messages THEN
+        PERFORM ctxwin._wake_worker();		-- at commit, if the worker runs
+    END IF;
 
     UPDATE ctxwin.sessions
     SET message_count = NEW.id,
@@ -1341,89 +1352,45 @@ RETURN (
 COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
 'Messages as a plain transcript with role labels, tool calls by name and arguments, tool results shortened in the middle';
 
-/*
- * One summary request to the configured provider, with retries: connection
- * failures, timeouts and 5xx back off exponentially; 429 and 529 wait as
- * Retry-After says without counting as a failed attempt.  The answer must be a complete, non-empty text: an
- * error, an empty choice list, a truncated answer (length / max_tokens) or
- * an error text never becomes a summary.  SECURITY DEFINER so that roles
- * allowed to summarize can use the server's key without seeing it or
- * sending anything but a summary request.
- */
-CREATE FUNCTION ctxwin._llm_summarize(system_prompt text, prompt text, max_tokens int, model text)
+-- The body of a summary request in the configured provider's wire format.
+CREATE FUNCTION ctxwin._llm_request(system_prompt text, prompt text, max_tokens int, model text)
 RETURNS jsonb
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    provider text := current_setting('ctxwin.llm_provider');
-    req jsonb;
-    r jsonb;
-    b jsonb;
-    status int;
-    attempt int := 0;
-    rate_waits int := 0;
-    requests int := 0;
-    retries int := current_setting('ctxwin.llm_max_retries')::int;
-    wait numeric;
-    last_err text;
+    provider text := current_setting('ctxwin.llm_provider', true);
+BEGIN
+    IF provider = 'anthropic' THEN
+        RETURN jsonb_build_object('model', model, 'max_tokens', max_tokens, 'system', system_prompt,
+                                  'messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', prompt)));
+    ELSIF provider = 'openai' THEN
+        RETURN jsonb_build_object('model', model, 'max_tokens', max_tokens, 'temperature', 0,
+                                  'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt),
+                                                                jsonb_build_object('role', 'user', 'content', prompt)));
+    END IF;
+    RAISE EXCEPTION 'no LLM provider is configured'
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Set "ctxwin.llm_provider" to openai or anthropic, or use the extractive strategy.';
+END $$;
+
+COMMENT ON FUNCTION ctxwin._llm_request(text, text, int, text) IS
+'The JSON body of a summary request for the configured provider';
+
+-- The summary in a successful (2xx) answer of _llm_post: a complete,
+-- non-empty text, or an error.  An error, an empty choice list, a truncated
+-- answer (length / max_tokens) or an empty text never becomes a summary.
+CREATE FUNCTION ctxwin._llm_answer(r jsonb, max_tokens int)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    b jsonb := r -> 'body';
     content text;
     finish text;
 BEGIN
-    IF provider = 'anthropic' THEN
-        req := jsonb_build_object('model', model, 'max_tokens', max_tokens, 'system', system_prompt,
-                                  'messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', prompt)));
-    ELSIF provider = 'openai' THEN
-        req := jsonb_build_object('model', model, 'max_tokens', max_tokens, 'temperature', 0,
-                                  'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt),
-                                                                jsonb_build_object('role', 'user', 'content', prompt)));
-    ELSE
-        RAISE EXCEPTION 'no LLM provider is configured'
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Set "ctxwin.llm_provider" to openai or anthropic, or use the extractive strategy.';
+    IF NOT coalesce((r ->> 'status')::int BETWEEN 200 AND 299, false) THEN
+        RAISE EXCEPTION 'LLM answer has HTTP status %', coalesce(r ->> 'status', 'NULL')
+            USING ERRCODE = 'external_routine_exception';
     END IF;
-
-    LOOP
-        wait := NULL;
-        requests := requests + 1;
-        BEGIN
-            r := ctxwin._llm_post(req);
-        EXCEPTION WHEN connection_failure THEN
-            last_err := SQLERRM;
-            r := NULL;
-        END;
-        IF r IS NOT NULL THEN
-            status := (r ->> 'status')::int;
-            b := r -> 'body';
-            IF status BETWEEN 200 AND 299 THEN
-                EXIT;
-            END IF;
-            last_err := format('HTTP %s: %s', status,
-                               left(coalesce(b -> 'error' ->> 'message', b ->> 'error', b::text), 300));
-            IF status NOT IN (408, 409, 429, 529) AND status < 500 THEN
-                RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
-                    USING ERRCODE = 'external_routine_exception';
-            END IF;
-            IF status IN (429, 529) THEN
-                -- rate limited or overloaded: wait, without charging an
-                -- attempt (up to 3 such waits per call)
-                rate_waits := rate_waits + 1;
-                IF rate_waits <= 3 THEN
-                    wait := CASE WHEN r ->> 'retry_after' ~ '^\s*[0-9]+(\.[0-9]+)?\s*$'
-                                 THEN least((r ->> 'retry_after')::numeric, 60)
-                                 ELSE least(power(2, rate_waits - 1), 30) END;
-                    PERFORM pg_sleep(wait);
-                    CONTINUE;
-                END IF;
-            END IF;
-        END IF;
-        attempt := attempt + 1;
-        IF attempt > retries THEN
-            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
-                USING ERRCODE = 'external_routine_exception';
-        END IF;
-        PERFORM pg_sleep(least(0.25 * power(2, attempt - 1), 30));
-    END LOOP;
-
-    IF provider = 'anthropic' THEN
+    IF r ->> 'provider' = 'anthropic' THEN
         SELECT string_agg(blk ->> 'text', '') INTO content
         FROM jsonb_array_elements(CASE WHEN jsonb_typeof(b -> 'content') = 'array' THEN b -> 'content' ELSE '[]' END) blk
         WHERE blk ->> 'type' = 'text';
@@ -1433,7 +1400,7 @@ BEGIN
                 USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
         END IF;
     ELSE
-        IF jsonb_typeof(b -> 'choices') <> 'array' OR jsonb_array_length(b -> 'choices') = 0 THEN
+        IF jsonb_typeof(b -> 'choices') IS DISTINCT FROM 'array' OR jsonb_array_length(b -> 'choices') = 0 THEN
             RAISE EXCEPTION 'LLM answer has no choices'
                 USING ERRCODE = 'external_routine_exception';
         END IF;
@@ -1447,15 +1414,112 @@ BEGIN
     IF content IS NULL OR btrim(content) = '' THEN
         RAISE EXCEPTION 'LLM answer is empty' USING ERRCODE = 'external_routine_exception';
     END IF;
-    RETURN jsonb_build_object('content', btrim(content), 'model', coalesce(b ->> 'model', model),
-                              'usage', b -> 'usage', 'latency_ms', (r ->> 'latency_ms')::int,
-                              'requests', requests);
+    RETURN jsonb_build_object('content', btrim(content), 'model', b ->> 'model',
+                              'usage', b -> 'usage', 'latency_ms', (r ->> 'latency_ms')::int);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
+'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';
+
+/*
+ * One summary request to the configured provider, with retries: connection
+ * failures, timeouts and 5xx back off exponentially; 429 and 529 wait as
+ * Retry-After says without counting as a failed attempt (up to 3 such waits).
+ * Returns the successful answer of _llm_post, with "requests" (how many were
+ * sent); _llm_answer reads the summary out of it.  SECURITY DEFINER so that
+ * roles allowed to summarize can use the server's key without seeing it or
+ * sending anything but a summary request.
+ */
+CREATE FUNCTION ctxwin._llm_summarize(system_prompt text, prompt text, max_tokens int, model text)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    req jsonb := ctxwin._llm_request(system_prompt, prompt, max_tokens, model);
+    r jsonb;
+    b jsonb;
+    status int;
+    attempt int := 0;
+    rate_waits int := 0;
+    requests int := 0;
+    retries int := current_setting('ctxwin.llm_max_retries')::int;
+    last_err text;
+BEGIN
+    LOOP
+        requests := requests + 1;
+        BEGIN
+            r := ctxwin._llm_post(req);
+        EXCEPTION WHEN connection_failure THEN
+            last_err := SQLERRM;
+            r := NULL;
+        END;
+        IF r IS NOT NULL THEN
+            status := (r ->> 'status')::int;
+            b := r -> 'body';
+            IF status BETWEEN 200 AND 299 THEN
+                RETURN r || jsonb_build_object('requests', requests);
+            END IF;
+            last_err := ctxwin._llm_error_text(r);
+            IF NOT ctxwin._llm_retryable(status) THEN
+                RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
+                    USING ERRCODE = 'external_routine_exception';
+            END IF;
+            IF status IN (429, 529) THEN
+                -- rate limited or overloaded: wait, without charging an
+                -- attempt (up to 3 such waits per call)
+                rate_waits := rate_waits + 1;
+                IF rate_waits <= 3 THEN
+                    PERFORM pg_sleep(ctxwin._llm_retry_after(r ->> 'retry_after', rate_waits));
+                    CONTINUE;
+                END IF;
+            END IF;
+        END IF;
+        attempt := attempt + 1;
+        IF attempt > retries THEN
+            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        PERFORM pg_sleep(least(0.25 * power(2, attempt - 1), 30));
+    END LOOP;
 END $$;
 
 COMMENT ON FUNCTION ctxwin._llm_summarize(text, text, int, text) IS
-'One summary request to the configured LLM, with retries and backoff; returns content, model, usage and latency, or raises';
+'One summary request to the configured LLM, with retries and backoff; returns the successful answer, or raises';
 
 REVOKE ALL ON FUNCTION ctxwin._llm_summarize(text, text, int, text) FROM PUBLIC;
+
+-- Whether an HTTP status is worth another request: timeouts, conflicts,
+-- rate limits, overload and server errors.  Other 4xx are refusals.
+CREATE FUNCTION ctxwin._llm_retryable(status int)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN status IN (408, 409, 429, 529) OR status >= 500;
+
+COMMENT ON FUNCTION ctxwin._llm_retryable(int) IS
+'Whether an LLM answer''s HTTP status is worth a retry';
+
+-- Seconds to wait after a 429 or 529: its Retry-After (seconds, at most 60),
+-- else 1, 2, 4 ... (at most 30) by how many waits came before.
+CREATE FUNCTION ctxwin._llm_retry_after(retry_after text, waits int)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$' THEN least(retry_after::numeric, 60)
+            ELSE least(power(2, greatest(waits, 1) - 1), 30) END;
+
+COMMENT ON FUNCTION ctxwin._llm_retry_after(text, int) IS
+'Seconds to wait after a rate-limited or overloaded answer';
+
+-- A short description of an LLM error answer: status and the provider's message.
+CREATE FUNCTION ctxwin._llm_error_text(r jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('HTTP %s: %s', r ->> 'status',
+              left(coalesce(r -> 'body' -> 'error' ->> 'message', r -> 'body' ->> 'error', (r -> 'body')::text), 300));
+
+COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
+'Status and message of an LLM error answer, for errors and last_error';
 
 -- The newest message id a summary may end at: at most target, after the
 -- current summary point, and not inside a tool group (the next message is no
@@ -1484,9 +1548,30 @@ RETURN (SELECT coalesce(c.will_trigger, false) FROM ctxwin.context_status(p_sess
 
 COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fires for the session now';
 
-CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
-                                         instructions text DEFAULT NULL)
-RETURNS ctxwin.summaries
+-- The unsummarized messages of a session up to an id, as chat messages.
+CREATE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+
+COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
+'Messages of a session after one id and up to another, as chat messages, oldest first';
+
+/*
+ * What the next summary of a session covers and, for the llm and hybrid
+ * strategies, the request that makes it: the first half of a summary, read
+ * in one transaction; _summary_finish writes the result in another (the
+ * worker calls the LLM in between, with no transaction open).  NULL when
+ * there is nothing to do: no trigger fires (unless forced), or every
+ * unsummarized message is among the newest min_recent_messages or in an
+ * unfinished tool group.  Without force, such a session leaves the
+ * compaction queue (the next message that fires a trigger queues it again).
+ */
+CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
+RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s ctxwin.sessions;
@@ -1494,96 +1579,143 @@ DECLARE
     strategy text;
     through bigint;
     msgs jsonb;
-    content text;
-    tokens int;
-    t0 timestamptz;
-    v int;
-    result ctxwin.summaries;
-    answer jsonb;
     facts text[];
     facts_text text;
-    used_model text;
-    usage jsonb;
+    room int;
+    plan jsonb;
+    sys text;
+    prompt text;
+    model text;
 BEGIN
-    PERFORM ctxwin._session_must_exist(session);
-    IF force IS NULL THEN
-        RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- one summarizer per session at a time (compact() takes the same lock)
-    IF NOT pg_try_advisory_xact_lock(2026112101, hashtext(session::text)) THEN
-        RAISE EXCEPTION 'session % is being summarized by another backend', session
-            USING ERRCODE = 'lock_not_available',
-                  HINT = 'Try again when that summary is done.';
-    END IF;
-    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = session;
-    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = session;
-    IF NOT force AND NOT ctxwin._session_due(session) THEN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
+    IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-
-    -- cover the oldest unsummarized messages, keeping the newest
-    -- min_recent_messages and tool groups whole
-    through := ctxwin._summary_cut(session, s.summary_through_id, s.message_count - st.min_recent_messages);
-    IF through IS NULL THEN
-        IF force THEN
-            RAISE NOTICE 'session % has nothing to summarize', session
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
+    IF p_force THEN
+        -- cover the oldest unsummarized messages, keeping the newest
+        -- min_recent_messages and tool groups whole
+        through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
+        IF through IS NULL THEN
+            RAISE NOTICE 'session % has nothing to summarize', p_session
                 USING DETAIL = format('Its %s unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).',
                                       s.message_count - s.summary_through_id, st.min_recent_messages);
+            RETURN NULL;
         END IF;
-        RETURN NULL;
+    ELSE
+        IF ctxwin._session_due(p_session) THEN
+            through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
+        END IF;
+        IF through IS NULL THEN
+            -- off the queue, unless a message arrived since we looked
+            UPDATE ctxwin.sessions x SET compaction_queued_at = NULL, compaction_retry_at = NULL
+            WHERE x.id = p_session AND x.message_count = s.message_count
+              AND x.summary_through_id = s.summary_through_id AND x.compaction_queued_at IS NOT NULL;
+            RETURN NULL;
+        END IF;
     END IF;
 
     strategy := coalesce(st.summary_strategy,
                          CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
                               THEN 'llm' ELSE 'extractive' END);
-    SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
-    INTO msgs
-    FROM ctxwin.messages m
-    WHERE m.session_id = session AND m.id > s.summary_through_id AND m.id <= through;
-
-    t0 := clock_timestamp();
+    plan := jsonb_build_object('session', p_session, 'strategy', strategy,
+                               'after', s.summary_through_id, 'through', through,
+                               'version', s.summary_version, 'encoding', st.encoding,
+                               'max_tokens', st.max_summary_tokens, 'instructions', p_instructions);
     IF strategy = 'extractive' THEN
-        content := ctxwin.extractive_summary(s.conversation_summary, msgs, st.max_summary_tokens,
-                                             st.encoding, instructions);
-    ELSE
-        IF coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') = 'extractive' THEN
-            RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
-                USING ERRCODE = 'feature_not_supported',
-                      HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
-        END IF;
-        IF strategy = 'hybrid' THEN
-            -- facts found without the LLM, kept verbatim, take up to a quarter
-            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
-                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        RETURN plan;
+    END IF;
+    IF coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') = 'extractive' THEN
+        RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
+    END IF;
+
+    msgs := ctxwin._summary_messages(p_session, s.summary_through_id, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
+            CHECK FOR INTERRUPTS;
+            facts := facts[1:cardinality(facts) - 1];
             facts_text := 'Facts: ' || array_to_string(facts, '; ');
-            WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
-                facts := facts[1:cardinality(facts) - 1];
-                facts_text := 'Facts: ' || array_to_string(facts, '; ');
-            END LOOP;
-            IF cardinality(facts) = 0 THEN
-                facts_text := NULL;
-            END IF;
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
         END IF;
-        answer := ctxwin._llm_summarize(
-            coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-                || format(' Write at most %s tokens.', st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0))
-                || coalesce(' Focus: ' || instructions, ''),
-            'Previous summary:' || E'\n' || coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)')
-                || E'\n\nNew messages:\n' || ctxwin.transcript(msgs, st.encoding),
-            st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
-            coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini'));
-        content := concat_ws(E'\n\n', facts_text, answer ->> 'content');
-        used_model := answer ->> 'model';
-        usage := answer -> 'usage';
+    END IF;
+    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n'
+              || coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)')
+              || E'\n\nNew messages:\n' || ctxwin.transcript(msgs, st.encoding);
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+                                      'prompt', prompt, 'model', model,
+                                      'request', ctxwin._llm_request(sys, prompt, room, model));
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
+'What the next summary of a session covers and the LLM request that makes it; NULL when there is nothing to summarize';
+
+/*
+ * The second half of a summary: makes the extractive summary, or reads the
+ * LLM's answer, checks it and writes it with a compare-and-set (only if the
+ * session's summary did not change since the plan), with its summaries row,
+ * flush event and NOTIFY.  Raises, leaving everything as it was, for an
+ * answer that must not become a summary.
+ */
+CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := plan ->> 'session';
+    strategy text := plan ->> 'strategy';
+    after bigint := (plan ->> 'after')::bigint;
+    through bigint := (plan ->> 'through')::bigint;
+    enc text := plan ->> 'encoding';
+    max_tokens int := (plan ->> 'max_tokens')::int;
+    prev text;
+    content text;
+    tokens int;
+    t0 timestamptz := clock_timestamp();
+    latency int;
+    v int;
+    a jsonb;
+    used_model text;
+    usage jsonb;
+    result ctxwin.summaries;
+BEGIN
+    SELECT x.conversation_summary INTO prev FROM ctxwin.sessions x
+    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = 'The new summary was discarded.',
+                  HINT = 'Call summarize_session again.';
+    END IF;
+    IF strategy = 'extractive' THEN
+        content := ctxwin.extractive_summary(prev, ctxwin._summary_messages(sid, after, through), max_tokens,
+                                             enc, plan ->> 'instructions');
+        latency := (extract(epoch FROM clock_timestamp() - t0) * 1000)::int;
+    ELSE
+        a := ctxwin._llm_answer(answer, (plan ->> 'answer_tokens')::int);
+        content := concat_ws(E'\n\n', plan ->> 'facts', a ->> 'content');
+        used_model := coalesce(a ->> 'model', plan ->> 'model');
+        usage := a -> 'usage';
+        latency := coalesce((answer ->> 'total_ms')::int, (a ->> 'latency_ms')::int);
     END IF;
     IF content IS NULL OR btrim(content) = '' THEN
         RAISE EXCEPTION 'the % summarizer returned an empty summary', strategy
             USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
     END IF;
-    tokens := ctxwin.count_tokens(content, st.encoding);
-    IF tokens > st.max_summary_tokens THEN
-        RAISE EXCEPTION 'the % summarizer returned % tokens, over max_summary_tokens (%)', strategy, tokens,
-            st.max_summary_tokens
+    tokens := ctxwin.count_tokens(content, enc);
+    IF tokens > max_tokens THEN
+        RAISE EXCEPTION 'the % summarizer returned % tokens, over max_summary_tokens (%)', strategy, tokens, max_tokens
             USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
     END IF;
 
@@ -1594,12 +1726,13 @@ BEGIN
         summary_version = x.summary_version + 1,
         summary_updated_at = now(),
         compaction_failures = 0,
+        compaction_retry_at = NULL,
         last_error = NULL,
         last_error_at = NULL
-    WHERE x.id = session AND x.summary_through_id = s.summary_through_id
+    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
     RETURNING x.summary_version INTO v;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', session
+        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
             USING ERRCODE = 'serialization_failure',
                   DETAIL = 'The new summary was discarded.',
                   HINT = 'Call summarize_session again.';
@@ -1607,21 +1740,71 @@ BEGIN
 
     INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count,
                                   strategy, model, usage, latency_ms)
-    VALUES (session, v, s.summary_through_id + 1, through, content, tokens, strategy, used_model, usage,
-            (extract(epoch FROM clock_timestamp() - t0) * 1000)::int)
+    VALUES (sid, v, after + 1, through, content, tokens, strategy, used_model, usage, latency)
     RETURNING * INTO result;
     INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
-    VALUES (session, v, s.summary_through_id + 1, through);
+    VALUES (sid, v, after + 1, through);
     IF coalesce(current_setting('ctxwin.flush_notify', true), 'on') NOT IN ('off', 'false', '0') THEN
-        PERFORM pg_notify('ctxwin_flush', json_build_object('session_id', session, 'id', v,
-                                                            'from_id', s.summary_through_id + 1,
+        PERFORM pg_notify('ctxwin_flush', json_build_object('session_id', sid, 'id', v, 'from_id', after + 1,
                                                             'through_id', through)::text);
     END IF;
     RETURN result;
 END $$;
 
+COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
+'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
+
+CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
+                                         instructions text DEFAULT NULL)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    plan jsonb;
+    answer jsonb;
+    t0 timestamptz;
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    IF force IS NULL THEN
+        RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- one summarizer per session at a time (compact() and the worker take
+    -- the same lock)
+    IF NOT pg_try_advisory_xact_lock(2026112101, hashtext(session::text)) THEN
+        RAISE EXCEPTION 'session % is being summarized by another backend', session
+            USING ERRCODE = 'lock_not_available',
+                  HINT = 'Try again when that summary is done.';
+    END IF;
+    plan := ctxwin._summary_plan(session, force, instructions);
+    IF plan IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF plan ->> 'strategy' <> 'extractive' THEN
+        t0 := clock_timestamp();
+        answer := ctxwin._llm_summarize(plan ->> 'system_prompt', plan ->> 'prompt',
+                                        (plan ->> 'answer_tokens')::int, plan ->> 'model');
+        answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000)::int);
+    END IF;
+    RETURN ctxwin._summary_finish(plan, answer);
+END $$;
+
 COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
 'Summarizes the oldest unsummarized messages of a session now, in this backend (all but the newest min_recent_messages, tool groups whole); without force only when a trigger fires. Writes the session, a summaries row and a flush event in this transaction.';
+
+-- A failed compaction attempt: counted (the circuit breaker), recorded, and
+-- not retried by the worker before retry_at.  The session stays queued.
+CREATE FUNCTION ctxwin._compaction_failed(p_session uuid, p_error text, p_retry_at timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE ctxwin.sessions
+    SET compaction_failures = compaction_failures + 1, last_error = p_error, last_error_at = now(),
+        compaction_retry_at = p_retry_at
+    WHERE id = p_session;
+END;
+
+COMMENT ON FUNCTION ctxwin._compaction_failed(uuid, text, timestamptz) IS
+'Records a failed compaction of a session: failure count, error, and when the worker may try again';
 
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
@@ -1637,28 +1820,60 @@ BEGIN
     FOR sid IN
         SELECT id FROM ctxwin.sessions
         WHERE compaction_queued_at IS NOT NULL
+          AND compaction_failures < current_setting('ctxwin.max_failures')::int
         ORDER BY compaction_queued_at
         LIMIT max_sessions
     LOOP
-        -- another compact() or summarize_session has it: skip, don't wait
+        -- another compact(), summarize_session or the worker has it: skip,
+        -- don't wait
         CONTINUE WHEN NOT pg_try_advisory_xact_lock(2026112101, hashtext(sid::text));
         BEGIN
             r := ctxwin.summarize_session(sid, false);
             IF r.session_id IS NOT NULL THEN
                 done := done + 1;
-            ELSE
-                -- nothing to do after all (a trigger no longer fires)
-                UPDATE ctxwin.sessions SET compaction_queued_at = NULL WHERE id = sid AND NOT ctxwin._session_due(sid);
             END IF;
         EXCEPTION WHEN OTHERS THEN
             -- recorded, and the session stays queued for a later attempt
-            UPDATE ctxwin.sessions
-            SET compaction_failures = compaction_failures + 1, last_error = SQLERRM, last_error_at = now()
-            WHERE id = sid;
+            PERFORM ctxwin._compaction_failed(sid, SQLERRM, NULL);
         END;
     END LOOP;
     RETURN done;
 END $$;
 
 COMMENT ON FUNCTION ctxwin.compact(int) IS
-'Summarizes up to max_sessions queued sessions in this backend, oldest queued first; sessions another backend is summarizing are skipped. Returns how many were summarized.';
+'Summarizes up to max_sessions queued sessions in this backend, oldest queued first; sessions another backend is summarizing, or whose last ctxwin.max_failures compactions failed, are skipped. Returns how many were summarized.';
+
+------------------------------------------------------------------------------
+-- The background worker (with ctxwin in shared_preload_libraries)
+------------------------------------------------------------------------------
+
+-- Wakes this database's worker when the current transaction commits; the
+-- triggers call it when a session enters the compaction queue.  Does
+-- nothing without the worker.  Resolves no names (pure C).
+CREATE FUNCTION ctxwin._wake_worker()
+RETURNS void
+AS 'MODULE_PATHNAME', 'ctxwin_wake_worker'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._wake_worker() IS
+'Wakes the background worker of this database when the transaction commits';
+
+CREATE FUNCTION ctxwin._worker_status(
+    OUT database text, OUT pid int, OUT state text, OUT started_at timestamptz, OUT restarts int,
+    OUT queue_depth bigint, OUT held_back bigint, OUT in_flight int, OUT requests bigint,
+    OUT done bigint, OUT failed bigint, OUT retries bigint, OUT rate_limited bigint,
+    OUT latency_p50_ms int, OUT latency_p95_ms int, OUT latency_p99_ms int,
+    OUT lag_p50_ms int, OUT lag_p95_ms int, OUT last_sweep_at timestamptz,
+    OUT last_error text, OUT last_error_session uuid, OUT last_error_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'ctxwin_worker_status'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._worker_status() IS
+'The background workers, one row per database of ctxwin.databases (see the view ctxwin.worker_status)';
+
+CREATE VIEW ctxwin.worker_status AS SELECT * FROM ctxwin._worker_status();
+
+COMMENT ON VIEW ctxwin.worker_status IS
+'The background workers: state, queue depth, requests in flight, done, failed, retries, request latency and queue-to-summary lag percentiles, last error. Other roles than superusers and pg_read_all_stats see their own database only; empty without shared_preload_libraries.';

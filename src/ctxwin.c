@@ -114,6 +114,27 @@ _PG_init(void)
 							 gettext_noop("Send NOTIFY ctxwin_flush when a summary is written (the flush_events row is written either way)."),
 							 NULL, &ctxwin_flush_notify, true,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("ctxwin.databases",
+							   gettext_noop("Databases the background worker compacts sessions in, separated by commas."),
+							   gettext_noop("Takes effect with ctxwin in shared_preload_libraries; one worker per database."),
+							   &ctxwin_databases, "postgres",
+							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.max_concurrent_requests",
+							gettext_noop("LLM requests one worker runs at once."),
+							NULL, &ctxwin_max_concurrent_requests, 64, 1, 1000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.naptime_ms",
+							gettext_noop("Time between the worker's sweeps of the compaction queue (it is also woken by every commit that queues a session)."),
+							NULL, &ctxwin_naptime_ms, 10000, 100, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.max_failures",
+							gettext_noop("Failed compactions after which the worker and compact() leave a session alone until a new message or summarize_session."),
+							NULL, &ctxwin_max_failures, 3, 1, 1000,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+
+	if (process_shared_preload_libraries_in_progress)
+		CtxwinWorkerRegister();
+
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("ctxwin");
 #else

@@ -60,6 +60,14 @@ extern int	ctxwin_llm_max_response_bytes;
 extern bool ctxwin_flush_notify;
 extern bool ctxwin_llm_settings_tainted;
 
+/* llm.c: one POST to the LLM endpoint, run by the caller (see llm.c) */
+typedef struct LlmTransfer LlmTransfer;
+extern void EnsureCurl(void);
+extern LlmTransfer *LlmTransferCreate(const char *request);
+extern void LlmTransferFree(LlmTransfer *t);
+extern Jsonb *LlmTransferResult(LlmTransfer *t, int curl_code);
+extern void *LlmTransferHandle(LlmTransfer *t);
+
 /* tokenizer.c */
 extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
 extern const CtxwinEncoding *CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno);
@@ -68,6 +76,11 @@ extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t
 /* worker.c: wake this database's worker when the transaction commits
  * (call when a session enters the compaction queue) */
 extern void CtxwinWorkerWake(void);
+extern void CtxwinWorkerRegister(void);
+extern char *ctxwin_databases;
+extern int	ctxwin_max_concurrent_requests;
+extern int	ctxwin_naptime_ms;
+extern int	ctxwin_max_failures;
 
 /* messages.c */
 extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,

@@ -194,12 +194,6 @@ ReadApiKey(void)
 	return key;
 }
 
-static const char *
-ProviderName(void)
-{
-	return ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "anthropic" : "openai";
-}
-
 /* The endpoint URL for a provider, palloc'd. */
 static char *
 EndpointUrl(void)
@@ -217,7 +211,7 @@ EndpointUrl(void)
 					ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "/v1/messages" : "/chat/completions");
 }
 
-static void
+void
 EnsureCurl(void)
 {
 	if (!curl_ready)
@@ -231,39 +225,37 @@ EnsureCurl(void)
 }
 
 /*
- * _llm_post(body jsonb) returns jsonb
- *
- * POSTs body to the configured provider's endpoint and returns
- * {"status": int, "body": jsonb, "retry_after": text, "latency_ms": int}
- * for any HTTP answer whose body is JSON (error statuses included, so the
- * caller can tell 429 from 400), and for an error status whose body is not
- * JSON (a proxy's 502 page; "body" is then a JSON string saying so), and
- * raises an error for everything else: no provider configured, connection
- * failure, timeout, cancel, an answer over the size limit, a 2xx answer
- * that is not JSON or is malformed.
+ * A transfer: one POST of a JSON body to the configured endpoint, set up on
+ * a curl easy handle that the caller runs (curl_easy_perform, or a multi
+ * handle).  Everything curl holds is released by LlmTransferFree, which
+ * LlmTransferResult calls before it reports anything.
  */
-Datum
-llm_post(PG_FUNCTION_ARGS)
+struct LlmTransfer
 {
-	Jsonb	   *body_jb = PG_GETARG_JSONB_P(0);
-	char	   *request = JsonbToCString(NULL, &body_jb->root, VARSIZE(body_jb));
-	char	   *url;
-	char	   *volatile key;
-	char	   *volatile auth = NULL;
-	char	   *resp;
-	CURL	   *volatile h = NULL;
-	struct curl_slist *volatile hdrs = NULL;
-	Body		body = {0};
-	Headers		rh = {{0}, {0}};
-	CURLcode	rc = CURLE_OK;
-	long		status = 0;
-	char		errbuf[CURL_ERROR_SIZE] = {0};
+	CURL	   *h;
+	struct curl_slist *hdrs;
+	char	   *request;		/* palloc'd JSON text */
+	char	   *url;			/* palloc'd */
+	char	   *auth;			/* palloc'd header with the key, zeroed on free */
+	Body		body;
+	Headers		rh;
+	char		errbuf[CURL_ERROR_SIZE];
 	TimestampTz start;
-	long		elapsed_ms;
-	JsonLexContext *lex;
-	StringInfoData out;
-	bool		is_error;
-	bool		json_ok;
+	int			provider;
+	int			timeout_ms;
+	int			max_response_bytes;
+};
+
+/*
+ * Sets up a transfer of request (JSON text) with the settings in effect now.
+ * Raises an error, holding nothing, when no provider is configured, the
+ * settings are tainted or the key cannot be read.
+ */
+LlmTransfer *
+LlmTransferCreate(const char *request)
+{
+	LlmTransfer *t;
+	char	   *key;
 
 	if (ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
 		ereport(ERROR,
@@ -277,71 +269,129 @@ llm_post(PG_FUNCTION_ARGS)
 				 errdetail("The server's values of the superuser-only ctxwin.llm_* settings were replaced before ctxwin was loaded."),
 				 errhint("Reconnect without those settings in the connection options, or load ctxwin via \"shared_preload_libraries\".")));
 	EnsureCurl();
-	url = EndpointUrl();
+
+	t = palloc0(sizeof(LlmTransfer));
+	t->request = pstrdup(request);
+	t->url = EndpointUrl();
+	t->provider = ctxwin_llm_provider;
+	t->timeout_ms = ctxwin_llm_timeout_ms;
+	t->max_response_bytes = ctxwin_llm_max_response_bytes;
+	t->body.limit = (size_t) ctxwin_llm_max_response_bytes;
 	key = ReadApiKey();
 	if (key)
-		auth = ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ?
+	{
+		t->auth = t->provider == CTXWIN_PROVIDER_ANTHROPIC ?
 			psprintf("x-api-key: %s", key) : psprintf("Authorization: Bearer %s", key);
-	body.limit = (size_t) ctxwin_llm_max_response_bytes;
-	start = GetCurrentTimestamp();
+		explicit_bzero(key, strlen(key));
+		pfree(key);
+	}
 
 	PG_TRY();
 	{
 		struct curl_slist *l = NULL;
+		CURL	   *h;
 
-		h = curl_easy_init();
+		h = t->h = curl_easy_init();
 		if (h == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("could not create a libcurl handle")));
 		l = curl_slist_append(l, "Content-Type: application/json");
-		if (l && ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC)
+		if (l && t->provider == CTXWIN_PROVIDER_ANTHROPIC)
 			l = curl_slist_append(l, "anthropic-version: 2023-06-01");
-		if (l && auth)
-			l = curl_slist_append(l, auth);
-		hdrs = l;
-		if (hdrs == NULL)
+		if (l && t->auth)
+			l = curl_slist_append(l, t->auth);
+		t->hdrs = l;
+		if (l == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("out of memory building the LLM request")));
-		curl_easy_setopt(h, CURLOPT_URL, url);
+		curl_easy_setopt(h, CURLOPT_URL, t->url);
 		curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, request);
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long) strlen(request));
-		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long) ctxwin_llm_timeout_ms);
-		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long) Min(ctxwin_llm_timeout_ms, 10000));
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, t->request);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long) strlen(t->request));
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long) t->timeout_ms);
+		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long) Min(t->timeout_ms, 10000));
 		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteBody);
-		curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, &t->body);
 		curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
-		curl_easy_setopt(h, CURLOPT_HEADERDATA, &rh);
+		curl_easy_setopt(h, CURLOPT_HEADERDATA, &t->rh);
 		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, Progress);
 		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t->errbuf);
 		curl_easy_setopt(h, CURLOPT_USERAGENT, "ctxwin/" CTXWIN_VERSION);
-		rc = curl_easy_perform(h);
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+		curl_easy_setopt(h, CURLOPT_PRIVATE, t);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		if (hdrs)
-			curl_slist_free_all(hdrs);
-		if (h)
-			curl_easy_cleanup(h);
-		if (auth)
-			explicit_bzero(auth, strlen(auth));
-		if (key)
-			explicit_bzero(key, strlen(key));
+		LlmTransferFree(t);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	t->start = GetCurrentTimestamp();
+	return t;
+}
 
+/* The curl easy handle of a transfer, to run it. */
+void *
+LlmTransferHandle(LlmTransfer *t)
+{
+	return t->h;
+}
+
+/* Releases what curl holds for a transfer (idempotent); the struct stays. */
+void
+LlmTransferFree(LlmTransfer *t)
+{
+	if (t->hdrs)
+		curl_slist_free_all(t->hdrs);
+	t->hdrs = NULL;
+	if (t->h)
+		curl_easy_cleanup(t->h);
+	t->h = NULL;
+	if (t->auth)
+		explicit_bzero(t->auth, strlen(t->auth));
+	free(t->body.data);
+	t->body.data = NULL;
+}
+
+/*
+ * The outcome of a finished transfer (rc: what curl_easy_perform or the
+ * multi handle's message said), as the jsonb
+ * {"status": int, "latency_ms": int, "provider": text, "retry_after": text,
+ *  "body": jsonb}
+ * for any HTTP answer whose body is JSON (error statuses included, so the
+ * caller can tell 429 from 400), and for an error status whose body is not
+ * JSON (a proxy's 502 page; "body" is then a JSON string saying so).  Raises
+ * an error for everything else: connection failure, timeout, cancel, an
+ * answer over the size limit, a 2xx answer that is not JSON or is
+ * malformed.  Frees the transfer's curl resources first, in every case.
+ */
+Jsonb *
+LlmTransferResult(LlmTransfer *t, int curl_code)
+{
+	CURLcode	rc = (CURLcode) curl_code;
+	long		status = 0;
+	char	   *resp;
+	size_t		len;
+	long		elapsed_ms;
+	JsonLexContext *lex;
+	StringInfoData out;
+	bool		is_error;
+	bool		json_ok;
+	bool		overflow = t->body.overflow;
+	bool		oom = t->body.oom;
+
+	if (t->h)
+		curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
 	/* from here on nothing of curl is held; move the body to palloc */
-	resp = body.data ? pnstrdup(body.data, body.len) : pstrdup("");
-	free(body.data);
-	body.data = NULL;
-	elapsed_ms = (long) ((GetCurrentTimestamp() - start) / 1000);
+	len = t->body.len;
+	resp = t->body.data ? pnstrdup(t->body.data, len) : pstrdup("");
+	LlmTransferFree(t);
+	elapsed_ms = (long) ((GetCurrentTimestamp() - t->start) / 1000);
 
 	if (rc == CURLE_ABORTED_BY_CALLBACK)
 	{
@@ -351,57 +401,57 @@ llm_post(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("LLM request canceled")));
 	}
-	if (body.overflow)
+	if (overflow)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("LLM answer is larger than %d bytes", ctxwin_llm_max_response_bytes),
+				 errmsg("LLM answer is larger than %d bytes", t->max_response_bytes),
 				 errhint("Raise \"ctxwin.llm_max_response_bytes\" if answers this large are expected.")));
-	if (body.oom)
+	if (oom)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory reading the LLM answer")));
 	if (rc == CURLE_OPERATION_TIMEDOUT)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("LLM request to \"%s\" timed out after %ld ms", url, elapsed_ms),
-				 errhint("\"ctxwin.llm_timeout_ms\" is %d.", ctxwin_llm_timeout_ms)));
+				 errmsg("LLM request to \"%s\" timed out after %ld ms", t->url, elapsed_ms),
+				 errhint("\"ctxwin.llm_timeout_ms\" is %d.", t->timeout_ms)));
 	if (rc != CURLE_OK && status != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("LLM endpoint \"%s\" broke off its answer: %s", url,
-						errbuf[0] ? errbuf : curl_easy_strerror(rc)),
-				 errdetail("HTTP status was %ld; %zu bytes had arrived.", status, body.len)));
+				 errmsg("LLM endpoint \"%s\" broke off its answer: %s", t->url,
+						t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc)),
+				 errdetail("HTTP status was %ld; %zu bytes had arrived.", status, len)));
 	if (rc != CURLE_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("could not reach LLM endpoint \"%s\": %s", url,
-						errbuf[0] ? errbuf : curl_easy_strerror(rc))));
-	if (strlen(resp) != body.len)
+				 errmsg("could not reach LLM endpoint \"%s\": %s", t->url,
+						t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc))));
+	if (strlen(resp) != len)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("LLM endpoint returned a body with a zero byte"),
 				 errdetail("HTTP status was %ld.", status)));
 	is_error = status < 200 || status > 299;
-	json_ok = pg_strncasecmp(rh.content_type, "application/json", 16) == 0;
+	json_ok = pg_strncasecmp(t->rh.content_type, "application/json", 16) == 0;
 	if (!json_ok && !is_error)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("LLM endpoint returned content type \"%s\", not JSON", rh.content_type),
+				 errmsg("LLM endpoint returned content type \"%s\", not JSON", t->rh.content_type),
 				 errdetail("HTTP status was %ld.", status)));
 	if (json_ok)
 	{
 		if (GetDatabaseEncoding() != PG_UTF8)
 		{
-			resp = pg_any_to_server(resp, (int) body.len, PG_UTF8);
-			body.len = strlen(resp);
+			resp = pg_any_to_server(resp, (int) len, PG_UTF8);
+			len = strlen(resp);
 		}
-		lex = makeJsonLexContextCstringLen(resp, (int) body.len, GetDatabaseEncoding(), false);
+		lex = makeJsonLexContextCstringLen(resp, (int) len, GetDatabaseEncoding(), false);
 		json_ok = pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS;
 		if (!json_ok && !is_error)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 					 errmsg("LLM endpoint returned malformed JSON"),
-					 errdetail("HTTP status was %ld; the body was %zu bytes.", status, body.len)));
+					 errdetail("HTTP status was %ld; the body was %zu bytes.", status, len)));
 	}
 	if (!json_ok)
 	{
@@ -415,28 +465,47 @@ llm_post(PG_FUNCTION_ARGS)
 
 		initStringInfo(&d);
 		appendStringInfoString(&d, "answer not JSON: ");
-		for (c = rh.content_type; *c; c++)
+		for (c = t->rh.content_type; *c; c++)
 			if (*c >= 0x20 && *c < 0x7f && *c != '"' && *c != '\\')
 				appendStringInfoChar(&d, *c);
-		if (rh.content_type[0] == '\0')
+		if (t->rh.content_type[0] == '\0')
 			appendStringInfoString(&d, "no content type");
-		appendStringInfo(&d, ", %zu bytes", body.len);
+		appendStringInfo(&d, ", %zu bytes", len);
 		initStringInfo(&out);
 		escape_json(&out, d.data);
 		resp = out.data;
-		body.len = out.len;
+		len = out.len;
 	}
 
 	initStringInfo(&out);
 	appendStringInfo(&out, "{\"status\": %ld, \"latency_ms\": %ld, \"provider\": ", status, elapsed_ms);
-	escape_json(&out, ProviderName());
+	escape_json(&out, t->provider == CTXWIN_PROVIDER_ANTHROPIC ? "anthropic" : "openai");
 	appendStringInfoString(&out, ", \"retry_after\": ");
-	if (rh.retry_after[0])
-		escape_json(&out, rh.retry_after);
+	if (t->rh.retry_after[0])
+		escape_json(&out, t->rh.retry_after);
 	else
 		appendStringInfoString(&out, "null");
 	appendStringInfoString(&out, ", \"body\": ");
-	appendBinaryStringInfo(&out, resp, body.len);
+	appendBinaryStringInfo(&out, resp, len);
 	appendStringInfoChar(&out, '}');
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}
+
+/*
+ * _llm_post(body jsonb) returns jsonb
+ *
+ * POSTs body to the configured provider's endpoint, in this backend, and
+ * returns LlmTransferResult's jsonb, or raises its error.
+ */
+Datum
+llm_post(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *body_jb = PG_GETARG_JSONB_P(0);
+	char	   *request = JsonbToCString(NULL, &body_jb->root, VARSIZE(body_jb));
+	LlmTransfer *t = LlmTransferCreate(request);
+	CURLcode	rc;
+
+	/* curl calls no ereport: the callbacks only record and return */
+	rc = curl_easy_perform(t->h);
+	PG_RETURN_JSONB_P(LlmTransferResult(t, (int) rc));
 }

@@ -1,16 +1,1680 @@
 /*
  * worker.c
- *		The background worker that compacts queued sessions.
+ *		The background workers that compact queued sessions.
+ *
+ * With ctxwin in shared_preload_libraries, the postmaster starts the ctxwin
+ * launcher.  It connects to no database; for each database named in
+ * ctxwin.databases that exists it starts one ctxwin worker (a dynamic
+ * background worker), restarts it with backoff when it exits, and stops it
+ * when the database leaves the list.
+ *
+ * A worker serves one database:
+ *	- It sleeps on its latch.  The insert trigger calls CtxwinWorkerWake()
+ *	  when a session enters the compaction queue; at commit that sets the
+ *	  slot's wake flag and the worker's latch (no polling).  A sweep every
+ *	  ctxwin.naptime_ms is the backstop (a changed profile, a restart).
+ *	- It claims queued sessions in one short transaction: for each, a
+ *	  session-level advisory lock (the key summarize_session and compact()
+ *	  take, so no two of them ever summarize one session at once) and the
+ *	  plan of its summary (ctxwin._summary_plan).  Extractive summaries are
+ *	  made right there.  The transaction commits before any HTTP request.
+ *	- It runs up to ctxwin.max_concurrent_requests LLM requests at once on a
+ *	  libcurl multi handle, with no transaction open.  Failed requests are
+ *	  retried with exponential backoff (up to ctxwin.llm_max_retries); 429 and
+ *	  529 wait as Retry-After says without counting as a failure.
+ *	- It writes the answers in one transaction per batch, each in its own
+ *	  subtransaction, with ctxwin._summary_finish's compare-and-set: a summary
+ *	  is discarded if the session's summary changed meanwhile.  A failed
+ *	  compaction is recorded on the session (compaction_failures, last_error,
+ *	  compaction_retry_at); after ctxwin.max_failures the session is left
+ *	  alone until a new message arrives or somebody calls summarize_session.
+ *
+ * The queue is the sessions table itself (compaction_queued_at), so a crash
+ * or restart loses nothing: locks die with the process, and unfinished work
+ * is planned again.  Nothing the worker holds survives it but the counters
+ * in shared memory, which hold no pointers.
+ *
+ * DROP DATABASE (and renaming a database) needs every connection to that
+ * database gone: a utility hook stops its worker first and keeps the
+ * launcher from restarting it for a while.
  */
 #include "postgres.h"
 
+#include <curl/curl.h>
+#include <signal.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_authid.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/ilist.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/procsignal.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+#include "utils/varlena.h"
+
 #include "ctxwin.h"
 
+PG_FUNCTION_INFO_V1(ctxwin_wake_worker);
+PG_FUNCTION_INFO_V1(ctxwin_worker_status);
+
+PGDLLEXPORT void ctxwin_launcher_main(Datum arg);
+PGDLLEXPORT void ctxwin_worker_main(Datum arg);
+
+/* The advisory lock key of summarize_session and compact(), first half. */
+#define SUMMARY_LOCK_KEY 2026112101
+
+#define MAX_DATABASES 32
+#define LATENCY_RING 512
+
+/* Settings (defined in ctxwin.c) */
+char	   *ctxwin_databases = NULL;
+int			ctxwin_max_concurrent_requests = 64;
+int			ctxwin_naptime_ms = 10000;
+int			ctxwin_max_failures = 3;
+
+typedef enum WorkerState
+{
+	WS_STOPPED,
+	WS_STARTING,
+	WS_IDLE,
+	WS_WORKING,
+	WS_NO_EXTENSION,
+	WS_NO_DATABASE,
+	WS_PAUSED
+} WorkerState;
+
+static const char *const state_names[] = {
+	"stopped", "starting", "idle", "working", "no extension", "no such database", "paused"
+};
+
+/* One database's worker, in shared memory.  No pointers. */
+typedef struct WorkerSlot
+{
+	slock_t		mutex;
+	bool		in_use;			/* named in ctxwin.databases */
+	char		dbname[NAMEDATALEN];
+	Oid			dboid;
+	pid_t		pid;			/* the worker's, 0 when none runs */
+	int			procno;			/* its PGPROC number, for SetLatch */
+	pg_atomic_uint32 wake;		/* a commit queued a session */
+	TimestampTz paused_until;	/* no restart before (DROP DATABASE) */
+	TimestampTz started_at;
+	int			restarts;
+	WorkerState state;
+	/* counters and figures the worker keeps */
+	int64		queue_depth;
+	int64		held_back;		/* queued, but at max_failures */
+	int			in_flight;
+	int64		done;
+	int64		failed;
+	int64		retries;
+	int64		rate_limited;
+	int64		requests;
+	TimestampTz last_sweep_at;
+	TimestampTz last_done_at;
+	TimestampTz last_error_at;
+	char		last_error[256];
+	char		last_error_session[37];
+	int			lat_n;			/* request latencies, ms, a ring */
+	int32		lat[LATENCY_RING];
+	int			lag_n;			/* queued to written, ms, a ring */
+	int32		lag[LATENCY_RING];
+} WorkerSlot;
+
+typedef struct WorkerShared
+{
+	slock_t		mutex;
+	pid_t		launcher_pid;
+	int			launcher_procno;
+	pg_atomic_uint32 launcher_wake;
+	WorkerSlot	slots[MAX_DATABASES];
+} WorkerShared;
+
+static WorkerShared *shared = NULL;
+
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
+
+/* ---------------------------------------------------------------------------
+ * Shared memory and hooks
+ * ------------------------------------------------------------------------- */
+
+static void
+WorkerShmemRequest(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
+}
+
+static void
+WorkerShmemStartup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("ctxwin worker", sizeof(WorkerShared), &found);
+	if (!found)
+	{
+		int			i;
+
+		memset(shared, 0, sizeof(WorkerShared));
+		SpinLockInit(&shared->mutex);
+		pg_atomic_init_u32(&shared->launcher_wake, 0);
+		for (i = 0; i < MAX_DATABASES; i++)
+		{
+			SpinLockInit(&shared->slots[i].mutex);
+			pg_atomic_init_u32(&shared->slots[i].wake, 0);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static void
+SetProcLatch(int procno)
+{
+	if (procno >= 0 && procno < ProcGlobal->allProcCount)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/* Wakes a database's worker; true if one runs. */
+static bool
+WakeDatabase(Oid dboid)
+{
+	int			i;
+	bool		woke = false;
+
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot *s = &shared->slots[i];
+		int			procno = -1;
+
+		SpinLockAcquire(&s->mutex);
+		if (s->in_use && s->dboid == dboid && s->pid != 0)
+			procno = s->procno;
+		SpinLockRelease(&s->mutex);
+		if (procno >= 0)
+		{
+			pg_atomic_write_u32(&s->wake, 1);
+			SetProcLatch(procno);
+			woke = true;
+		}
+	}
+	return woke;
+}
+
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
+
+static void
+WakeXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit && shared != NULL)
+				WakeDatabase(MyDatabaseId);
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
 /*
- * Called when a transaction queues a session for compaction: the worker of
- * this database is woken when the transaction commits.
+ * A session entered the compaction queue in this transaction: wake the
+ * worker when (if) it commits.  Without the worker loaded, nothing to do.
  */
 void
 CtxwinWorkerWake(void)
 {
+	if (shared == NULL)
+		return;
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(WakeXactCallback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_at_commit = true;
+}
+
+/* _wake_worker(): CtxwinWorkerWake for the PL/pgSQL triggers. */
+Datum
+ctxwin_wake_worker(PG_FUNCTION_ARGS)
+{
+	CtxwinWorkerWake();
+	PG_RETURN_VOID();
+}
+
+/*
+ * Before DROP DATABASE or ALTER DATABASE ... RENAME, which fail while anyone
+ * is connected to the database: stop its worker, keep the launcher from
+ * restarting it for a while, and wait (a little) for it to be gone.  Only
+ * for a role that may do the command, so others cannot pause a worker.
+ */
+static void
+StopWorkerFor(const char *dbname)
+{
+	Oid			dboid = get_database_oid(dbname, true);
+	int			i;
+	pid_t		pids[MAX_DATABASES];
+	int			n = 0;
+	int			waited;
+
+	if (!OidIsValid(dboid) || !pg_database_ownercheck(dboid, GetUserId()))
+		return;
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot *s = &shared->slots[i];
+
+		SpinLockAcquire(&s->mutex);
+		if (s->in_use && strcmp(s->dbname, dbname) == 0)
+		{
+			s->paused_until = GetCurrentTimestamp() + 10 * USECS_PER_SEC;
+			if (s->pid != 0)
+				pids[n++] = s->pid;
+		}
+		SpinLockRelease(&s->mutex);
+	}
+	for (i = 0; i < n; i++)
+		kill(pids[i], SIGTERM);
+	for (waited = 0; n > 0 && waited < 5000; waited += 10)
+	{
+		bool		gone = true;
+
+		for (i = 0; i < n; i++)
+			if (kill(pids[i], 0) == 0)
+				gone = false;
+		if (gone)
+			break;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(10000L);
+	}
+}
+
+static void
+WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					 ProcessUtilityContext context, ParamListInfo params,
+					 QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *n = pstmt->utilityStmt;
+
+	if (IsA(n, DropdbStmt))
+		StopWorkerFor(((DropdbStmt *) n)->dbname);
+	else if (IsA(n, RenameStmt) && ((RenameStmt *) n)->renameType == OBJECT_DATABASE)
+		StopWorkerFor(((RenameStmt *) n)->subname);
+
+	if (prev_process_utility_hook)
+		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
+								  queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+/*
+ * Called from _PG_init while the postmaster loads shared_preload_libraries:
+ * shared memory, the hooks and the launcher.
+ */
+void
+CtxwinWorkerRegister(void)
+{
+	BackgroundWorker w;
+
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = WorkerShmemRequest;
+#else
+	WorkerShmemRequest();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = WorkerShmemStartup;
+	prev_process_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = WorkerProcessUtility;
+
+	memset(&w, 0, sizeof(w));
+	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w.bgw_restart_time = 5;
+	snprintf(w.bgw_library_name, BGW_MAXLEN, "ctxwin");
+	snprintf(w.bgw_function_name, BGW_MAXLEN, "ctxwin_launcher_main");
+	snprintf(w.bgw_name, BGW_MAXLEN, "ctxwin launcher");
+	snprintf(w.bgw_type, BGW_MAXLEN, "ctxwin launcher");
+	RegisterBackgroundWorker(&w);
+}
+
+/* ---------------------------------------------------------------------------
+ * The launcher
+ * ------------------------------------------------------------------------- */
+
+/* What the launcher alone knows of each slot. */
+typedef struct LauncherSlot
+{
+	BackgroundWorkerHandle *handle;
+	TimestampTz next_start;		/* not before (backoff) */
+	int			backoff_ms;
+	TimestampTz started;
+} LauncherSlot;
+
+static LauncherSlot lslots[MAX_DATABASES];
+
+/* The databases of ctxwin.databases, as a list of names (palloc'd). */
+static List *
+ConfiguredDatabases(void)
+{
+	char	   *raw = pstrdup(ctxwin_databases ? ctxwin_databases : "");
+	List	   *names = NIL;
+
+	if (!SplitIdentifierString(raw, ',', &names))
+	{
+		ereport(LOG,
+				(errmsg("ctxwin launcher: invalid list syntax in \"ctxwin.databases\""),
+				 errhint("Name the databases separated by commas.")));
+		return NIL;
+	}
+	return names;
+}
+
+static void
+SetSlotState(WorkerSlot *s, WorkerState st)
+{
+	SpinLockAcquire(&s->mutex);
+	s->state = st;
+	SpinLockRelease(&s->mutex);
+}
+
+/* Makes the slots follow ctxwin.databases: new names get a slot, gone ones are stopped. */
+static void
+LauncherSyncSlots(void)
+{
+	List	   *names = ConfiguredDatabases();
+	ListCell   *lc;
+	int			i;
+
+	/* stop the workers of databases no longer listed */
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot *s = &shared->slots[i];
+		bool		listed = false;
+
+		if (!s->in_use)
+			continue;
+		foreach(lc, names)
+			if (strcmp((char *) lfirst(lc), s->dbname) == 0)
+				listed = true;
+		if (listed)
+			continue;
+		if (lslots[i].handle)
+			TerminateBackgroundWorker(lslots[i].handle);
+		SpinLockAcquire(&s->mutex);
+		s->in_use = false;
+		SpinLockRelease(&s->mutex);
+	}
+	/* give new names a slot */
+	foreach(lc, names)
+	{
+		char	   *name = (char *) lfirst(lc);
+		int			free_slot = -1;
+		bool		have = false;
+
+		for (i = 0; i < MAX_DATABASES; i++)
+		{
+			if (shared->slots[i].in_use && strcmp(shared->slots[i].dbname, name) == 0)
+				have = true;
+			else if (!shared->slots[i].in_use && shared->slots[i].pid == 0 &&
+					 lslots[i].handle == NULL && free_slot < 0)
+				free_slot = i;
+		}
+		if (have)
+			continue;
+		if (free_slot < 0)
+		{
+			ereport(LOG,
+					(errmsg("ctxwin launcher: more than %d databases in \"ctxwin.databases\"; \"%s\" is not served",
+							MAX_DATABASES, name)));
+			continue;
+		}
+		{
+			WorkerSlot *s = &shared->slots[free_slot];
+			pid_t		pid = s->pid;
+
+			memset(((char *) s) + offsetof(WorkerSlot, dbname), 0,
+				   sizeof(WorkerSlot) - offsetof(WorkerSlot, dbname));
+			pg_atomic_init_u32(&s->wake, 0);
+			SpinLockAcquire(&s->mutex);
+			strlcpy(s->dbname, name, NAMEDATALEN);
+			s->pid = pid;
+			s->state = WS_STOPPED;
+			s->in_use = true;
+			SpinLockRelease(&s->mutex);
+			lslots[free_slot].backoff_ms = 0;
+			lslots[free_slot].next_start = 0;
+		}
+	}
+}
+
+/* Starts the worker of slot i; false if the postmaster has no room. */
+static bool
+LauncherStart(int i)
+{
+	BackgroundWorker w;
+	WorkerSlot *s = &shared->slots[i];
+
+	memset(&w, 0, sizeof(w));
+	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(w.bgw_library_name, BGW_MAXLEN, "ctxwin");
+	snprintf(w.bgw_function_name, BGW_MAXLEN, "ctxwin_worker_main");
+	snprintf(w.bgw_name, BGW_MAXLEN, "ctxwin worker for database %s", s->dbname);
+	snprintf(w.bgw_type, BGW_MAXLEN, "ctxwin worker");
+	w.bgw_main_arg = Int32GetDatum(i);
+	w.bgw_notify_pid = MyProcPid;
+	if (!RegisterDynamicBackgroundWorker(&w, &lslots[i].handle))
+	{
+		lslots[i].handle = NULL;
+		return false;
+	}
+	SetSlotState(s, WS_STARTING);
+	lslots[i].started = GetCurrentTimestamp();
+	return true;
+}
+
+/* Whether a database exists (the launcher reads the shared catalog). */
+static Oid
+LauncherDatabaseOid(const char *name)
+{
+	Oid			oid = InvalidOid;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	/* a heap scan, as the autovacuum launcher does: no database selected */
+	StartTransactionCommand();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database d = (Form_pg_database) GETSTRUCT(tup);
+
+		if (strcmp(NameStr(d->datname), name) == 0)
+		{
+			oid = d->oid;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	return oid;
+}
+
+static void
+LauncherShutdown(int code, Datum arg)
+{
+	int			i;
+
+	/* the workers go with the launcher; the next launcher starts them again */
+	for (i = 0; i < MAX_DATABASES; i++)
+		if (lslots[i].handle)
+			TerminateBackgroundWorker(lslots[i].handle);
+	SpinLockAcquire(&shared->mutex);
+	shared->launcher_pid = 0;
+	SpinLockRelease(&shared->mutex);
+}
+
+void
+ctxwin_launcher_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("ctxwin launcher");
+
+	SpinLockAcquire(&shared->mutex);
+	shared->launcher_pid = MyProcPid;
+	shared->launcher_procno = MyProc->pgprocno;
+	SpinLockRelease(&shared->mutex);
+	before_shmem_exit(LauncherShutdown, (Datum) 0);
+
+	/* slots of an earlier launcher: their workers are gone or going */
+	{
+		int			i;
+
+		for (i = 0; i < MAX_DATABASES; i++)
+		{
+			SpinLockAcquire(&shared->slots[i].mutex);
+			shared->slots[i].in_use = false;
+			SpinLockRelease(&shared->slots[i].mutex);
+		}
+	}
+	LauncherSyncSlots();
+	ereport(LOG, (errmsg("ctxwin launcher started for databases \"%s\"",
+						 ctxwin_databases ? ctxwin_databases : "")));
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		wait_ms = 60000;
+		int			i;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			LauncherSyncSlots();
+		}
+		now = GetCurrentTimestamp();
+		for (i = 0; i < MAX_DATABASES; i++)
+		{
+			WorkerSlot *s = &shared->slots[i];
+			LauncherSlot *l = &lslots[i];
+			pid_t		pid;
+
+			if (l->handle)
+			{
+				BgwHandleStatus st = GetBackgroundWorkerPid(l->handle, &pid);
+
+				if (st == BGWH_STARTED || st == BGWH_NOT_YET_STARTED)
+					continue;
+				/* it stopped: start again after a backoff that grows
+				 * while it keeps failing soon after its start */
+				pfree(l->handle);
+				l->handle = NULL;
+				if (now - l->started > 60 * USECS_PER_SEC)
+					l->backoff_ms = 0;
+				l->backoff_ms = l->backoff_ms == 0 ? 1000 : Min(l->backoff_ms * 2, 60000);
+				l->next_start = now + (TimestampTz) l->backoff_ms * 1000;
+				SpinLockAcquire(&s->mutex);
+				s->restarts++;
+				if (s->state != WS_PAUSED)
+					s->state = WS_STOPPED;
+				SpinLockRelease(&s->mutex);
+			}
+			if (!s->in_use)
+				continue;
+			if (s->paused_until > now)
+			{
+				SetSlotState(s, WS_PAUSED);
+				wait_ms = Min(wait_ms, (s->paused_until - now) / 1000 + 1);
+				continue;
+			}
+			if (l->next_start > now)
+			{
+				wait_ms = Min(wait_ms, (l->next_start - now) / 1000 + 1);
+				continue;
+			}
+			if (!OidIsValid(LauncherDatabaseOid(s->dbname)))
+			{
+				/* look again later; no process is forked for it */
+				SetSlotState(s, WS_NO_DATABASE);
+				l->next_start = now + (TimestampTz) Max(ctxwin_naptime_ms, 10000) * 1000;
+				wait_ms = Min(wait_ms, Max(ctxwin_naptime_ms, 10000));
+				continue;
+			}
+			if (!LauncherStart(i))
+			{
+				ereport(LOG,
+						(errmsg("ctxwin launcher: could not start the worker for database \"%s\"", s->dbname),
+						 errhint("Raise \"max_worker_processes\": ctxwin needs one worker per database and one launcher.")));
+				l->backoff_ms = l->backoff_ms == 0 ? 1000 : Min(l->backoff_ms * 2, 60000);
+				l->next_start = now + (TimestampTz) l->backoff_ms * 1000;
+				wait_ms = Min(wait_ms, l->backoff_ms);
+			}
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(wait_ms, 10), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ---------------------------------------------------------------------------
+ * The worker
+ * ------------------------------------------------------------------------- */
+
+/* A session being summarized with the LLM. */
+typedef struct Job
+{
+	dlist_node	node;
+	MemoryContext cxt;			/* everything of the job */
+	char		session[UUID_LEN * 2 + 5];
+	int32		lock_key;
+	char	   *plan;			/* JSON text */
+	char	   *request;		/* JSON text */
+	TimestampTz queued_at;
+	TimestampTz first_sent;
+	TimestampTz next_at;		/* when to send (again) */
+	LlmTransfer *xfer;			/* in flight, or NULL */
+	int			attempts;		/* failed requests, charged */
+	int			rate_waits;
+	int			requests;
+	char	   *last_error;
+	/* set when a transfer finished, for the next write batch */
+	int			curl_code;
+	Jsonb	   *answer;
+	char	   *error;			/* the transfer failed with this */
+	bool		finished;
+	bool		dead;			/* done with: freed after the commit */
+} Job;
+
+static WorkerSlot *MySlot = NULL;
+static dlist_head jobs = DLIST_STATIC_INIT(jobs);
+static int	njobs = 0;
+static int	ninflight = 0;
+static CURLM *multi = NULL;
+static MemoryContext WorkerContext = NULL;
+
+/* Advisory locks to release once the transaction that used them commits. */
+static int32 unlock_keys[1024];
+static int	nunlock = 0;
+
+static void
+SlotError(const char *session, const char *msg)
+{
+	SpinLockAcquire(&MySlot->mutex);
+	strlcpy(MySlot->last_error, msg, sizeof(MySlot->last_error));
+	strlcpy(MySlot->last_error_session, session ? session : "", sizeof(MySlot->last_error_session));
+	MySlot->last_error_at = GetCurrentTimestamp();
+	SpinLockRelease(&MySlot->mutex);
+}
+
+static void
+SlotAdd(int64 *counter, int64 n)
+{
+	SpinLockAcquire(&MySlot->mutex);
+	*counter += n;
+	MySlot->in_flight = ninflight;
+	SpinLockRelease(&MySlot->mutex);
+}
+
+static void
+SlotRing(int32 *ring, int *n, int64 ms)
+{
+	SpinLockAcquire(&MySlot->mutex);
+	ring[*n % LATENCY_RING] = (int32) Min(ms, PG_INT32_MAX);
+	(*n)++;
+	SpinLockRelease(&MySlot->mutex);
+}
+
+static void
+AdvisoryTag(LOCKTAG *tag, int32 key)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) SUMMARY_LOCK_KEY, (uint32) key, 2);
+}
+
+static bool
+TryLockSession(int32 key)
+{
+	LOCKTAG		tag;
+
+	AdvisoryTag(&tag, key);
+	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+static void
+UnlockSession(int32 key)
+{
+	LOCKTAG		tag;
+
+	AdvisoryTag(&tag, key);
+	LockRelease(&tag, ExclusiveLock, true);
+}
+
+/* Releases a session's lock after the current transaction (or now, outside one). */
+static void
+UnlockLater(int32 key)
+{
+	if (!IsTransactionState() || nunlock >= lengthof(unlock_keys))
+		UnlockSession(key);
+	else
+		unlock_keys[nunlock++] = key;
+}
+
+/* Done with a job: it is freed, and its session unlocked, after the commit. */
+static void
+JobDone(Job *j)
+{
+	j->dead = true;
+}
+
+/* After a commit: unlock what it wrote, free the jobs it finished. */
+static void
+AfterCommit(void)
+{
+	dlist_mutable_iter it;
+	int			i;
+
+	for (i = 0; i < nunlock; i++)
+		UnlockSession(unlock_keys[i]);
+	nunlock = 0;
+	dlist_foreach_modify(it, &jobs)
+	{
+		Job		   *j = dlist_container(Job, node, it.cur);
+
+		if (!j->dead)
+			continue;
+		if (j->xfer)
+		{
+			curl_multi_remove_handle(multi, LlmTransferHandle(j->xfer));
+			LlmTransferFree(j->xfer);
+			j->xfer = NULL;
+			ninflight--;
+		}
+		UnlockSession(j->lock_key);
+		dlist_delete(&j->node);
+		njobs--;
+		MemoryContextDelete(j->cxt);
+	}
+}
+
+/*
+ * Runs one SQL statement with text arguments in a subtransaction.  Returns
+ * true and the first column of the first row (text, in the caller's context,
+ * NULL for SQL NULL) in *result; on an error, false with the message in
+ * *errmsg_out and its SQLSTATE in *sqlstate, the subtransaction rolled back.
+ */
+static bool
+SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
+			 char **result, char **errmsg_out, int *sqlstate)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	if (result)
+		*result = NULL;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 1);
+
+		if (rc < 0)
+			elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+		if (result && SPI_processed > 0 && SPI_tuptable)
+		{
+			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+			*result = v ? MemoryContextStrdup(oldcxt, v) : NULL;
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(oldcxt);
+		e = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		if (errmsg_out)
+			*errmsg_out = pstrdup(e->message ? e->message : "unknown error");
+		if (sqlstate)
+			*sqlstate = e->sqlerrcode;
+		FreeErrorData(e);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/* Records a failed compaction of a session, to retry after a backoff. */
+static void
+RecordFailure(const char *session, const char *msg, int failures_before)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
+	Datum		values[3];
+	char	   *err;
+	int			backoff_s = 5 << Min(failures_before, 10);
+
+	values[0] = CStringGetTextDatum(session);
+	values[1] = CStringGetTextDatum(msg);
+	values[2] = Int32GetDatum(Min(backoff_s, 3600));
+	if (!SubxactQuery("SELECT ctxwin._compaction_failed($1::uuid, $2, now() + make_interval(secs => $3))",
+					  3, types, values, NULL, NULL, &err, NULL))
+		ereport(LOG,
+				(errmsg("ctxwin worker could not record the failure of session %s: %s", session, err)));
+	SlotAdd(&MySlot->failed, 1);
+	SlotError(session, msg);
+}
+
+static bool
+ExtensionPresent(void)
+{
+	return OidIsValid(get_extension_oid("ctxwin", true));
+}
+
+static void
+BeginWork(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+static void
+EndWork(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * The claim: up to room queued sessions, oldest first, that no one else is
+ * summarizing; each is planned, and made at once if extractive.  Returns
+ * how many candidates the queue offered (room: there may be more).
+ */
+static int
+ClaimSessions(int room, bool count_queue, TimestampTz *next_retry, int *progressed)
+{
+	Oid			types[3] = {INT4OID, TEXTARRAYOID, INT4OID};
+	Datum		values[3];
+	Datum	   *ids;
+	dlist_iter	it;
+	int			i = 0;
+	int			n;
+	int			offered;
+	MemoryContext cxt = CurrentMemoryContext;
+	char	  **cand_ids;
+	int32	   *cand_keys;
+	TimestampTz *cand_queued;
+
+	if (count_queue)
+	{
+		if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
+								  "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
+								  "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
+								  1, types, (Datum[]) {Int32GetDatum(ctxwin_max_failures)}, NULL,
+								  true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		{
+			bool		isnull;
+			int64		depth = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			int64		held = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+			Datum		retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+
+			if (!isnull && DatumGetTimestampTz(retry) < *next_retry)
+				*next_retry = DatumGetTimestampTz(retry);
+			SpinLockAcquire(&MySlot->mutex);
+			MySlot->queue_depth = depth;
+			MySlot->held_back = held;
+			MySlot->last_sweep_at = GetCurrentTimestamp();
+			SpinLockRelease(&MySlot->mutex);
+		}
+	}
+
+	/* the sessions this worker has in hand already */
+	ids = palloc(sizeof(Datum) * (njobs + 1));
+	dlist_foreach(it, &jobs)
+		ids[i++] = CStringGetTextDatum(dlist_container(Job, node, it.cur)->session);
+	values[0] = Int32GetDatum(ctxwin_max_failures);
+	values[1] = PointerGetDatum(construct_array(ids, i, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = Int32GetDatum(room);
+	if (SPI_execute_with_args("SELECT id::text, hashtext(id::text), compaction_queued_at FROM ctxwin.sessions "
+							  "WHERE compaction_queued_at IS NOT NULL AND compaction_failures < $1 "
+							  "AND (compaction_retry_at IS NULL OR compaction_retry_at <= now()) "
+							  "AND id::text <> ALL ($2) "
+							  "ORDER BY compaction_queued_at LIMIT $3",
+							  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the compaction queue");
+	offered = n = (int) SPI_processed;
+	cand_ids = palloc(sizeof(char *) * (n + 1));
+	cand_keys = palloc(sizeof(int32) * (n + 1));
+	cand_queued = palloc(sizeof(TimestampTz) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		cand_ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+		cand_keys[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		cand_queued[i] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
+	}
+	SPI_freetuptable(SPI_tuptable);
+
+	for (i = 0; i < n; i++)
+	{
+		Oid			ptypes[1] = {TEXTOID};
+		Datum		pvalues[1];
+		char	   *plan = NULL;
+		char	   *err = NULL;
+		int			code = 0;
+
+		CHECK_FOR_INTERRUPTS();
+		/* someone else (compact(), summarize_session, another worker) has it */
+		if (!TryLockSession(cand_keys[i]))
+			continue;
+		(*progressed)++;
+		pvalues[0] = CStringGetTextDatum(cand_ids[i]);
+		if (!SubxactQuery("SELECT ctxwin._summary_plan($1::uuid, false, NULL)::text",
+						  1, ptypes, pvalues, NULL, &plan, &err, &code))
+		{
+			RecordFailure(cand_ids[i], err, 0);
+			UnlockLater(cand_keys[i]);
+			continue;
+		}
+		if (plan == NULL)
+		{
+			/* nothing to do after all: _summary_plan took it off the queue */
+			UnlockLater(cand_keys[i]);
+			continue;
+		}
+		{
+			Oid			ftypes[1] = {TEXTOID};
+			Datum		fvalues[1];
+			char	   *strategy = NULL;
+			char	   *request = NULL;
+
+			fvalues[0] = CStringGetTextDatum(plan);
+			if (!SubxactQuery("SELECT $1::jsonb ->> 'strategy'", 1, ftypes, fvalues, NULL,
+							  &strategy, &err, &code))
+				elog(ERROR, "could not read a summary plan: %s", err);
+			if (strcmp(strategy, "extractive") == 0)
+			{
+				/* no network: make it now */
+				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
+								 1, ftypes, fvalues, NULL, NULL, &err, &code))
+				{
+					SlotAdd(&MySlot->done, 1);
+					SlotRing(MySlot->lag, &MySlot->lag_n,
+							 (GetCurrentTimestamp() - cand_queued[i]) / 1000);
+				}
+				else if (code != ERRCODE_T_R_SERIALIZATION_FAILURE)
+					RecordFailure(cand_ids[i], err, 0);
+				UnlockLater(cand_keys[i]);
+				continue;
+			}
+			if (!SubxactQuery("SELECT ($1::jsonb -> 'request')::text", 1, ftypes, fvalues, NULL,
+							  &request, &err, &code) || request == NULL)
+				elog(ERROR, "could not read a summary plan's request: %s", err ? err : "none");
+
+			/* an LLM summary: a job for the multi handle */
+			{
+				MemoryContext jcxt = AllocSetContextCreate(WorkerContext, "ctxwin job",
+														   ALLOCSET_SMALL_SIZES);
+				Job		   *j = MemoryContextAllocZero(jcxt, sizeof(Job));
+
+				j->cxt = jcxt;
+				strlcpy(j->session, cand_ids[i], sizeof(j->session));
+				j->lock_key = cand_keys[i];
+				j->plan = MemoryContextStrdup(jcxt, plan);
+				j->request = MemoryContextStrdup(jcxt, request);
+				j->queued_at = cand_queued[i];
+				j->next_at = 0;
+				dlist_push_tail(&jobs, &j->node);
+				njobs++;
+			}
+		}
+	}
+	return offered;
+}
+
+/*
+ * Runs fn(arg) in a subtransaction; on an error, rolls it back and returns
+ * false with the message in *err (palloc'd in the caller's context).
+ */
+static bool
+InSubxact(void (*fn) (void *), void *arg, char **err)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		*err = pstrdup(e->message ? e->message : "unknown error");
+		FreeErrorData(e);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+static void
+TransferAnswerFn(void *arg)
+{
+	Job		   *j = (Job *) arg;
+
+	j->answer = LlmTransferResult(j->xfer, j->curl_code);
+}
+
+static void
+TransferCreateFn(void *arg)
+{
+	Job		   *j = (Job *) arg;
+
+	j->xfer = LlmTransferCreate(j->request);
+}
+
+/* Sends the jobs whose time has come. */
+static void
+StartTransfers(TimestampTz now)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, &jobs)
+	{
+		Job		   *j = dlist_container(Job, node, it.cur);
+		MemoryContext old;
+
+		if (j->xfer || j->finished || j->dead || j->next_at > now)
+			continue;
+		old = MemoryContextSwitchTo(j->cxt);
+		j->xfer = NULL;
+		if (!InSubxact(TransferCreateFn, j, &j->error))
+		{
+			/* no key file, say: a failed request, retried like one */
+			j->xfer = NULL;
+			j->finished = true;
+		}
+		MemoryContextSwitchTo(old);
+		if (j->xfer == NULL)
+			continue;
+		if (curl_multi_add_handle(multi, LlmTransferHandle(j->xfer)) != CURLM_OK)
+		{
+			LlmTransferFree(j->xfer);
+			j->xfer = NULL;
+			j->error = MemoryContextStrdup(j->cxt, "could not add an LLM request to the libcurl multi handle");
+			j->finished = true;
+			continue;
+		}
+		if (j->first_sent == 0)
+			j->first_sent = now;
+		j->requests++;
+		ninflight++;
+		SlotAdd(&MySlot->requests, 1);
+	}
+}
+
+/* Collects the transfers curl has finished; each job gets an answer or an error. */
+static int
+CollectTransfers(void)
+{
+	CURLMsg    *msg;
+	int			left;
+	int			n = 0;
+
+	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	{
+		LlmTransfer *t = NULL;
+		Job		   *j = NULL;
+		dlist_iter	it;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &t);
+		dlist_foreach(it, &jobs)
+		{
+			Job		   *c = dlist_container(Job, node, it.cur);
+
+			if (c->xfer == t)
+				j = c;
+		}
+		if (j == NULL)
+			continue;
+		curl_multi_remove_handle(multi, msg->easy_handle);
+		ninflight--;
+		j->curl_code = (int) msg->data.result;
+		j->finished = true;
+		n++;
+	}
+	return n;
+}
+
+static int
+JsonbInt(Jsonb *jb, const char *key, int dflt)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, key, strlen(key), NULL);
+
+	if (v && v->type == jbvNumeric)
+		return DatumGetInt32(DirectFunctionCall1(numeric_int4, NumericGetDatum(v->val.numeric)));
+	return dflt;
+}
+
+static char *
+JsonbText(Jsonb *jb, const char *key)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, key, strlen(key), NULL);
+
+	if (v && v->type == jbvString)
+		return pnstrdup(v->val.string.val, v->val.string.len);
+	return NULL;
+}
+
+/* Seconds to wait after a 429/529 (as ctxwin._llm_retry_after). */
+static double
+RetryAfterSeconds(const char *ra, int waits)
+{
+	char	   *end;
+	double		v;
+
+	if (ra)
+	{
+		while (*ra == ' ')
+			ra++;
+		v = strtod(ra, &end);
+		while (*end == ' ')
+			end++;
+		if (end != ra && *end == '\0' && v >= 0)
+			return Min(v, 60.0);
+	}
+	return Min((double) (1 << Min(Max(waits, 1) - 1, 5)), 30.0);
+}
+
+/*
+ * Writes what the finished jobs brought, in one transaction: a summary
+ * where the answer is good, a retry later where the request failed and
+ * retries are left, a recorded failure otherwise.
+ */
+static void
+FinishJobs(TimestampTz *next_wake)
+{
+	dlist_mutable_iter it;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach_modify(it, &jobs)
+	{
+		Job		   *j = dlist_container(Job, node, it.cur);
+		int			status = 0;
+		char	   *err = NULL;
+		bool		retry = false;
+		bool		charged = true;
+		double		wait_s = 0;
+		MemoryContext old;
+
+		if (!j->finished || j->dead)
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		old = MemoryContextSwitchTo(j->cxt);
+		if (j->xfer)
+		{
+			/* what curl brought, as _llm_post would return it, or an error */
+			j->answer = NULL;
+			if (!InSubxact(TransferAnswerFn, j, &j->error))
+				j->answer = NULL;
+			LlmTransferFree(j->xfer);
+			j->xfer = NULL;
+		}
+		if (j->answer)
+		{
+			status = JsonbInt(j->answer, "status", 0);
+			SlotRing(MySlot->lat, &MySlot->lat_n, JsonbInt(j->answer, "latency_ms", 0));
+		}
+		if (j->answer && status >= 200 && status <= 299)
+		{
+			Datum		values[2];
+			int			code = 0;
+			char	   *a;
+
+			a = psprintf("%s", JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
+			values[0] = CStringGetTextDatum(j->plan);
+			values[1] = CStringGetTextDatum(a);
+			/* total_ms: from the first request, retries included */
+			{
+				char	   *withtotal = psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000));
+
+				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
+								 3, (Oid[]) {TEXTOID, TEXTOID, TEXTOID},
+								 (Datum[]) {values[0], values[1], CStringGetTextDatum(withtotal)},
+								 NULL, NULL, &err, &code))
+				{
+					SlotAdd(&MySlot->done, 1);
+					SlotRing(MySlot->lag, &MySlot->lag_n, (now - j->queued_at) / 1000);
+				}
+				else if (code == ERRCODE_T_R_SERIALIZATION_FAILURE)
+				{
+					/* the summary moved meanwhile: planned again if still queued */
+					SlotError(j->session, err);
+				}
+				else
+					RecordFailure(j->session, err, 0);
+			}
+			MemoryContextSwitchTo(old);
+			JobDone(j);
+			continue;
+		}
+		if (j->answer)
+		{
+			/* an HTTP error answer */
+			Oid			types[1] = {TEXTOID};
+			Datum		values[1];
+			char	   *desc = NULL;
+
+			values[0] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
+			if (!SubxactQuery("SELECT ctxwin._llm_error_text($1::jsonb)", 1, types, values, NULL,
+							  &desc, &err, NULL))
+				desc = psprintf("HTTP %d", status);
+			err = desc;
+			retry = status == 408 || status == 409 || status == 429 || status == 529 || status >= 500;
+			if (!retry)
+			{
+				char	   *msg = psprintf("LLM endpoint refused the summary request: %s", desc);
+
+				RecordFailure(j->session, msg, 0);
+				MemoryContextSwitchTo(old);
+				JobDone(j);
+				continue;
+			}
+			if ((status == 429 || status == 529) && j->rate_waits < 3)
+			{
+				j->rate_waits++;
+				charged = false;
+				wait_s = RetryAfterSeconds(JsonbText(j->answer, "retry_after"), j->rate_waits);
+				SlotAdd(&MySlot->rate_limited, 1);
+			}
+		}
+		else
+			err = j->error ? j->error : "LLM request failed";
+
+		/* a failed request: again after a backoff, while retries are left */
+		j->last_error = err;
+		if (charged)
+		{
+			j->attempts++;
+			if (j->attempts > ctxwin_llm_max_retries)
+			{
+				char	   *msg = psprintf("LLM request failed after %d requests: %s", j->requests, err);
+
+				RecordFailure(j->session, msg, 0);
+				MemoryContextSwitchTo(old);
+				JobDone(j);
+				continue;
+			}
+			wait_s = Min(0.25 * (1 << Min(j->attempts - 1, 8)), 30.0);
+		}
+		SlotAdd(&MySlot->retries, 1);
+		j->answer = NULL;
+		j->error = NULL;
+		j->finished = false;
+		j->next_at = now + (TimestampTz) (wait_s * USECS_PER_SEC);
+		if (j->next_at < *next_wake)
+			*next_wake = j->next_at;
+		MemoryContextSwitchTo(old);
+	}
+}
+
+static bool
+HaveFinished(void)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, &jobs)
+		if (dlist_container(Job, node, it.cur)->finished)
+		return true;
+	return false;
+}
+
+static void
+WorkerShutdown(int code, Datum arg)
+{
+	dlist_mutable_iter it;
+
+	/* no longer wakeable; what was in flight is planned again next time */
+	if (multi)
+	{
+		dlist_foreach_modify(it, &jobs)
+		{
+			Job		   *j = dlist_container(Job, node, it.cur);
+
+			if (j->xfer)
+			{
+				curl_multi_remove_handle(multi, LlmTransferHandle(j->xfer));
+				LlmTransferFree(j->xfer);
+				j->xfer = NULL;
+			}
+		}
+		curl_multi_cleanup(multi);
+		multi = NULL;
+	}
+	if (MySlot)
+	{
+		SpinLockAcquire(&MySlot->mutex);
+		MySlot->pid = 0;
+		MySlot->procno = -1;
+		MySlot->in_flight = 0;
+		if (MySlot->state != WS_PAUSED)
+			MySlot->state = WS_STOPPED;
+		SpinLockRelease(&MySlot->mutex);
+	}
+}
+
+void
+ctxwin_worker_main(Datum arg)
+{
+	int			slotno = DatumGetInt32(arg);
+	char		dbname[NAMEDATALEN];
+	TimestampTz next_sweep = 0;
+	bool		more = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (slotno < 0 || slotno >= MAX_DATABASES)
+		proc_exit(1);
+	MySlot = &shared->slots[slotno];
+	SpinLockAcquire(&MySlot->mutex);
+	strlcpy(dbname, MySlot->dbname, NAMEDATALEN);
+	SpinLockRelease(&MySlot->mutex);
+
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	pgstat_report_appname("ctxwin worker");
+
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->dboid = MyDatabaseId;
+	MySlot->pid = MyProcPid;
+	MySlot->procno = MyProc->pgprocno;
+	MySlot->started_at = GetCurrentTimestamp();
+	MySlot->state = WS_IDLE;
+	SpinLockRelease(&MySlot->mutex);
+	before_shmem_exit(WorkerShutdown, (Datum) 0);
+
+	WorkerContext = AllocSetContextCreate(TopMemoryContext, "ctxwin worker", ALLOCSET_DEFAULT_SIZES);
+	EnsureCurl();
+	multi = curl_multi_init();
+	if (multi == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not create a libcurl multi handle")));
+	ereport(LOG, (errmsg("ctxwin worker started for database \"%s\"", dbname)));
+
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz next_wake;
+		bool		woken;
+		bool		claim;
+		bool		finished = false;
+		bool		to_start = false;
+		long		timeout_ms;
+		MemoryContext loopcxt;
+		dlist_iter	it;
+		int			ext = -1;	/* extension seen: -1 not looked, 0 no, 1 yes */
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		loopcxt = AllocSetContextCreate(WorkerContext, "ctxwin worker loop", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(loopcxt);
+
+		now = GetCurrentTimestamp();
+		woken = pg_atomic_exchange_u32(&MySlot->wake, 0) != 0;
+		if (woken)
+			more = true;
+		claim = (more || now >= next_sweep) && njobs < ctxwin_max_concurrent_requests;
+		dlist_foreach(it, &jobs)
+		{
+			Job		   *j = dlist_container(Job, node, it.cur);
+
+			if (j->finished)
+				finished = true;
+			else if (!j->xfer && j->next_at <= now)
+				to_start = true;
+		}
+
+		/*
+		 * One transaction writes what came back, claims more and sets up
+		 * the requests; they go out after it commits.
+		 */
+		next_wake = next_sweep;
+		if (claim || finished || to_start)
+		{
+			BeginWork("ctxwin: compacting sessions");
+			if (!ExtensionPresent())
+			{
+				/* not (or no longer) installed here: drop what we hold */
+				dlist_foreach(it, &jobs)
+					JobDone(dlist_container(Job, node, it.cur));
+				ext = 0;
+				next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
+				more = false;
+			}
+			else
+			{
+				ext = 1;
+				if (finished)
+				{
+					FinishJobs(&next_wake);
+					more = claim = true;	/* there is room again */
+				}
+				if (claim && njobs < ctxwin_max_concurrent_requests)
+				{
+					bool		sweep = now >= next_sweep;
+					int			room = ctxwin_max_concurrent_requests - njobs;
+					TimestampTz next_retry = PG_INT64_MAX;
+					int			progressed = 0;
+					int			offered;
+
+					if (sweep)
+						next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
+					offered = ClaimSessions(room, sweep, &next_retry, &progressed);
+					if (!sweep && offered < room)
+					{
+						/* drained: let the status say so */
+						(void) ClaimSessions(0, true, &next_retry, &progressed);
+					}
+					/* claim again at once only if that was not all */
+					more = offered >= room && progressed > 0;
+					if (next_retry < next_sweep)
+						next_sweep = next_retry;
+				}
+				StartTransfers(GetCurrentTimestamp());
+			}
+			EndWork();
+			AfterCommit();
+		}
+		if (next_sweep < next_wake)
+			next_wake = next_sweep;
+
+		if (ninflight > 0)
+		{
+			int			running = 0;
+
+			curl_multi_perform(multi, &running);
+			CollectTransfers();
+		}
+		dlist_foreach(it, &jobs)
+		{
+			Job		   *j = dlist_container(Job, node, it.cur);
+
+			if (!j->xfer && !j->finished && j->next_at < next_wake)
+				next_wake = j->next_at;
+		}
+		SpinLockAcquire(&MySlot->mutex);
+		if (ext == 0)
+			MySlot->state = WS_NO_EXTENSION;
+		else if (ext == 1 || MySlot->state != WS_NO_EXTENSION)
+			MySlot->state = njobs > 0 ? WS_WORKING : WS_IDLE;
+		MySlot->in_flight = ninflight;
+		SpinLockRelease(&MySlot->mutex);
+
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextDelete(loopcxt);
+
+		/* answers to write, or more queued and room: go round at once */
+		if (HaveFinished() || (more && njobs < ctxwin_max_concurrent_requests))
+			continue;
+		now = GetCurrentTimestamp();
+		timeout_ms = next_wake <= now ? 0 : (long) Min((next_wake - now) / 1000 + 1, 3600000L);
+		if (ninflight > 0)
+		{
+			/* curl's sockets; the latch is looked at every 50 ms */
+			curl_multi_poll(multi, NULL, 0, (int) Min(timeout_ms, 50), NULL);
+		}
+		else if (timeout_ms > 0)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 timeout_ms, PG_WAIT_EXTENSION);
+	}
+}
+
+/* ---------------------------------------------------------------------------
+ * Status
+ * ------------------------------------------------------------------------- */
+
+static int
+cmp_int32(const void *a, const void *b)
+{
+	int32		x = *(const int32 *) a;
+	int32		y = *(const int32 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Percentile p (0-100) of a ring's values; NULL when empty. */
+static bool
+Percentile(const int32 *ring, int n, double p, int32 *out)
+{
+	int32		v[LATENCY_RING];
+	int			k = Min(n, LATENCY_RING);
+	int			idx;
+
+	if (k == 0)
+		return false;
+	memcpy(v, ring, sizeof(int32) * k);
+	qsort(v, k, sizeof(int32), cmp_int32);
+	idx = (int) ((p / 100.0) * (k - 1) + 0.5);
+	*out = v[Min(idx, k - 1)];
+	return true;
+}
+
+/*
+ * _worker_status(): one row per database in ctxwin.databases.  Roles other
+ * than superusers and members of pg_read_all_stats see their own
+ * database's row only.
+ */
+Datum
+ctxwin_worker_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		all = superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+	char	   *mydb = get_database_name(MyDatabaseId);
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (shared == NULL)
+		PG_RETURN_VOID();
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot	s;
+		Datum		v[22];
+		bool		nulls[22];
+		int32		p;
+		int			k = 0;
+
+		SpinLockAcquire(&shared->slots[i].mutex);
+		memcpy(&s, &shared->slots[i], sizeof(WorkerSlot));
+		SpinLockRelease(&shared->slots[i].mutex);
+		if (!s.in_use)
+			continue;
+		if (!all && (mydb == NULL || strcmp(s.dbname, mydb) != 0))
+			continue;
+		memset(nulls, 0, sizeof(nulls));
+		v[k++] = CStringGetTextDatum(s.dbname);
+		v[k] = Int32GetDatum(s.pid);
+		nulls[k++] = s.pid == 0;
+		v[k++] = CStringGetTextDatum(state_names[s.state]);
+		v[k] = TimestampTzGetDatum(s.started_at);
+		nulls[k++] = s.started_at == 0 || s.pid == 0;
+		v[k++] = Int32GetDatum(s.restarts);
+		v[k++] = Int64GetDatum(s.queue_depth);
+		v[k++] = Int64GetDatum(s.held_back);
+		v[k++] = Int32GetDatum(s.pid ? s.in_flight : 0);
+		v[k++] = Int64GetDatum(s.requests);
+		v[k++] = Int64GetDatum(s.done);
+		v[k++] = Int64GetDatum(s.failed);
+		v[k++] = Int64GetDatum(s.retries);
+		v[k++] = Int64GetDatum(s.rate_limited);
+		nulls[k] = !Percentile(s.lat, s.lat_n, 50, &p);
+		v[k++] = Int32GetDatum(p);
+		nulls[k] = !Percentile(s.lat, s.lat_n, 95, &p);
+		v[k++] = Int32GetDatum(p);
+		nulls[k] = !Percentile(s.lat, s.lat_n, 99, &p);
+		v[k++] = Int32GetDatum(p);
+		nulls[k] = !Percentile(s.lag, s.lag_n, 50, &p);
+		v[k++] = Int32GetDatum(p);
+		nulls[k] = !Percentile(s.lag, s.lag_n, 95, &p);
+		v[k++] = Int32GetDatum(p);
+		v[k] = TimestampTzGetDatum(s.last_sweep_at);
+		nulls[k++] = s.last_sweep_at == 0;
+		v[k] = CStringGetTextDatum(s.last_error);
+		nulls[k++] = s.last_error[0] == '\0';
+		v[k] = DirectFunctionCall1(uuid_in, CStringGetDatum(s.last_error_session[0] ? s.last_error_session : "00000000-0000-0000-0000-000000000000"));
+		nulls[k++] = s.last_error_session[0] == '\0';
+		v[k] = TimestampTzGetDatum(s.last_error_at);
+		nulls[k++] = s.last_error_at == 0;
+		Assert(k == 22);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+	}
+	PG_RETURN_VOID();
 }

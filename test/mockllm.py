@@ -29,6 +29,11 @@ faults chosen by the requested model name:
   fault-huge            a valid JSON answer of more than 2 MB
   fault-close           the connection is closed without an answer
   fault-400             400 with the provider's error JSON
+  slow-N                a good answer after N milliseconds
+  flaky-P               a fault for P % of the requests, at random (500, 503,
+                        429 with Retry-After: 1, 502 HTML, connection closed,
+                        malformed JSON, half a body), else a good answer;
+                        --seed makes the sequence repeatable
   any other model       404, the provider's "model not found" error
 
 A wrong or missing key gets 401 with the provider's error JSON (OpenAI's
@@ -44,12 +49,15 @@ that retries the same request sees the fault once.  POST /_mock/reset
 forgets those counts.
 
 Usage: mockllm.py --port 0 --key KEY --log requests.jsonl [--port-file F]
+                  [--delay-ms N] [--seed S]
 With --port 0 the port picked is printed on stdout and written to F.
+--delay-ms delays every answer by N milliseconds (a model's latency).
 """
 import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import socket
 import sys
@@ -60,6 +68,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ARGS = None
 LOCK = threading.Lock()
 SEEN = {}                       # digest of (path, body) -> requests so far
+RNG = random.Random()
 
 IDENT_RE = re.compile(
     r"https?://[^\s<>()\"']+"                                   # URLs
@@ -243,6 +252,32 @@ class Handler(BaseHTTPRequestHandler):
 
         if model == "mock":
             return ok()
+        m = re.fullmatch(r"slow-(\d+)", model)
+        if m:
+            a = ok()
+            a["delay"] = int(m.group(1)) / 1000.0
+            return a
+        m = re.fullmatch(r"flaky-(\d+)", model)
+        if m:
+            with LOCK:
+                hit = RNG.random() * 100 < int(m.group(1))
+                kind = RNG.choice(["500", "503", "429", "502-html", "close", "malformed", "partial"])
+            entry["fault"] = kind if hit else None
+            if not hit:
+                return ok()
+            if kind in ("500", "503"):
+                return error(int(kind), "The server had an error while processing your request.")
+            if kind == "429":
+                return error(429, "Rate limit reached for requests. Please try again in 1s.",
+                             headers=[("Retry-After", "1")])
+            if kind == "502-html":
+                return {"status": 502, "data": b"<html><body><h1>502 Bad Gateway</h1></body></html>\n",
+                        "ctype": "text/html"}
+            if kind == "close":
+                return {"status": 0, "how": "close"}
+            if kind == "malformed":
+                return {"status": 200, "data": b'{"id": "chatcmpl-x", "choices": [{"index": 0, message: oops}'}
+            return ok(how="partial")
         if model == "fault-500":
             return error(500, "The server had an error while processing your request.")
         if model == "fault-503-then-ok":
@@ -286,6 +321,9 @@ class Handler(BaseHTTPRequestHandler):
     def act(self, a):
         how, data = a.get("how", "send"), a.get("data", b"")
         try:
+            delay = a.get("delay", 0) + ARGS.delay_ms / 1000.0
+            if delay > 0:
+                time.sleep(delay)
             if how == "timeout":
                 time.sleep(ARGS.slow)
             if how in ("send", "timeout"):
@@ -305,6 +343,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
+    request_queue_size = 1024       # many clients connect at once
     def handle_error(self, request, client_address):
         if not isinstance(sys.exc_info()[1], OSError):     # clients hanging up are expected
             super().handle_error(request, client_address)
@@ -318,7 +357,10 @@ def main():
     p.add_argument("--log", required=True, help="JSON-lines file of every request")
     p.add_argument("--port-file", help="write the port here once listening")
     p.add_argument("--slow", type=float, default=30.0, help="seconds fault-timeout waits")
+    p.add_argument("--delay-ms", type=float, default=0, help="delay every answer by this many ms")
+    p.add_argument("--seed", type=int, default=None, help="seed of flaky-P's faults")
     ARGS = p.parse_args()
+    RNG.seed(ARGS.seed)
     srv = Server(("127.0.0.1", ARGS.port), Handler)
     srv.daemon_threads = True
     port = srv.server_address[1]
