@@ -573,7 +573,8 @@ BEGIN
         prompt_tokens = pt,
         count_encoding = s.encoding,
         pending_tool_calls = pend,
-        compaction_failures = 0,
+        compaction_failures = 0,		-- a new message resets the circuit breaker
+        compaction_retry_at = NULL,
         compaction_queued_at = CASE WHEN fires AND um > s.min_recent_messages
                                     THEN coalesce(compaction_queued_at, now())
                                     ELSE compaction_queued_at END,
@@ -1791,20 +1792,22 @@ COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
 'Summarizes the oldest unsummarized messages of a session now, in this backend (all but the newest min_recent_messages, tool groups whole); without force only when a trigger fires. Writes the session, a summaries row and a flush event in this transaction.';
 
 -- A failed compaction attempt: counted (the circuit breaker), recorded, and
--- not retried by the worker before retry_at.  The session stays queued.
-CREATE FUNCTION ctxwin._compaction_failed(p_session uuid, p_error text, p_retry_at timestamptz)
-RETURNS void
+-- not retried by the worker for 1, 4, 16 ... seconds (at most an hour).
+-- The session stays queued.
+CREATE FUNCTION ctxwin._compaction_failed(p_session uuid, p_error text)
+RETURNS timestamptz
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE ctxwin.sessions
     SET compaction_failures = compaction_failures + 1, last_error = p_error, last_error_at = now(),
-        compaction_retry_at = p_retry_at
-    WHERE id = p_session;
+        compaction_retry_at = now() + least(power(4, least(compaction_failures, 6)), 3600) * interval '1 second'
+    WHERE id = p_session
+    RETURNING compaction_retry_at;
 END;
 
-COMMENT ON FUNCTION ctxwin._compaction_failed(uuid, text, timestamptz) IS
-'Records a failed compaction of a session: failure count, error, and when the worker may try again';
+COMMENT ON FUNCTION ctxwin._compaction_failed(uuid, text) IS
+'Records a failed compaction of a session: failure count, error, and when the worker may try again (returned)';
 
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
@@ -1834,7 +1837,7 @@ BEGIN
             END IF;
         EXCEPTION WHEN OTHERS THEN
             -- recorded, and the session stays queued for a later attempt
-            PERFORM ctxwin._compaction_failed(sid, SQLERRM, NULL);
+            PERFORM ctxwin._compaction_failed(sid, SQLERRM);
         END;
     END LOOP;
     RETURN done;

@@ -239,24 +239,66 @@ WakeDatabase(Oid dboid)
 static bool wake_at_commit = false;
 static bool xact_callback_registered = false;
 
+/* A database was created, dropped or renamed in this transaction. */
+static bool launcher_wake_at_end = false;
+static char unpause_at_end[NAMEDATALEN];
+
+/* Has the launcher look at ctxwin.databases' databases again. */
+static void
+WakeLauncher(void)
+{
+	int			procno;
+
+	SpinLockAcquire(&shared->mutex);
+	procno = shared->launcher_pid != 0 ? shared->launcher_procno : -1;
+	SpinLockRelease(&shared->mutex);
+	pg_atomic_write_u32(&shared->launcher_wake, 1);
+	if (procno >= 0)
+		SetProcLatch(procno);
+}
+
 static void
 WakeXactCallback(XactEvent event, void *arg)
 {
-	switch (event)
+	bool		commit = event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT;
+
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT &&
+		event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+		event != XACT_EVENT_PREPARE)
+		return;
+	if (shared != NULL && commit && wake_at_commit)
+		WakeDatabase(MyDatabaseId);
+	wake_at_commit = false;
+	if (shared != NULL && launcher_wake_at_end)
 	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (wake_at_commit && shared != NULL)
-				WakeDatabase(MyDatabaseId);
-			wake_at_commit = false;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			wake_at_commit = false;
-			break;
-		default:
-			break;
+		/* DROP DATABASE done (or failed): the launcher may look again */
+		if (unpause_at_end[0])
+		{
+			int			i;
+
+			for (i = 0; i < MAX_DATABASES; i++)
+			{
+				WorkerSlot *s = &shared->slots[i];
+
+				SpinLockAcquire(&s->mutex);
+				if (s->in_use && strcmp(s->dbname, unpause_at_end) == 0)
+					s->paused_until = 0;
+				SpinLockRelease(&s->mutex);
+			}
+		}
+		WakeLauncher();
+	}
+	launcher_wake_at_end = false;
+	unpause_at_end[0] = '\0';
+}
+
+static void
+EnsureXactCallback(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(WakeXactCallback, NULL);
+		xact_callback_registered = true;
 	}
 }
 
@@ -269,11 +311,7 @@ CtxwinWorkerWake(void)
 {
 	if (shared == NULL)
 		return;
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(WakeXactCallback, NULL);
-		xact_callback_registered = true;
-	}
+	EnsureXactCallback();
 	wake_at_commit = true;
 }
 
@@ -302,6 +340,9 @@ StopWorkerFor(const char *dbname)
 
 	if (!OidIsValid(dboid) || !pg_database_ownercheck(dboid, GetUserId()))
 		return;
+	EnsureXactCallback();
+	launcher_wake_at_end = true;
+	strlcpy(unpause_at_end, dbname, NAMEDATALEN);
 	for (i = 0; i < MAX_DATABASES; i++)
 	{
 		WorkerSlot *s = &shared->slots[i];
@@ -349,6 +390,21 @@ WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
 								queryEnv, dest, qc);
+
+	/* the worker of this database notices ctxwin come and go at once */
+	if ((IsA(n, CreateExtensionStmt) && strcmp(((CreateExtensionStmt *) n)->extname, "ctxwin") == 0) ||
+		IsA(n, DropStmt))
+	{
+		EnsureXactCallback();
+		wake_at_commit = true;
+	}
+
+	/* a new database (or a new name) may be one the launcher waits for */
+	if (IsA(n, CreatedbStmt) || (IsA(n, RenameStmt) && ((RenameStmt *) n)->renameType == OBJECT_DATABASE))
+	{
+		EnsureXactCallback();
+		launcher_wake_at_end = true;
+	}
 }
 
 /*
@@ -606,6 +662,13 @@ ctxwin_launcher_main(Datum arg)
 			LauncherSyncSlots();
 		}
 		now = GetCurrentTimestamp();
+		if (pg_atomic_exchange_u32(&shared->launcher_wake, 0) != 0)
+		{
+			/* a database was created, dropped or renamed: look again now */
+			for (i = 0; i < MAX_DATABASES; i++)
+				if (shared->slots[i].state == WS_NO_DATABASE)
+					lslots[i].next_start = 0;
+		}
 		for (i = 0; i < MAX_DATABASES; i++)
 		{
 			WorkerSlot *s = &shared->slots[i];
@@ -865,23 +928,38 @@ SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values, const char *
 }
 
 /* Records a failed compaction of a session, to retry after a backoff. */
+/* The earliest compaction_retry_at this worker set: it wakes then. */
+static TimestampTz retry_wake = PG_INT64_MAX;
+
+/* The queue's figures for worker_status are to be counted again. */
+static bool recount = false;
+
 static void
-RecordFailure(const char *session, const char *msg, int failures_before)
+RecordFailure(const char *session, const char *msg)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, INT4OID};
-	Datum		values[3];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	char	   *err;
-	int			backoff_s = 5 << Min(failures_before, 10);
+	char	   *retry_at = NULL;
 
 	values[0] = CStringGetTextDatum(session);
 	values[1] = CStringGetTextDatum(msg);
-	values[2] = Int32GetDatum(Min(backoff_s, 3600));
-	if (!SubxactQuery("SELECT ctxwin._compaction_failed($1::uuid, $2, now() + make_interval(secs => $3))",
-					  3, types, values, NULL, NULL, &err, NULL))
+	if (SubxactQuery("SELECT extract(epoch FROM ctxwin._compaction_failed($1::uuid, $2) - now()) * 1000",
+					 2, types, values, NULL, &retry_at, &err, NULL))
+	{
+		if (retry_at)
+		{
+			TimestampTz t = GetCurrentTimestamp() + (TimestampTz) (strtod(retry_at, NULL) * 1000) + 1000;
+
+			retry_wake = Min(retry_wake, t);
+		}
+	}
+	else
 		ereport(LOG,
 				(errmsg("ctxwin worker could not record the failure of session %s: %s", session, err)));
 	SlotAdd(&MySlot->failed, 1);
 	SlotError(session, msg);
+	recount = true;
 }
 
 static bool
@@ -916,8 +994,37 @@ EndWork(void)
  * summarizing; each is planned, and made at once if extractive.  Returns
  * how many candidates the queue offered (room: there may be more).
  */
+/*
+ * Counts the queue for worker_status (and finds the earliest retry due),
+ * at sweeps and after failures: a count is not free on a long queue.
+ */
+static void
+CountQueue(TimestampTz *next_retry)
+{
+	Oid			types[1] = {INT4OID};
+
+	bool		isnull;
+	Datum		retry;
+
+	if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
+							  "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
+							  "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
+							  1, types, (Datum[]) {Int32GetDatum(ctxwin_max_failures)}, NULL,
+							  false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count the compaction queue");
+	retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	if (!isnull && DatumGetTimestampTz(retry) < *next_retry)
+		*next_retry = DatumGetTimestampTz(retry);
+	SpinLockAcquire(&MySlot->mutex);
+	MySlot->queue_depth = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	MySlot->held_back = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	MySlot->last_sweep_at = GetCurrentTimestamp();
+	SpinLockRelease(&MySlot->mutex);
+	SPI_freetuptable(SPI_tuptable);
+}
+
 static int
-ClaimSessions(int room, bool count_queue, TimestampTz *next_retry, int *progressed)
+ClaimSessions(int room, int *progressed)
 {
 	Oid			types[3] = {INT4OID, TEXTARRAYOID, INT4OID};
 	Datum		values[3];
@@ -931,29 +1038,6 @@ ClaimSessions(int room, bool count_queue, TimestampTz *next_retry, int *progress
 	int32	   *cand_keys;
 	TimestampTz *cand_queued;
 
-	if (count_queue)
-	{
-		if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
-								  "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
-								  "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
-								  1, types, (Datum[]) {Int32GetDatum(ctxwin_max_failures)}, NULL,
-								  true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		{
-			bool		isnull;
-			int64		depth = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-			int64		held = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-			Datum		retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
-
-			if (!isnull && DatumGetTimestampTz(retry) < *next_retry)
-				*next_retry = DatumGetTimestampTz(retry);
-			SpinLockAcquire(&MySlot->mutex);
-			MySlot->queue_depth = depth;
-			MySlot->held_back = held;
-			MySlot->last_sweep_at = GetCurrentTimestamp();
-			SpinLockRelease(&MySlot->mutex);
-		}
-	}
-
 	/* the sessions this worker has in hand already */
 	ids = palloc(sizeof(Datum) * (njobs + 1));
 	dlist_foreach(it, &jobs)
@@ -966,7 +1050,7 @@ ClaimSessions(int room, bool count_queue, TimestampTz *next_retry, int *progress
 							  "AND (compaction_retry_at IS NULL OR compaction_retry_at <= now()) "
 							  "AND id::text <> ALL ($2) "
 							  "ORDER BY compaction_queued_at LIMIT $3",
-							  3, types, values, NULL, true, 0) != SPI_OK_SELECT)
+							  3, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the compaction queue");
 	offered = n = (int) SPI_processed;
 	cand_ids = palloc(sizeof(char *) * (n + 1));
@@ -999,7 +1083,7 @@ ClaimSessions(int room, bool count_queue, TimestampTz *next_retry, int *progress
 		if (!SubxactQuery("SELECT ctxwin._summary_plan($1::uuid, false, NULL)::text",
 						  1, ptypes, pvalues, NULL, &plan, &err, &code))
 		{
-			RecordFailure(cand_ids[i], err, 0);
+			RecordFailure(cand_ids[i], err);
 			UnlockLater(cand_keys[i]);
 			continue;
 		}
@@ -1030,7 +1114,7 @@ ClaimSessions(int room, bool count_queue, TimestampTz *next_retry, int *progress
 							 (GetCurrentTimestamp() - cand_queued[i]) / 1000);
 				}
 				else if (code != ERRCODE_T_R_SERIALIZATION_FAILURE)
-					RecordFailure(cand_ids[i], err, 0);
+					RecordFailure(cand_ids[i], err);
 				UnlockLater(cand_keys[i]);
 				continue;
 			}
@@ -1294,7 +1378,7 @@ FinishJobs(TimestampTz *next_wake)
 					SlotError(j->session, err);
 				}
 				else
-					RecordFailure(j->session, err, 0);
+					RecordFailure(j->session, err);
 			}
 			MemoryContextSwitchTo(old);
 			JobDone(j);
@@ -1317,7 +1401,7 @@ FinishJobs(TimestampTz *next_wake)
 			{
 				char	   *msg = psprintf("LLM endpoint refused the summary request: %s", desc);
 
-				RecordFailure(j->session, msg, 0);
+				RecordFailure(j->session, msg);
 				MemoryContextSwitchTo(old);
 				JobDone(j);
 				continue;
@@ -1342,7 +1426,7 @@ FinishJobs(TimestampTz *next_wake)
 			{
 				char	   *msg = psprintf("LLM request failed after %d requests: %s", j->requests, err);
 
-				RecordFailure(j->session, msg, 0);
+				RecordFailure(j->session, msg);
 				MemoryContextSwitchTo(old);
 				JobDone(j);
 				continue;
@@ -1512,28 +1596,35 @@ ctxwin_worker_main(Datum arg)
 				{
 					bool		sweep = now >= next_sweep;
 					int			room = ctxwin_max_concurrent_requests - njobs;
-					TimestampTz next_retry = PG_INT64_MAX;
 					int			progressed = 0;
 					int			offered;
 
 					if (sweep)
 						next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
-					offered = ClaimSessions(room, sweep, &next_retry, &progressed);
-					if (!sweep && offered < room)
-					{
-						/* drained: let the status say so */
-						(void) ClaimSessions(0, true, &next_retry, &progressed);
-					}
+					offered = ClaimSessions(room, &progressed);
 					/* claim again at once only if that was not all */
 					more = offered >= room && progressed > 0;
+					/* at sweeps, and when drained, so the status says so */
+					if (sweep || offered < room)
+						recount = true;
+				}
+				if (recount)
+				{
+					TimestampTz next_retry = PG_INT64_MAX;
+
+					CountQueue(&next_retry);
 					if (next_retry < next_sweep)
 						next_sweep = next_retry;
+					recount = false;
 				}
 				StartTransfers(GetCurrentTimestamp());
 			}
 			EndWork();
 			AfterCommit();
 		}
+		if (retry_wake < next_sweep)
+			next_sweep = retry_wake;
+		retry_wake = PG_INT64_MAX;
 		if (next_sweep < next_wake)
 			next_wake = next_sweep;
 

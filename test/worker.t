@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# The background worker, on a cluster of its own with ctxwin in
+# shared_preload_libraries, over real loopback HTTP to test/mockllm.py:
+# automatic compaction woken at commit (not by polling), two databases at
+# once, a database that does not exist or lacks the extension, faults at a
+# 20 % rate, Retry-After, the circuit breaker, SIGHUP, SIGTERM with a hanging
+# LLM, kill -9 of the worker and a server restart mid-run (nothing lost,
+# nothing summarized twice), DROP DATABASE and DROP EXTENSION not blocked,
+# no two summarizers of one session, and the status view.
+# Builds its own cluster in a temporary directory (Unix socket only); as root
+# it runs the server as postgres.
+cd "$(dirname "$0")/.." || exit 1
+. test/tap.sh
+
+export PGCLIENTENCODING=UTF8
+bin=$(pg_config --bindir 2>/dev/null)
+[ -x "$bin/initdb" ] || bin=/usr/lib/postgresql/15/bin
+port=55441
+dir=$(mktemp -d /tmp/ctxwin_worker.XXXXXX)
+unset PGDATABASE PGPASSWORD PGSERVICE PGSERVICEFILE PGOPTIONS
+export PGHOST=$dir PGPORT=$port PGUSER=postgres
+key="sk-ctxwin-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
+
+as_pg() {
+	if [ "$(id -u)" -eq 0 ]; then
+		(cd "$dir" && runuser -u postgres -- "$@")
+	else
+		(cd "$dir" && "$@")
+	fi
+}
+chmod 755 "$dir"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+mock=""
+cleanup() {
+	[ -n "$mock" ] && kill "$mock" 2>/dev/null && wait "$mock" 2>/dev/null
+	[ -f "$dir/data/postmaster.pid" ] && as_pg "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+fail_setup() {
+	echo "Bail out! $1"
+	[ -f "$dir/server.log" ] && tail -20 "$dir/server.log" | sed 's/^/# /'
+	exit 1
+}
+
+# q DB SQL: one statement, unaligned, errors included
+q() { local d=$1; shift; psql -X -q -A -t -d "$d" -c "$*" 2>&1; }
+# wait_for DB SQL SECONDS: until SQL returns t; 0 if it did
+wait_for() {
+	local i n=$(($3 * 10))
+	for ((i = 0; i < n; i++)); do
+		[ "$(q "$1" "$2")" = "t" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+set_conf() {
+	# set_conf name value ...: ALTER SYSTEM and reload
+	while [ $# -gt 1 ]; do
+		q postgres "ALTER SYSTEM SET $1 = '$2'" >/dev/null
+		shift 2
+	done
+	q postgres "SELECT pg_reload_conf()" >/dev/null
+	sleep 0.5
+}
+worker_pid() { q postgres "SELECT pid FROM pg_stat_activity WHERE backend_type = 'ctxwin worker' AND datname = '$1'"; }
+nreq() { wc -l <"$dir/requests.jsonl" | tr -d ' '; }
+# sessions DB N [PROFILE]: N new sessions, printed; then fill DB: 31 messages
+# each (N = 30 fires), in one transaction
+sessions() {
+	q "$1" "INSERT INTO ctxwin.sessions (profile) SELECT '${3:-default}' FROM generate_series(1, $2) RETURNING id"
+}
+fill() {
+	# fill DB WHERE: 31 messages to each session matching WHERE
+	q "$1" "INSERT INTO ctxwin.messages (session_id, role, content)
+	        SELECT s.id, CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+	               'turn ' || g || ': deploy service billing-' || g || ' to /srv/app/v' || g || ' and check E' || (4000 + g)
+	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
+}
+
+plan 52
+
+# --- the mock LLM and the cluster --------------------------------------------
+printf '%s\n' "$key" >"$dir/key"
+chmod 644 "$dir/key"
+: >"$dir/requests.jsonl"
+chmod 666 "$dir/requests.jsonl"
+python3 test/mockllm.py --port 0 --key "$key" --log "$dir/requests.jsonl" --port-file "$dir/mockport" \
+	--slow 60 --seed 7 >/dev/null 2>&1 &
+mock=$!
+for _ in $(seq 1 50); do [ -s "$dir/mockport" ] && break; sleep 0.1; done
+[ -s "$dir/mockport" ] || fail_setup "the mock LLM server did not start"
+mport=$(cat "$dir/mockport")
+
+as_pg "$bin/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 ||
+	fail_setup "initdb failed"
+cat >>"$dir/data/postgresql.conf" <<EOF
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+fsync = off
+shared_buffers = 32MB
+shared_preload_libraries = 'ctxwin'
+ctxwin.databases = 'w1, w2, nodb'
+ctxwin.naptime_ms = 60000
+ctxwin.llm_provider = 'openai'
+ctxwin.llm_base_url = 'http://127.0.0.1:$mport/v1'
+ctxwin.llm_api_key_file = '$dir/key'
+ctxwin.llm_model = 'mock'
+ctxwin.llm_timeout_ms = 60000
+EOF
+as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null || fail_setup "the server did not start"
+for d in w1 w2; do q postgres "CREATE DATABASE $d" >/dev/null || fail_setup "CREATE DATABASE $d failed"; done
+q w1 "CREATE EXTENSION ctxwin" >/dev/null || fail_setup "CREATE EXTENSION failed"
+
+# --- start-up -----------------------------------------------------------------
+wait_for postgres "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker'" 10
+ok $? "the launcher starts a worker for each existing database of ctxwin.databases"
+is "$(q postgres "SELECT string_agg(coalesce(datname, '-') || ':' || application_name, ',' ORDER BY backend_type, datname)
+                 FROM pg_stat_activity WHERE backend_type LIKE 'ctxwin%'")" \
+	"-:ctxwin launcher,w1:ctxwin worker,w2:ctxwin worker" "launcher and workers show in pg_stat_activity with clear names"
+st="SELECT string_agg(database || ':' || state, ',' ORDER BY database) FROM ctxwin.worker_status"
+wait_for w1 "$st = 'nodb:no such database,w1:idle,w2:no extension'" 10
+is "$(q w1 "$st")" "nodb:no such database,w1:idle,w2:no extension" "worker_status: w1 idle, w2 without the extension, nodb does not exist"
+sleep 2
+is "$(q w1 "SELECT string_agg(restarts::text, ',' ORDER BY database) FROM ctxwin.worker_status")" "0,0,0" \
+	"no crash loop: neither the missing database nor the missing extension restarts anything"
+is "$(grep -c 'FATAL' "$dir/server.log")" "0" "and the server log holds no FATAL"
+
+# --- woken at commit, not by polling -----------------------------------------
+w1pid=$(worker_pid w1)
+x0=$(q postgres "SELECT xact_commit FROM pg_stat_database WHERE datname = 'w1'")
+t0=$(awk '{print $14 + $15}' "/proc/$w1pid/stat")
+sleep 3
+x1=$(q postgres "SELECT xact_commit FROM pg_stat_database WHERE datname = 'w1'")
+t1=$(awk '{print $14 + $15}' "/proc/$w1pid/stat")
+ok $((x1 - x0 <= 2 ? 0 : 1)) "an idle worker runs no transactions (commits in w1 over 3 s: $((x1 - x0)), the check's own included)"
+ok $((t1 - t0 <= 1 ? 0 : 1)) "and uses no CPU (clock ticks over 3 s: $((t1 - t0)))"
+
+s1=$(sessions w1 1)
+q w1 "BEGIN; INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$s1', 'user', 'hello ' || g FROM generate_series(1, 31) g; ROLLBACK" >/dev/null
+sleep 1
+is "$(nreq)" "0" "a rolled-back transaction that queued a session wakes nothing and sends nothing"
+start=$(date +%s%N)
+fill w1 "id = '$s1'"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s1'" 10
+ok $? "a session over its trigger is summarized without any call (naptime is 60 s: the commit woke the worker)"
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms < 5000 ? 0 : 1)) "within ${ms} ms of the commit"
+is "$(q w1 "SELECT version || ':' || from_id || '-' || through_id || ':' || strategy || ':' || (model IS NOT NULL) || ':' || (usage IS NOT NULL)
+            FROM ctxwin.summaries WHERE session_id = '$s1'")" "1:1-25:llm:true:true" \
+	"one summaries row: version 1 of messages 1-25 by the LLM, with model and usage"
+is "$(q w1 "SELECT compaction_queued_at IS NULL AND compaction_failures = 0 AND last_error IS NULL FROM ctxwin.sessions WHERE id = '$s1'")" "t" \
+	"the session left the queue"
+is "$(q w1 "SELECT count(*) FROM ctxwin.flush_events WHERE session_id = '$s1' AND from_id = 1 AND through_id = 25")" "1" \
+	"and its flush event is written"
+
+# --- two databases at once, and CREATE EXTENSION noticed -----------------------
+q w2 "CREATE EXTENSION ctxwin" >/dev/null
+wait_for w2 "SELECT state = 'idle' FROM ctxwin.worker_status WHERE database = 'w2'" 5
+ok $? "after CREATE EXTENSION in w2 its worker serves it at once"
+sessions w1 20 >/dev/null
+sessions w2 20 >/dev/null
+set_conf ctxwin.llm_model slow-300
+fill w1 "summary_through_id = 0 AND message_count = 0" &
+bg=$!
+fill w2 "message_count = 0"
+wait $bg
+wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 20 &&
+	wait_for w2 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 20
+ok $? "both databases' sessions are compacted at once (LLM answering in 300 ms)"
+is "$(q w1 "SELECT count(*) FROM ctxwin.summaries")|$(q w2 "SELECT count(*) FROM ctxwin.summaries")" "21|20" \
+	"one summary per session in each database"
+is "$(python3 -c "
+import json
+print(sorted({json.loads(l)['model'] for l in open('$dir/requests.jsonl')}))")" "['mock', 'slow-300']" \
+	"SIGHUP: the worker sends the model set by ALTER SYSTEM and reload"
+inflight_max=$(q w1 "SELECT max(in_flight) FROM ctxwin.worker_status")
+like "$(q w1 "SELECT done >= 21 AND failed = 0 AND requests >= 21 AND latency_p50_ms >= 250 AND lag_p50_ms IS NOT NULL
+              FROM ctxwin.worker_status WHERE database = 'w1'")" "t" \
+	"worker_status counts requests and summaries and reports latency percentiles"
+
+# --- faults at a 20 % rate ----------------------------------------------------
+set_conf ctxwin.llm_model flaky-20 ctxwin.llm_max_retries 4
+before=$(nreq)
+sessions w1 100 >/dev/null
+fill w1 "message_count = 0"
+wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 60
+ok $? "with 20 % of the requests failing (500, 503, 429, 502 HTML, closed, malformed, half a body) every session is compacted"
+faults=$(python3 -c "
+import json
+L = [json.loads(l) for l in open('$dir/requests.jsonl')][$before:]
+print(sum(1 for e in L if e.get('fault')))")
+ok $((faults >= 5 ? 0 : 1)) "the mock injected $faults faults in $(($(nreq) - before)) requests"
+is "$(q w1 "SELECT count(*) || ':' || count(DISTINCT session_id) || ':' || max(version) FROM ctxwin.summaries")" "121:121:1" \
+	"each session has exactly one summary (version 1): none lost, none twice"
+is "$(q w1 "SELECT count(*) FROM ctxwin.flush_events")" "121" "and one flush event each"
+is "$(q w1 "SELECT retries > 0 FROM ctxwin.worker_status WHERE database = 'w1'")" "t" "worker_status counts the retries"
+
+# --- Retry-After --------------------------------------------------------------
+set_conf ctxwin.llm_model fault-429 ctxwin.llm_max_retries 0
+s=$(sessions w1 1)
+start=$(date +%s%N)
+fill w1 "id = '$s'"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
+ok $? "a 429 with Retry-After is waited out, not failed (even with llm_max_retries = 0)"
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms >= 900 ? 0 : 1)) "after the 1 s it asked for (${ms} ms)"
+is "$(q w1 "SELECT compaction_failures FROM ctxwin.sessions WHERE id = '$s'")|$(q w1 "SELECT rate_limited > 0 FROM ctxwin.worker_status WHERE database = 'w1'")" \
+	"0|t" "no failure charged; worker_status counts the rate-limited answer"
+
+# --- the circuit breaker ------------------------------------------------------
+set_conf ctxwin.llm_model fault-400
+s=$(sessions w1 1)
+before=$(nreq)
+fill w1 "id = '$s'"
+wait_for w1 "SELECT compaction_failures = 3 FROM ctxwin.sessions WHERE id = '$s'" 15
+ok $? "a refused request is a failed compaction, retried after 1 s and 4 s, three in all"
+like "$(q w1 "SELECT last_error FROM ctxwin.sessions WHERE id = '$s'")" "LLM endpoint refused the summary request: HTTP 400" \
+	"the session's last_error says why"
+sleep 2
+is "$(($(nreq) - before))" "3" "then the breaker holds: no more requests for it"
+is "$(q w1 "SELECT held_back FROM ctxwin.worker_status WHERE database = 'w1'")|$(q w1 "SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '$s'")" \
+	"1|t" "it stays queued, counted as held back"
+like "$(q w1 "SELECT last_error_session || ' ' || last_error FROM ctxwin.worker_status WHERE database = 'w1'")" "$s LLM endpoint refused" \
+	"worker_status shows the last error and its session"
+set_conf ctxwin.llm_model mock
+q w1 "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$s', 'user', 'one more')" >/dev/null
+wait_for w1 "SELECT summary_through_id > 0 AND compaction_failures = 0 AND last_error IS NULL FROM ctxwin.sessions WHERE id = '$s'" 10
+ok $? "a new message resets the breaker and the session is compacted"
+
+# --- no two summarizers of one session ----------------------------------------
+set_conf ctxwin.llm_model slow-3000
+s=$(sessions w1 1)
+fill w1 "id = '$s'"
+wait_for w1 "SELECT in_flight = 1 FROM ctxwin.worker_status WHERE database = 'w1'" 5
+like "$(q w1 "SELECT ctxwin.summarize_session('$s', true)")" "is being summarized by another backend" \
+	"summarize_session refuses a session the worker is summarizing"
+is "$(q w1 "SELECT ctxwin.compact()")" "0" "compact() skips it"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
+ok $? "and the worker's summary lands"
+is "$(q w1 "SELECT count(*) FROM ctxwin.summaries WHERE session_id = '$s'")" "1" "once"
+
+# --- SIGTERM with a hanging LLM -----------------------------------------------
+set_conf ctxwin.llm_model fault-timeout
+sessions w1 5 >/dev/null
+fill w1 "message_count = 0"
+wait_for w1 "SELECT in_flight = 5 FROM ctxwin.worker_status WHERE database = 'w1'" 5
+ok $? "five requests hang in flight"
+pid=$(worker_pid w1)
+start=$(date +%s%N)
+kill -TERM "$pid"
+for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+ms=$((($(date +%s%N) - start) / 1000000))
+kill -0 "$pid" 2>/dev/null
+ok $((($? != 0 && ms < 3000) ? 0 : 1)) "SIGTERM stops the worker with requests in flight in ${ms} ms"
+wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker' AND datname = 'w1' AND pid <> $pid" 10
+ok $? "the launcher starts it again"
+is "$(q w1 "SELECT count(*) FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL AND summary_through_id = 0")" "5" \
+	"the five sessions are still queued, unsummarized"
+
+# --- kill -9 and a server restart mid-run lose nothing --------------------------
+set_conf ctxwin.llm_model slow-1500
+wait_for w1 "SELECT in_flight = 5 FROM ctxwin.worker_status WHERE database = 'w1'" 10
+sessions w1 30 >/dev/null
+fill w1 "message_count = 0"
+wait_for w1 "SELECT in_flight >= 20 FROM ctxwin.worker_status WHERE database = 'w1'" 10
+kill -KILL "$(worker_pid w1)"
+wait_for postgres "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker'" 30
+ok $? "after kill -9 of the worker the server recovers and the workers are back"
+sessions w1 30 >/dev/null
+fill w1 "message_count = 0"
+sleep 1
+as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w restart >/dev/null
+ok $? "a server restart in the middle of the run"
+wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 60
+ok $? "afterwards every queued session is compacted"
+n=$(q w1 "SELECT count(*) FROM ctxwin.sessions")
+is "$(q w1 "SELECT count(*) || ':' || count(DISTINCT session_id) || ':' || max(version) FROM ctxwin.summaries")|$(q w1 "SELECT count(*) FROM ctxwin.sessions WHERE summary_through_id = 0")" \
+	"$n:$n:1|0" "no summary lost, none made twice (one version-1 summary for each of the $n sessions)"
+is "$(q w1 "SELECT count(*) FROM ctxwin.sessions s WHERE summary_version <> (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id)")" "0" \
+	"every session's summary_version matches its summaries rows"
+
+# --- DROP EXTENSION and DROP DATABASE are not blocked ---------------------------
+set_conf ctxwin.llm_model mock
+start=$(date +%s%N)
+q w1 "DROP EXTENSION ctxwin CASCADE" >/dev/null
+ok $? "DROP EXTENSION with the worker running"
+q w1 "CREATE EXTENSION ctxwin" >/dev/null
+s=$(sessions w1 1)
+fill w1 "id = '$s'"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
+ok $? "after CREATE EXTENSION again the worker compacts sessions again"
+start=$(date +%s%N)
+out=$(q postgres "DROP DATABASE w2")
+ms=$((($(date +%s%N) - start) / 1000000))
+is "$out" "" "DROP DATABASE of a served database succeeds (${ms} ms)"
+ok $((ms < 6000 ? 0 : 1)) "without waiting for a timeout"
+wait_for w1 "SELECT state IN ('paused', 'no such database') FROM ctxwin.worker_status WHERE database = 'w2'" 5
+ok $? "its worker is gone and not restarted into the dropped database"
+
+done_testing
