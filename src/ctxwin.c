@@ -121,7 +121,7 @@ _PG_init(void)
 							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
 	DefineCustomIntVariable("ctxwin.max_concurrent_requests",
 							gettext_noop("LLM requests one worker runs at once."),
-							NULL, &ctxwin_max_concurrent_requests, 64, 1, 1000,
+							NULL, &ctxwin_max_concurrent_requests, 100, 1, 1000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("ctxwin.naptime_ms",
 							gettext_noop("Time between the worker's sweeps of the compaction queue (it is also woken by every commit that queues a session)."),

@@ -94,7 +94,7 @@ PGDLLEXPORT void ctxwin_worker_main(Datum arg);
 
 /* Settings (defined in ctxwin.c) */
 char	   *ctxwin_databases = NULL;
-int			ctxwin_max_concurrent_requests = 64;
+int			ctxwin_max_concurrent_requests = 100;
 int			ctxwin_naptime_ms = 10000;
 int			ctxwin_max_failures = 3;
 
