@@ -137,3 +137,23 @@ SELECT ctxwin.context_report('d0000000-0000-0000-0000-000000000001');
 \pset tuples_only off
 \echo '== The flush outbox: the range each summary newly covered, for long-term memory extraction'
 SELECT session_id, id, from_id, through_id FROM ctxwin.flush_events;
+
+\echo '== The background worker (ctxwin in shared_preload_libraries, ctxwin.databases = ctxwin_demo_worker)'
+\echo '   A session crosses its trigger; the commit wakes the worker, which summarizes it: nobody calls anything.'
+CREATE DATABASE ctxwin_demo_worker;
+\c ctxwin_demo_worker
+CREATE EXTENSION ctxwin;
+INSERT INTO ctxwin.sessions (id, system_prompt)
+VALUES ('d0000000-0000-0000-0000-000000000002', 'You help with deployments.');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT 'd0000000-0000-0000-0000-000000000002',
+       CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       CASE WHEN g % 2 = 1 THEN 'Step ' || g || ': deploy billing-api v2.' || g || ' to /srv/billing and check error E' || (4000 + g) || '.'
+            ELSE 'Done: billing-api v2.' || (g - 1) || ' is live; E' || (3999 + g) || ' is gone.' END
+FROM generate_series(1, 30) g;
+SELECT pg_sleep(1);
+SELECT summary_through_id, summary_version, compaction_queued_at IS NULL AS left_the_queue,
+       left(conversation_summary, 120) || '...' AS summary
+FROM ctxwin.sessions;
+SELECT database, state, done, failed, in_flight, lag_p50_ms AS queued_to_summary_ms
+FROM ctxwin.worker_status;

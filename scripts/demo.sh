@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 . scripts/deps.sh
 ctxwin_deps
 ctxwin_build_install
-$(ctxwin_sudo) env PGCLIENTENCODING=UTF8 pg_virtualenv -t psql -X -v ON_ERROR_STOP=1 -f demo/demo.sql
+$(ctxwin_sudo) env PGCLIENTENCODING=UTF8 pg_virtualenv -t \
+	-o shared_preload_libraries=ctxwin -o ctxwin.databases=ctxwin_demo_worker \
+	psql -X -v ON_ERROR_STOP=1 -f demo/demo.sql

@@ -1510,6 +1510,8 @@ ctxwin_worker_main(Datum arg)
 
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
 	pgstat_report_appname("ctxwin worker");
+	/* it runs as a superuser: resolve no name through a schema users can write */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->dboid = MyDatabaseId;
