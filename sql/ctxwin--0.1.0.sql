@@ -1442,7 +1442,7 @@ DECLARE
     attempt int := 0;
     rate_waits int := 0;
     requests int := 0;
-    retries int := current_setting('ctxwin.llm_max_retries')::int;
+    retries int := coalesce(current_setting('ctxwin.llm_max_retries', true), '3')::int;
     last_err text;
 BEGIN
     LOOP
@@ -1823,7 +1823,7 @@ BEGIN
     FOR sid IN
         SELECT id FROM ctxwin.sessions
         WHERE compaction_queued_at IS NOT NULL
-          AND compaction_failures < current_setting('ctxwin.max_failures')::int
+          AND compaction_failures < coalesce(current_setting('ctxwin.max_failures', true), '3')::int
         ORDER BY compaction_queued_at
         LIMIT max_sessions
     LOOP
