@@ -351,6 +351,23 @@ RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token
 COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
 'Tokens of the messages of a session after an id, counted in an encoding';
 
+-- Whether a session's counters put it in the compaction queue: a summary
+-- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
+-- and there is more than the newest min_recent_messages to summarize.
+CREATE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
+                                     max_messages int, max_tokens int, ratio real,
+                                     context_window int, min_recent int)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN messages > min_recent
+   AND (coalesce(messages >= max_messages, false)
+        OR coalesce(tokens >= max_tokens, false)
+        OR coalesce(prompt_tokens + tokens + 3 > ratio * context_window, false));
+
+COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real, int, int) IS
+'Whether a session with these unsummarized messages and tokens belongs in the compaction queue under these settings';
+
 -- Keeps a session's derived columns right when its prompt, summary, summary
 -- point or profile change, and guards the summary point.
 CREATE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
@@ -360,7 +377,6 @@ DECLARE
     enc text;
     nxt record;
     cur record;
-    fires boolean;
 BEGIN
     SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
     FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
@@ -427,10 +443,9 @@ BEGIN
     IF TG_OP = 'UPDATE' THEN
         -- a session below every trigger, or with nothing it may summarize,
         -- leaves the compaction queue (and one over a trigger enters it)
-        fires := coalesce(NEW.unsummarized_messages >= st.max_messages_before_summary, false)
-              OR coalesce(NEW.unsummarized_tokens >= st.max_tokens_before_summary, false)
-              OR coalesce(NEW.prompt_tokens + NEW.unsummarized_tokens + 3 > st.trigger_ratio * st.window, false);
-        IF fires AND NEW.unsummarized_messages > st.min_recent_messages THEN
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
             IF NEW.compaction_queued_at IS NULL THEN
                 PERFORM ctxwin._wake_worker();
             END IF;
@@ -455,6 +470,39 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
           OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
           OR OLD.profile IS DISTINCT FROM NEW.profile)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
+
+-- A changed profile or model (lower triggers, a smaller window) can put
+-- sessions over a trigger without a new message: queue them now, as their
+-- next message would, and wake the worker.
+CREATE FUNCTION ctxwin._settings_requeue() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    UPDATE ctxwin.sessions s SET compaction_queued_at = now()
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE s.profile = p.name AND s.compaction_queued_at IS NULL
+      AND CASE TG_TABLE_NAME WHEN 'profiles' THEN p.name IN (SELECT r.name FROM new_rows r)
+                             ELSE p.model IN (SELECT r.name FROM new_rows r) END
+      AND ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
+                               p.max_messages_before_summary, p.max_tokens_before_summary, p.trigger_ratio,
+                               coalesce(p.context_window, m.context_window), p.min_recent_messages);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM ctxwin._wake_worker();
+    END IF;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._settings_requeue() IS
+'Trigger on profiles and models: queues the sessions a changed setting puts over a summary trigger';
+
+CREATE TRIGGER profiles_requeue AFTER UPDATE ON ctxwin.profiles
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._settings_requeue();
+CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._settings_requeue();
 
 -- The insert trigger: validates, numbers and counts a message, keeps the
 -- session's counters and queues the session when a summary trigger fires.

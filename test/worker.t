@@ -78,7 +78,7 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 50
+plan 52
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -180,6 +180,17 @@ like "$(q w1 "SELECT done >= 21 AND failed = 0 AND requests >= 21 AND latency_p5
               FROM ctxwin.worker_status WHERE database = 'w1'")" "t" \
 	"worker_status counts requests and summaries and reports latency percentiles"
 
+# --- a changed profile queues what it puts over a trigger -----------------------
+q w1 "INSERT INTO ctxwin.profiles (name, max_messages_before_summary) VALUES ('lazy', 200)" >/dev/null
+s=$(sessions w1 1 lazy)
+fill w1 "id = '$s'"
+sleep 0.5
+is "$(q w1 "SELECT compaction_queued_at IS NULL AND summary_through_id = 0 FROM ctxwin.sessions WHERE id = '$s'")" "t" \
+	"31 messages under a profile that fires at 200: not queued"
+q w1 "UPDATE ctxwin.profiles SET max_messages_before_summary = 20 WHERE name = 'lazy'" >/dev/null
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
+ok $? "lowering the profile's trigger queues the session and wakes the worker, which compacts it"
+
 # --- faults at a 20 % rate ----------------------------------------------------
 set_conf ctxwin.llm_model flaky-20 ctxwin.llm_max_retries 4
 before=$(nreq)
@@ -192,9 +203,10 @@ import json
 L = [json.loads(l) for l in open('$dir/requests.jsonl')][$before:]
 print(sum(1 for e in L if e.get('fault')))")
 ok $((faults >= 5 ? 0 : 1)) "the mock injected $faults faults in $(($(nreq) - before)) requests"
-is "$(q w1 "SELECT count(*) || ':' || count(DISTINCT session_id) || ':' || max(version) FROM ctxwin.summaries")" "121:121:1" \
-	"each session has exactly one summary (version 1): none lost, none twice"
-is "$(q w1 "SELECT count(*) FROM ctxwin.flush_events")" "121" "and one flush event each"
+n=$(q w1 "SELECT count(*) FROM ctxwin.sessions")
+is "$(q w1 "SELECT count(*) || ':' || count(DISTINCT session_id) || ':' || max(version) FROM ctxwin.summaries")" "$n:$n:1" \
+	"each of the $n sessions has exactly one summary (version 1): none lost, none twice"
+is "$(q w1 "SELECT count(*) FROM ctxwin.flush_events")" "$n" "and one flush event each"
 is "$(q w1 "SELECT retries > 0 FROM ctxwin.worker_status WHERE database = 'w1'")" "t" "worker_status counts the retries"
 
 # --- Retry-After --------------------------------------------------------------
