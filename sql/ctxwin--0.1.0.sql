@@ -1656,10 +1656,21 @@ BEGIN
             through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
         END IF;
         IF through IS NULL THEN
-            -- off the queue, unless a message arrived since we looked
-            UPDATE ctxwin.sessions x SET compaction_queued_at = NULL, compaction_retry_at = NULL
-            WHERE x.id = p_session AND x.message_count = s.message_count
-              AND x.summary_through_id = s.summary_through_id AND x.compaction_queued_at IS NOT NULL;
+            IF ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
+                                    st.max_messages_before_summary, st.max_tokens_before_summary,
+                                    st.trigger_ratio, st.context_window, st.min_recent_messages) THEN
+                -- the counters say it is due but its messages do not (yet):
+                -- an unanswered tool call group, or messages a restore has
+                -- not committed yet; look again in a minute or at the next
+                -- message
+                UPDATE ctxwin.sessions x SET compaction_retry_at = now() + interval '1 minute'
+                WHERE x.id = p_session AND x.message_count = s.message_count AND x.compaction_queued_at IS NOT NULL;
+            ELSE
+                -- off the queue, unless a message arrived since we looked
+                UPDATE ctxwin.sessions x SET compaction_queued_at = NULL, compaction_retry_at = NULL
+                WHERE x.id = p_session AND x.message_count = s.message_count
+                  AND x.summary_through_id = s.summary_through_id AND x.compaction_queued_at IS NOT NULL;
+            END IF;
             RETURN NULL;
         END IF;
     END IF;

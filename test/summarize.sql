@@ -6,7 +6,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(31);
+SELECT plan(37);
 
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
                              trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)
@@ -112,6 +112,46 @@ SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-0000
 SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-0000000000ff')$$, 'P0002',
                  'session 30000000-0000-0000-0000-0000000000ff does not exist', 'unknown session');
 SELECT throws_ok($$SELECT ctxwin.compact(0)$$, '22023', 'max_sessions must be greater than zero', 'compact(0)');
+
+-- a profile change queues what it puts over a trigger
+INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages, summary_strategy)
+VALUES ('late', 100, 2, 'extractive');
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('30000000-0000-0000-0000-000000000010', 'late');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '30000000-0000-0000-0000-000000000010', 'user', 'note ' || g FROM generate_series(1, 10) g;
+SELECT is((SELECT compaction_queued_at FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000010'), NULL,
+          '10 messages under a trigger of 100: not queued');
+UPDATE ctxwin.profiles SET max_messages_before_summary = 8 WHERE name = 'late';
+SELECT isnt((SELECT compaction_queued_at FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000010'), NULL,
+            'lowering the profile''s trigger to 8 queues it');
+
+-- queued, but its only cut points are inside an unanswered tool call
+-- group: it stays queued (the counters say it is due) and is looked at
+-- again later, instead of leaving the queue for good
+UPDATE ctxwin.profiles SET max_messages_before_summary = 100 WHERE name = 'late';
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('30000000-0000-0000-0000-000000000011', 'late');
+INSERT INTO ctxwin.messages (session_id, role, content, tool_calls)
+VALUES ('30000000-0000-0000-0000-000000000011', 'assistant', NULL,
+        (SELECT jsonb_agg(jsonb_build_object('id', 'c' || g, 'type', 'function',
+                                             'function', jsonb_build_object('name', 'f', 'arguments', '{}')))
+         FROM generate_series(1, 12) g));
+INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id)
+SELECT '30000000-0000-0000-0000-000000000011', 'tool', 'result ' || g, 'c' || g FROM generate_series(1, 11) g;
+UPDATE ctxwin.profiles SET max_messages_before_summary = 8 WHERE name = 'late';
+SELECT is((SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000011')), NULL,
+          'nothing to summarize while the tool group is open');
+SELECT ok((SELECT compaction_queued_at IS NOT NULL AND compaction_retry_at > now()
+           FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000011'),
+          'the session stays queued, to be looked at again later');
+INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id)
+VALUES ('30000000-0000-0000-0000-000000000011', 'tool', 'result 12', 'c12');
+SELECT ok((SELECT compaction_retry_at IS NULL FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000011'),
+          'the next message clears the wait');
+INSERT INTO ctxwin.messages (session_id, role, content)
+VALUES ('30000000-0000-0000-0000-000000000011', 'assistant', 'All twelve done.'),
+       ('30000000-0000-0000-0000-000000000011', 'user', 'Thanks.');
+SELECT is((SELECT through_id FROM ctxwin.summarize_session('30000000-0000-0000-0000-000000000011')), 13::bigint,
+          'once answered and followed by two messages, the whole group is summarized');
 
 SELECT * FROM finish();
 ROLLBACK;
