@@ -962,6 +962,17 @@ RecordFailure(const char *session, const char *msg)
 	recount = true;
 }
 
+/*
+ * Errors that say nothing against the session: its summary moved meanwhile
+ * (the compare-and-set), or an application transaction held its row longer
+ * than the worker's lock_timeout.  The session is planned again later.
+ */
+static bool
+NotAFailure(int sqlstate)
+{
+	return sqlstate == ERRCODE_T_R_SERIALIZATION_FAILURE || sqlstate == ERRCODE_LOCK_NOT_AVAILABLE;
+}
+
 static bool
 ExtensionPresent(void)
 {
@@ -1083,7 +1094,8 @@ ClaimSessions(int room, int *progressed)
 		if (!SubxactQuery("SELECT ctxwin._summary_plan($1::uuid, false, NULL)::text",
 						  1, ptypes, pvalues, NULL, &plan, &err, &code))
 		{
-			RecordFailure(cand_ids[i], err);
+			if (!NotAFailure(code))
+				RecordFailure(cand_ids[i], err);
 			UnlockLater(cand_keys[i]);
 			continue;
 		}
@@ -1113,7 +1125,7 @@ ClaimSessions(int room, int *progressed)
 					SlotRing(MySlot->lag, &MySlot->lag_n,
 							 (GetCurrentTimestamp() - cand_queued[i]) / 1000);
 				}
-				else if (code != ERRCODE_T_R_SERIALIZATION_FAILURE)
+				else if (!NotAFailure(code))
 					RecordFailure(cand_ids[i], err);
 				UnlockLater(cand_keys[i]);
 				continue;
@@ -1372,9 +1384,9 @@ FinishJobs(TimestampTz *next_wake)
 					SlotAdd(&MySlot->done, 1);
 					SlotRing(MySlot->lag, &MySlot->lag_n, (now - j->queued_at) / 1000);
 				}
-				else if (code == ERRCODE_T_R_SERIALIZATION_FAILURE)
+				else if (NotAFailure(code))
 				{
-					/* the summary moved meanwhile: planned again if still queued */
+					/* planned again if still queued */
 					SlotError(j->session, err);
 				}
 				else
@@ -1512,6 +1524,8 @@ ctxwin_worker_main(Datum arg)
 	pgstat_report_appname("ctxwin worker");
 	/* it runs as a superuser: resolve no name through a schema users can write */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	/* never wait long on a row an application transaction holds: the others wait too */
+	SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->dboid = MyDatabaseId;

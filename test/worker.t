@@ -78,7 +78,7 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 52
+plan 55
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -252,6 +252,27 @@ is "$(q w1 "SELECT ctxwin.compact()")" "0" "compact() skips it"
 wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
 ok $? "and the worker's summary lands"
 is "$(q w1 "SELECT count(*) FROM ctxwin.summaries WHERE session_id = '$s'")" "1" "once"
+
+# --- an application transaction holding a session's row ----------------------
+set_conf ctxwin.llm_model slow-1000
+a=$(sessions w1 1)
+b=$(sessions w1 1)
+fill w1 "id = '$a'"
+wait_for w1 "SELECT in_flight = 1 FROM ctxwin.worker_status WHERE database = 'w1'" 5
+# while the request for a is in flight, the app holds a's row for 6 s
+q w1 "BEGIN; INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$a', 'user', 'slow app'); SELECT pg_sleep(6); COMMIT" >/dev/null &
+bg=$!
+sleep 0.3
+start=$(date +%s%N)
+fill w1 "id = '$b'"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$b'" 10
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms < 4500 ? 0 : 1)) "another session is compacted meanwhile in ${ms} ms: the worker does not wait out the app's transaction"
+wait $bg
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$a'" 15
+ok $? "the held session is compacted once the app commits"
+is "$(q w1 "SELECT compaction_failures || ':' || (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id) FROM ctxwin.sessions s WHERE id = '$a'")" "0:1" \
+	"with no failure charged, and one summary"
 
 # --- SIGTERM with a hanging LLM -----------------------------------------------
 set_conf ctxwin.llm_model fault-timeout
