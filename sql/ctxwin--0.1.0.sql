@@ -1937,5 +1937,8 @@ COMMENT ON FUNCTION ctxwin._worker_status() IS
 
 CREATE VIEW ctxwin.worker_status AS SELECT * FROM ctxwin._worker_status();
 
+-- rows are filtered by the caller's privileges (see _worker_status)
+GRANT SELECT ON ctxwin.worker_status TO PUBLIC;
+
 COMMENT ON VIEW ctxwin.worker_status IS
 'The background workers: state, queue depth, requests in flight, done, failed, retries, request latency and queue-to-summary lag percentiles, last error. Other roles than superusers and pg_read_all_stats see their own database only; empty without shared_preload_libraries.';

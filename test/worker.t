@@ -78,7 +78,7 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 55
+plan 58
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -190,6 +190,13 @@ is "$(q w1 "SELECT compaction_queued_at IS NULL AND summary_through_id = 0 FROM 
 q w1 "UPDATE ctxwin.profiles SET max_messages_before_summary = 20 WHERE name = 'lazy'" >/dev/null
 wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
 ok $? "lowering the profile's trigger queues the session and wakes the worker, which compacts it"
+
+# --- who sees what ----------------------------------------------------------------
+q postgres "CREATE ROLE ctxwin_worker_t_user LOGIN" >/dev/null
+q w1 "GRANT USAGE ON SCHEMA ctxwin TO ctxwin_worker_t_user" >/dev/null
+is "$(psql -X -A -t -U ctxwin_worker_t_user -d w1 -c "SELECT string_agg(database, ',') FROM ctxwin.worker_status" 2>&1)" "w1" \
+	"a plain role sees its own database's row of worker_status only"
+is "$(q w1 "SELECT count(*) FROM ctxwin.worker_status")" "3" "a superuser sees every database's"
 
 # --- faults at a 20 % rate ----------------------------------------------------
 set_conf ctxwin.llm_model flaky-20 ctxwin.llm_max_retries 4
@@ -331,5 +338,7 @@ is "$out" "" "DROP DATABASE of a served database succeeds (${ms} ms)"
 ok $((ms < 6000 ? 0 : 1)) "without waiting for a timeout"
 wait_for w1 "SELECT state IN ('paused', 'no such database') FROM ctxwin.worker_status WHERE database = 'w2'" 5
 ok $? "its worker is gone and not restarted into the dropped database"
+
+is "$(grep -c -- "$key" "$dir/server.log")" "0" "the API key is nowhere in the server log"
 
 done_testing
