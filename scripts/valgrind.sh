@@ -81,8 +81,13 @@ fi
 
 as_pg "$bindir/pg_ctl" -D "$work/data" -m fast stop >/dev/null || true
 sleep 2
-# Keep only the reports whose stack names ctxwin.
-errors=$(cat "$work"/valgrind.*.log | grep -c 'ctxwin' || true)
+# Keep only the reports whose stack names ctxwin, less PostgreSQL's own
+# known one: the padding of the relcache init file it writes while a
+# background worker (ours) connects.
+errors=$(awk '/^==[0-9]+== [A-Z]/ { blk = $0; next }
+	/^==[0-9]+== *$/ { if (blk ~ /ctxwin/ && blk !~ /RelationCacheInitializePhase3/) n++; blk = ""; next }
+	{ blk = blk "\n" $0 }
+	END { print n + 0 }' "$work"/valgrind.*.log)
 echo "valgrind logs: $work/valgrind.*.log"
 echo "error stacks through ctxwin: $errors"
 if [ "$errors" -gt 0 ]; then
