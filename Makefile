@@ -7,6 +7,7 @@ OBJS = \
 	src/ctxwin.o \
 	src/tokenizer.o \
 	src/messages.o \
+	src/trigger.o \
 	src/window.o \
 	src/llm.o \
 	src/worker.o \
@@ -47,6 +48,7 @@ src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
 src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h
 src/messages.o: src/messages.c src/ctxwin.h
+src/trigger.o: src/trigger.c src/ctxwin.h
 src/window.o: src/window.c src/ctxwin.h
 src/llm.o: src/llm.c src/ctxwin.h
 src/worker.o: src/worker.c src/ctxwin.h

@@ -5,7 +5,8 @@
 -- a SET clause.  The C functions count_tokens, tokenize and detokenize run no
 -- SQL and resolve no name, except the encoding conversion of a database that
 -- is neither UTF8 nor SQL_ASCII, which they pin internally; a SET clause would
--- triple their cost on short texts.
+-- triple their cost on short texts.  The C insert trigger of ctxwin.messages
+-- runs SQL without one: every name in its queries is schema-qualified.
 
 COMMENT ON SCHEMA ctxwin IS 'ctxwin: LLM context windows, token counting and running summaries';
 
@@ -505,131 +506,14 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
     FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._settings_requeue();
 
 -- The insert trigger: validates, numbers and counts a message, keeps the
--- session's counters and queues the session when a summary trigger fires.
--- It never calls the network.
+-- session's counters and queues the session when a summary trigger fires
+-- (waking the worker when the session enters the queue, or is released by
+-- the message from its failures).  It never calls the network.  In C
+-- (src/trigger.c), it runs on every message insert; it pins no search_path
+-- but resolves no name through it: every name in its queries is qualified.
 CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s record;
-    pend text[];
-    um bigint;
-    ut bigint;
-    pt int;
-    fires boolean;
-BEGIN
-    IF NEW.session_id IS NULL THEN
-        RAISE EXCEPTION 'session_id must not be null' USING ERRCODE = 'not_null_violation';
-    END IF;
-    IF NEW.role IS NULL OR NEW.role NOT IN ('system', 'user', 'assistant', 'tool') THEN
-        RAISE EXCEPTION 'invalid message role "%"', coalesce(NEW.role, 'NULL')
-            USING ERRCODE = 'check_violation',
-                  HINT = 'A role is one of system, user, assistant and tool.';
-    END IF;
-
-    -- the session row lock orders concurrent inserts: ids follow commit order
-    -- (one query: the session, locked, with its profile's settings)
-    SELECT x.id, x.message_count, x.summary_through_id, x.unsummarized_messages, x.unsummarized_tokens,
-           x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.system_prompt, x.conversation_summary,
-           m.encoding, coalesce(p.context_window, m.context_window) AS context_window, p.trigger_ratio,
-           p.max_messages_before_summary, p.max_tokens_before_summary, p.min_recent_messages,
-           p.summary_placement
-    INTO s
-    FROM ctxwin.sessions x
-    JOIN ctxwin.profiles p ON p.name = x.profile
-    JOIN ctxwin.models m ON m.name = p.model
-    WHERE x.id = NEW.session_id
-    FOR NO KEY UPDATE OF x;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'session % does not exist', NEW.session_id
-            USING ERRCODE = 'foreign_key_violation',
-                  HINT = 'Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.';
-    END IF;
-
-    IF NEW.id IS NOT NULL AND NEW.id <= s.message_count THEN
-        -- a restore replays rows whose session was restored with its counters
-        IF NEW.token_count IS NULL OR NEW.token_encoding IS NULL THEN
-            RAISE EXCEPTION 'message id % is taken in session %', NEW.id, NEW.session_id
-                USING ERRCODE = 'unique_violation',
-                      HINT = 'Leave id out: ctxwin numbers the messages of a session.';
-        END IF;
-        RETURN NEW;
-    END IF;
-    IF NEW.id IS NOT NULL AND NEW.id <> s.message_count + 1 THEN
-        RAISE EXCEPTION 'message id % is not the next id of session % (%)', NEW.id, NEW.session_id,
-            s.message_count + 1
-            USING ERRCODE = 'check_violation',
-                  HINT = 'Leave id out: ctxwin numbers the messages of a session.';
-    END IF;
-
-    -- the tool call protocol: results answer the calls of the newest
-    -- assistant message with tool_calls, each at most once
-    IF NEW.tool_calls IS NOT NULL THEN
-        IF NEW.role <> 'assistant' THEN
-            RAISE EXCEPTION 'only assistant messages can have tool_calls'
-                USING ERRCODE = 'check_violation';
-        END IF;
-        IF jsonb_typeof(NEW.tool_calls) <> 'array' OR jsonb_array_length(NEW.tool_calls) = 0 THEN
-            RAISE EXCEPTION 'tool_calls must be a non-empty JSON array'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        pend := ARRAY(SELECT c ->> 'id' FROM jsonb_array_elements(NEW.tool_calls) c);
-        IF array_position(pend, NULL) IS NOT NULL THEN
-            RAISE EXCEPTION 'every tool call needs an "id"'
-                USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'Tool results name the call they answer by its id.';
-        END IF;
-    ELSIF NEW.role = 'tool' THEN
-        IF NEW.tool_call_id IS NULL THEN
-            RAISE EXCEPTION 'a tool message needs a tool_call_id'
-                USING ERRCODE = 'not_null_violation';
-        END IF;
-        IF s.pending_tool_calls IS NULL OR NOT NEW.tool_call_id = ANY (s.pending_tool_calls) THEN
-            RAISE EXCEPTION 'tool result "%" answers no pending tool call', NEW.tool_call_id
-                USING ERRCODE = 'foreign_key_violation',
-                      DETAIL = 'A tool message must follow the assistant message whose tool_calls include its tool_call_id, and answer each call once.';
-        END IF;
-        pend := array_remove(s.pending_tool_calls, NEW.tool_call_id);
-    END IF;
-
-    NEW.id := s.message_count + 1;
-    NEW.token_encoding := s.encoding;
-    NEW.token_count := ctxwin.message_tokens(NEW.role, NEW.content, NEW.name, NEW.tool_call_id,
-                                             NEW.tool_calls, s.encoding);
-
-    -- counters are kept in the encoding in effect now
-    ut := s.unsummarized_tokens;
-    pt := s.prompt_tokens;
-    IF s.count_encoding IS DISTINCT FROM s.encoding THEN
-        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, s.encoding);
-        pt := ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
-                                                            s.summary_placement), s.encoding);
-    END IF;
-    um := s.unsummarized_messages + 1;
-    ut := ut + NEW.token_count;
-    fires := coalesce(um >= s.max_messages_before_summary, false)
-          OR coalesce(ut >= s.max_tokens_before_summary, false)
-          OR coalesce(pt + ut + 3 > s.trigger_ratio * s.context_window, false);
-    IF fires AND um > s.min_recent_messages THEN
-        PERFORM ctxwin._wake_worker();		-- at commit, if the worker runs
-    END IF;
-
-    UPDATE ctxwin.sessions
-    SET message_count = NEW.id,
-        token_count = token_count + NEW.token_count,
-        unsummarized_messages = um,
-        unsummarized_tokens = ut,
-        prompt_tokens = pt,
-        count_encoding = s.encoding,
-        pending_tool_calls = pend,
-        compaction_failures = 0,		-- a new message resets the circuit breaker
-        compaction_retry_at = NULL,
-        compaction_queued_at = CASE WHEN fires AND um > s.min_recent_messages
-                                    THEN coalesce(compaction_queued_at, now())
-                                    ELSE compaction_queued_at END,
-        updated_at = now()
-    WHERE id = s.id;
-    RETURN NEW;
-END $$;
+AS 'MODULE_PATHNAME', 'messages_insert'
+LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._messages_insert() IS
 'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires';

@@ -74,7 +74,8 @@ SELECT ctxwin.detokenize('{{15339},{1917}}');
 
 -- Every function of the extension: volatility, strictness, parallel safety,
 -- and whether it pins search_path.  Only C functions that run no SQL may go
--- without (see the install script).
+-- without (see the install script), and the C insert trigger _messages_insert,
+-- which qualifies every name in its queries.
 SELECT p.proname, l.lanname, p.provolatile, p.proisstrict, p.proparallel,
        coalesce(array_to_string(p.proconfig, ','), '') LIKE '%search_path=%' AS pins_search_path
 FROM pg_proc p

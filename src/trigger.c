@@ -1,0 +1,772 @@
+/*
+ * trigger.c
+ *		The insert trigger of ctxwin.messages: validates, numbers and counts a
+ *		message, keeps its session's counters and queues the session for
+ *		compaction when a summary trigger fires.  It never calls the network.
+ *
+ * It runs on every message insert, so it is written in C.  Per message:
+ * one SQL statement locks the session row (FOR NO KEY UPDATE, as a query:
+ * PostgreSQL then handles concurrent updates of the row at every isolation
+ * level), two primary key lookups read its profile and model (a join in
+ * SQL costs a hash join per message: about 20 us), and one UPDATE writes
+ * its counters.  Both statements are prepared once per
+ * backend and kept, with generic plans (PostgreSQL replans them after DDL,
+ * so DROP and CREATE EXTENSION in one backend work).  The rest (checks,
+ * token counting, the tool call protocol, the summary trigger arithmetic)
+ * runs in C, with the semantics of the SQL it replaces.
+ *
+ * search_path: the function has no SET clause (a SET clause costs a GUC
+ * save and restore on every row).  It resolves no name through search_path
+ * instead: every table, function and operator in its queries is
+ * schema-qualified (ctxwin., pg_catalog.), and the functions it calls
+ * for the rare recount pin search_path themselves.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/objectaddress.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "common/int.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/uuid.h"
+
+#include "ctxwin.h"
+
+PG_FUNCTION_INFO_V1(messages_insert);
+
+/*
+ * The session row, locked (FOR NO KEY UPDATE: the lock orders concurrent
+ * inserts into one session, so ids follow commit order).
+ */
+static const char *const lock_query =
+"SELECT x.message_count, x.unsummarized_messages, x.unsummarized_tokens, x.prompt_tokens, "
+"       x.count_encoding, x.pending_tool_calls, "
+"       x.compaction_queued_at IS NULL OR x.compaction_failures OPERATOR(pg_catalog.>) 0 "
+"           OR x.compaction_retry_at IS NOT NULL, "
+"       x.profile "
+"FROM ctxwin.sessions x "
+"WHERE x.id OPERATOR(pg_catalog.=) $1 "
+"FOR NO KEY UPDATE OF x";
+
+/* columns of lock_query */
+enum
+{
+	L_MESSAGE_COUNT = 1,
+	L_UNSUMMARIZED_MESSAGES,
+	L_UNSUMMARIZED_TOKENS,
+	L_PROMPT_TOKENS,
+	L_COUNT_ENCODING,
+	L_PENDING_TOOL_CALLS,
+	L_WAKE,						/* not queued, or queued but failing */
+	L_PROFILE
+};
+
+/*
+ * The settings of the session's profile and model.  Read by primary key
+ * lookups (see FetchRow), or, when either table cannot be read so (see
+ * DirectReadable), by this query: then row-level security policies apply
+ * as they would to it, and Citus finds the rows.
+ */
+static const char *const settings_query =
+"SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
+"       p.max_messages_before_summary, p.max_tokens_before_summary, "
+"       p.min_recent_messages, p.summary_placement "
+"FROM ctxwin.profiles p "
+"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
+"WHERE p.name OPERATOR(pg_catalog.=) $1";
+
+/* What the trigger needs of a profile and its model. */
+typedef struct Settings
+{
+	text	   *encoding;
+	int32		context_window;
+	bool		ratio_null;
+	float4		trigger_ratio;
+	bool		max_messages_null;
+	int32		max_messages;
+	bool		max_tokens_null;
+	int32		max_tokens;
+	int32		min_recent;
+	Datum		placement;
+	bool		placement_null;
+} Settings;
+
+/* the columns read, in the order of settings_query's where they match */
+static const char *const profile_cols[] = {
+	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
+	"max_tokens_before_summary", "min_recent_messages", "summary_placement"
+};
+static const char *const model_cols[] = {"name", "encoding", "context_window"};
+
+/*
+ * The counters of a session whose counters are in another encoding than its
+ * model's now (its profile or the profile's model changed, or it was
+ * restored so): recounted in the new one.  The row is locked by
+ * lock_query, so it is the row that query read.
+ */
+static const char *const recount_query =
+"SELECT ctxwin._unsummarized_tokens(x.id, x.summary_through_id, $2), "
+"       ctxwin.messages_tokens(ctxwin.system_messages(x.system_prompt, x.conversation_summary, $3), $2) "
+"FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) $1";
+
+/* The session's counters after the message (which also resets the failures
+ * and the retry time of the compaction circuit breaker). */
+static const char *const update_query =
+"UPDATE ctxwin.sessions "
+"SET message_count = $2, "
+"    token_count = token_count OPERATOR(pg_catalog.+) $3, "
+"    unsummarized_messages = $4, "
+"    unsummarized_tokens = $5, "
+"    prompt_tokens = $6, "
+"    count_encoding = $7, "
+"    pending_tool_calls = $8, "
+"    compaction_failures = 0, "
+"    compaction_retry_at = NULL, "
+"    compaction_queued_at = CASE WHEN $9 THEN coalesce(compaction_queued_at, pg_catalog.now()) "
+"                                ELSE compaction_queued_at END, "
+"    updated_at = pg_catalog.now() "
+"WHERE id OPERATOR(pg_catalog.=) $1";
+
+/* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
+static SPIPlanPtr lock_plan = NULL;
+static SPIPlanPtr settings_plan = NULL;
+static SPIPlanPtr recount_plan = NULL;
+static SPIPlanPtr update_plan = NULL;
+
+static SPIPlanPtr
+KeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes)
+{
+	if (*plan == NULL)
+	{
+		/* generic: the plans do not depend on the values */
+		SPIPlanPtr	p = SPI_prepare_cursor(query, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare_cursor failed for \"%s\": %s",
+				 query, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*plan = p;
+	}
+	return *plan;
+}
+
+/*
+ * The row of a ctxwin table (profiles, models) whose primary key, a text,
+ * is key: the columns cols (cols[0] is the key) into vals and nulls,
+ * copied.  False if there is none.  The caller has checked that the table
+ * is DirectReadable; the privileges are checked here as the
+ * executor checks them for a query that reads these columns: SELECT on the
+ * table, or else on each of the columns.
+ */
+static bool
+FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int ncols,
+		 Datum *vals, bool *nulls)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber	attnos[8];
+	Oid			userid = GetUserId();
+	Oid			indexid;
+	Relation	index;
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found;
+	int			i;
+
+	Assert(ncols <= lengthof(attnos));
+	for (i = 0; i < ncols; i++)
+	{
+		attnos[i] = SPI_fnumber(desc, cols[i]);
+		if (attnos[i] <= 0)
+			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
+	}
+	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
+	{
+		for (i = 0; i < ncols; i++)
+			if (pg_attribute_aclcheck(relid, attnos[i], userid, ACL_SELECT) != ACLCHECK_OK)
+				aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
+							   RelationGetRelationName(rel));
+	}
+
+	indexid = RelationGetPrimaryKeyIndex(rel);
+	if (!OidIsValid(indexid))
+		elog(ERROR, "%s has no primary key", RelationGetRelationName(rel));
+	index = index_open(indexid, AccessShareLock);
+	if (index->rd_index->indnatts != 1 || index->rd_index->indkey.values[0] != attnos[0])
+		elog(ERROR, "the primary key of %s is not its column \"%s\"",
+			 RelationGetRelationName(rel), cols[0]);
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(key));
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, index, snapshot, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+	{
+		for (i = 0; i < ncols; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, attnos[i] - 1);
+			Datum		d = slot_getattr(slot, attnos[i], &nulls[i]);
+
+			vals[i] = nulls[i] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
+		}
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * Whether the rows of a ctxwin table may be read directly from its heap and
+ * primary key: a plain table without row-level security in effect, and no
+ * Citus in this backend (whose tables' rows live in shards that only its
+ * planner finds).  Otherwise the settings are read with a query.
+ */
+static bool
+DirectReadable(Oid relid)
+{
+	return get_rel_relkind(relid) == RELKIND_RELATION &&
+		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
+		GetConfigOption("citus.version", true, false) == NULL;
+}
+
+/*
+ * The settings of a profile and its model, as of a snapshot taken now (as
+ * the statement that follows the lock would see them).  False if there is
+ * no such profile or model.
+ */
+static bool
+ReadSettings(text *profile, Settings *st)
+{
+	Oid			nsp = get_namespace_oid("ctxwin", false);
+	Oid			profiles = get_relname_relid("profiles", nsp);
+	Oid			models = get_relname_relid("models", nsp);
+	Datum		pv[lengthof(profile_cols)];
+	bool		pn[lengthof(profile_cols)];
+	Datum		mv[lengthof(model_cols)];
+	bool		mn[lengthof(model_cols)];
+	Snapshot	snapshot;
+	bool		found;
+
+	if (!OidIsValid(profiles) || !OidIsValid(models))
+		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
+
+	if (!DirectReadable(profiles) || !DirectReadable(models))
+	{
+		Oid			argtypes[1] = {TEXTOID};
+		Datum		args[1] = {PointerGetDatum(profile)};
+		HeapTuple	row;
+		TupleDesc	desc;
+		bool		isnull;
+		int			rc;
+
+		rc = SPI_execute_plan(KeptPlan(&settings_plan, settings_query, 1, argtypes), args, NULL,
+							  false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+			return false;
+		row = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
+		st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+		st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
+		st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
+		st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
+		st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
+		st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
+		return true;
+	}
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	found = FetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
+		!pn[1] &&
+		FetchRow(models, DatumGetTextPP(pv[1]), snapshot, model_cols, lengthof(model_cols), mv, mn);
+	UnregisterSnapshot(snapshot);
+	if (!found)
+		return false;
+	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
+	if (mn[1] || mn[2] || pn[6])
+		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
+	st->encoding = DatumGetTextPP(mv[1]);
+	st->context_window = DatumGetInt32(pn[2] ? mv[2] : pv[2]);
+	st->ratio_null = pn[3];
+	st->trigger_ratio = pn[3] ? 0 : DatumGetFloat4(pv[3]);
+	st->max_messages_null = pn[4];
+	st->max_messages = pn[4] ? 0 : DatumGetInt32(pv[4]);
+	st->max_tokens_null = pn[5];
+	st->max_tokens = pn[5] ? 0 : DatumGetInt32(pv[5]);
+	st->min_recent = DatumGetInt32(pv[6]);
+	st->placement = pv[7];
+	st->placement_null = pn[7];
+	return true;
+}
+
+/* Attribute number of a column of ctxwin.messages. */
+static int
+Column(TupleDesc desc, const char *name)
+{
+	int			attno = SPI_fnumber(desc, name);
+
+	if (attno <= 0)
+		elog(ERROR, "ctxwin.messages has no column \"%s\"", name);
+	return attno;
+}
+
+/* A column of a row as a datum; *isnull says whether it is NULL. */
+static Datum
+Get(HeapTuple tup, TupleDesc desc, int attno, bool *isnull)
+{
+	return heap_getattr(tup, attno, desc, isnull);
+}
+
+static bool
+TextEquals(text *a, const char *b)
+{
+	size_t		len = strlen(b);
+
+	return VARSIZE_ANY_EXHDR(a) == len && memcmp(VARDATA_ANY(a), b, len) == 0;
+}
+
+static bool
+TextsEqual(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * The value of key "id" of one element of tool_calls, as the ->> operator
+ * gives it: NULL for an element that is no object, a missing key or a JSON
+ * null; a string's text; any other value's JSON text.
+ */
+static text *
+CallId(JsonbContainer *calls, uint32 i)
+{
+	JsonbValue *elem = getIthJsonbValueFromContainer(calls, i);
+	JsonbValue	buf;
+	JsonbValue *v;
+
+	if (elem == NULL || elem->type != jbvBinary || !JsonContainerIsObject(elem->val.binary.data))
+		return NULL;
+	v = getKeyJsonValueFromContainer(elem->val.binary.data, "id", 2, &buf);
+	if (v == NULL)
+		return NULL;
+	switch (v->type)
+	{
+		case jbvNull:
+			return NULL;
+		case jbvBool:
+			return cstring_to_text(v->val.boolean ? "true" : "false");
+		case jbvString:
+			return cstring_to_text_with_len(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			return cstring_to_text(DatumGetCString(DirectFunctionCall1(numeric_out,
+																	   PointerGetDatum(v->val.numeric))));
+		case jbvBinary:
+			{
+				StringInfo	s = makeStringInfo();
+
+				(void) JsonbToCString(s, v->val.binary.data, -1);
+				return cstring_to_text_with_len(s->data, s->len);
+			}
+		default:
+			elog(ERROR, "unrecognized jsonb type: %d", (int) v->type);
+	}
+	return NULL;					/* keep the compiler quiet */
+}
+
+/*
+ * The ids of an assistant message's tool calls (text[]), after the checks:
+ * a non-empty JSON array, an "id" in every call.
+ */
+static Datum
+PendingCalls(Jsonb *tool_calls)
+{
+	uint32		n,
+				i;
+	Datum	   *ids;
+
+	if (!JB_ROOT_IS_ARRAY(tool_calls) || JB_ROOT_IS_SCALAR(tool_calls) ||
+		JB_ROOT_COUNT(tool_calls) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("tool_calls must be a non-empty JSON array")));
+	n = JB_ROOT_COUNT(tool_calls);
+	ids = palloc(sizeof(Datum) * n);
+	for (i = 0; i < n; i++)
+	{
+		text	   *id;
+
+		if ((i & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		id = CallId(&tool_calls->root, i);
+		if (id == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("every tool call needs an \"id\""),
+					 errdetail("Tool results name the call they answer by its id.")));
+		ids[i] = PointerGetDatum(id);
+	}
+	return PointerGetDatum(construct_array(ids, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * Whether tool_call_id answers a pending call, as "NOT id = ANY (pending)"
+ * decides it: an error unless an element equals it or, since the
+ * comparison is then NULL rather than false, an element is NULL.
+ */
+static bool
+AnswersPending(ArrayType *pending, text *tool_call_id)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+	bool		any_null = false;
+
+	deconstruct_array(pending, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+	{
+		if ((i & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+		if (nulls[i])
+			any_null = true;
+		else if (TextsEqual(DatumGetTextPP(elems[i]), tool_call_id))
+			return true;
+	}
+	return any_null;
+}
+
+static int64
+AddInt64(int64 a, int64 b)
+{
+	int64		r;
+
+	if (unlikely(pg_add_s64_overflow(a, b, &r)))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range")));
+	return r;
+}
+
+static void NoSession(Datum session_id) pg_attribute_noreturn();
+
+static void
+NoSession(Datum session_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+			 errmsg("session %s does not exist",
+					DatumGetCString(DirectFunctionCall1(uuid_out, session_id))),
+			 errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.")));
+}
+
+/*
+ * ctxwin._messages_insert(), BEFORE INSERT FOR EACH ROW on ctxwin.messages.
+ */
+Datum
+messages_insert(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	MemoryContext callcxt = CurrentMemoryContext;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	int			a_session,
+				a_id,
+				a_role,
+				a_content,
+				a_tool_calls,
+				a_tool_call_id,
+				a_name,
+				a_token_count,
+				a_token_encoding;
+	Datum		session_id;
+	bool		isnull;
+	text	   *role;
+	bool		has_id;
+	int64		id = 0;
+	Datum		d;
+	HeapTuple	srow;
+	TupleDesc	sdesc;
+	Settings	st;
+	int64		message_count;
+	int64		um;
+	int64		ut;
+	int32		pt;
+	int32		token_count;
+	text	   *encoding;
+	const CtxwinEncoding *enc;
+	Jsonb	   *tool_calls = NULL;
+	text	   *tool_call_id = NULL;
+	Datum		pend = (Datum) 0;
+	bool		pend_null = true;
+	bool		fires;
+	bool		queue;
+	bool		wake;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "ctxwin._messages_insert() must be called as a trigger");
+	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		elog(ERROR, "ctxwin._messages_insert() must be a BEFORE INSERT FOR EACH ROW trigger");
+
+	tup = trigdata->tg_trigtuple;
+	desc = RelationGetDescr(trigdata->tg_relation);
+	a_session = Column(desc, "session_id");
+	a_id = Column(desc, "id");
+	a_role = Column(desc, "role");
+	a_content = Column(desc, "content");
+	a_tool_calls = Column(desc, "tool_calls");
+	a_tool_call_id = Column(desc, "tool_call_id");
+	a_name = Column(desc, "name");
+	a_token_count = Column(desc, "token_count");
+	a_token_encoding = Column(desc, "token_encoding");
+
+	session_id = Get(tup, desc, a_session, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("session_id must not be null")));
+	d = Get(tup, desc, a_role, &isnull);
+	role = isnull ? NULL : DatumGetTextPP(d);
+	if (role == NULL ||
+		!(TextEquals(role, "system") || TextEquals(role, "user") ||
+		  TextEquals(role, "assistant") || TextEquals(role, "tool")))
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("invalid message role \"%s\"", role ? text_to_cstring(role) : "NULL"),
+				 errhint("A role is one of system, user, assistant and tool.")));
+	d = Get(tup, desc, a_id, &isnull);
+	has_id = !isnull;
+	if (has_id)
+		id = DatumGetInt64(d);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	/* the session, locked, with its settings */
+	{
+		Oid			argtypes[1] = {UUIDOID};
+		Datum		args[1] = {session_id};
+		int			rc;
+
+		rc = SPI_execute_plan(KeptPlan(&lock_plan, lock_query, 1, argtypes), args, NULL, false, 1);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+		/* no session, or (as in a join) no profile or model for it */
+		if (SPI_processed == 0)
+			NoSession(session_id);
+		srow = SPI_tuptable->vals[0];
+		sdesc = SPI_tuptable->tupdesc;
+		if (!ReadSettings(DatumGetTextPP(Get(srow, sdesc, L_PROFILE, &isnull)), &st))
+			NoSession(session_id);
+	}
+	message_count = DatumGetInt64(Get(srow, sdesc, L_MESSAGE_COUNT, &isnull));
+
+	if (has_id && id <= message_count)
+	{
+		bool		count_null,
+					encoding_null;
+
+		/* a restore replays rows whose session was restored with its counters */
+		(void) Get(tup, desc, a_token_count, &count_null);
+		(void) Get(tup, desc, a_token_encoding, &encoding_null);
+		if (count_null || encoding_null)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNIQUE_VIOLATION),
+					 errmsg("message id " INT64_FORMAT " is taken in session %s", id,
+							DatumGetCString(DirectFunctionCall1(uuid_out, session_id))),
+					 errhint("Leave id out: ctxwin numbers the messages of a session.")));
+		SPI_finish();
+		return PointerGetDatum(tup);
+	}
+	if (has_id && id != AddInt64(message_count, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("message id " INT64_FORMAT " is not the next id of session %s (" INT64_FORMAT ")",
+						id, DatumGetCString(DirectFunctionCall1(uuid_out, session_id)),
+						message_count + 1),
+				 errhint("Leave id out: ctxwin numbers the messages of a session.")));
+
+	/*
+	 * The tool call protocol: results answer the calls of the newest
+	 * assistant message with tool_calls, each at most once.
+	 */
+	d = Get(tup, desc, a_tool_calls, &isnull);
+	if (!isnull)
+		tool_calls = DatumGetJsonbP(d);
+	d = Get(tup, desc, a_tool_call_id, &isnull);
+	if (!isnull)
+		tool_call_id = DatumGetTextPP(d);
+	if (tool_calls)
+	{
+		if (!TextEquals(role, "assistant"))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("only assistant messages can have tool_calls")));
+		pend = PendingCalls(tool_calls);
+		pend_null = false;
+	}
+	else if (TextEquals(role, "tool"))
+	{
+		Datum		pending;
+		bool		pending_null;
+
+		if (tool_call_id == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("a tool message needs a tool_call_id")));
+		pending = Get(srow, sdesc, L_PENDING_TOOL_CALLS, &pending_null);
+		if (pending_null || !AnswersPending(DatumGetArrayTypeP(pending), tool_call_id))
+			ereport(ERROR,
+					(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+					 errmsg("tool result \"%s\" answers no pending tool call",
+							text_to_cstring(tool_call_id)),
+					 errdetail("A tool message must follow the assistant message whose tool_calls include its tool_call_id, and answer each call once.")));
+		/* array_remove itself, for its exact semantics (and errors) */
+		pend = OidFunctionCall2Coll(F_ARRAY_REMOVE, DEFAULT_COLLATION_OID,
+									pending, PointerGetDatum(tool_call_id));
+		pend_null = false;
+	}
+
+	/* the message's id, encoding and tokens */
+	id = AddInt64(message_count, 1);
+	encoding = st.encoding;
+	enc = CtxwinEncodingArg(encoding);
+	{
+		text	   *content = NULL,
+				   *name = NULL;
+		int64		n;
+
+		d = Get(tup, desc, a_content, &isnull);
+		if (!isnull)
+			content = DatumGetTextPP(d);
+		d = Get(tup, desc, a_name, &isnull);
+		if (!isnull)
+			name = DatumGetTextPP(d);
+		n = CtxwinMessageTokens(enc, text_to_cstring(role), content, name, tool_call_id, tool_calls);
+		token_count = (int32) Min(n, PG_INT32_MAX);
+	}
+
+	/* counters are kept in the encoding in effect now */
+	ut = DatumGetInt64(Get(srow, sdesc, L_UNSUMMARIZED_TOKENS, &isnull));
+	pt = DatumGetInt32(Get(srow, sdesc, L_PROMPT_TOKENS, &isnull));
+	d = Get(srow, sdesc, L_COUNT_ENCODING, &isnull);
+	if (isnull || !TextsEqual(DatumGetTextPP(d), encoding))
+	{
+		Oid			argtypes[3] = {UUIDOID, TEXTOID, TEXTOID};
+		Datum		args[3];
+		char		nulls[3] = {' ', ' ', st.placement_null ? 'n' : ' '};
+		int			rc;
+
+		args[0] = session_id;
+		args[1] = PointerGetDatum(encoding);
+		args[2] = st.placement;
+		rc = SPI_execute_plan(KeptPlan(&recount_plan, recount_query, 3, argtypes), args, nulls,
+							  false, 1);
+		if (rc != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "recounting the tokens of session %s failed",
+				 DatumGetCString(DirectFunctionCall1(uuid_out, session_id)));
+		/* both are sums or coalesced: never NULL */
+		ut = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (isnull)
+			elog(ERROR, "unsummarized tokens of session are NULL");
+		pt = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		if (isnull)
+			elog(ERROR, "prompt tokens of session are NULL");
+	}
+	um = AddInt64(DatumGetInt64(Get(srow, sdesc, L_UNSUMMARIZED_MESSAGES, &isnull)), 1);
+	ut = AddInt64(ut, token_count);
+
+	/* a summary trigger fires (NULL: off) */
+	fires = !st.max_messages_null && um >= st.max_messages;
+	if (!fires)
+		fires = !st.max_tokens_null && ut >= st.max_tokens;
+	/* as SQL computes pt + ut + 3 > trigger_ratio * context_window: in float8 */
+	if (!fires && !st.ratio_null)
+		fires = (float8) AddInt64(AddInt64(pt, ut), 3) >
+			(float8) st.trigger_ratio * (float8) st.context_window;
+	queue = fires && um > st.min_recent;
+	wake = queue && DatumGetBool(Get(srow, sdesc, L_WAKE, &isnull));
+
+	{
+		Oid			argtypes[9] = {UUIDOID, INT8OID, INT4OID, INT8OID, INT8OID, INT4OID,
+		TEXTOID, TEXTARRAYOID, BOOLOID};
+		Datum		args[9];
+		char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		int			rc;
+
+		args[0] = session_id;
+		args[1] = Int64GetDatum(id);
+		args[2] = Int32GetDatum(token_count);
+		args[3] = Int64GetDatum(um);
+		args[4] = Int64GetDatum(ut);
+		args[5] = Int32GetDatum(pt);
+		args[6] = PointerGetDatum(encoding);
+		args[7] = pend;
+		nulls[7] = pend_null ? 'n' : ' ';
+		args[8] = BoolGetDatum(queue);
+		rc = SPI_execute_plan(KeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
+							  false, 0);
+		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+			elog(ERROR, "updating the counters of session %s failed",
+				 DatumGetCString(DirectFunctionCall1(uuid_out, session_id)));
+	}
+	/*
+	 * Wake the worker (at commit) when the session enters the queue, or when
+	 * it was queued with failed compactions or a retry time, which this
+	 * message resets: a new message makes a failing session due again.  A
+	 * session queued and due already is no news to the worker.
+	 */
+	if (wake)
+		CtxwinWorkerWake();
+
+	/* the new row, in the caller's memory */
+	{
+		int			cols[3] = {a_id, a_token_count, a_token_encoding};
+		Datum		vals[3];
+		bool		nulls[3] = {false, false, false};
+		MemoryContext spicxt = MemoryContextSwitchTo(callcxt);
+
+		vals[0] = Int64GetDatum(id);
+		vals[1] = Int32GetDatum(token_count);
+		vals[2] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(encoding),
+														   VARSIZE_ANY_EXHDR(encoding)));
+		tup = heap_modify_tuple_by_cols(tup, desc, 3, cols, vals, nulls);
+		MemoryContextSwitchTo(spicxt);
+	}
+	SPI_finish();
+	return PointerGetDatum(tup);
+}
