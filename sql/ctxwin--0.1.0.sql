@@ -1471,13 +1471,31 @@ RETURN (
 COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
 'The last message id at or before a target where a summary may end without splitting a tool group';
 
--- Whether a summary trigger fires for a session now, and what the
--- strategy in effect is.
+-- Whether a summary trigger fires for a session now: context_status's
+-- will_trigger, without its walk of the window.  Counts in the encoding in
+-- effect now (the counters' own if the model did not change since).
 CREATE FUNCTION ctxwin._session_due(p_session uuid)
 RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN (SELECT coalesce(c.will_trigger, false) FROM ctxwin.context_status(p_session) c);
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    ut bigint;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
+    ut := CASE WHEN s.count_encoding = st.encoding THEN s.unsummarized_tokens
+               ELSE ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding) END;
+    -- min_recent -1: whether a trigger fires, whatever the newest messages
+    RETURN ctxwin._should_queue(s.message_count - s.summary_through_id, ut,
+                                ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
+                                                                              st.summary_placement), st.encoding),
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.context_window, -1);
+END $$;
 
 COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fires for the session now';
 
