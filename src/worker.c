@@ -873,51 +873,37 @@ AfterCommit(void)
 }
 
 /*
- * Runs one SQL statement with text arguments in a subtransaction.  Returns
- * true and the first column of the first row (text, in the caller's context,
- * NULL for SQL NULL) in *result; on an error, false with the message in
- * *errmsg_out and its SQLSTATE in *sqlstate, the subtransaction rolled back.
+ * Runs fn(arg) in a subtransaction; on an error, rolls it back and returns
+ * false with the message in *err (palloc'd in the caller's context) and its
+ * SQLSTATE in *sqlstate (if not NULL).
  */
 static bool
-SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
-			 char **result, char **errmsg_out, int *sqlstate)
+InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
 	volatile bool ok = true;
 
-	if (result)
-		*result = NULL;
 	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
+	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 1);
-
-		if (rc < 0)
-			elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
-		if (result && SPI_processed > 0 && SPI_tuptable)
-		{
-			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-			*result = v ? MemoryContextStrdup(oldcxt, v) : NULL;
-		}
+		fn(arg);
 		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
 	}
 	PG_CATCH();
 	{
 		ErrorData  *e;
 
-		MemoryContextSwitchTo(oldcxt);
+		MemoryContextSwitchTo(cxt);
 		e = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-		if (errmsg_out)
-			*errmsg_out = pstrdup(e->message ? e->message : "unknown error");
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		*err = pstrdup(e->message ? e->message : "unknown error");
 		if (sqlstate)
 			*sqlstate = e->sqlerrcode;
 		FreeErrorData(e);
@@ -927,7 +913,49 @@ SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values, const char *
 	return ok;
 }
 
-/* Records a failed compaction of a session, to retry after a backoff. */
+typedef struct SqlCall
+{
+	const char *sql;
+	int			nargs;
+	Oid		   *types;
+	Datum	   *values;
+	char	  **result;
+	MemoryContext cxt;
+} SqlCall;
+
+static void
+SqlCallFn(void *arg)
+{
+	SqlCall    *q = (SqlCall *) arg;
+	int			rc = SPI_execute_with_args(q->sql, q->nargs, q->types, q->values, NULL, false, 1);
+
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+	if (q->result && SPI_processed > 0 && SPI_tuptable)
+	{
+		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		*q->result = v ? MemoryContextStrdup(q->cxt, v) : NULL;
+	}
+}
+
+/*
+ * Runs one SQL statement with non-null arguments in a subtransaction.
+ * Returns true and the first column of the first row (text, in the
+ * caller's context, NULL for SQL NULL) in *result; on an error, false with
+ * the message in *errmsg_out and its SQLSTATE in *sqlstate.
+ */
+static bool
+SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
+			 char **result, char **errmsg_out, int *sqlstate)
+{
+	SqlCall		q = {sql, nargs, types, values, result, CurrentMemoryContext};
+
+	if (result)
+		*result = NULL;
+	return InSubxact(SqlCallFn, &q, errmsg_out, sqlstate);
+}
+
 /* The earliest compaction_retry_at this worker set: it wakes then. */
 static TimestampTz retry_wake = PG_INT64_MAX;
 
@@ -945,7 +973,7 @@ RecordFailure(const char *session, const char *msg)
 	values[0] = CStringGetTextDatum(session);
 	values[1] = CStringGetTextDatum(msg);
 	if (SubxactQuery("SELECT extract(epoch FROM ctxwin._compaction_failed($1::uuid, $2) - now()) * 1000",
-					 2, types, values, NULL, &retry_at, &err, NULL))
+					 2, types, values, &retry_at, &err, NULL))
 	{
 		if (retry_at)
 		{
@@ -1092,7 +1120,7 @@ ClaimSessions(int room, int *progressed)
 		(*progressed)++;
 		pvalues[0] = CStringGetTextDatum(cand_ids[i]);
 		if (!SubxactQuery("SELECT ctxwin._summary_plan($1::uuid, false, NULL)::text",
-						  1, ptypes, pvalues, NULL, &plan, &err, &code))
+						  1, ptypes, pvalues, &plan, &err, &code))
 		{
 			if (!NotAFailure(code))
 				RecordFailure(cand_ids[i], err);
@@ -1112,14 +1140,14 @@ ClaimSessions(int room, int *progressed)
 			char	   *request = NULL;
 
 			fvalues[0] = CStringGetTextDatum(plan);
-			if (!SubxactQuery("SELECT $1::jsonb ->> 'strategy'", 1, ftypes, fvalues, NULL,
+			if (!SubxactQuery("SELECT $1::jsonb ->> 'strategy'", 1, ftypes, fvalues,
 							  &strategy, &err, &code))
 				elog(ERROR, "could not read a summary plan: %s", err);
 			if (strcmp(strategy, "extractive") == 0)
 			{
 				/* no network: make it now */
 				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
-								 1, ftypes, fvalues, NULL, NULL, &err, &code))
+								 1, ftypes, fvalues, NULL, &err, &code))
 				{
 					SlotAdd(&MySlot->done, 1);
 					SlotRing(MySlot->lag, &MySlot->lag_n,
@@ -1130,7 +1158,7 @@ ClaimSessions(int room, int *progressed)
 				UnlockLater(cand_keys[i]);
 				continue;
 			}
-			if (!SubxactQuery("SELECT ($1::jsonb -> 'request')::text", 1, ftypes, fvalues, NULL,
+			if (!SubxactQuery("SELECT ($1::jsonb -> 'request')::text", 1, ftypes, fvalues,
 							  &request, &err, &code) || request == NULL)
 				elog(ERROR, "could not read a summary plan's request: %s", err ? err : "none");
 
@@ -1153,44 +1181,6 @@ ClaimSessions(int room, int *progressed)
 		}
 	}
 	return offered;
-}
-
-/*
- * Runs fn(arg) in a subtransaction; on an error, rolls it back and returns
- * false with the message in *err (palloc'd in the caller's context).
- */
-static bool
-InSubxact(void (*fn) (void *), void *arg, char **err)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *e;
-
-		MemoryContextSwitchTo(cxt);
-		e = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		*err = pstrdup(e->message ? e->message : "unknown error");
-		FreeErrorData(e);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
 }
 
 static void
@@ -1224,7 +1214,7 @@ StartTransfers(TimestampTz now)
 			continue;
 		old = MemoryContextSwitchTo(j->cxt);
 		j->xfer = NULL;
-		if (!InSubxact(TransferCreateFn, j, &j->error))
+		if (!InSubxact(TransferCreateFn, j, &j->error, NULL))
 		{
 			/* no key file, say: a failed request, retried like one */
 			j->xfer = NULL;
@@ -1353,7 +1343,7 @@ FinishJobs(TimestampTz *next_wake)
 		{
 			/* what curl brought, as _llm_post would return it, or an error */
 			j->answer = NULL;
-			if (!InSubxact(TransferAnswerFn, j, &j->error))
+			if (!InSubxact(TransferAnswerFn, j, &j->error, NULL))
 				j->answer = NULL;
 			LlmTransferFree(j->xfer);
 			j->xfer = NULL;
@@ -1378,8 +1368,7 @@ FinishJobs(TimestampTz *next_wake)
 
 				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
 								 3, (Oid[]) {TEXTOID, TEXTOID, TEXTOID},
-								 (Datum[]) {values[0], values[1], CStringGetTextDatum(withtotal)},
-								 NULL, NULL, &err, &code))
+								 (Datum[]) {values[0], values[1], CStringGetTextDatum(withtotal)}, NULL, &err, &code))
 				{
 					SlotAdd(&MySlot->done, 1);
 					SlotRing(MySlot->lag, &MySlot->lag_n, (now - j->queued_at) / 1000);
@@ -1404,7 +1393,7 @@ FinishJobs(TimestampTz *next_wake)
 			char	   *desc = NULL;
 
 			values[0] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
-			if (!SubxactQuery("SELECT ctxwin._llm_error_text($1::jsonb)", 1, types, values, NULL,
+			if (!SubxactQuery("SELECT ctxwin._llm_error_text($1::jsonb)", 1, types, values,
 							  &desc, &err, NULL))
 				desc = psprintf("HTTP %d", status);
 			err = desc;
