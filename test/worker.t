@@ -78,7 +78,7 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 58
+plan 61
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -190,6 +190,26 @@ is "$(q w1 "SELECT compaction_queued_at IS NULL AND summary_through_id = 0 FROM 
 q w1 "UPDATE ctxwin.profiles SET max_messages_before_summary = 20 WHERE name = 'lazy'" >/dev/null
 wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
 ok $? "lowering the profile's trigger queues the session and wakes the worker, which compacts it"
+
+# --- the Anthropic wire format, and the hybrid strategy --------------------------
+set_conf ctxwin.llm_provider anthropic ctxwin.llm_base_url "http://127.0.0.1:$mport"
+before=$(nreq)
+s=$(sessions w1 1)
+fill w1 "id = '$s'"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
+ok $? "with llm_provider = anthropic the worker compacts through the Messages API"
+is "$(python3 -c "
+import json
+L = [json.loads(l) for l in open('$dir/requests.jsonl')][$before:]
+print(','.join(sorted({e['path'] + ':' + e['headers'].get('anthropic-version', '-') + ':' + e['auth'] for e in L})))")" \
+	"/v1/messages:2023-06-01:ok" "its requests went to /v1/messages with anthropic-version and the key"
+q w1 "INSERT INTO ctxwin.profiles (name, summary_strategy) VALUES ('hy', 'hybrid')" >/dev/null
+s=$(sessions w1 1 hy)
+fill w1 "id = '$s'"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'" 10
+like "$(q w1 "SELECT strategy || ' ' || left(content, 40) FROM ctxwin.summaries WHERE session_id = '$s'")" "hybrid Facts: " \
+	"a hybrid profile's summary made by the worker starts with the facts found without the LLM"
+set_conf ctxwin.llm_provider openai ctxwin.llm_base_url "http://127.0.0.1:$mport/v1"
 
 # --- who sees what ----------------------------------------------------------------
 q postgres "CREATE ROLE ctxwin_worker_t_user LOGIN" >/dev/null
