@@ -1087,7 +1087,7 @@ ClaimSessions(int room, int *progressed)
 	if (SPI_execute_with_args("SELECT id::text, hashtext(id::text), compaction_queued_at FROM ctxwin.sessions "
 							  "WHERE compaction_queued_at IS NOT NULL AND compaction_failures < $1 "
 							  "AND (compaction_retry_at IS NULL OR compaction_retry_at <= now()) "
-							  "AND id::text <> ALL ($2) "
+							  "AND id <> ALL ($2::uuid[]) "
 							  "ORDER BY compaction_queued_at LIMIT $3",
 							  3, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the compaction queue");
