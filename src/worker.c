@@ -106,11 +106,13 @@ typedef enum WorkerState
 	WS_WORKING,
 	WS_NO_EXTENSION,
 	WS_NO_DATABASE,
-	WS_PAUSED
+	WS_PAUSED,
+	WS_NO_CONNECTIONS
 } WorkerState;
 
 static const char *const state_names[] = {
-	"stopped", "starting", "idle", "working", "no extension", "no such database", "paused"
+	"stopped", "starting", "idle", "working", "no extension", "no such database", "paused",
+	"not accepting connections"
 };
 
 /* One database's worker, in shared memory.  No pointers. */
@@ -399,8 +401,10 @@ WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 		wake_at_commit = true;
 	}
 
-	/* a new database (or a new name) may be one the launcher waits for */
-	if (IsA(n, CreatedbStmt) || (IsA(n, RenameStmt) && ((RenameStmt *) n)->renameType == OBJECT_DATABASE))
+	/* a new database (a new name, or one that now takes connections) may be
+	 * one the launcher waits for */
+	if (IsA(n, CreatedbStmt) || IsA(n, AlterDatabaseStmt) ||
+		(IsA(n, RenameStmt) && ((RenameStmt *) n)->renameType == OBJECT_DATABASE))
 	{
 		EnsureXactCallback();
 		launcher_wake_at_end = true;
@@ -575,9 +579,12 @@ LauncherStart(int i)
 	return true;
 }
 
-/* Whether a database exists (the launcher reads the shared catalog). */
+/*
+ * Whether a database exists, and whether it accepts connections (the
+ * launcher reads the shared catalog).
+ */
 static Oid
-LauncherDatabaseOid(const char *name)
+LauncherDatabaseOid(const char *name, bool *allowconn)
 {
 	Oid			oid = InvalidOid;
 	Relation	rel;
@@ -595,6 +602,7 @@ LauncherDatabaseOid(const char *name)
 		if (strcmp(NameStr(d->datname), name) == 0)
 		{
 			oid = d->oid;
+			*allowconn = d->datallowconn;
 			break;
 		}
 	}
@@ -666,7 +674,8 @@ ctxwin_launcher_main(Datum arg)
 		{
 			/* a database was created, dropped or renamed: look again now */
 			for (i = 0; i < MAX_DATABASES; i++)
-				if (shared->slots[i].state == WS_NO_DATABASE)
+				if (shared->slots[i].state == WS_NO_DATABASE ||
+					shared->slots[i].state == WS_NO_CONNECTIONS)
 					lslots[i].next_start = 0;
 		}
 		for (i = 0; i < MAX_DATABASES; i++)
@@ -674,6 +683,7 @@ ctxwin_launcher_main(Datum arg)
 			WorkerSlot *s = &shared->slots[i];
 			LauncherSlot *l = &lslots[i];
 			pid_t		pid;
+			bool		allowconn = true;
 
 			if (l->handle)
 			{
@@ -708,10 +718,10 @@ ctxwin_launcher_main(Datum arg)
 				wait_ms = Min(wait_ms, (l->next_start - now) / 1000 + 1);
 				continue;
 			}
-			if (!OidIsValid(LauncherDatabaseOid(s->dbname)))
+			if (!OidIsValid(LauncherDatabaseOid(s->dbname, &allowconn)) || !allowconn)
 			{
 				/* look again later; no process is forked for it */
-				SetSlotState(s, WS_NO_DATABASE);
+				SetSlotState(s, allowconn ? WS_NO_DATABASE : WS_NO_CONNECTIONS);
 				l->next_start = now + (TimestampTz) Max(ctxwin_naptime_ms, 10000) * 1000;
 				wait_ms = Min(wait_ms, Max(ctxwin_naptime_ms, 10000));
 				continue;

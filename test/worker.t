@@ -101,7 +101,7 @@ unix_socket_directories = '$dir'
 fsync = off
 shared_buffers = 32MB
 shared_preload_libraries = 'ctxwin'
-ctxwin.databases = 'w1, w2, nodb'
+ctxwin.databases = 'w1, w2, nodb, template0'
 ctxwin.naptime_ms = 60000
 ctxwin.llm_provider = 'openai'
 ctxwin.llm_base_url = 'http://127.0.0.1:$mport/v1'
@@ -120,11 +120,12 @@ is "$(q postgres "SELECT string_agg(coalesce(datname, '-') || ':' || application
                  FROM pg_stat_activity WHERE backend_type LIKE 'ctxwin%'")" \
 	"-:ctxwin launcher,w1:ctxwin worker,w2:ctxwin worker" "launcher and workers show in pg_stat_activity with clear names"
 st="SELECT string_agg(database || ':' || state, ',' ORDER BY database) FROM ctxwin.worker_status"
-wait_for w1 "$st = 'nodb:no such database,w1:idle,w2:no extension'" 10
-is "$(q w1 "$st")" "nodb:no such database,w1:idle,w2:no extension" "worker_status: w1 idle, w2 without the extension, nodb does not exist"
+want="nodb:no such database,template0:not accepting connections,w1:idle,w2:no extension"
+wait_for w1 "$st = '$want'" 10
+is "$(q w1 "$st")" "$want" "worker_status: w1 idle, w2 without the extension, nodb does not exist, template0 takes no connections"
 sleep 2
-is "$(q w1 "SELECT string_agg(restarts::text, ',' ORDER BY database) FROM ctxwin.worker_status")" "0,0,0" \
-	"no crash loop: neither the missing database nor the missing extension restarts anything"
+is "$(q w1 "SELECT string_agg(restarts::text, ',' ORDER BY database) FROM ctxwin.worker_status")" "0,0,0,0" \
+	"no crash loop: neither the missing database, the closed one nor the missing extension restarts anything"
 is "$(grep -c 'FATAL' "$dir/server.log")" "0" "and the server log holds no FATAL"
 
 # --- woken at commit, not by polling -----------------------------------------
@@ -216,7 +217,7 @@ q postgres "CREATE ROLE ctxwin_worker_t_user LOGIN" >/dev/null
 q w1 "GRANT USAGE ON SCHEMA ctxwin TO ctxwin_worker_t_user" >/dev/null
 is "$(psql -X -A -t -U ctxwin_worker_t_user -d w1 -c "SELECT string_agg(database, ',') FROM ctxwin.worker_status" 2>&1)" "w1" \
 	"a plain role sees its own database's row of worker_status only"
-is "$(q w1 "SELECT count(*) FROM ctxwin.worker_status")" "3" "a superuser sees every database's"
+is "$(q w1 "SELECT count(*) FROM ctxwin.worker_status")" "4" "a superuser sees every database's"
 
 # --- faults at a 20 % rate ----------------------------------------------------
 set_conf ctxwin.llm_model flaky-20 ctxwin.llm_max_retries 4
