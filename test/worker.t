@@ -78,7 +78,7 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 61
+plan 63
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -319,6 +319,13 @@ wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type 
 ok $? "the launcher starts it again"
 is "$(q w1 "SELECT count(*) FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL AND summary_through_id = 0")" "5" \
 	"the five sessions are still queued, unsummarized"
+pid=$(worker_pid w1)
+start=$(date +%s%N)
+kill -TERM "$pid"
+wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker' AND datname = 'w1' AND pid <> $pid" 10
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms >= 1800 ? 0 : 1)) "stopped again soon after its start, it is restarted after a longer backoff (${ms} ms)"
+is "$(q w1 "SELECT restarts FROM ctxwin.worker_status WHERE database = 'w1'")" "2" "worker_status counts the restarts"
 
 # --- kill -9 and a server restart mid-run lose nothing --------------------------
 set_conf ctxwin.llm_model slow-1500
