@@ -395,7 +395,7 @@ WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 
 	/* the worker of this database notices ctxwin come and go at once */
 	if ((IsA(n, CreateExtensionStmt) && strcmp(((CreateExtensionStmt *) n)->extname, "ctxwin") == 0) ||
-		IsA(n, DropStmt))
+		(IsA(n, DropStmt) && ((DropStmt *) n)->removeType == OBJECT_EXTENSION))
 	{
 		EnsureXactCallback();
 		wake_at_commit = true;
