@@ -870,10 +870,14 @@ AfterCommit(void)
 			continue;
 		if (j->xfer)
 		{
-			curl_multi_remove_handle(multi, LlmTransferHandle(j->xfer));
+			/* still in the multi handle unless curl had finished it */
+			if (!j->finished)
+			{
+				curl_multi_remove_handle(multi, LlmTransferHandle(j->xfer));
+				ninflight--;
+			}
 			LlmTransferFree(j->xfer);
 			j->xfer = NULL;
-			ninflight--;
 		}
 		UnlockSession(j->lock_key);
 		dlist_delete(&j->node);

@@ -78,7 +78,7 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 63
+plan 65
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -350,10 +350,18 @@ is "$(q w1 "SELECT count(*) FROM ctxwin.sessions s WHERE summary_version <> (SEL
 	"every session's summary_version matches its summaries rows"
 
 # --- DROP EXTENSION and DROP DATABASE are not blocked ---------------------------
-set_conf ctxwin.llm_model mock
+set_conf ctxwin.llm_model slow-3000
+sessions w1 5 >/dev/null
+fill w1 "message_count = 0"
+wait_for w2 "SELECT in_flight = 5 FROM ctxwin.worker_status WHERE database = 'w1'" 5
 start=$(date +%s%N)
 q w1 "DROP EXTENSION ctxwin CASCADE" >/dev/null
-ok $? "DROP EXTENSION with the worker running"
+ok $? "DROP EXTENSION with the worker running and 5 requests in flight"
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms < 2000 ? 0 : 1)) "not blocked by it (${ms} ms)"
+wait_for w2 "SELECT state = 'no extension' AND in_flight = 0 FROM ctxwin.worker_status WHERE database = 'w1'" 5
+ok $? "the worker drops what it had in flight and waits for the extension"
+set_conf ctxwin.llm_model mock
 q w1 "CREATE EXTENSION ctxwin" >/dev/null
 s=$(sessions w1 1)
 fill w1 "id = '$s'"
