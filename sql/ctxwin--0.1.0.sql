@@ -1369,9 +1369,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE
     req jsonb := ctxwin._llm_request(system_prompt, prompt, max_tokens, model);
     r jsonb;
-    b jsonb;
     status int;
-    attempt int := 0;
+    nxt jsonb;
+    failures int := 0;
     rate_waits int := 0;
     requests int := 0;
     retries int := coalesce(current_setting('ctxwin.llm_max_retries', true), '3')::int;
@@ -1385,33 +1385,28 @@ BEGIN
             last_err := SQLERRM;
             r := NULL;
         END;
-        IF r IS NOT NULL THEN
-            status := (r ->> 'status')::int;
-            b := r -> 'body';
-            IF status BETWEEN 200 AND 299 THEN
-                RETURN r || jsonb_build_object('requests', requests);
-            END IF;
-            last_err := ctxwin._llm_error_text(r);
-            IF NOT ctxwin._llm_retryable(status) THEN
-                RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
-                    USING ERRCODE = 'external_routine_exception';
-            END IF;
-            IF status IN (429, 529) THEN
-                -- rate limited or overloaded: wait, without charging an
-                -- attempt (up to 3 such waits per call)
-                rate_waits := rate_waits + 1;
-                IF rate_waits <= 3 THEN
-                    PERFORM pg_sleep(ctxwin._llm_retry_after(r ->> 'retry_after', rate_waits));
-                    CONTINUE;
-                END IF;
-            END IF;
+        status := (r ->> 'status')::int;
+        IF status BETWEEN 200 AND 299 THEN
+            RETURN r || jsonb_build_object('requests', requests);
         END IF;
-        attempt := attempt + 1;
-        IF attempt > retries THEN
+        IF r IS NOT NULL THEN
+            last_err := ctxwin._llm_error_text(r);
+        END IF;
+        nxt := ctxwin._llm_next_try(status, r ->> 'retry_after', failures, rate_waits, retries);
+        IF (nxt ->> 'refused')::boolean THEN
+            RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF NOT (nxt ->> 'retry')::boolean THEN
             RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
                 USING ERRCODE = 'external_routine_exception';
         END IF;
-        PERFORM pg_sleep(least(0.25 * power(2, attempt - 1), 30));
+        IF (nxt ->> 'charged')::boolean THEN
+            failures := failures + 1;
+        ELSE
+            rate_waits := rate_waits + 1;
+        END IF;
+        PERFORM pg_sleep((nxt ->> 'wait')::numeric);
     END LOOP;
 END $$;
 
@@ -1420,28 +1415,37 @@ COMMENT ON FUNCTION ctxwin._llm_summarize(text, text, int, text) IS
 
 REVOKE ALL ON FUNCTION ctxwin._llm_summarize(text, text, int, text) FROM PUBLIC;
 
--- Whether an HTTP status is worth another request: timeouts, conflicts,
--- rate limits, overload and server errors.  Other 4xx are refusals.
-CREATE FUNCTION ctxwin._llm_retryable(status int)
-RETURNS boolean
+/*
+ * After a failed LLM request (status NULL: no HTTP answer, such as a
+ * connection failure or a timeout), whether and when to send it again; the
+ * one retry policy of summarize_session and the worker.  failures: the
+ * charged failures before this one; rate_waits: the waits for 429/529 so far.
+ *  - other 4xx are refusals: {"retry": false, "refused": true}
+ *  - 429 and 529 wait as Retry-After says (seconds, at most 60; else 1, 2,
+ *    4 s), up to 3 times, without counting as a failure: "charged": false
+ *  - everything else (timeouts, 408, 409, 5xx, 429/529 after 3 waits) backs
+ *    off 0.25, 0.5, 1 ... s (at most 30), up to max_retries times
+ */
+CREATE FUNCTION ctxwin._llm_next_try(status int, retry_after text, failures int, rate_waits int, max_retries int)
+RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN status IN (408, 409, 429, 529) OR status >= 500;
+RETURN CASE
+    WHEN status IS NOT NULL AND NOT (status IN (408, 409, 429, 529) OR status >= 500)
+        THEN '{"retry": false, "refused": true}'::jsonb
+    WHEN status IN (429, 529) AND rate_waits < 3
+        THEN jsonb_build_object('retry', true, 'refused', false, 'charged', false, 'wait',
+                                CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$'
+                                     THEN least(retry_after::numeric, 60)
+                                     ELSE least(power(2, rate_waits), 30) END)
+    WHEN failures >= max_retries
+        THEN '{"retry": false, "refused": false}'::jsonb
+    ELSE jsonb_build_object('retry', true, 'refused', false, 'charged', true,
+                            'wait', least(0.25 * power(2, failures), 30))
+END;
 
-COMMENT ON FUNCTION ctxwin._llm_retryable(int) IS
-'Whether an LLM answer''s HTTP status is worth a retry';
-
--- Seconds to wait after a 429 or 529: its Retry-After (seconds, at most 60),
--- else 1, 2, 4 ... (at most 30) by how many waits came before.
-CREATE FUNCTION ctxwin._llm_retry_after(retry_after text, waits int)
-RETURNS numeric
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$' THEN least(retry_after::numeric, 60)
-            ELSE least(power(2, greatest(waits, 1) - 1), 30) END;
-
-COMMENT ON FUNCTION ctxwin._llm_retry_after(text, int) IS
-'Seconds to wait after a rate-limited or overloaded answer';
+COMMENT ON FUNCTION ctxwin._llm_next_try(int, text, int, int, int) IS
+'Whether and after how many seconds to send a failed LLM request again, and whether the failure counts';
 
 -- A short description of an LLM error answer: status and the provider's message.
 CREATE FUNCTION ctxwin._llm_error_text(r jsonb)
@@ -1617,8 +1621,7 @@ BEGIN
               || E'\n\nNew messages:\n' || ctxwin.transcript(msgs, st.encoding);
     model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
     RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
-                                      'prompt', prompt, 'model', model,
-                                      'request', ctxwin._llm_request(sys, prompt, room, model));
+                                      'prompt', prompt, 'model', model);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS

@@ -763,7 +763,6 @@ typedef struct Job
 	int			attempts;		/* failed requests, charged */
 	int			rate_waits;
 	int			requests;
-	char	   *last_error;
 	/* set when a transfer finished, for the next write batch */
 	int			curl_code;
 	Jsonb	   *answer;
@@ -933,7 +932,8 @@ typedef struct SqlCall
 	int			nargs;
 	Oid		   *types;
 	Datum	   *values;
-	char	  **result;
+	char	  **result;			/* ncols of them */
+	int			ncols;
 	MemoryContext cxt;
 } SqlCall;
 
@@ -947,27 +947,41 @@ SqlCallFn(void *arg)
 		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
 	if (q->result && SPI_processed > 0 && SPI_tuptable)
 	{
-		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		int			i;
 
-		*q->result = v ? MemoryContextStrdup(q->cxt, v) : NULL;
+		for (i = 0; i < q->ncols; i++)
+		{
+			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1);
+
+			q->result[i] = v ? MemoryContextStrdup(q->cxt, v) : NULL;
+		}
 	}
 }
 
 /*
  * Runs one SQL statement with non-null arguments in a subtransaction.
- * Returns true and the first column of the first row (text, in the
- * caller's context, NULL for SQL NULL) in *result; on an error, false with
- * the message in *errmsg_out and its SQLSTATE in *sqlstate.
+ * Returns true and the first ncols columns of the first row (text, in the
+ * caller's context, NULL for SQL NULL or no row) in result[]; on an error,
+ * false with the message in *errmsg_out and its SQLSTATE in *sqlstate.
  */
+static bool
+SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
+				char **result, int ncols, char **errmsg_out, int *sqlstate)
+{
+	SqlCall		q = {sql, nargs, types, values, result, ncols, CurrentMemoryContext};
+	int			i;
+
+	for (i = 0; result && i < ncols; i++)
+		result[i] = NULL;
+	return InSubxact(SqlCallFn, &q, errmsg_out, sqlstate);
+}
+
+/* SubxactQueryRow for one column. */
 static bool
 SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
 			 char **result, char **errmsg_out, int *sqlstate)
 {
-	SqlCall		q = {sql, nargs, types, values, result, CurrentMemoryContext};
-
-	if (result)
-		*result = NULL;
-	return InSubxact(SqlCallFn, &q, errmsg_out, sqlstate);
+	return SubxactQueryRow(sql, nargs, types, values, result, 1, errmsg_out, sqlstate);
 }
 
 /* The earliest compaction_retry_at this worker set: it wakes then. */
@@ -1150,14 +1164,21 @@ ClaimSessions(int room, int *progressed)
 		{
 			Oid			ftypes[1] = {TEXTOID};
 			Datum		fvalues[1];
-			char	   *strategy = NULL;
 			char	   *request = NULL;
 
+			/* the LLM request the plan asks for; none for an extractive one */
 			fvalues[0] = CStringGetTextDatum(plan);
-			if (!SubxactQuery("SELECT $1::jsonb ->> 'strategy'", 1, ftypes, fvalues,
-							  &strategy, &err, &code))
-				elog(ERROR, "could not read a summary plan: %s", err);
-			if (strcmp(strategy, "extractive") == 0)
+			if (!SubxactQuery("SELECT CASE WHEN p ->> 'strategy' <> 'extractive' THEN "
+							  "ctxwin._llm_request(p ->> 'system_prompt', p ->> 'prompt', "
+							  "(p ->> 'answer_tokens')::int, p ->> 'model')::text END "
+							  "FROM (SELECT $1::jsonb AS p) x", 1, ftypes, fvalues,
+							  &request, &err, &code))
+			{
+				RecordFailure(cand_ids[i], err);
+				UnlockLater(cand_keys[i]);
+				continue;
+			}
+			if (request == NULL)
 			{
 				/* no network: make it now */
 				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
@@ -1172,10 +1193,6 @@ ClaimSessions(int room, int *progressed)
 				UnlockLater(cand_keys[i]);
 				continue;
 			}
-			if (!SubxactQuery("SELECT ($1::jsonb -> 'request')::text", 1, ftypes, fvalues,
-							  &request, &err, &code) || request == NULL)
-				elog(ERROR, "could not read a summary plan's request: %s", err ? err : "none");
-
 			/* an LLM summary: a job for the multi handle */
 			{
 				MemoryContext jcxt = AllocSetContextCreate(WorkerContext, "ctxwin job",
@@ -1298,36 +1315,6 @@ JsonbInt(Jsonb *jb, const char *key, int dflt)
 	return dflt;
 }
 
-static char *
-JsonbText(Jsonb *jb, const char *key)
-{
-	JsonbValue *v = getKeyJsonValueFromContainer(&jb->root, key, strlen(key), NULL);
-
-	if (v && v->type == jbvString)
-		return pnstrdup(v->val.string.val, v->val.string.len);
-	return NULL;
-}
-
-/* Seconds to wait after a 429/529 (as ctxwin._llm_retry_after). */
-static double
-RetryAfterSeconds(const char *ra, int waits)
-{
-	char	   *end;
-	double		v;
-
-	if (ra)
-	{
-		while (*ra == ' ')
-			ra++;
-		v = strtod(ra, &end);
-		while (*end == ' ')
-			end++;
-		if (end != ra && *end == '\0' && v >= 0)
-			return Min(v, 60.0);
-	}
-	return Min((double) (1 << Min(Max(waits, 1) - 1, 5)), 30.0);
-}
-
 /*
  * Writes what the finished jobs brought, in one transaction: a summary
  * where the answer is good, a retry later where the request failed and
@@ -1344,8 +1331,6 @@ FinishJobs(TimestampTz *next_wake)
 		Job		   *j = dlist_container(Job, node, it.cur);
 		int			status = 0;
 		char	   *err = NULL;
-		bool		retry = false;
-		bool		charged = true;
 		double		wait_s = 0;
 		MemoryContext old;
 
@@ -1399,54 +1384,47 @@ FinishJobs(TimestampTz *next_wake)
 			JobDone(j);
 			continue;
 		}
-		if (j->answer)
+		/*
+		 * A failed request: ctxwin._llm_next_try says whether and when to
+		 * send it again (the retry policy summarize_session follows too).
+		 */
 		{
-			/* an HTTP error answer */
-			Oid			types[1] = {TEXTOID};
-			Datum		values[1];
-			char	   *desc = NULL;
+			Oid			types[4] = {TEXTOID, INT4OID, INT4OID, INT4OID};
+			Datum		values[4];
+			char	   *next[5];
 
-			values[0] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
-			if (!SubxactQuery("SELECT ctxwin._llm_error_text($1::jsonb)", 1, types, values,
-							  &desc, &err, NULL))
-				desc = psprintf("HTTP %d", status);
-			err = desc;
-			retry = status == 408 || status == 409 || status == 429 || status == 529 || status >= 500;
-			if (!retry)
+			values[0] = CStringGetTextDatum(j->answer ?
+											JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)) :
+											"null");
+			values[1] = Int32GetDatum(j->attempts);
+			values[2] = Int32GetDatum(j->rate_waits);
+			values[3] = Int32GetDatum(ctxwin_llm_max_retries);
+			if (!SubxactQueryRow("SELECT n ->> 'retry', n ->> 'refused', n ->> 'charged', n ->> 'wait', "
+								 "CASE WHEN a <> 'null' THEN ctxwin._llm_error_text(a) END "
+								 "FROM (SELECT $1::jsonb AS a) x, "
+								 "ctxwin._llm_next_try((a ->> 'status')::int, a ->> 'retry_after', $2, $3, $4) AS n",
+								 4, types, values, next, 5, &err, NULL))
+				elog(ERROR, "could not decide on a retry: %s", err);
+			err = next[4] ? next[4] : j->error ? j->error : "LLM request failed";
+			if (strcmp(next[0], "true") != 0)
 			{
-				char	   *msg = psprintf("LLM endpoint refused the summary request: %s", desc);
+				char	   *msg = strcmp(next[1], "true") == 0 ?
+					psprintf("LLM endpoint refused the summary request: %s", err) :
+					psprintf("LLM request failed after %d requests: %s", j->requests, err);
 
 				RecordFailure(j->session, msg);
 				MemoryContextSwitchTo(old);
 				JobDone(j);
 				continue;
 			}
-			if ((status == 429 || status == 529) && j->rate_waits < 3)
+			if (strcmp(next[2], "true") == 0)
+				j->attempts++;
+			else
 			{
 				j->rate_waits++;
-				charged = false;
-				wait_s = RetryAfterSeconds(JsonbText(j->answer, "retry_after"), j->rate_waits);
 				SlotAdd(&MySlot->rate_limited, 1);
 			}
-		}
-		else
-			err = j->error ? j->error : "LLM request failed";
-
-		/* a failed request: again after a backoff, while retries are left */
-		j->last_error = err;
-		if (charged)
-		{
-			j->attempts++;
-			if (j->attempts > ctxwin_llm_max_retries)
-			{
-				char	   *msg = psprintf("LLM request failed after %d requests: %s", j->requests, err);
-
-				RecordFailure(j->session, msg);
-				MemoryContextSwitchTo(old);
-				JobDone(j);
-				continue;
-			}
-			wait_s = Min(0.25 * (1 << Min(j->attempts - 1, 8)), 30.0);
+			wait_s = strtod(next[3], NULL);
 		}
 		SlotAdd(&MySlot->retries, 1);
 		j->answer = NULL;

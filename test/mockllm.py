@@ -265,19 +265,12 @@ class Handler(BaseHTTPRequestHandler):
             entry["fault"] = kind if hit else None
             if not hit:
                 return ok()
-            if kind in ("500", "503"):
-                return error(int(kind), "The server had an error while processing your request.")
+            if kind == "503":
+                return error(503, "The engine is currently overloaded, please try again later.")
             if kind == "429":
                 return error(429, "Rate limit reached for requests. Please try again in 1s.",
                              headers=[("Retry-After", "1")])
-            if kind == "502-html":
-                return {"status": 502, "data": b"<html><body><h1>502 Bad Gateway</h1></body></html>\n",
-                        "ctype": "text/html"}
-            if kind == "close":
-                return {"status": 0, "how": "close"}
-            if kind == "malformed":
-                return {"status": 200, "data": b'{"id": "chatcmpl-x", "choices": [{"index": 0, message: oops}'}
-            return ok(how="partial")
+            model = "fault-" + kind         # answered as that fault model is, below
         if model == "fault-500":
             return error(500, "The server had an error while processing your request.")
         if model == "fault-503-then-ok":
