@@ -8,12 +8,33 @@
 -- triple their cost on short texts.  The C insert trigger of ctxwin.messages
 -- runs SQL without one: every name in its queries is schema-qualified.
 
+-- The schema: ctxwin makes its own and refuses one that exists already.  A
+-- schema made by someone else (a database owner, say) could hold operators,
+-- functions or casts that outrank pg_catalog's for the argument types of a
+-- call in the bodies below, and would run as whoever calls them: the
+-- superuser in the background worker, among others.  The control file names
+-- pg_catalog as the extension's schema, so this script runs with
+-- search_path = pg_catalog, pg_temp.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'ctxwin') THEN
+        RAISE EXCEPTION 'schema "ctxwin" already exists'
+            USING ERRCODE = 'duplicate_schema',
+                  DETAIL = 'ctxwin creates its own schema and does not install into one that another role may have prepared.',
+                  HINT = 'Drop or rename the existing schema "ctxwin", then run CREATE EXTENSION ctxwin again.';
+    END IF;
+END $$;
+
+CREATE SCHEMA ctxwin;
 COMMENT ON SCHEMA ctxwin IS 'ctxwin: LLM context windows, token counting and running summaries';
 
+-- The tokenizer functions are STABLE, not IMMUTABLE: an encoding argument may
+-- name a model, whose encoding is read from ctxwin.models (a row a user can
+-- change).  Functions that pass an encoding through are STABLE too.
 CREATE FUNCTION ctxwin.count_tokens(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int
 AS 'MODULE_PATHNAME', 'count_tokens'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
 'Number of tokens of a text: exact with tiktoken''s encode_ordinary for cl100k_base and o200k_base; estimates for chars4 (characters / 4) and chars3.5 (characters / 3.5, rounded up)';
@@ -21,7 +42,7 @@ COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
 CREATE FUNCTION ctxwin.tokenize(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int[]
 AS 'MODULE_PATHNAME', 'tokenize'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
 'Token ids of a text, as tiktoken''s encode_ordinary gives them (special-token text is ordinary text)';
@@ -29,7 +50,7 @@ COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
 CREATE FUNCTION ctxwin.detokenize(ids int[], encoding text DEFAULT 'cl100k_base')
 RETURNS text
 AS 'MODULE_PATHNAME', 'detokenize'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
 'Text of a sequence of token ids; the inverse of tokenize';
@@ -37,7 +58,7 @@ COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
 CREATE FUNCTION ctxwin.count_message_tokens(message jsonb, encoding text DEFAULT 'cl100k_base')
 RETURNS int
 AS 'MODULE_PATHNAME', 'count_message_tokens'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
@@ -46,7 +67,7 @@ CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_c
                                       tool_calls jsonb, encoding text)
 RETURNS int
 AS 'MODULE_PATHNAME', 'message_tokens'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) IS
 'Tokens of one chat message given as fields (NULL: absent); equal to count_message_tokens of the same message as JSON';
@@ -54,7 +75,7 @@ COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) I
 CREATE FUNCTION ctxwin.truncate_middle(t text, max_tokens int, encoding text DEFAULT 'cl100k_base')
 RETURNS text
 AS 'MODULE_PATHNAME', 'truncate_middle'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
 'The text itself if it has at most max_tokens tokens, else its beginning and end around "[... N tokens omitted ...]", within max_tokens';
@@ -84,7 +105,7 @@ CREATE TABLE ctxwin.profiles (
     name text PRIMARY KEY,
     model text NOT NULL DEFAULT 'gpt-4o' REFERENCES ctxwin.models (name) ON UPDATE CASCADE,
     context_window int CHECK (context_window > 0),
-    trigger_ratio real DEFAULT 0.8 CHECK (trigger_ratio > 0 AND trigger_ratio <= 1),
+    trigger_ratio real DEFAULT 0.8 CHECK (trigger_ratio > 0::real AND trigger_ratio <= 1::real),
     max_messages_before_summary int DEFAULT 30 CHECK (max_messages_before_summary > 0),
     max_tokens_before_summary int DEFAULT 128000 CHECK (max_tokens_before_summary > 0),
     min_recent_messages int NOT NULL DEFAULT 6 CHECK (min_recent_messages >= 0),
@@ -316,7 +337,7 @@ COMMENT ON FUNCTION ctxwin.system_messages(text, text, text) IS
 
 CREATE FUNCTION ctxwin.messages_tokens(messages jsonb, encoding text)
 RETURNS int
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN (SELECT coalesce(sum(ctxwin.count_message_tokens(m, encoding)), 0)
         FROM jsonb_array_elements(messages) m);
@@ -364,7 +385,7 @@ SET search_path = pg_catalog, pg_temp
 RETURN messages > min_recent
    AND (coalesce(messages >= max_messages, false)
         OR coalesce(tokens >= max_tokens, false)
-        OR coalesce(prompt_tokens + tokens + 3 > ratio * context_window, false));
+        OR coalesce((prompt_tokens + tokens + 3)::float8 > ratio::float8 * context_window::float8, false));
 
 COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real, int, int) IS
 'Whether a session with these unsummarized messages and tokens belongs in the compaction queue under these settings';
@@ -906,17 +927,17 @@ BEGIN
                                                         st.summary_placement), st.encoding);
     tokens_since_summary := ut;
     max_messages_before_summary := st.max_messages_before_summary;
-    messages_pct := round(100.0 * messages_since_summary / st.max_messages_before_summary, 1);
+    messages_pct := round(100.0 * messages_since_summary::numeric / st.max_messages_before_summary::numeric, 1);
     max_tokens_before_summary := st.max_tokens_before_summary;
-    tokens_pct := round(100.0 * ut / st.max_tokens_before_summary, 1);
+    tokens_pct := round(100.0 * ut::numeric / st.max_tokens_before_summary::numeric, 1);
     trigger_ratio := st.trigger_ratio;
     context_tokens := pt + ut + 3;
-    context_pct := round(100.0 * context_tokens / st.context_window, 1);
-    ratio_pct := round(100.0 * context_tokens / (st.trigger_ratio * st.context_window)::numeric, 1);
+    context_pct := round(100.0 * context_tokens::numeric / st.context_window::numeric, 1);
+    ratio_pct := round(100.0 * context_tokens::numeric / (st.trigger_ratio::float8 * st.context_window::float8)::numeric, 1);
     triggers_firing := array_remove(ARRAY[
         CASE WHEN messages_since_summary >= st.max_messages_before_summary THEN 'messages' END,
         CASE WHEN ut >= st.max_tokens_before_summary THEN 'tokens' END,
-        CASE WHEN context_tokens > st.trigger_ratio * st.context_window THEN 'ratio' END], NULL);
+        CASE WHEN context_tokens::float8 > st.trigger_ratio::float8 * st.context_window::float8 THEN 'ratio' END], NULL);
     will_trigger := cardinality(triggers_firing) > 0;
     summary_version := s.summary_version;
     summary_tokens := coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0);
@@ -958,8 +979,8 @@ CREATE FUNCTION ctxwin._bar(pct numeric, width int DEFAULT 24)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN '[' || repeat('#', least(greatest(round(coalesce(pct, 0) * width / 100), 0), width)::int)
-    || repeat('.', width - least(greatest(round(coalesce(pct, 0) * width / 100), 0), width)::int) || ']';
+RETURN '[' || repeat('#', least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int)
+    || repeat('.', width - least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int) || ']';
 
 COMMENT ON FUNCTION ctxwin._bar(numeric, int) IS 'A text progress bar for a percentage';
 
@@ -980,7 +1001,7 @@ BEGIN
                          to_char(c.context_window, 'FM999,999,999'))
              ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
                          ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
-                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100)) END,
+                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100::numeric)) END,
         CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
              ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
                          ctxwin._bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
@@ -1064,7 +1085,7 @@ CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tok
                                           encoding text DEFAULT 'cl100k_base',
                                           instructions text DEFAULT NULL)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sections text[] := ARRAY['Focus', 'Requests', 'Decisions', 'Questions', 'Facts', 'Tools used', 'Earlier'];
     items jsonb := '{}';        -- section -> array of items, highest priority first
@@ -1265,7 +1286,7 @@ COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used 
 CREATE FUNCTION ctxwin.transcript(messages jsonb, encoding text DEFAULT 'cl100k_base',
                                   max_tool_tokens int DEFAULT 400)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN (
     SELECT string_agg(
@@ -1436,12 +1457,12 @@ RETURN CASE
     WHEN status IN (429, 529) AND rate_waits < 3
         THEN jsonb_build_object('retry', true, 'refused', false, 'charged', false, 'wait',
                                 CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$'
-                                     THEN least(retry_after::numeric, 60)
-                                     ELSE least(power(2, rate_waits), 30) END)
+                                     THEN least(retry_after::numeric, 60::numeric)
+                                     ELSE least(power(2::float8, rate_waits::float8), 30::float8) END)
     WHEN failures >= max_retries
         THEN '{"retry": false, "refused": false}'::jsonb
     ELSE jsonb_build_object('retry', true, 'refused', false, 'charged', true,
-                            'wait', least(0.25 * power(2, failures), 30))
+                            'wait', least(0.25::float8 * power(2::float8, failures::float8), 30::float8))
 END;
 
 COMMENT ON FUNCTION ctxwin._llm_next_try(int, text, int, int, int) IS
@@ -1666,7 +1687,7 @@ BEGIN
     IF strategy = 'extractive' THEN
         content := ctxwin.extractive_summary(prev, ctxwin._summary_messages(sid, after, through), max_tokens,
                                              enc, plan ->> 'instructions');
-        latency := (extract(epoch FROM clock_timestamp() - t0) * 1000)::int;
+        latency := (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int;
     ELSE
         a := ctxwin._llm_answer(answer, (plan ->> 'answer_tokens')::int);
         content := concat_ws(E'\n\n', plan ->> 'facts', a ->> 'content');
@@ -1747,7 +1768,7 @@ BEGIN
         t0 := clock_timestamp();
         answer := ctxwin._llm_summarize(plan ->> 'system_prompt', plan ->> 'prompt',
                                         (plan ->> 'answer_tokens')::int, plan ->> 'model');
-        answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000)::int);
+        answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int);
     END IF;
     RETURN ctxwin._summary_finish(plan, answer);
 END $$;
@@ -1765,7 +1786,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE ctxwin.sessions
     SET compaction_failures = compaction_failures + 1, last_error = p_error, last_error_at = now(),
-        compaction_retry_at = now() + least(power(4, least(compaction_failures, 6)), 3600) * interval '1 second'
+        compaction_retry_at = now() + least(power(4::float8, least(compaction_failures, 6)::float8), 3600::float8) * interval '1 second'
     WHERE id = p_session
     RETURNING compaction_retry_at;
 END;

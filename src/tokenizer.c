@@ -123,7 +123,7 @@ ModelEncoding(text *name)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args("SELECT encoding FROM ctxwin.models WHERE name = $1",
+	if (SPI_execute_with_args("SELECT m.encoding FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) $1",
 							  1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1)
 	{
