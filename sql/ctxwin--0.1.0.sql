@@ -346,7 +346,9 @@ COMMENT ON FUNCTION ctxwin.messages_tokens(jsonb, text) IS
 'Sum of count_message_tokens over a JSON array of messages (without the 3 tokens of a list)';
 
 -- A session joined with its profile and model: what every function needs.
-CREATE VIEW ctxwin.session_settings AS
+-- security_invoker: the view reads sessions, profiles and models with the
+-- caller's privileges and row-level security, not its owner's.
+CREATE VIEW ctxwin.session_settings WITH (security_invoker = true) AS
 SELECT s.id AS session_id, s.profile, p.model, m.encoding,
        coalesce(p.context_window, m.context_window) AS context_window,
        p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
@@ -358,6 +360,9 @@ JOIN ctxwin.models m ON m.name = p.model;
 
 COMMENT ON VIEW ctxwin.session_settings IS
 'Each session with the settings of its profile and model in effect now';
+
+-- rows are those of sessions the caller may read (security_invoker)
+GRANT SELECT ON ctxwin.session_settings TO PUBLIC;
 
 -- Tokens of the unsummarized messages of a session, in an encoding.
 CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
@@ -1861,9 +1866,44 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin._worker_status() IS
 'The background workers, one row per database of ctxwin.databases (see the view ctxwin.worker_status)';
 
-CREATE VIEW ctxwin.worker_status AS SELECT * FROM ctxwin._worker_status();
+-- Whether the calling role may read a session: true for superusers and
+-- members of pg_read_all_stats, else whether a query of ctxwin.sessions as
+-- the caller (table privileges and row-level security) finds it.
+CREATE FUNCTION ctxwin._session_visible(p_session uuid)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_session IS NULL THEN
+        RETURN false;
+    END IF;
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)
+       OR pg_has_role('pg_read_all_stats'::name, 'USAGE'::text) THEN
+        RETURN true;
+    END IF;
+    IF NOT has_table_privilege('ctxwin.sessions'::text, 'SELECT'::text) THEN
+        RETURN false;
+    END IF;
+    RETURN EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id OPERATOR(pg_catalog.=) p_session);
+END $$;
 
--- rows are filtered by the caller's privileges (see _worker_status)
+COMMENT ON FUNCTION ctxwin._session_visible(uuid) IS
+'Whether the calling role may read a session (superusers and pg_read_all_stats: every one)';
+
+-- The last error names a session and quotes an LLM's error answer: shown
+-- only to a role that may read that session.
+CREATE VIEW ctxwin.worker_status WITH (security_invoker = true) AS
+SELECT w.database, w.pid, w.state, w.started_at, w.restarts, w.queue_depth, w.held_back,
+       w.in_flight, w.requests, w.done, w.failed, w.retries, w.rate_limited,
+       w.latency_p50_ms, w.latency_p95_ms, w.latency_p99_ms, w.lag_p50_ms, w.lag_p95_ms,
+       w.last_sweep_at,
+       CASE WHEN v.visible THEN w.last_error END AS last_error,
+       CASE WHEN v.visible THEN w.last_error_session END AS last_error_session,
+       CASE WHEN v.visible THEN w.last_error_at END AS last_error_at
+FROM ctxwin._worker_status() w
+CROSS JOIN LATERAL (SELECT ctxwin._session_visible(w.last_error_session) AS visible) v;
+
+-- rows are filtered by the caller's privileges (see _worker_status and
+-- _session_visible)
 GRANT SELECT ON ctxwin.worker_status TO PUBLIC;
 
 COMMENT ON VIEW ctxwin.worker_status IS
