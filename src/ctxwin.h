@@ -82,6 +82,15 @@ extern int	ctxwin_max_concurrent_requests;
 extern int	ctxwin_naptime_ms;
 extern int	ctxwin_max_failures;
 
+/*
+ * ctxwin.c: > 0 while ctxwin's own C code writes bookkeeping columns of
+ * ctxwin.sessions (the sessions trigger lets those writes through).  Raise
+ * it around one SPI statement and lower it in PG_FINALLY; an aborted
+ * transaction resets it to 0.  No SQL-callable function may raise it for an
+ * arbitrary statement.
+ */
+extern int	ctxwin_bookkeeping_depth;
+
 /* messages.c */
 extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
 								 text *name, text *tool_call_id, Jsonb *tool_calls);
