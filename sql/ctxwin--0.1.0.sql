@@ -441,6 +441,11 @@ BEGIN
         NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
+        -- a summary that moved forward ends the failures before it
+        NEW.compaction_failures := 0;
+        NEW.compaction_retry_at := NULL;
+        NEW.last_error := NULL;
+        NEW.last_error_at := NULL;
     ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
         -- the model changed: counters follow its encoding
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
@@ -452,7 +457,8 @@ BEGIN
         NEW.count_encoding := coalesce(NEW.count_encoding, enc);
     END IF;
 
-    IF TG_OP = 'UPDATE' AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
         IF NEW.summary_version = OLD.summary_version THEN
             NEW.summary_version := OLD.summary_version + 1;
         END IF;
@@ -1588,21 +1594,9 @@ BEGIN
             through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
         END IF;
         IF through IS NULL THEN
-            IF ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
-                                    st.max_messages_before_summary, st.max_tokens_before_summary,
-                                    st.trigger_ratio, st.context_window, st.min_recent_messages) THEN
-                -- the counters say it is due but its messages do not (yet):
-                -- an unanswered tool call group, or messages a restore has
-                -- not committed yet; look again in a minute or at the next
-                -- message
-                UPDATE ctxwin.sessions x SET compaction_retry_at = now() + interval '1 minute'
-                WHERE x.id = p_session AND x.message_count = s.message_count AND x.compaction_queued_at IS NOT NULL;
-            ELSE
-                -- off the queue, unless a message arrived since we looked
-                UPDATE ctxwin.sessions x SET compaction_queued_at = NULL, compaction_retry_at = NULL
-                WHERE x.id = p_session AND x.message_count = s.message_count
-                  AND x.summary_through_id = s.summary_through_id AND x.compaction_queued_at IS NOT NULL;
-            END IF;
+            -- off the queue, or, if its counters say it is due but its
+            -- messages do not (yet), looked at again in a minute
+            PERFORM ctxwin._compaction_settle(p_session);
             RETURN NULL;
         END IF;
     END IF;
@@ -1710,16 +1704,12 @@ BEGIN
             USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
     END IF;
 
-    -- compare-and-set: only if nobody moved the summary point meanwhile
+    -- compare-and-set: only if nobody moved the summary point meanwhile.
+    -- The sessions trigger derives the rest: summary_version and
+    -- summary_updated_at, and the failures, retry time and last error cleared.
     UPDATE ctxwin.sessions x
     SET conversation_summary = content,
-        summary_through_id = through,
-        summary_version = x.summary_version + 1,
-        summary_updated_at = now(),
-        compaction_failures = 0,
-        compaction_retry_at = NULL,
-        last_error = NULL,
-        last_error_at = NULL
+        summary_through_id = through
     WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
     RETURNING x.summary_version INTO v;
     IF NOT FOUND THEN
@@ -1783,21 +1773,33 @@ COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
 
 -- A failed compaction attempt: counted (the circuit breaker), recorded, and
 -- not retried by the worker for 1, 4, 16 ... seconds (at most an hour).
--- The session stays queued.
+-- The session stays queued.  In C: it locks the row as the caller (its
+-- privileges and row-level security apply; NULL if it cannot see it), then
+-- writes the bookkeeping columns as ctxwin's own code, all but the error
+-- text derived from the row.
 CREATE FUNCTION ctxwin._compaction_failed(p_session uuid, p_error text)
 RETURNS timestamptz
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    UPDATE ctxwin.sessions
-    SET compaction_failures = compaction_failures + 1, last_error = p_error, last_error_at = now(),
-        compaction_retry_at = now() + least(power(4::float8, least(compaction_failures, 6)::float8), 3600::float8) * interval '1 second'
-    WHERE id = p_session
-    RETURNING compaction_retry_at;
-END;
+AS 'MODULE_PATHNAME', 'compaction_failed'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._compaction_failed(uuid, text) IS
 'Records a failed compaction of a session: failure count, error, and when the worker may try again (returned)';
+
+-- A queued session with nothing to summarize now (every unsummarized
+-- message among the newest min_recent_messages or in an unanswered tool
+-- group, or no trigger firing): it leaves the queue, or, if its counters
+-- say it is due, is looked at again in a minute (or at its next message).
+-- In C, like _compaction_failed: the row locked as the caller, and nothing
+-- done unless the session really has nothing to summarize.
+CREATE FUNCTION ctxwin._compaction_settle(p_session uuid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'compaction_settle'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._compaction_settle(uuid) IS
+'Takes a queued session with nothing to summarize off the queue, or looks at it again in a minute if its counters say it is due';
 
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int

@@ -744,6 +744,125 @@ ctxwin_launcher_main(Datum arg)
 }
 
 /* ---------------------------------------------------------------------------
+ * ctxwin's own writes of bookkeeping columns
+ *
+ * The queue and failure columns of ctxwin.sessions are ctxwin's: these
+ * SQL-callable functions lock the row as their caller (its privileges and
+ * row-level security apply), then write values derived from the row (only
+ * the error text comes from the caller) with ctxwin_bookkeeping_depth
+ * raised, which the sessions trigger lets through.
+ * ------------------------------------------------------------------------- */
+
+PG_FUNCTION_INFO_V1(compaction_failed);
+PG_FUNCTION_INFO_V1(compaction_settle);
+
+/*
+ * Locks a session's row as the calling role (its privileges and row-level
+ * security apply); false if it sees no such session.  SPI connected.
+ */
+static bool
+LockSessionAsCaller(Datum id)
+{
+	Oid			types[1] = {UUIDOID};
+
+	if (SPI_execute_with_args("SELECT FROM ctxwin.sessions x WHERE x.id = $1 FOR NO KEY UPDATE",
+							  1, types, &id, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock the session");
+	return SPI_processed == 1;
+}
+
+/*
+ * Runs one statement of ctxwin's own that writes bookkeeping columns of
+ * ctxwin.sessions (SPI connected): the sessions trigger lets it through.
+ */
+static int
+BookkeepingExecute(const char *sql, int nargs, Oid *types, Datum *values)
+{
+	volatile int rc = 0;
+
+	ctxwin_bookkeeping_depth++;
+	PG_TRY();
+	{
+		rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
+	}
+	PG_FINALLY();
+	{
+		if (ctxwin_bookkeeping_depth > 0)
+			ctxwin_bookkeeping_depth--;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+/*
+ * _compaction_failed(session uuid, error text) returns timestamptz: counts a
+ * failed compaction (the circuit breaker), records the error and when the
+ * worker may try again (1, 4, 16 ... s, at most an hour), and returns that
+ * time; NULL if the caller sees no such session.
+ */
+Datum
+compaction_failed(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {UUIDOID, TEXTOID};
+	Datum		values[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+	Datum		retry = (Datum) 0;
+	bool		isnull = true;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (LockSessionAsCaller(values[0]))
+	{
+		if (BookkeepingExecute("UPDATE ctxwin.sessions x "
+							   "SET compaction_failures = x.compaction_failures + 1, "
+							   "last_error = $2, last_error_at = now(), "
+							   "compaction_retry_at = now() + least(power(4::float8, least(x.compaction_failures, 6)::float8), "
+							   "3600::float8) * interval '1 second' "
+							   "WHERE x.id = $1 RETURNING x.compaction_retry_at",
+							   2, types, values) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not record the failed compaction");
+		if (SPI_processed == 1)
+			retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	}
+	SPI_finish();
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(retry);
+}
+
+/*
+ * _compaction_settle(session uuid): a queued session with nothing to
+ * summarize now leaves the queue; if its counters say it is due (an
+ * unanswered tool group, messages a restore has not committed yet), it is
+ * looked at again in a minute instead.  Does nothing to a session that has
+ * something to summarize.
+ */
+Datum
+compaction_settle(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		values[1] = {PG_GETARG_DATUM(0)};
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (LockSessionAsCaller(values[0]) &&
+		BookkeepingExecute("UPDATE ctxwin.sessions x "
+						   "SET compaction_retry_at = CASE WHEN d.due THEN now() + interval '1 minute' END, "
+						   "compaction_queued_at = CASE WHEN d.due THEN x.compaction_queued_at END "
+						   "FROM (SELECT ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, "
+						   "s.prompt_tokens::bigint, st.max_messages_before_summary, st.max_tokens_before_summary, "
+						   "st.trigger_ratio, st.context_window, st.min_recent_messages) AS due "
+						   "FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id = s.id "
+						   "WHERE s.id = $1 AND (NOT ctxwin._session_due(s.id) "
+						   "OR ctxwin._summary_cut(s.id, s.summary_through_id, "
+						   "s.message_count - st.min_recent_messages::bigint) IS NULL)) d "
+						   "WHERE x.id = $1 AND x.compaction_queued_at IS NOT NULL",
+						   1, types, values) != SPI_OK_UPDATE)
+		elog(ERROR, "could not settle the session's place in the compaction queue");
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* ---------------------------------------------------------------------------
  * The worker
  * ------------------------------------------------------------------------- */
 

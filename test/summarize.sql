@@ -6,7 +6,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(37);
+SELECT plan(41);
 
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
                              trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)
@@ -152,6 +152,40 @@ VALUES ('30000000-0000-0000-0000-000000000011', 'assistant', 'All twelve done.')
        ('30000000-0000-0000-0000-000000000011', 'user', 'Thanks.');
 SELECT is((SELECT through_id FROM ctxwin.summarize_session('30000000-0000-0000-0000-000000000011')), 13::bigint,
           'once answered and followed by two messages, the whole group is summarized');
+
+-- an application role with the README's grants (and INSERT on summaries and
+-- flush_events) runs compact() and summarize_session: the queue and failure
+-- bookkeeping is written by ctxwin's own functions, not by the role
+INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages, summary_strategy)
+VALUES ('app_llm', 6, 2, 'llm');
+CREATE ROLE ctxwin_sum_app;
+GRANT USAGE ON SCHEMA ctxwin TO ctxwin_sum_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO ctxwin_sum_app;
+GRANT SELECT ON ctxwin.models, ctxwin.profiles TO ctxwin_sum_app;
+GRANT SELECT, INSERT ON ctxwin.summaries, ctxwin.flush_events TO ctxwin_sum_app;
+SET ROLE ctxwin_sum_app;
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('30000000-0000-0000-0000-000000000021', 'app_llm');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '30000000-0000-0000-0000-000000000021', 'user', 'note ' || g FROM generate_series(1, 8) g;
+SELECT lives_ok($$SELECT ctxwin.compact()$$, 'compact() runs as an application role');
+SELECT ok((SELECT compaction_failures = 1 AND compaction_retry_at > now() AND last_error LIKE '%needs an LLM%'
+           AND compaction_queued_at IS NOT NULL
+           FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000021'),
+          'a compaction that fails is recorded (failures, retry time, error) when compact() runs as an application role');
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('30000000-0000-0000-0000-000000000022', 'late');
+INSERT INTO ctxwin.messages (session_id, role, content, tool_calls)
+VALUES ('30000000-0000-0000-0000-000000000022', 'assistant', NULL,
+        (SELECT jsonb_agg(jsonb_build_object('id', 'c' || g, 'type', 'function',
+                                             'function', jsonb_build_object('name', 'f', 'arguments', '{}')))
+         FROM generate_series(1, 12) g));
+INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id)
+SELECT '30000000-0000-0000-0000-000000000022', 'tool', 'result ' || g, 'c' || g FROM generate_series(1, 11) g;
+SELECT is((SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000022')), NULL,
+          'summarize_session as an application role: nothing to summarize while the tool group is open');
+SELECT ok((SELECT compaction_queued_at IS NOT NULL AND compaction_retry_at > now()
+           FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000022'),
+          '... and the session is left queued, to be looked at again later');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;
