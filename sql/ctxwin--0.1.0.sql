@@ -1574,9 +1574,26 @@ DECLARE
     prompt text;
     model text;
 BEGIN
-    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
+    -- the session's row stays locked until this transaction ends: nobody
+    -- else summarizes or writes the session meanwhile, so no request is
+    -- paid for a summary whose write would wait.  A row another
+    -- transaction holds is not waited for.
+    BEGIN
+        SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session FOR NO KEY UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'session % is locked by another transaction', p_session
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'A transaction that writes or summarizes the session holds its row; no summary was requested.',
+                  HINT = 'Try again when that transaction ends.';
+    END;
     IF NOT FOUND THEN
         RETURN NULL;
+    END IF;
+    -- the worker holds no row while its request is in flight, but a claim
+    IF ctxwin._session_claimed(p_session) THEN
+        RAISE EXCEPTION 'session % is being summarized by another backend', p_session
+            USING ERRCODE = 'lock_not_available',
+                  HINT = 'Try again when that summary is done.';
     END IF;
     SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
     IF p_force THEN
@@ -1675,8 +1692,11 @@ DECLARE
     usage jsonb;
     result ctxwin.summaries;
 BEGIN
+    -- locked since the plan, unless the LLM was called in between (the
+    -- worker): then a row another transaction holds is not waited for
     SELECT x.conversation_summary INTO prev FROM ctxwin.sessions x
-    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int;
+    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
+    FOR NO KEY UPDATE NOWAIT;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
             USING ERRCODE = 'serialization_failure',
@@ -1748,13 +1768,9 @@ BEGIN
     IF force IS NULL THEN
         RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    -- one summarizer per session at a time (compact() and the worker take
-    -- the same lock)
-    IF NOT pg_try_advisory_xact_lock(2026112101, hashtext(session::text)) THEN
-        RAISE EXCEPTION 'session % is being summarized by another backend', session
-            USING ERRCODE = 'lock_not_available',
-                  HINT = 'Try again when that summary is done.';
-    END IF;
+    -- one summarizer per session at a time: _summary_plan locks the row
+    -- (refusing at once a row another transaction holds, or a session the
+    -- worker has a request in flight for) until this transaction ends
     plan := ctxwin._summary_plan(session, force, instructions);
     IF plan IS NULL THEN
         RETURN NULL;
@@ -1801,27 +1817,52 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin._compaction_settle(uuid) IS
 'Takes a queued session with nothing to summarize off the queue, or looks at it again in a minute if its counters say it is due';
 
+-- Whether the background worker has a request in flight for a session (it
+-- holds no row then, but a lock that SQL cannot take).
+CREATE FUNCTION ctxwin._session_claimed(p_session uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'session_claimed'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS
+'Whether the background worker has an LLM request in flight for a session';
+
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     sid uuid;
     done int := 0;
+    taken int := 0;
     r ctxwin.summaries;
+    max_failures int := coalesce(current_setting('ctxwin.max_failures', true), '3')::int;
+    last_at timestamptz;
+    last_id uuid;
 BEGIN
     IF max_sessions IS NULL OR max_sessions <= 0 THEN
         RAISE EXCEPTION 'max_sessions must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    FOR sid IN
-        SELECT id FROM ctxwin.sessions
-        WHERE compaction_queued_at IS NOT NULL
-          AND compaction_failures < coalesce(current_setting('ctxwin.max_failures', true), '3')::int
-        ORDER BY compaction_queued_at
-        LIMIT max_sessions
-    LOOP
-        -- another compact(), summarize_session or the worker has it: skip,
-        -- don't wait
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(2026112101, hashtext(sid::text));
+    WHILE taken < max_sessions LOOP
+        -- The oldest queued session after the last one taken that nobody
+        -- else holds, locked until this transaction ends: a row another
+        -- transaction holds is passed over, not waited for (SKIP LOCKED
+        -- looks further down the queue), and so is a session the worker
+        -- has a request in flight for.  One at a time: the rows not taken
+        -- yet stay free for others meanwhile.
+        SELECT x.id, x.compaction_queued_at INTO sid, last_at
+        FROM ctxwin.sessions x
+        WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < max_failures
+          AND (last_id IS NULL OR (x.compaction_queued_at, x.id) > (last_at, last_id))
+          AND NOT ctxwin._session_claimed(x.id)
+        ORDER BY x.compaction_queued_at, x.id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        last_id := sid;
+        taken := taken + 1;
+        -- claimed by the worker between the look and the lock
+        CONTINUE WHEN ctxwin._session_claimed(sid);
+        -- each session in a subtransaction of its own
         BEGIN
             r := ctxwin.summarize_session(sid, false);
             IF r.session_id IS NOT NULL THEN
@@ -1836,7 +1877,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.compact(int) IS
-'Summarizes up to max_sessions queued sessions in this backend, oldest queued first; sessions another backend is summarizing, or whose last ctxwin.max_failures compactions failed, are skipped. Returns how many were summarized.';
+'Summarizes up to max_sessions queued sessions in this backend, oldest queued first; sessions whose row another transaction holds, that the worker is summarizing, or whose last ctxwin.max_failures compactions failed, are skipped. Returns how many were summarized.';
 
 ------------------------------------------------------------------------------
 -- The background worker (with ctxwin in shared_preload_libraries)

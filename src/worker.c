@@ -13,21 +13,26 @@
  *	  when a session enters the compaction queue; at commit that sets the
  *	  slot's wake flag and the worker's latch (no polling).  A sweep every
  *	  ctxwin.naptime_ms is the backstop (a changed profile, a restart).
- *	- It claims queued sessions in one short transaction: for each, a
- *	  session-level advisory lock (the key summarize_session and compact()
- *	  take, so no two of them ever summarize one session at once) and the
- *	  plan of its summary (ctxwin._summary_plan).  Extractive summaries are
- *	  made right there.  The transaction commits before any HTTP request.
+ *	- It claims queued sessions in one short transaction: the oldest whose
+ *	  rows nobody else holds (FOR NO KEY UPDATE SKIP LOCKED, so a held row is
+ *	  passed over, never waited for), and for each the plan of its summary
+ *	  (ctxwin._summary_plan).  Extractive summaries are made right there,
+ *	  each committed on its own.  An LLM summary's session is claimed with a
+ *	  lock no SQL can take (see "Claims" below), and the transaction commits
+ *	  before any HTTP request.
  *	- It runs up to ctxwin.max_concurrent_requests LLM requests at once on a
  *	  libcurl multi handle, with no transaction open.  Failed requests are
  *	  retried with exponential backoff (up to ctxwin.llm_max_retries); 429 and
  *	  529 wait as Retry-After says without counting as a failure.
- *	- It writes the answers in one transaction per batch, each in its own
- *	  subtransaction, with ctxwin._summary_finish's compare-and-set: a summary
- *	  is discarded if the session's summary changed meanwhile.  A failed
- *	  compaction is recorded on the session (compaction_failures, last_error,
- *	  compaction_retry_at); after ctxwin.max_failures the session is left
- *	  alone until a new message arrives or somebody calls summarize_session.
+ *	- It writes each answer in a transaction of its own, with
+ *	  ctxwin._summary_finish's compare-and-set: a summary is discarded if the
+ *	  session's summary changed meanwhile.  The row is locked NOWAIT: if an
+ *	  application transaction holds it, the answer is kept and written later
+ *	  (1, 2, 4, 8 s; then dropped, the session left alone for a minute),
+ *	  never paid for again at once.  A failed compaction is recorded on the
+ *	  session (compaction_failures, last_error, compaction_retry_at); after
+ *	  ctxwin.max_failures the session is left alone until a new message
+ *	  arrives or somebody calls summarize_session.
  *
  * The queue is the sessions table itself (compaction_queued_at), so a crash
  * or restart loses nothing: locks die with the process, and unfinished work
@@ -85,9 +90,6 @@ PG_FUNCTION_INFO_V1(ctxwin_worker_status);
 
 PGDLLEXPORT void ctxwin_launcher_main(Datum arg);
 PGDLLEXPORT void ctxwin_worker_main(Datum arg);
-
-/* The advisory lock key of summarize_session and compact(), first half. */
-#define SUMMARY_LOCK_KEY 2026112101
 
 #define MAX_DATABASES 32
 #define LATENCY_RING 512
@@ -744,17 +746,50 @@ ctxwin_launcher_main(Datum arg)
 }
 
 /* ---------------------------------------------------------------------------
- * ctxwin's own writes of bookkeeping columns
+ * Claims, and ctxwin's own writes of bookkeeping columns
  *
- * The queue and failure columns of ctxwin.sessions are ctxwin's: these
- * SQL-callable functions lock the row as their caller (its privileges and
- * row-level security apply), then write values derived from the row (only
- * the error text comes from the caller) with ctxwin_bookkeeping_depth
- * raised, which the sessions trigger lets through.
+ * Who summarizes a session: every summarizer first locks the session's row
+ * (FOR NO KEY UPDATE), and only then plans.  summarize_session and compact()
+ * keep the row until their transaction ends, so their write never waits
+ * and no request is paid for a session whose write would block; they
+ * refuse (NOWAIT) or skip (SKIP LOCKED, which looks further down the
+ * queue) a row another transaction holds.  The worker holds no transaction
+ * while its requests are in flight: it marks those sessions with a claim,
+ * a lock in the advisory lock space that no SQL function can take (its
+ * field4 is neither 1 nor 2, the values of pg_advisory_lock's two forms),
+ * taken only while it holds the row.  summarize_session and compact() look
+ * for a claim once they have the row.  So the rows and advisory locks a
+ * role can take hold back the sessions it holds, never the others.
  * ------------------------------------------------------------------------- */
 
+#define CLAIM_LOCK_FIELD4 0x4357
+
+PG_FUNCTION_INFO_V1(session_claimed);
 PG_FUNCTION_INFO_V1(compaction_failed);
 PG_FUNCTION_INFO_V1(compaction_settle);
+
+static void
+ClaimTag(LOCKTAG *tag, const pg_uuid_t *id)
+{
+	uint32		w[4];
+
+	memcpy(w, id->data, sizeof(w));
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, w[0] ^ w[2], w[1] ^ w[3], CLAIM_LOCK_FIELD4);
+}
+
+/* _session_claimed(uuid): whether the worker has a request in flight for it. */
+Datum
+session_claimed(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
+	LOCKTAG		tag;
+
+	ClaimTag(&tag, id);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		PG_RETURN_BOOL(true);
+	LockRelease(&tag, ExclusiveLock, false);
+	PG_RETURN_BOOL(false);
+}
 
 /*
  * Locks a session's row as the calling role (its privileges and row-level
@@ -866,29 +901,44 @@ compaction_settle(PG_FUNCTION_ARGS)
  * The worker
  * ------------------------------------------------------------------------- */
 
+/* Writes of a summary or failure that find the row held: tried this often. */
+#define WRITE_TRIES 5
+/* A session whose outcome could not be written is left alone this long. */
+#define HOLD_OFF_SECONDS 60
+#define MAX_HELD_OFF 1024
+
 /* A session being summarized with the LLM. */
 typedef struct Job
 {
 	dlist_node	node;
 	MemoryContext cxt;			/* everything of the job */
+	pg_uuid_t	id;
 	char		session[UUID_LEN * 2 + 5];
-	int32		lock_key;
 	char	   *plan;			/* JSON text */
 	char	   *request;		/* JSON text */
 	TimestampTz queued_at;
 	TimestampTz first_sent;
-	TimestampTz next_at;		/* when to send (again) */
+	TimestampTz next_at;		/* when to send (again), or to write (again) */
 	LlmTransfer *xfer;			/* in flight, or NULL */
 	int			attempts;		/* failed requests, charged */
 	int			rate_waits;
 	int			requests;
-	/* set when a transfer finished, for the next write batch */
+	int			write_waits;	/* writes that found the row held */
+	/* set when a transfer finished */
 	int			curl_code;
 	Jsonb	   *answer;
 	char	   *error;			/* the transfer failed with this */
-	bool		finished;
+	char	   *failure;		/* no summary: this is to be recorded */
+	bool		finished;		/* an outcome to write (at next_at) */
 	bool		dead;			/* done with: freed after the commit */
 } Job;
+
+/* A session left alone for a while: its outcome could not be written. */
+typedef struct HeldOff
+{
+	pg_uuid_t	id;
+	TimestampTz until;
+} HeldOff;
 
 static WorkerSlot *MySlot = NULL;
 static dlist_head jobs = DLIST_STATIC_INIT(jobs);
@@ -896,10 +946,15 @@ static int	njobs = 0;
 static int	ninflight = 0;
 static CURLM *multi = NULL;
 static MemoryContext WorkerContext = NULL;
+static MemoryContext LoopContext = NULL;	/* one round of the main loop */
+static HeldOff held_off[MAX_HELD_OFF];
+static int	nheld_off = 0;
 
-/* Advisory locks to release once the transaction that used them commits. */
-static int32 unlock_keys[1024];
-static int	nunlock = 0;
+/* The earliest time this worker has to look at the queue again for. */
+static TimestampTz retry_wake = PG_INT64_MAX;
+
+/* The queue's figures for worker_status are to be counted again. */
+static bool recount = false;
 
 static void
 SlotError(const char *session, const char *msg)
@@ -929,57 +984,62 @@ SlotRing(int32 *ring, int *n, int64 ms)
 	SpinLockRelease(&MySlot->mutex);
 }
 
-static void
-AdvisoryTag(LOCKTAG *tag, int32 key)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) SUMMARY_LOCK_KEY, (uint32) key, 2);
-}
-
+/* Claims a session for a request (its row locked by this transaction). */
 static bool
-TryLockSession(int32 key)
+TryClaim(const pg_uuid_t *id)
 {
 	LOCKTAG		tag;
 
-	AdvisoryTag(&tag, key);
+	ClaimTag(&tag, id);
 	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 static void
-UnlockSession(int32 key)
+Unclaim(const pg_uuid_t *id)
 {
 	LOCKTAG		tag;
 
-	AdvisoryTag(&tag, key);
+	ClaimTag(&tag, id);
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
-/* Releases a session's lock after the current transaction (or now, outside one). */
+/* Leaves a session alone for a while (not claimed before then). */
 static void
-UnlockLater(int32 key)
+HoldOff(const pg_uuid_t *id, int seconds)
 {
-	if (!IsTransactionState() || nunlock >= lengthof(unlock_keys))
-		UnlockSession(key);
-	else
-		unlock_keys[nunlock++] = key;
+	TimestampTz now = GetCurrentTimestamp();
+	int			i,
+				k = 0;
+
+	for (i = 0; i < nheld_off; i++)
+		if (held_off[i].until > now && memcmp(&held_off[i].id, id, sizeof(pg_uuid_t)) != 0)
+			held_off[k++] = held_off[i];
+	nheld_off = k;
+	if (nheld_off == MAX_HELD_OFF)
+	{
+		/* the oldest entry ends first */
+		memmove(held_off, held_off + 1, sizeof(HeldOff) * (MAX_HELD_OFF - 1));
+		nheld_off--;
+	}
+	held_off[nheld_off].id = *id;
+	held_off[nheld_off].until = now + (TimestampTz) seconds * USECS_PER_SEC;
+	retry_wake = Min(retry_wake, held_off[nheld_off].until);
+	nheld_off++;
 }
 
-/* Done with a job: it is freed, and its session unlocked, after the commit. */
+/* Done with a job: it is freed, and its claim released, after the commit. */
 static void
 JobDone(Job *j)
 {
 	j->dead = true;
 }
 
-/* After a commit: unlock what it wrote, free the jobs it finished. */
+/* After a commit: free the jobs it finished, releasing their claims. */
 static void
 AfterCommit(void)
 {
 	dlist_mutable_iter it;
-	int			i;
 
-	for (i = 0; i < nunlock; i++)
-		UnlockSession(unlock_keys[i]);
-	nunlock = 0;
 	dlist_foreach_modify(it, &jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
@@ -997,7 +1057,7 @@ AfterCommit(void)
 			LlmTransferFree(j->xfer);
 			j->xfer = NULL;
 		}
-		UnlockSession(j->lock_key);
+		Unclaim(&j->id);
 		dlist_delete(&j->node);
 		njobs--;
 		MemoryContextDelete(j->cxt);
@@ -1103,23 +1163,69 @@ SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
 	return SubxactQueryRow(sql, nargs, types, values, result, 1, errmsg_out, sqlstate);
 }
 
-/* The earliest compaction_retry_at this worker set: it wakes then. */
-static TimestampTz retry_wake = PG_INT64_MAX;
-
-/* The queue's figures for worker_status are to be counted again. */
-static bool recount = false;
-
-static void
-RecordFailure(const char *session, const char *msg)
+/*
+ * Locks a session's row for a write, without waiting: an application
+ * transaction may hold it, and the other sessions' writes would wait too.
+ * LOCK_HELD if another transaction holds it, LOCK_GONE if the session no
+ * longer exists, LOCK_FAILED for any other error (in *err).
+ */
+typedef enum RowLock
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
+	LOCK_OK,
+	LOCK_HELD,
+	LOCK_GONE,
+	LOCK_FAILED
+} RowLock;
+
+static RowLock
+LockRowNowait(const pg_uuid_t *id, char **err)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		values[1] = {UUIDPGetDatum(id)};
+	char	   *found = NULL;
+	int			code = 0;
+
+	if (!SubxactQuery("SELECT 1 FROM ctxwin.sessions x WHERE x.id = $1 FOR NO KEY UPDATE NOWAIT",
+					  1, types, values, &found, err, &code))
+		return code == ERRCODE_LOCK_NOT_AVAILABLE ? LOCK_HELD : LOCK_FAILED;
+	return found ? LOCK_OK : LOCK_GONE;
+}
+
+/*
+ * Records a failed compaction on the session (its row locked by this
+ * transaction, or free): the worker looks at it again at the time that
+ * sets.  A row another transaction holds cannot be written: the session is
+ * then left alone for a while, so that it is not requested again at once.
+ */
+static void
+RecordFailure(const pg_uuid_t *id, const char *session, const char *msg)
+{
+	Oid			types[2] = {UUIDOID, TEXTOID};
 	Datum		values[2];
-	char	   *err;
+	char	   *err = NULL;
 	char	   *retry_at = NULL;
 
-	values[0] = CStringGetTextDatum(session);
+	SlotAdd(&MySlot->failed, 1);
+	SlotError(session, msg);
+	recount = true;
+	switch (LockRowNowait(id, &err))
+	{
+		case LOCK_OK:
+			break;
+		case LOCK_GONE:
+			return;
+		case LOCK_HELD:
+			HoldOff(id, HOLD_OFF_SECONDS);
+			return;
+		case LOCK_FAILED:
+			ereport(LOG,
+					(errmsg("ctxwin worker could not record the failure of session %s: %s", session, err)));
+			HoldOff(id, HOLD_OFF_SECONDS);
+			return;
+	}
+	values[0] = UUIDPGetDatum(id);
 	values[1] = CStringGetTextDatum(msg);
-	if (SubxactQuery("SELECT extract(epoch FROM ctxwin._compaction_failed($1::uuid, $2) - now()) * 1000",
+	if (SubxactQuery("SELECT extract(epoch FROM ctxwin._compaction_failed($1, $2) - now()) * 1000::numeric",
 					 2, types, values, &retry_at, &err, NULL))
 	{
 		if (retry_at)
@@ -1130,17 +1236,17 @@ RecordFailure(const char *session, const char *msg)
 		}
 	}
 	else
+	{
 		ereport(LOG,
 				(errmsg("ctxwin worker could not record the failure of session %s: %s", session, err)));
-	SlotAdd(&MySlot->failed, 1);
-	SlotError(session, msg);
-	recount = true;
+		HoldOff(id, HOLD_OFF_SECONDS);
+	}
 }
 
 /*
  * Errors that say nothing against the session: its summary moved meanwhile
- * (the compare-and-set), or an application transaction held its row longer
- * than the worker's lock_timeout.  The session is planned again later.
+ * (the compare-and-set), or another transaction holds its row (it is
+ * looked at again once free).
  */
 static bool
 NotAFailure(int sqlstate)
@@ -1176,11 +1282,6 @@ EndWork(void)
 }
 
 /*
- * The claim: up to room queued sessions, oldest first, that no one else is
- * summarizing; each is planned, and made at once if extractive.  Returns
- * how many candidates the queue offered (room: there may be more).
- */
-/*
  * Counts the queue for worker_status (and finds the earliest retry due),
  * at sweeps and after failures: a count is not free on a long queue.
  */
@@ -1188,15 +1289,16 @@ static void
 CountQueue(TimestampTz *next_retry)
 {
 	Oid			types[1] = {INT4OID};
-
+	Datum		values[1] = {Int32GetDatum(ctxwin_max_failures)};
 	bool		isnull;
 	Datum		retry;
+	int			rc;
 
-	if (SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
-							  "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
-							  "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
-							  1, types, (Datum[]) {Int32GetDatum(ctxwin_max_failures)}, NULL,
-							  false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	rc = SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
+							   "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
+							   "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
+							   1, types, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the compaction queue");
 	retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
 	if (!isnull && DatumGetTimestampTz(retry) < *next_retry)
@@ -1209,128 +1311,181 @@ CountQueue(TimestampTz *next_retry)
 	SPI_freetuptable(SPI_tuptable);
 }
 
+/*
+ * Whether queued sessions are due that the claim passed over because
+ * another transaction holds their rows (or whose summary moved under a
+ * write): the worker looks again soon, not only at its next sweep.
+ */
+static bool
+QueueHasHeld(void)
+{
+	Oid			types[2] = {INT4OID, UUIDARRAYOID};
+	Datum		values[2];
+	Datum	   *ids;
+	dlist_iter	it;
+	TimestampTz now = GetCurrentTimestamp();
+	int			i = 0;
+	int			k;
+	int			rc;
+
+	ids = palloc(sizeof(Datum) * (njobs + nheld_off + 1));
+	dlist_foreach(it, &jobs)
+		ids[i++] = UUIDPGetDatum(&dlist_container(Job, node, it.cur)->id);
+	for (k = 0; k < nheld_off; k++)
+		if (held_off[k].until > now)
+			ids[i++] = UUIDPGetDatum(&held_off[k].id);
+	values[0] = Int32GetDatum(ctxwin_max_failures);
+	values[1] = PointerGetDatum(construct_array(ids, i, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	rc = SPI_execute_with_args("SELECT FROM ctxwin.sessions x "
+							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
+							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
+							   "AND x.id <> ALL ($2) LIMIT 1",
+							   2, types, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the compaction queue");
+	return SPI_processed > 0;
+}
+
+/* A session the claim offered. */
+typedef struct Candidate
+{
+	pg_uuid_t	id;
+	char		session[UUID_LEN * 2 + 5];
+	TimestampTz queued_at;
+} Candidate;
+
+/*
+ * The claim: up to room queued sessions, oldest first, whose rows nobody
+ * else holds (SKIP LOCKED: held rows are passed over, not counted, and not
+ * waited for), except those this worker has in hand or leaves alone for a
+ * while.  Each is planned; an extractive summary is made and committed at
+ * once, an LLM summary becomes a job with the session claimed.  Returns how
+ * many the queue offered (room: there may be more); *progressed counts
+ * those planned.
+ */
 static int
 ClaimSessions(int room, int *progressed)
 {
-	Oid			types[3] = {INT4OID, TEXTARRAYOID, INT4OID};
+	Oid			types[3] = {INT4OID, UUIDARRAYOID, INT4OID};
 	Datum		values[3];
 	Datum	   *ids;
 	dlist_iter	it;
+	TimestampTz now = GetCurrentTimestamp();
 	int			i = 0;
 	int			n;
-	int			offered;
-	MemoryContext cxt = CurrentMemoryContext;
-	char	  **cand_ids;
-	int32	   *cand_keys;
-	TimestampTz *cand_queued;
+	int			rc;
+	Candidate  *cand;
 
-	/* the sessions this worker has in hand already */
-	ids = palloc(sizeof(Datum) * (njobs + 1));
+	/* the sessions this worker has in hand, or leaves alone for now */
+	ids = palloc(sizeof(Datum) * (njobs + nheld_off + 1));
 	dlist_foreach(it, &jobs)
-		ids[i++] = CStringGetTextDatum(dlist_container(Job, node, it.cur)->session);
+		ids[i++] = UUIDPGetDatum(&dlist_container(Job, node, it.cur)->id);
+	for (n = 0; n < nheld_off; n++)
+		if (held_off[n].until > now)
+			ids[i++] = UUIDPGetDatum(&held_off[n].id);
 	values[0] = Int32GetDatum(ctxwin_max_failures);
-	values[1] = PointerGetDatum(construct_array(ids, i, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(ids, i, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	values[2] = Int32GetDatum(room);
-	if (SPI_execute_with_args("SELECT id::text, hashtext(id::text), compaction_queued_at FROM ctxwin.sessions "
-							  "WHERE compaction_queued_at IS NOT NULL AND compaction_failures < $1 "
-							  "AND (compaction_retry_at IS NULL OR compaction_retry_at <= now()) "
-							  "AND id <> ALL ($2::uuid[]) "
-							  "ORDER BY compaction_queued_at LIMIT $3",
-							  3, types, values, NULL, false, 0) != SPI_OK_SELECT)
+	rc = SPI_execute_with_args("SELECT x.id, x.id::text, x.compaction_queued_at FROM ctxwin.sessions x "
+							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
+							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
+							   "AND x.id <> ALL ($2) "
+							   "ORDER BY x.compaction_queued_at LIMIT $3 "
+							   "FOR NO KEY UPDATE SKIP LOCKED",
+							   3, types, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read the compaction queue");
-	offered = n = (int) SPI_processed;
-	cand_ids = palloc(sizeof(char *) * (n + 1));
-	cand_keys = palloc(sizeof(int32) * (n + 1));
-	cand_queued = palloc(sizeof(TimestampTz) * (n + 1));
+	n = (int) SPI_processed;
+	/* kept across the commits below */
+	cand = MemoryContextAlloc(LoopContext, sizeof(Candidate) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
 
-		cand_ids[i] = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
-		cand_keys[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-		cand_queued[i] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
+		cand[i].id = *DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		strlcpy(cand[i].session, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2),
+				sizeof(cand[i].session));
+		cand[i].queued_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
 	}
 	SPI_freetuptable(SPI_tuptable);
 
 	for (i = 0; i < n; i++)
 	{
-		Oid			ptypes[1] = {TEXTOID};
-		Datum		pvalues[1];
+		Oid			ptypes[1] = {UUIDOID};
+		Datum		pvalues[1] = {UUIDPGetDatum(&cand[i].id)};
+		Oid			ftypes[1] = {TEXTOID};
+		Datum		fvalues[1];
 		char	   *plan = NULL;
+		char	   *request = NULL;
 		char	   *err = NULL;
 		int			code = 0;
 
 		CHECK_FOR_INTERRUPTS();
-		/* someone else (compact(), summarize_session, another worker) has it */
-		if (!TryLockSession(cand_keys[i]))
-			continue;
-		(*progressed)++;
-		pvalues[0] = CStringGetTextDatum(cand_ids[i]);
-		if (!SubxactQuery("SELECT ctxwin._summary_plan($1::uuid, false, NULL)::text",
+
+		/*
+		 * The plan locks the row again (a no-op while this transaction has
+		 * it; after a commit below, another transaction may have taken it)
+		 * and refuses a session another worker has claimed.
+		 */
+		if (!SubxactQuery("SELECT ctxwin._summary_plan($1, false, NULL)::text",
 						  1, ptypes, pvalues, &plan, &err, &code))
 		{
 			if (!NotAFailure(code))
-				RecordFailure(cand_ids[i], err);
-			UnlockLater(cand_keys[i]);
+				RecordFailure(&cand[i].id, cand[i].session, err);
 			continue;
 		}
+		(*progressed)++;
 		if (plan == NULL)
+			continue;			/* nothing to do after all: settled */
+
+		/* the LLM request the plan asks for; none for an extractive one */
+		fvalues[0] = CStringGetTextDatum(plan);
+		if (!SubxactQuery("SELECT CASE WHEN p ->> 'strategy' <> 'extractive' THEN "
+						  "ctxwin._llm_request(p ->> 'system_prompt', p ->> 'prompt', "
+						  "(p ->> 'answer_tokens')::int, p ->> 'model')::text END "
+						  "FROM (SELECT $1::jsonb AS p) x", 1, ftypes, fvalues,
+						  &request, &err, &code))
 		{
-			/* nothing to do after all: _summary_plan took it off the queue */
-			UnlockLater(cand_keys[i]);
+			RecordFailure(&cand[i].id, cand[i].session, err);
 			continue;
 		}
+		if (request == NULL)
 		{
-			Oid			ftypes[1] = {TEXTOID};
-			Datum		fvalues[1];
-			char	   *request = NULL;
+			/* no network: make it now, and commit it on its own */
+			if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
+							 1, ftypes, fvalues, NULL, &err, &code))
+			{
+				SlotAdd(&MySlot->done, 1);
+				SlotRing(MySlot->lag, &MySlot->lag_n,
+						 (GetCurrentTimestamp() - cand[i].queued_at) / 1000);
+			}
+			else if (!NotAFailure(code))
+				RecordFailure(&cand[i].id, cand[i].session, err);
+			EndWork();
+			AfterCommit();
+			BeginWork("ctxwin: compacting sessions");
+			continue;
+		}
+		/* an LLM summary: claim the session (its row is ours) for a job */
+		if (!TryClaim(&cand[i].id))
+			continue;			/* another worker's, after all */
+		{
+			MemoryContext jcxt = AllocSetContextCreate(WorkerContext, "ctxwin job",
+													   ALLOCSET_SMALL_SIZES);
+			Job		   *j = MemoryContextAllocZero(jcxt, sizeof(Job));
 
-			/* the LLM request the plan asks for; none for an extractive one */
-			fvalues[0] = CStringGetTextDatum(plan);
-			if (!SubxactQuery("SELECT CASE WHEN p ->> 'strategy' <> 'extractive' THEN "
-							  "ctxwin._llm_request(p ->> 'system_prompt', p ->> 'prompt', "
-							  "(p ->> 'answer_tokens')::int, p ->> 'model')::text END "
-							  "FROM (SELECT $1::jsonb AS p) x", 1, ftypes, fvalues,
-							  &request, &err, &code))
-			{
-				RecordFailure(cand_ids[i], err);
-				UnlockLater(cand_keys[i]);
-				continue;
-			}
-			if (request == NULL)
-			{
-				/* no network: make it now */
-				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
-								 1, ftypes, fvalues, NULL, &err, &code))
-				{
-					SlotAdd(&MySlot->done, 1);
-					SlotRing(MySlot->lag, &MySlot->lag_n,
-							 (GetCurrentTimestamp() - cand_queued[i]) / 1000);
-				}
-				else if (!NotAFailure(code))
-					RecordFailure(cand_ids[i], err);
-				UnlockLater(cand_keys[i]);
-				continue;
-			}
-			/* an LLM summary: a job for the multi handle */
-			{
-				MemoryContext jcxt = AllocSetContextCreate(WorkerContext, "ctxwin job",
-														   ALLOCSET_SMALL_SIZES);
-				Job		   *j = MemoryContextAllocZero(jcxt, sizeof(Job));
-
-				j->cxt = jcxt;
-				strlcpy(j->session, cand_ids[i], sizeof(j->session));
-				j->lock_key = cand_keys[i];
-				j->plan = MemoryContextStrdup(jcxt, plan);
-				j->request = MemoryContextStrdup(jcxt, request);
-				j->queued_at = cand_queued[i];
-				j->next_at = 0;
-				dlist_push_tail(&jobs, &j->node);
-				njobs++;
-			}
+			j->cxt = jcxt;
+			j->id = cand[i].id;
+			strlcpy(j->session, cand[i].session, sizeof(j->session));
+			j->plan = MemoryContextStrdup(jcxt, plan);
+			j->request = MemoryContextStrdup(jcxt, request);
+			j->queued_at = cand[i].queued_at;
+			j->next_at = 0;
+			dlist_push_tail(&jobs, &j->node);
+			njobs++;
 		}
 	}
-	return offered;
+	return n;
 }
 
 static void
@@ -1349,6 +1504,20 @@ TransferCreateFn(void *arg)
 	j->xfer = LlmTransferCreate(j->request);
 }
 
+/* Whether a job is to be sent now. */
+static bool
+ToSend(Job *j, TimestampTz now)
+{
+	return !j->dead && !j->xfer && !j->finished && j->next_at <= now;
+}
+
+/* Whether a job has an outcome to write now. */
+static bool
+ToWrite(Job *j, TimestampTz now)
+{
+	return !j->dead && j->finished && j->next_at <= now;
+}
+
 /* Sends the jobs whose time has come. */
 static void
 StartTransfers(TimestampTz now)
@@ -1360,8 +1529,10 @@ StartTransfers(TimestampTz now)
 		Job		   *j = dlist_container(Job, node, it.cur);
 		MemoryContext old;
 
-		if (j->xfer || j->finished || j->dead || j->next_at > now)
+		if (!ToSend(j, now))
 			continue;
+		j->answer = NULL;
+		j->error = NULL;
 		old = MemoryContextSwitchTo(j->cxt);
 		j->xfer = NULL;
 		if (!InSubxact(TransferCreateFn, j, &j->error, NULL))
@@ -1419,6 +1590,7 @@ CollectTransfers(void)
 		ninflight--;
 		j->curl_code = (int) msg->data.result;
 		j->finished = true;
+		j->next_at = 0;
 		n++;
 	}
 	return n;
@@ -1435,134 +1607,193 @@ JsonbInt(Jsonb *jb, const char *key, int dflt)
 }
 
 /*
- * Writes what the finished jobs brought, in one transaction: a summary
- * where the answer is good, a retry later where the request failed and
- * retries are left, a recorded failure otherwise.
+ * A failed request: ctxwin._llm_next_try says whether and when to send it
+ * again (the retry policy summarize_session follows too).  Returns false
+ * and sets j->failure when it is not to be sent again.
+ */
+static bool
+RetryLater(Job *j, TimestampTz now)
+{
+	Oid			types[4] = {TEXTOID, INT4OID, INT4OID, INT4OID};
+	Datum		values[4];
+	char	   *next[5];
+	char	   *err = NULL;
+	double		wait_s;
+
+	values[0] = CStringGetTextDatum(j->answer ?
+									JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)) :
+									"null");
+	values[1] = Int32GetDatum(j->attempts);
+	values[2] = Int32GetDatum(j->rate_waits);
+	values[3] = Int32GetDatum(ctxwin_llm_max_retries);
+	if (!SubxactQueryRow("SELECT n ->> 'retry', n ->> 'refused', n ->> 'charged', n ->> 'wait', "
+						 "CASE WHEN a <> 'null' THEN ctxwin._llm_error_text(a) END "
+						 "FROM (SELECT $1::jsonb AS a) x, "
+						 "ctxwin._llm_next_try((a ->> 'status')::int, a ->> 'retry_after', $2, $3, $4) AS n",
+						 4, types, values, next, 5, &err, NULL))
+	{
+		j->failure = psprintf("could not decide on a retry: %s", err);
+		return false;
+	}
+	err = next[4] ? next[4] : j->error ? j->error : "LLM request failed";
+	if (strcmp(next[0], "true") != 0)
+	{
+		j->failure = strcmp(next[1], "true") == 0 ?
+			psprintf("LLM endpoint refused the summary request: %s", err) :
+			psprintf("LLM request failed after %d requests: %s", j->requests, err);
+		return false;
+	}
+	if (strcmp(next[2], "true") == 0)
+		j->attempts++;
+	else
+	{
+		j->rate_waits++;
+		SlotAdd(&MySlot->rate_limited, 1);
+	}
+	wait_s = strtod(next[3], NULL);
+	SlotAdd(&MySlot->retries, 1);
+	j->finished = false;
+	j->next_at = now + (TimestampTz) (wait_s * USECS_PER_SEC);
+	return true;
+}
+
+/*
+ * Acts on what a finished job brought, in the current transaction: a
+ * summary where the answer is good, a retry later where the request failed
+ * and retries are left, a recorded failure otherwise.  A write that finds
+ * the session's row held keeps the outcome and is tried again later (1, 2,
+ * 4 ... s); no new request is paid for.
  */
 static void
-FinishJobs(TimestampTz *next_wake)
+FinishJob(Job *j, TimestampTz now)
 {
-	dlist_mutable_iter it;
+	MemoryContext old = MemoryContextSwitchTo(j->cxt);
+	char	   *err = NULL;
+	int			code = 0;
+	bool		good;
+
+	if (j->xfer)
+	{
+		/* what curl brought, as _llm_post would return it, or an error */
+		j->answer = NULL;
+		if (!InSubxact(TransferAnswerFn, j, &j->error, NULL))
+			j->answer = NULL;
+		LlmTransferFree(j->xfer);
+		j->xfer = NULL;
+		if (j->answer)
+			SlotRing(MySlot->lat, &MySlot->lat_n, JsonbInt(j->answer, "latency_ms", 0));
+	}
+	good = j->failure == NULL && j->answer != NULL &&
+		JsonbInt(j->answer, "status", 0) >= 200 && JsonbInt(j->answer, "status", 0) <= 299;
+	if (!good && j->failure == NULL && RetryLater(j, now))
+	{
+		MemoryContextSwitchTo(old);
+		return;
+	}
+
+	switch (LockRowNowait(&j->id, &err))
+	{
+		case LOCK_OK:
+			break;
+		case LOCK_GONE:
+			/* the session was deleted meanwhile */
+			JobDone(j);
+			MemoryContextSwitchTo(old);
+			return;
+		case LOCK_HELD:
+			SlotAdd(&MySlot->retries, 1);
+			if (++j->write_waits < WRITE_TRIES)
+			{
+				int			wait_s = 1 << (j->write_waits - 1);
+
+				SlotError(j->session, psprintf("another transaction holds the session's row: its %s is written in %d s",
+											   good ? "summary" : "failure", wait_s));
+				j->next_at = now + (TimestampTz) wait_s * USECS_PER_SEC;
+				MemoryContextSwitchTo(old);
+				return;
+			}
+			/* given up: not requested again for a while */
+			SlotAdd(&MySlot->failed, 1);
+			SlotError(j->session, psprintf("another transaction held the session's row through %d tries: its %s was dropped, and it is looked at again in %d s",
+										   WRITE_TRIES, good ? "summary" : "failure", HOLD_OFF_SECONDS));
+			HoldOff(&j->id, HOLD_OFF_SECONDS);
+			recount = true;
+			JobDone(j);
+			MemoryContextSwitchTo(old);
+			return;
+		case LOCK_FAILED:
+			if (!good)
+				break;			/* RecordFailure says it */
+			j->failure = psprintf("could not lock the session: %s", err);
+			good = false;
+			break;
+	}
+
+	if (good)
+	{
+		Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+		Datum		values[3];
+
+		values[0] = CStringGetTextDatum(j->plan);
+		values[1] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
+		/* total_ms: from the first request, retries included */
+		values[2] = CStringGetTextDatum(psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000)));
+		if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
+						 3, types, values, NULL, &err, &code))
+		{
+			SlotAdd(&MySlot->done, 1);
+			SlotRing(MySlot->lag, &MySlot->lag_n, (now - j->queued_at) / 1000);
+		}
+		else if (NotAFailure(code))
+			SlotError(j->session, err);	/* planned again if still queued */
+		else
+			RecordFailure(&j->id, j->session, err);
+	}
+	else
+		RecordFailure(&j->id, j->session, j->failure);
+	JobDone(j);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Writes what the finished jobs brought, each in a transaction of its own:
+ * one session's held row or slow write holds back no other's.
+ */
+static void
+FinishJobs(void)
+{
+	dlist_iter	it;
+	Job		  **ready;
+	int			n = 0;
+	int			i;
 	TimestampTz now = GetCurrentTimestamp();
 
-	dlist_foreach_modify(it, &jobs)
+	ready = MemoryContextAlloc(LoopContext, sizeof(Job *) * (njobs + 1));
+	dlist_foreach(it, &jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
-		int			status = 0;
-		char	   *err = NULL;
-		double		wait_s = 0;
-		MemoryContext old;
 
-		if (!j->finished || j->dead)
-			continue;
+		if (ToWrite(j, now))
+			ready[n++] = j;
+	}
+	for (i = 0; i < n; i++)
+	{
 		CHECK_FOR_INTERRUPTS();
-		old = MemoryContextSwitchTo(j->cxt);
-		if (j->xfer)
-		{
-			/* what curl brought, as _llm_post would return it, or an error */
-			j->answer = NULL;
-			if (!InSubxact(TransferAnswerFn, j, &j->error, NULL))
-				j->answer = NULL;
-			LlmTransferFree(j->xfer);
-			j->xfer = NULL;
-		}
-		if (j->answer)
-		{
-			status = JsonbInt(j->answer, "status", 0);
-			SlotRing(MySlot->lat, &MySlot->lat_n, JsonbInt(j->answer, "latency_ms", 0));
-		}
-		if (j->answer && status >= 200 && status <= 299)
-		{
-			Datum		values[2];
-			int			code = 0;
-			char	   *a;
-
-			a = psprintf("%s", JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
-			values[0] = CStringGetTextDatum(j->plan);
-			values[1] = CStringGetTextDatum(a);
-			/* total_ms: from the first request, retries included */
-			{
-				char	   *withtotal = psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000));
-
-				if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
-								 3, (Oid[]) {TEXTOID, TEXTOID, TEXTOID},
-								 (Datum[]) {values[0], values[1], CStringGetTextDatum(withtotal)}, NULL, &err, &code))
-				{
-					SlotAdd(&MySlot->done, 1);
-					SlotRing(MySlot->lag, &MySlot->lag_n, (now - j->queued_at) / 1000);
-				}
-				else if (NotAFailure(code))
-				{
-					/* planned again if still queued */
-					SlotError(j->session, err);
-				}
-				else
-					RecordFailure(j->session, err);
-			}
-			MemoryContextSwitchTo(old);
-			JobDone(j);
-			continue;
-		}
-		/*
-		 * A failed request: ctxwin._llm_next_try says whether and when to
-		 * send it again (the retry policy summarize_session follows too).
-		 */
-		{
-			Oid			types[4] = {TEXTOID, INT4OID, INT4OID, INT4OID};
-			Datum		values[4];
-			char	   *next[5];
-
-			values[0] = CStringGetTextDatum(j->answer ?
-											JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)) :
-											"null");
-			values[1] = Int32GetDatum(j->attempts);
-			values[2] = Int32GetDatum(j->rate_waits);
-			values[3] = Int32GetDatum(ctxwin_llm_max_retries);
-			if (!SubxactQueryRow("SELECT n ->> 'retry', n ->> 'refused', n ->> 'charged', n ->> 'wait', "
-								 "CASE WHEN a <> 'null' THEN ctxwin._llm_error_text(a) END "
-								 "FROM (SELECT $1::jsonb AS a) x, "
-								 "ctxwin._llm_next_try((a ->> 'status')::int, a ->> 'retry_after', $2, $3, $4) AS n",
-								 4, types, values, next, 5, &err, NULL))
-				elog(ERROR, "could not decide on a retry: %s", err);
-			err = next[4] ? next[4] : j->error ? j->error : "LLM request failed";
-			if (strcmp(next[0], "true") != 0)
-			{
-				char	   *msg = strcmp(next[1], "true") == 0 ?
-					psprintf("LLM endpoint refused the summary request: %s", err) :
-					psprintf("LLM request failed after %d requests: %s", j->requests, err);
-
-				RecordFailure(j->session, msg);
-				MemoryContextSwitchTo(old);
-				JobDone(j);
-				continue;
-			}
-			if (strcmp(next[2], "true") == 0)
-				j->attempts++;
-			else
-			{
-				j->rate_waits++;
-				SlotAdd(&MySlot->rate_limited, 1);
-			}
-			wait_s = strtod(next[3], NULL);
-		}
-		SlotAdd(&MySlot->retries, 1);
-		j->answer = NULL;
-		j->error = NULL;
-		j->finished = false;
-		j->next_at = now + (TimestampTz) (wait_s * USECS_PER_SEC);
-		if (j->next_at < *next_wake)
-			*next_wake = j->next_at;
-		MemoryContextSwitchTo(old);
+		BeginWork("ctxwin: writing a summary");
+		FinishJob(ready[i], GetCurrentTimestamp());
+		EndWork();
+		AfterCommit();			/* frees ready[i] if it is done */
 	}
 }
 
+/* Whether any job has an outcome to write now. */
 static bool
-HaveFinished(void)
+HaveToWrite(TimestampTz now)
 {
 	dlist_iter	it;
 
 	dlist_foreach(it, &jobs)
-		if (dlist_container(Job, node, it.cur)->finished)
+		if (ToWrite(dlist_container(Job, node, it.cur), now))
 		return true;
 	return false;
 }
@@ -1608,6 +1839,7 @@ ctxwin_worker_main(Datum arg)
 	char		dbname[NAMEDATALEN];
 	TimestampTz next_sweep = 0;
 	bool		more = false;
+	int			held_relook_ms = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -1651,10 +1883,9 @@ ctxwin_worker_main(Datum arg)
 		TimestampTz next_wake;
 		bool		woken;
 		bool		claim;
-		bool		finished = false;
+		bool		to_write = false;
 		bool		to_start = false;
 		long		timeout_ms;
-		MemoryContext loopcxt;
 		dlist_iter	it;
 		int			ext = -1;	/* extension seen: -1 not looked, 0 no, 1 yes */
 
@@ -1665,8 +1896,8 @@ ctxwin_worker_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		loopcxt = AllocSetContextCreate(WorkerContext, "ctxwin worker loop", ALLOCSET_DEFAULT_SIZES);
-		MemoryContextSwitchTo(loopcxt);
+		LoopContext = AllocSetContextCreate(WorkerContext, "ctxwin worker loop", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(LoopContext);
 
 		now = GetCurrentTimestamp();
 		woken = pg_atomic_exchange_u32(&MySlot->wake, 0) != 0;
@@ -1677,18 +1908,18 @@ ctxwin_worker_main(Datum arg)
 		{
 			Job		   *j = dlist_container(Job, node, it.cur);
 
-			if (j->finished)
-				finished = true;
-			else if (!j->xfer && j->next_at <= now)
+			if (ToWrite(j, now))
+				to_write = true;
+			else if (ToSend(j, now))
 				to_start = true;
 		}
 
 		/*
-		 * One transaction writes what came back, claims more and sets up
-		 * the requests; they go out after it commits.
+		 * Write what came back (a transaction per session), then one
+		 * transaction claims more and sets up the requests; they go out
+		 * after it commits.
 		 */
-		next_wake = next_sweep;
-		if (claim || finished || to_start)
+		if (claim || to_write || to_start)
 		{
 			BeginWork("ctxwin: compacting sessions");
 			if (!ExtensionPresent())
@@ -1703,10 +1934,14 @@ ctxwin_worker_main(Datum arg)
 			else
 			{
 				ext = 1;
-				if (finished)
+				if (to_write)
 				{
-					FinishJobs(&next_wake);
-					more = claim = true;	/* there is room again */
+					EndWork();
+					AfterCommit();
+					FinishJobs();
+					BeginWork("ctxwin: compacting sessions");
+					/* there may be room again */
+					more = claim = njobs < ctxwin_max_concurrent_requests;
 				}
 				if (claim && njobs < ctxwin_max_concurrent_requests)
 				{
@@ -1720,6 +1955,19 @@ ctxwin_worker_main(Datum arg)
 					offered = ClaimSessions(room, &progressed);
 					/* claim again at once only if that was not all */
 					more = offered >= room && progressed > 0;
+					/* rows held by others: look again in 1, 2, 4 ... s */
+					if (offered < room)
+					{
+						if (QueueHasHeld())
+						{
+							held_relook_ms = held_relook_ms == 0 ? 1000 :
+								Min(held_relook_ms * 2, ctxwin_naptime_ms);
+							retry_wake = Min(retry_wake, GetCurrentTimestamp() +
+											 (TimestampTz) held_relook_ms * 1000);
+						}
+						else
+							held_relook_ms = 0;
+					}
 					/* at sweeps, and when drained, so the status says so */
 					if (sweep || offered < room)
 						recount = true;
@@ -1741,8 +1989,6 @@ ctxwin_worker_main(Datum arg)
 		if (retry_wake < next_sweep)
 			next_sweep = retry_wake;
 		retry_wake = PG_INT64_MAX;
-		if (next_sweep < next_wake)
-			next_wake = next_sweep;
 
 		if (ninflight > 0)
 		{
@@ -1751,11 +1997,14 @@ ctxwin_worker_main(Datum arg)
 			curl_multi_perform(multi, &running);
 			CollectTransfers();
 		}
+
+		/* when to look again: the next sweep, the next job to send or write */
+		next_wake = next_sweep;
 		dlist_foreach(it, &jobs)
 		{
 			Job		   *j = dlist_container(Job, node, it.cur);
 
-			if (!j->xfer && !j->finished && j->next_at < next_wake)
+			if (!j->dead && !j->xfer && j->next_at < next_wake)
 				next_wake = j->next_at;
 		}
 		SpinLockAcquire(&MySlot->mutex);
@@ -1767,12 +2016,13 @@ ctxwin_worker_main(Datum arg)
 		SpinLockRelease(&MySlot->mutex);
 
 		MemoryContextSwitchTo(TopMemoryContext);
-		MemoryContextDelete(loopcxt);
+		MemoryContextDelete(LoopContext);
+		LoopContext = NULL;
 
 		/* answers to write, or more queued and room: go round at once */
-		if (HaveFinished() || (more && njobs < ctxwin_max_concurrent_requests))
-			continue;
 		now = GetCurrentTimestamp();
+		if (HaveToWrite(now) || (more && njobs < ctxwin_max_concurrent_requests))
+			continue;
 		timeout_ms = next_wake <= now ? 0 : (long) Min((next_wake - now) / 1000 + 1, 3600000L);
 		if (ninflight > 0)
 		{

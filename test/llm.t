@@ -13,6 +13,7 @@ export PGCLIENTENCODING=UTF8
 unset PGOPTIONS
 db=ctxwin_llm_t
 role=ctxwin_llm_user
+hostile=ctxwin_llm_hostile
 rolepw="pw-$$-$RANDOM"
 key="sk-ctxwin-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 
@@ -28,7 +29,7 @@ seen=$tmp/seen				# every output the tests saw, to look for the key
 mock=""
 cleanup() {
 	[ -n "$mock" ] && kill "$mock" 2>/dev/null && wait "$mock" 2>/dev/null
-	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "DROP ROLE IF EXISTS $role" \
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "DROP ROLE IF EXISTS $role" -c "DROP ROLE IF EXISTS $hostile" \
 		-c "LOAD 'ctxwin'" -c "ALTER SYSTEM RESET ctxwin.llm_provider" -c "ALTER SYSTEM RESET ctxwin.llm_base_url" \
 		-c "ALTER SYSTEM RESET ctxwin.llm_api_key_file" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
 	rm -rf "$tmp"
@@ -99,10 +100,10 @@ contains_none() {
 }
 elapsed_ge() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { exit !(b - a >= m) }'; }
 
-plan 184
+plan 197
 
 psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" \
-	-c "DROP ROLE IF EXISTS $role" -c "CREATE DATABASE $db" -c "CREATE ROLE $role LOGIN PASSWORD '$rolepw'" >/dev/null
+	-c "DROP ROLE IF EXISTS $role" -c "DROP ROLE IF EXISTS $hostile" -c "CREATE DATABASE $db" -c "CREATE ROLE $role LOGIN PASSWORD '$rolepw'" >/dev/null
 # every statement and debug message in the server log, to look for the key there
 psql -X -q -d postgres -c "ALTER DATABASE $db SET log_statement = 'all'" \
 	-c "ALTER DATABASE $db SET log_min_messages = 'debug1'" >/dev/null
@@ -441,6 +442,90 @@ is "$(q -c "SELECT count(*) FROM ctxwin.summaries WHERE session_id IN ('$c3', '$
 	"one summary in all: no session was summarized by both"
 is "$(q -c "SELECT count(*) FROM ctxwin.sessions WHERE id IN ('$c3', '$c4') AND compaction_queued_at IS NOT NULL")" "1" \
 	"the session the canceled compact() held is still queued"
+
+# compact() goes past rows another transaction holds, without paying for
+# them: 12 queued sessions, the 5 oldest held FOR UPDATE by another
+# connection.  Then a plain role that holds the advisory locks
+# summarize_session used to take, for every queued session, and the rows of
+# the 5 oldest: compact(7) still finds 7 free sessions.
+# marked: a new session of profile llm, queued by 8 messages naming it
+marked() {
+	local s
+	s=$(newsess llm)
+	q -c "INSERT INTO ctxwin.messages (session_id, role, content)
+	      SELECT '$s', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+	             'Session $s, message ' || g || ': deploy billing-' || g || ' to host h' || g || '.'
+	      FROM generate_series(1, 8) g" >/dev/null
+	echo "$s"
+}
+# reqs_for N ID...: how many requests after the first N name one of the ids
+reqs_for() {
+	python3 - "$log" "$@" <<'PY'
+import json, sys
+log, start, ids = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print(sum(1 for l in list(open(log, encoding="utf-8"))[start:]
+          if any(i in (json.loads(l).get("prompt") or "") for i in ids)))
+PY
+}
+quoted() { local IFS=,; echo "'$*'" | sed "s/,/', '/g"; }
+X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()" >/dev/null
+mapfile -t ids < <(for _ in $(seq 1 12); do marked; done)
+held=$(quoted "${ids[@]:0:5}")
+psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c "SET application_name = 'ctxwin_llm_holder'" -c "BEGIN" \
+	-c "SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x" -c "SELECT pg_sleep(60)" -c "COMMIT" >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 1 100); do
+	[ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_holder' AND query LIKE '%pg_sleep%'")" ] && break
+	sleep 0.1
+done
+is "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_holder' AND query LIKE '%pg_sleep%'")" "1" \
+	"another connection holds the rows of the 5 oldest"
+n0=$(nreq)
+t0=$(date +%s%N)
+out=$(X="-c ctxwin.llm_model=mock -c lock_timeout=2s" ql openai -c "SELECT ctxwin.compact(100)")
+ms=$((($(date +%s%N) - t0) / 1000000))
+is "$out" "7" "compact(100) with the 5 oldest of 12 queued sessions held FOR UPDATE elsewhere summarizes the 7 free ones"
+ok $((ms < 5000 ? 0 : 1)) "at once (${ms} ms; 5 x lock_timeout would be 10 s)"
+is "$(reqs_for "$n0" "${ids[@]:0:5}")|$(reqs_for "$n0" "${ids[@]:5}")" "0|7" \
+	"no LLM request for a held session, one for each free one"
+is "$(q -c "SELECT count(*) FROM ctxwin.sessions WHERE id IN ($held) AND summary_version = 0 AND compaction_failures = 0
+             AND compaction_queued_at IS NOT NULL")" "5" "the held sessions are untouched: unsummarized, no failure charged, still queued"
+q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_holder'" >/dev/null
+wait $holder
+is "$(X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()")" "5" "once free, they are summarized"
+
+q -c "CREATE ROLE $hostile LOGIN PASSWORD '$rolepw'" -c "GRANT USAGE ON SCHEMA ctxwin TO $hostile" \
+	-c "GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $hostile" \
+	-c "GRANT SELECT ON ctxwin.models, ctxwin.profiles TO $hostile" >/dev/null
+mapfile -t ids < <(for _ in $(seq 1 12); do marked; done)
+held=$(quoted "${ids[@]:0:5}")
+PGPASSWORD=$rolepw psql -X -q -v ON_ERROR_STOP=1 -U $hostile -d "$db" -c "SET application_name = 'ctxwin_llm_hostile'" \
+	-c "SELECT count(pg_advisory_lock(2026112101, hashtext(id::text))) FROM ctxwin.sessions WHERE id IN ($(quoted "${ids[@]}"))" \
+	-c "BEGIN" -c "SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x" -c "SELECT pg_sleep(60)" -c "COMMIT" >/dev/null 2>&1 &
+hostile_pid=$!
+for _ in $(seq 1 100); do
+	[ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_hostile' AND query LIKE '%pg_sleep%'")" ] && break
+	sleep 0.1
+done
+is "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_hostile' AND query LIKE '%pg_sleep%'")" "1" \
+	"the plain role holds them"
+n0=$(nreq)
+out=$(X="-c ctxwin.llm_model=mock -c lock_timeout=2s" ql openai -c "SELECT ctxwin.compact(7)")
+is "$out" "7" "a plain role holding advisory locks on every queued session and the rows of the 5 oldest: compact(7) still summarizes 7"
+is "$(reqs_for "$n0" "${ids[@]:0:5}")" "0" "and sends nothing for the held ones"
+q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_hostile'" >/dev/null
+wait $hostile_pid
+is "$(X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()")" "5" "once it lets go, the other 5 are summarized"
+
+# compact() by a plain role records a failure on the session (the
+# bookkeeping columns are written by ctxwin's own functions)
+s=$(marked)
+out=$(PGPASSWORD=$rolepw PGUSER=$hostile q -c "SELECT ctxwin.compact()")
+is "$out" "0" "compact() as a plain role that cannot make an LLM summary summarizes nothing"
+is "$(q -c "SELECT compaction_failures || ' ' || (compaction_retry_at > now()) || ' ' || (last_error <> '') FROM ctxwin.sessions WHERE id = '$s'")" \
+	"1 true true" "and the failure is recorded on the session, with its retry time and error"
+is "$(X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()")|$(q -c "SELECT compaction_failures || ':' || (last_error IS NULL) FROM ctxwin.sessions WHERE id = '$s'")" \
+	"1|0:true" "a later compaction clears it"
 
 # ---------------------------------------------------------------------------
 # No provider

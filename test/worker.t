@@ -78,7 +78,57 @@ fill() {
 	        FROM ctxwin.sessions s, generate_series(1, 31) g WHERE $2 ORDER BY g, s.id" >/dev/null
 }
 
-plan 65
+# fillm DB ID: 31 messages to one session, each naming it (so the mock's
+# log tells whose request a prompt is)
+fillm() {
+	q "$1" "INSERT INTO ctxwin.messages (session_id, role, content)
+	        SELECT '$2', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+	               'session $2, turn ' || g || ': deploy billing-' || g || ' and check E' || (4000 + g)
+	        FROM generate_series(1, 31) g" >/dev/null
+}
+# the number of requests after the first N whose prompt names one of the ids
+reqs_for() {
+	python3 - "$dir/requests.jsonl" "$@" <<'PY'
+import json, sys
+log, start, ids = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+n = 0
+for l in list(open(log, encoding="utf-8"))[start:]:
+    p = json.loads(l).get("prompt") or ""
+    n += any(i in p for i in ids)
+print(n)
+PY
+}
+# pause_worker / resume_worker: take w1 out of ctxwin.databases (the launcher
+# stops its worker) and put it back (a new worker sweeps the queue at start)
+pause_worker() {
+	set_conf ctxwin.databases nodb
+	wait_for postgres "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker' AND datname = 'w1'" 10
+}
+resume_worker() { set_conf ctxwin.databases "w1, nodb"; }
+# queue12: with the worker paused, 12 new sessions queued one after the
+# other (distinct compaction_queued_at), ids printed oldest first
+queue12() {
+	local i s
+	for i in $(seq 1 12); do
+		s=$(sessions w1 1)
+		fillm w1 "$s"
+		echo "$s"
+	done
+}
+# ticks PID: user + system CPU time of a process, in clock ticks
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# jobmem PID: the bytes of the worker's "ctxwin job" memory contexts (the
+# job and its attempt), as pg_log_backend_memory_contexts logs them now
+jobmem() {
+	local from
+	from=$(wc -l <"$dir/server.log")
+	q postgres "SELECT pg_log_backend_memory_contexts($1)" >/dev/null
+	sleep 0.5
+	tail -n +"$((from + 1))" "$dir/server.log" | grep "\[$1\]" |
+		sed -n 's/.*level: [0-9]*; ctxwin job[^:]*: \([0-9]*\) total.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'
+}
+
+plan 77
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -285,14 +335,15 @@ is "$(q w1 "SELECT count(*) FROM ctxwin.summaries WHERE session_id = '$s'")" "1"
 set_conf ctxwin.llm_model slow-1000
 a=$(sessions w1 1)
 b=$(sessions w1 1)
-fill w1 "id = '$a'"
+before=$(nreq)
+fillm w1 "$a"
 wait_for w1 "SELECT in_flight = 1 FROM ctxwin.worker_status WHERE database = 'w1'" 5
 # while the request for a is in flight, the app holds a's row for 6 s
 q w1 "BEGIN; INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$a', 'user', 'slow app'); SELECT pg_sleep(6); COMMIT" >/dev/null &
 bg=$!
 sleep 0.3
 start=$(date +%s%N)
-fill w1 "id = '$b'"
+fillm w1 "$b"
 wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$b'" 10
 ms=$((($(date +%s%N) - start) / 1000000))
 ok $((ms < 4500 ? 0 : 1)) "another session is compacted meanwhile in ${ms} ms: the worker does not wait out the app's transaction"
@@ -301,6 +352,8 @@ wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$a'"
 ok $? "the held session is compacted once the app commits"
 is "$(q w1 "SELECT compaction_failures || ':' || (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id) FROM ctxwin.sessions s WHERE id = '$a'")" "0:1" \
 	"with no failure charged, and one summary"
+is "$(reqs_for "$before" "$a")" "1" \
+	"and one LLM request: its answer waited for the row (backing off), no new request was paid for"
 
 # --- SIGTERM with a hanging LLM -----------------------------------------------
 set_conf ctxwin.llm_model fault-timeout
@@ -374,6 +427,71 @@ is "$out" "" "DROP DATABASE of a served database succeeds (${ms} ms)"
 ok $((ms < 6000 ? 0 : 1)) "without waiting for a timeout"
 wait_for w1 "SELECT state IN ('paused', 'no such database') FROM ctxwin.worker_status WHERE database = 'w2'" 5
 ok $? "its worker is gone and not restarted into the dropped database"
+
+# --- another transaction holds the oldest queued rows ---------------------------
+# 12 queued, the 5 oldest held FOR UPDATE by another connection: the worker
+# sends no request for them, summarizes the 7 free ones at once, and the 5
+# once they are free.
+set_conf ctxwin.llm_model slow-200 ctxwin.naptime_ms 60000
+pause_worker
+mapfile -t ids < <(queue12)
+held="'${ids[0]}', '${ids[1]}', '${ids[2]}', '${ids[3]}', '${ids[4]}'"
+all="'$(IFS=,; echo "${ids[*]}" | sed "s/,/', '/g")'"
+psql -X -q -v ON_ERROR_STOP=1 -d w1 -c "SET application_name = 'ctxwin_t_holder'" -c "BEGIN" \
+	-c "SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x" -c "SELECT pg_sleep(60)" -c "COMMIT" >/dev/null 2>&1 &
+holder=$!
+wait_for w1 "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_t_holder' AND query LIKE '%pg_sleep%'" 10
+ok $? "another connection holds the rows of the 5 oldest"
+before=$(nreq)
+start=$(date +%s%N)
+resume_worker
+wait_for w1 "SELECT count(*) = 7 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0" 20
+ok $? "with the 5 oldest of 12 queued sessions held FOR UPDATE, the worker summarizes the 7 free ones"
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms < 5000 ? 0 : 1)) "at once: ${ms} ms from its start (5 x lock_timeout would be 10 s)"
+sleep 2.5
+is "$(reqs_for "$before" "${ids[@]:0:5}")|$(reqs_for "$before" "${ids[@]:5}")|$(q w1 "SELECT count(*) FROM ctxwin.sessions WHERE id IN ($held) AND summary_through_id > 0")" \
+	"0|7|0" "no LLM request for a held session (one each for the 7 free), and the held ones untouched"
+q postgres "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_holder'" >/dev/null
+wait $holder
+wait_for w1 "SELECT count(*) = 12 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0" 20
+ok $? "once the other transaction ends, the 5 are summarized too (the sweep finds them)"
+is "$(reqs_for "$before" "${ids[@]}")|$(q w1 "SELECT count(*) FROM ctxwin.summaries WHERE session_id IN ($all)")" "12|12" \
+	"one request and one summary per session in all"
+
+# --- a role that holds advisory locks and rows cannot stop the worker ----------
+# An application role (granted as the README says) holds the advisory locks
+# that summarize_session used to take for every queued session, and the rows
+# of the 5 oldest; the worker, with room for 3 requests, still finds the 7
+# others (it fetches past the rows it skips).
+q postgres "CREATE ROLE ctxwin_t_hostile LOGIN" >/dev/null
+q w1 "GRANT USAGE ON SCHEMA ctxwin TO ctxwin_t_hostile;
+      GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO ctxwin_t_hostile;
+      GRANT SELECT ON ctxwin.models, ctxwin.profiles TO ctxwin_t_hostile" >/dev/null
+set_conf ctxwin.max_concurrent_requests 3
+pause_worker
+mapfile -t ids < <(queue12)
+held="'${ids[0]}', '${ids[1]}', '${ids[2]}', '${ids[3]}', '${ids[4]}'"
+all="'$(IFS=,; echo "${ids[*]}" | sed "s/,/', '/g")'"
+psql -X -q -v ON_ERROR_STOP=1 -U ctxwin_t_hostile -d w1 -c "SET application_name = 'ctxwin_t_hostile'" \
+	-c "SELECT count(pg_advisory_lock(2026112101, hashtext(id::text))) FROM ctxwin.sessions WHERE id IN ($all)" \
+	-c "BEGIN" -c "SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x" \
+	-c "SELECT pg_sleep(60)" -c "COMMIT" >/dev/null 2>&1 &
+hostile=$!
+wait_for w1 "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_t_hostile' AND query LIKE '%pg_sleep%'" 10
+ok $? "the plain role holds them"
+before=$(nreq)
+start=$(date +%s%N)
+resume_worker
+wait_for w1 "SELECT count(*) = 7 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0" 20
+ok $? "a plain role holding advisory locks on every queued session and the rows of the 5 oldest does not stop the worker"
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms < 6000 ? 0 : 1)) "the 7 others are summarized in ${ms} ms, 3 requests at a time"
+is "$(reqs_for "$before" "${ids[@]:0:5}")" "0" "and no request went out for the held ones"
+q postgres "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_hostile'" >/dev/null
+wait $hostile
+wait_for w1 "SELECT count(*) = 12 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0" 20
+ok $? "once it lets go, the held sessions are summarized too"
 
 is "$(grep -c -- "$key" "$dir/server.log")" "0" "the API key is nowhere in the server log"
 
