@@ -1998,8 +1998,12 @@ ctxwin_worker_main(Datum arg)
 			CollectTransfers();
 		}
 
-		/* when to look again: the next sweep, the next job to send or write */
-		next_wake = next_sweep;
+		/*
+		 * When to look again: the next sweep, unless the job table is full
+		 * (a sweep could claim nothing: waking for it would spin), and the
+		 * next job to send or write.
+		 */
+		next_wake = njobs < ctxwin_max_concurrent_requests ? next_sweep : PG_INT64_MAX;
 		dlist_foreach(it, &jobs)
 		{
 			Job		   *j = dlist_container(Job, node, it.cur);

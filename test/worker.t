@@ -128,7 +128,7 @@ jobmem() {
 		sed -n 's/.*level: [0-9]*; ctxwin job[^:]*: \([0-9]*\) total.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'
 }
 
-plan 77
+plan 79
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -492,6 +492,28 @@ q postgres "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE applica
 wait $hostile
 wait_for w1 "SELECT count(*) = 12 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0" 20
 ok $? "once it lets go, the held sessions are summarized too"
+
+# --- a full job table waiting on Retry-After: no busy loop ---------------------
+# Room for 2 requests, every answer 529 with Retry-After: 1, a sweep due
+# every 200 ms: the worker sleeps until a job's time comes.
+set_conf ctxwin.llm_model fault-529 ctxwin.llm_max_retries 0 ctxwin.max_concurrent_requests 2 ctxwin.naptime_ms 200
+pause_worker
+resume_worker
+wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker' AND datname = 'w1'" 10
+sleep 0.5
+wpid=$(worker_pid w1)
+before=$(nreq)
+sessions w1 4 >/dev/null
+fill w1 "message_count = 0"
+for _ in $(seq 1 50); do [ "$(nreq)" -ge $((before + 2)) ] && break; sleep 0.1; done
+sleep 0.5
+t0=$(ticks "$wpid")
+sleep 2
+t1=$(ticks "$wpid")
+ok $((t1 - t0 <= 20 ? 0 : 1)) "with every job waiting on Retry-After the worker uses next to no CPU ($((t1 - t0)) clock ticks in 2 s)"
+set_conf ctxwin.llm_model mock ctxwin.llm_max_retries 3 ctxwin.max_concurrent_requests 100 ctxwin.naptime_ms 60000
+wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 30
+ok $? "and afterwards those sessions are compacted"
 
 is "$(grep -c -- "$key" "$dir/server.log")" "0" "the API key is nowhere in the server log"
 
