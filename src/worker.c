@@ -23,7 +23,8 @@
  *	- It runs up to ctxwin.max_concurrent_requests LLM requests at once on a
  *	  libcurl multi handle, with no transaction open.  Failed requests are
  *	  retried with exponential backoff (up to ctxwin.llm_max_retries); 429 and
- *	  529 wait as Retry-After says without counting as a failure.
+ *	  529 wait as Retry-After says without counting as a failure.  Each
+ *	  request has a memory context of its own, freed when the next is sent.
  *	- It writes each answer in a transaction of its own, with
  *	  ctxwin._summary_finish's compare-and-set: a summary is discarded if the
  *	  session's summary changed meanwhile.  The row is locked NOWAIT: if an
@@ -911,7 +912,9 @@ compaction_settle(PG_FUNCTION_ARGS)
 typedef struct Job
 {
 	dlist_node	node;
-	MemoryContext cxt;			/* everything of the job */
+	MemoryContext cxt;			/* the job's: plan and request */
+	MemoryContext attempt_cxt;	/* one request's: transfer, answer, errors;
+								 * reset when the next request is sent */
 	pg_uuid_t	id;
 	char		session[UUID_LEN * 2 + 5];
 	char	   *plan;			/* JSON text */
@@ -1475,6 +1478,7 @@ ClaimSessions(int room, int *progressed)
 			Job		   *j = MemoryContextAllocZero(jcxt, sizeof(Job));
 
 			j->cxt = jcxt;
+			j->attempt_cxt = AllocSetContextCreate(jcxt, "ctxwin job attempt", ALLOCSET_SMALL_SIZES);
 			j->id = cand[i].id;
 			strlcpy(j->session, cand[i].session, sizeof(j->session));
 			j->plan = MemoryContextStrdup(jcxt, plan);
@@ -1518,7 +1522,10 @@ ToWrite(Job *j, TimestampTz now)
 	return !j->dead && j->finished && j->next_at <= now;
 }
 
-/* Sends the jobs whose time has come. */
+/*
+ * Sends the jobs whose time has come.  Each request is a new attempt: what
+ * the previous one left (its transfer, answer and errors) is freed.
+ */
 static void
 StartTransfers(TimestampTz now)
 {
@@ -1531,9 +1538,10 @@ StartTransfers(TimestampTz now)
 
 		if (!ToSend(j, now))
 			continue;
+		MemoryContextReset(j->attempt_cxt);
 		j->answer = NULL;
 		j->error = NULL;
-		old = MemoryContextSwitchTo(j->cxt);
+		old = MemoryContextSwitchTo(j->attempt_cxt);
 		j->xfer = NULL;
 		if (!InSubxact(TransferCreateFn, j, &j->error, NULL))
 		{
@@ -1548,7 +1556,7 @@ StartTransfers(TimestampTz now)
 		{
 			LlmTransferFree(j->xfer);
 			j->xfer = NULL;
-			j->error = MemoryContextStrdup(j->cxt, "could not add an LLM request to the libcurl multi handle");
+			j->error = MemoryContextStrdup(j->attempt_cxt, "could not add an LLM request to the libcurl multi handle");
 			j->finished = true;
 			continue;
 		}
@@ -1667,7 +1675,7 @@ RetryLater(Job *j, TimestampTz now)
 static void
 FinishJob(Job *j, TimestampTz now)
 {
-	MemoryContext old = MemoryContextSwitchTo(j->cxt);
+	MemoryContext old = MemoryContextSwitchTo(j->attempt_cxt);
 	char	   *err = NULL;
 	int			code = 0;
 	bool		good;

@@ -128,7 +128,7 @@ jobmem() {
 		sed -n 's/.*level: [0-9]*; ctxwin job[^:]*: \([0-9]*\) total.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'
 }
 
-plan 79
+plan 80
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -514,6 +514,26 @@ ok $((t1 - t0 <= 20 ? 0 : 1)) "with every job waiting on Retry-After the worker 
 set_conf ctxwin.llm_model mock ctxwin.llm_max_retries 3 ctxwin.max_concurrent_requests 100 ctxwin.naptime_ms 60000
 wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 30
 ok $? "and afterwards those sessions are compacted"
+
+# --- retries do not pile up memory -------------------------------------------------
+# A request of about 400 kB answered 529 again and again: each attempt's
+# transfer and answer are freed when the next attempt starts.
+set_conf ctxwin.llm_model fault-529 ctxwin.llm_max_retries 3
+wpid=$(worker_pid w1)
+s=$(sessions w1 1)
+before=$(nreq)
+q w1 "INSERT INTO ctxwin.messages (session_id, role, content)
+      SELECT '$s', 'user', string_agg('word' || g || ' ', '') FROM generate_series(1, 50000) g" >/dev/null
+fill w1 "id = '$s'"
+for _ in $(seq 1 50); do [ "$(nreq)" -ge $((before + 1)) ] && break; sleep 0.1; done
+sleep 0.3
+m1=$(jobmem "$wpid")
+for _ in $(seq 1 60); do [ "$(nreq)" -ge $((before + 4)) ] && break; sleep 0.1; done
+sleep 0.3
+m4=$(jobmem "$wpid")
+ok $((m1 > 0 && m4 - m1 < 300000 ? 0 : 1)) "the job's memory after 4 attempts is what it was after 1 ($m1 -> $m4 bytes)"
+set_conf ctxwin.llm_model mock
+wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 30
 
 is "$(grep -c -- "$key" "$dir/server.log")" "0" "the API key is nowhere in the server log"
 
