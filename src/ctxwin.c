@@ -137,6 +137,10 @@ _PG_init(void)
 							gettext_noop("Time between the worker's sweeps of the compaction queue (it is also woken by every commit that queues a session)."),
 							NULL, &ctxwin_naptime_ms, 10000, 100, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.worker_statement_timeout",
+							gettext_noop("Time limit of each statement the worker runs (planning, extractive summaries, writes); 0 turns it off."),
+							NULL, &ctxwin_worker_statement_timeout, 60000, 0, 86400000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("ctxwin.max_failures",
 							gettext_noop("Failed compactions after which the worker and compact() leave a session alone until a new message or summarize_session."),
 							NULL, &ctxwin_max_failures, 3, 1, 1000,

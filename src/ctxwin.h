@@ -81,6 +81,7 @@ extern char *ctxwin_databases;
 extern int	ctxwin_max_concurrent_requests;
 extern int	ctxwin_naptime_ms;
 extern int	ctxwin_max_failures;
+extern int	ctxwin_worker_statement_timeout;
 
 /*
  * ctxwin.c: > 0 while ctxwin's own C code writes bookkeeping columns of

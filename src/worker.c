@@ -34,6 +34,7 @@
  *	  session (compaction_failures, last_error, compaction_retry_at); after
  *	  ctxwin.max_failures the session is left alone until a new message
  *	  arrives or somebody calls summarize_session.
+ *	- Every statement it runs is bounded by ctxwin.worker_statement_timeout.
  *
  * The queue is the sessions table itself (compaction_queued_at), so a crash
  * or restart loses nothing: locks die with the process, and unfinished work
@@ -80,6 +81,7 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 #include "utils/varlena.h"
@@ -100,6 +102,7 @@ char	   *ctxwin_databases = NULL;
 int			ctxwin_max_concurrent_requests = 100;
 int			ctxwin_naptime_ms = 10000;
 int			ctxwin_max_failures = 3;
+int			ctxwin_worker_statement_timeout = 60000;
 
 typedef enum WorkerState
 {
@@ -1068,9 +1071,31 @@ AfterCommit(void)
 }
 
 /*
- * Runs fn(arg) in a subtransaction; on an error, rolls it back and returns
- * false with the message in *err (palloc'd in the caller's context) and its
- * SQLSTATE in *sqlstate (if not NULL).
+ * The worker's statements run under ctxwin.worker_statement_timeout (the
+ * timer is not armed for a background worker's SQL otherwise), so a slow
+ * statement (a quadratic summarizer, a user's trigger) cannot wedge it.
+ */
+static void
+ArmStatementTimeout(void)
+{
+	if (ctxwin_worker_statement_timeout > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, ctxwin_worker_statement_timeout);
+}
+
+static void
+DisarmStatementTimeout(void)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	/* it fired after the statement's last look at interrupts: that is over */
+	if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
+		QueryCancelPending = false;
+}
+
+/*
+ * Runs fn(arg) in a subtransaction, under the worker's statement timeout;
+ * on an error, rolls it back and returns false with the message in *err
+ * (palloc'd in the caller's context) and its SQLSTATE in *sqlstate (if not
+ * NULL).
  */
 static bool
 InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
@@ -1081,9 +1106,11 @@ InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
+	ArmStatementTimeout();
 	PG_TRY();
 	{
 		fn(arg);
+		DisarmStatementTimeout();
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -1092,6 +1119,7 @@ InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 	{
 		ErrorData  *e;
 
+		DisarmStatementTimeout();
 		MemoryContextSwitchTo(cxt);
 		e = CopyErrorData();
 		FlushErrorState();
@@ -1297,10 +1325,12 @@ CountQueue(TimestampTz *next_retry)
 	Datum		retry;
 	int			rc;
 
+	ArmStatementTimeout();
 	rc = SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
 							   "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
 							   "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
 							   1, types, values, NULL, false, 1);
+	DisarmStatementTimeout();
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the compaction queue");
 	retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
@@ -1339,11 +1369,13 @@ QueueHasHeld(void)
 			ids[i++] = UUIDPGetDatum(&held_off[k].id);
 	values[0] = Int32GetDatum(ctxwin_max_failures);
 	values[1] = PointerGetDatum(construct_array(ids, i, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	ArmStatementTimeout();
 	rc = SPI_execute_with_args("SELECT FROM ctxwin.sessions x "
 							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
 							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
 							   "AND x.id <> ALL ($2) LIMIT 1",
 							   2, types, values, NULL, false, 1);
+	DisarmStatementTimeout();
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read the compaction queue");
 	return SPI_processed > 0;
@@ -1389,6 +1421,7 @@ ClaimSessions(int room, int *progressed)
 	values[0] = Int32GetDatum(ctxwin_max_failures);
 	values[1] = PointerGetDatum(construct_array(ids, i, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	values[2] = Int32GetDatum(room);
+	ArmStatementTimeout();
 	rc = SPI_execute_with_args("SELECT x.id, x.id::text, x.compaction_queued_at FROM ctxwin.sessions x "
 							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
 							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
@@ -1396,6 +1429,7 @@ ClaimSessions(int room, int *progressed)
 							   "ORDER BY x.compaction_queued_at LIMIT $3 "
 							   "FOR NO KEY UPDATE SKIP LOCKED",
 							   3, types, values, NULL, false, 0);
+	DisarmStatementTimeout();
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read the compaction queue");
 	n = (int) SPI_processed;

@@ -128,7 +128,7 @@ jobmem() {
 		sed -n 's/.*level: [0-9]*; ctxwin job[^:]*: \([0-9]*\) total.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'
 }
 
-plan 80
+plan 85
 
 # --- the mock LLM and the cluster --------------------------------------------
 printf '%s\n' "$key" >"$dir/key"
@@ -534,6 +534,37 @@ m4=$(jobmem "$wpid")
 ok $((m1 > 0 && m4 - m1 < 300000 ? 0 : 1)) "the job's memory after 4 attempts is what it was after 1 ($m1 -> $m4 bytes)"
 set_conf ctxwin.llm_model mock
 wait_for w1 "SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL" 30
+
+# --- a slow statement does not wedge the worker ----------------------------------
+# A trigger makes the summary write of one session take 30 s: the worker's
+# statement_timeout (ctxwin.worker_statement_timeout) cancels it, records
+# the error and goes on with the others.
+q w1 "CREATE TABLE public.slow_sessions (id uuid);
+      CREATE FUNCTION public.slow_summary() RETURNS trigger LANGUAGE plpgsql AS \$\$
+      BEGIN
+          IF EXISTS (SELECT FROM public.slow_sessions x WHERE x.id = NEW.session_id) THEN
+              PERFORM pg_catalog.pg_sleep(30);
+          END IF;
+          RETURN NEW;
+      END \$\$;
+      CREATE TRIGGER slow BEFORE INSERT ON ctxwin.summaries FOR EACH ROW EXECUTE FUNCTION public.slow_summary()" >/dev/null
+set_conf ctxwin.worker_statement_timeout 1000
+wpid=$(worker_pid w1)
+slow=$(sessions w1 1)
+fast=$(sessions w1 1)
+q w1 "INSERT INTO public.slow_sessions VALUES ('$slow')" >/dev/null
+start=$(date +%s%N)
+fill w1 "id IN ('$slow', '$fast')"
+wait_for w1 "SELECT last_error LIKE '%statement timeout%' FROM ctxwin.sessions WHERE id = '$slow'" 10
+ok $? "a summary write that takes too long is canceled by the worker's statement timeout and recorded"
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$fast'" 10
+ok $? "the other session is compacted meanwhile"
+ms=$((($(date +%s%N) - start) / 1000000))
+ok $((ms < 6000 ? 0 : 1)) "both within ${ms} ms"
+is "$(worker_pid w1)" "$wpid" "by the same worker: the timeout did not stop it"
+q w1 "DROP TRIGGER slow ON ctxwin.summaries" >/dev/null
+wait_for w1 "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$slow'" 15
+ok $? "once the write is fast again, the session is compacted at its retry"
 
 is "$(grep -c -- "$key" "$dir/server.log")" "0" "the API key is nowhere in the server log"
 
