@@ -1129,8 +1129,10 @@ BEGIN
                 WHERE c -> 'function' ->> 'name' IS NOT NULL));
         END IF;
         CONTINUE WHEN coalesce(m ->> 'content', '') = '';
-        items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb(ctxwin.extract_facts(
-            CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END)));
+        IF jsonb_array_length(items -> 'Facts') < max_tokens THEN
+            items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb((ctxwin.extract_facts(
+                CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END))[1:max_tokens]));
+        END IF;
         CONTINUE WHEN m ->> 'role' = 'tool';
         k := 0;
         FOR sent IN
@@ -1139,6 +1141,9 @@ BEGIN
         LOOP
             CONTINUE WHEN length(sent) < 8 OR length(sent) > 400;
             k := k + 1;
+            -- no section shows more than max_tokens items: more would only
+            -- make this loop quadratic on a huge message
+            EXIT WHEN k > max_tokens;
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
                 items := jsonb_set(items, '{Focus}', (items -> 'Focus') || to_jsonb(sent));
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
@@ -1217,11 +1222,73 @@ BEGIN
         END LOOP;
         EXIT WHEN n = 0;
     END LOOP;
-    RETURN ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+    result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+    IF btrim(result) = '' AND jsonb_array_length(messages) > 0 THEN
+        -- nothing matched (small talk, bare identifiers, hashes, log lines):
+        -- the messages' own text, shortened, so that a summary is never empty
+        result := ctxwin._fallback_summary(messages, max_tokens, encoding);
+    END IF;
+    RETURN result;
 END $$;
 
 COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
 'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, questions, facts verbatim and tools used, within max_tokens';
+
+/*
+ * The extractive summary of last resort, for messages in which the
+ * extractive strategy found nothing to keep: the newest messages' text, one
+ * line each ("role: text", whitespace collapsed, long ones cut in the
+ * middle), newest first, within max_tokens.  Never empty for a non-empty
+ * list of messages and max_tokens >= 1.
+ */
+CREATE FUNCTION ctxwin._fallback_summary(messages jsonb, max_tokens int, encoding text)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m jsonb;
+    line text;
+    lines text[] := ARRAY['Messages:'];
+    result text := NULL;
+    candidate text;
+    per_line int := greatest(max_tokens / 4, 16);
+    roles text;
+BEGIN
+    FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
+        line := btrim(regexp_replace(coalesce(m ->> 'content', ''), '\s+', ' ', 'g'));
+        CONTINUE WHEN line = '';
+        line := ctxwin.truncate_middle(line, per_line, encoding);
+        candidate := array_to_string(lines || ('- ' || coalesce(m ->> 'role', 'message') || ': ' || line), E'\n');
+        EXIT WHEN ctxwin.count_tokens(candidate, encoding) > max_tokens;
+        lines := lines || ('- ' || coalesce(m ->> 'role', 'message') || ': ' || line);
+        result := candidate;
+    END LOOP;
+    IF result IS NULL THEN
+        -- not even one line fits, or no message has text: say what there was
+        SELECT string_agg(n::text || ' ' || r, ', ' ORDER BY r) INTO roles
+        FROM (SELECT coalesce(e ->> 'role', 'message') AS r, count(*) AS n
+              FROM jsonb_array_elements(messages) e GROUP BY 1) c;
+        result := 'Messages: ' || roles;
+        SELECT btrim(regexp_replace(coalesce(e ->> 'content', ''), '\s+', ' ', 'g')) INTO line
+        FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o)
+        WHERE coalesce(e ->> 'content', '') ~ '\S' ORDER BY o DESC LIMIT 1;
+        IF line IS NOT NULL THEN
+            candidate := result || E'\n- ' || ctxwin.truncate_middle(line,
+                greatest(max_tokens - ctxwin.count_tokens(result, encoding) - 4, 1), encoding);
+            IF ctxwin.count_tokens(candidate, encoding) <= max_tokens THEN
+                result := candidate;
+            END IF;
+        END IF;
+    END IF;
+    -- a tiny max_tokens: the longest beginning that fits (one ASCII
+    -- character always does)
+    WHILE ctxwin.count_tokens(result, encoding) > max_tokens AND length(result) > 1 LOOP
+        result := left(result, greatest(length(result) * 3 / 4, 1));
+    END LOOP;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._fallback_summary(jsonb, int, text) IS
+'The newest messages'' text, shortened, within max_tokens: the extractive summary when nothing else was found';
 
 CREATE FUNCTION ctxwin._render_summary(sections text[], items jsonb, limits int[], earlier text,
                                        max_tokens int, encoding text)
