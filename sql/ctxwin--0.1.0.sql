@@ -1609,6 +1609,70 @@ COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
 'Messages of a session after one id and up to another, as chat messages, oldest first';
 
 /*
+ * The part of the messages after p_after, up to p_through, that one summary
+ * request can carry: the longest run of whole tool groups whose transcript
+ * has at most p_room tokens in the summary model's encoding.  When even the
+ * first such run is longer, it is taken alone and its transcript is cut in
+ * the middle.  Returns {"through": id, "transcript": text, "cut": bool}.  A
+ * session whose summary model has a smaller window than its own model is so
+ * summarized in several steps: it stays over its trigger, and the next
+ * summary takes the next part.
+ */
+CREATE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
+                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND coalesce(nx.role, '') <> 'tool'
+      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL);
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
+'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
+
+/*
  * What the next summary of a session covers and, for the llm and hybrid
  * strategies, the request that makes it: the first half of a summary, read
  * in one transaction; _summary_finish writes the result in another (the
@@ -1634,6 +1698,10 @@ DECLARE
     sys text;
     prompt text;
     model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
 BEGIN
     SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
     IF NOT FOUND THEN
@@ -1690,6 +1758,26 @@ BEGIN
                   HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
     END IF;
 
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', st.max_summary_tokens)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, s.summary_through_id, through,
+                               summary_window - st.max_summary_tokens - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
     msgs := ctxwin._summary_messages(p_session, s.summary_through_id, through);
     IF strategy = 'hybrid' THEN
         -- facts found without the LLM, kept verbatim, take up to a quarter
@@ -1709,10 +1797,7 @@ BEGIN
     sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
            || format(' Write at most %s tokens.', room)
            || coalesce(' Focus: ' || p_instructions, '');
-    prompt := 'Previous summary:' || E'\n'
-              || coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)')
-              || E'\n\nNew messages:\n' || ctxwin.transcript(msgs, st.encoding);
-    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
     RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
                                       'prompt', prompt, 'model', model);
 END $$;
