@@ -1448,19 +1448,29 @@ COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
 'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';
 
 /*
- * One summary request to the configured provider, with retries: connection
- * failures, timeouts and 5xx back off exponentially; 429 and 529 wait as
- * Retry-After says without counting as a failed attempt (up to 3 such waits).
- * Returns the successful answer of _llm_post, with "requests" (how many were
- * sent); _llm_answer reads the summary out of it.  SECURITY DEFINER so that
- * roles allowed to summarize can use the server's key without seeing it or
- * sending anything but a summary request.
+ * The summary request of a plan (of _summary_plan) to the configured
+ * provider, with retries: connection failures, timeouts and 5xx back off
+ * exponentially; 429 and 529 wait as Retry-After says without counting as a
+ * failed attempt (up to 3 such waits).  Returns the successful answer of
+ * _llm_post, with "requests" (how many were sent); _llm_answer reads the
+ * summary out of it.
+ *
+ * SECURITY DEFINER, so that roles allowed to summarize (granted EXECUTE)
+ * can use the server's key without seeing it; and so it sends nothing but a
+ * summary of a session its caller may read: of the plan it takes only the
+ * session, the range and the instructions, checks them against the stored
+ * session, and makes the request itself from stored data (_summary_request:
+ * the profile's prompt, model and max_summary_tokens).
  */
-CREATE FUNCTION ctxwin._llm_summarize(system_prompt text, prompt text, max_tokens int, model text)
+CREATE FUNCTION ctxwin._llm_summarize(plan jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    req jsonb := ctxwin._llm_request(system_prompt, prompt, max_tokens, model);
+    sid uuid := (plan ->> 'session')::uuid;
+    through bigint := (plan ->> 'through')::bigint;
+    s record;
+    req jsonb;
+    body jsonb;
     r jsonb;
     status int;
     nxt jsonb;
@@ -1470,10 +1480,32 @@ DECLARE
     retries int := coalesce(current_setting('ctxwin.llm_max_retries', true), '3')::int;
     last_err text;
 BEGIN
+    IF sid IS NULL OR NOT ctxwin._caller_sees_session(sid) THEN
+        RAISE EXCEPTION 'session % does not exist', coalesce(sid::text, 'NULL')
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF (plan ->> 'after')::bigint IS DISTINCT FROM s.summary_through_id OR through IS NULL
+       OR through <= s.summary_through_id OR through > s.message_count THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A plan covers messages after the session''s summary_through_id, up to its newest message.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    req := ctxwin._summary_request(sid, s.summary_through_id, through, left(plan ->> 'instructions', 2000));
+    IF (req ->> 'through')::bigint IS DISTINCT FROM through THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The messages of the plan do not fit one summary request.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
+                                req ->> 'model');
     LOOP
         requests := requests + 1;
         BEGIN
-            r := ctxwin._llm_post(req);
+            r := ctxwin._llm_post(body);
         EXCEPTION WHEN connection_failure THEN
             last_err := SQLERRM;
             r := NULL;
@@ -1499,14 +1531,22 @@ BEGIN
         ELSE
             rate_waits := rate_waits + 1;
         END IF;
-        PERFORM pg_sleep((nxt ->> 'wait')::numeric);
+        PERFORM pg_sleep((nxt ->> 'wait')::float8);
     END LOOP;
 END $$;
 
-COMMENT ON FUNCTION ctxwin._llm_summarize(text, text, int, text) IS
-'One summary request to the configured LLM, with retries and backoff; returns the successful answer, or raises';
+COMMENT ON FUNCTION ctxwin._llm_summarize(jsonb) IS
+'The summary request of a plan to the configured LLM, made from stored data only, with retries and backoff; returns the successful answer, or raises';
 
-REVOKE ALL ON FUNCTION ctxwin._llm_summarize(text, text, int, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION ctxwin._llm_summarize(jsonb) FROM PUBLIC;
+
+CREATE FUNCTION ctxwin._caller_sees_session(session uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_caller_sees_session'
+LANGUAGE C STABLE STRICT;
+
+COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
+'Whether the role that called into SECURITY DEFINER code may read a session (its privileges and row-level security)';
 
 /*
  * After a failed LLM request (status NULL: no HTTP answer, such as a
@@ -1673,6 +1713,88 @@ COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
 'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
 
 /*
+ * The LLM request of a summary of a session's messages after p_after up to
+ * p_through (a place where a summary may end), made from stored data only:
+ * the profile's summary prompt, model and max_summary_tokens, the previous
+ * summary and the messages' transcript.  The request fits the summary
+ * model's window, so it may cover fewer messages: "through" says up to
+ * where (see _summary_fit).  Returns through, transcript_cut, facts (hybrid),
+ * answer_tokens, system_prompt, prompt and model.
+ */
+CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', st.max_summary_tokens)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - st.max_summary_tokens - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
+            CHECK FOR INTERRUPTS;
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+                                      'prompt', prompt, 'model', model);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
+'The LLM request of a summary, made from stored data only, within the summary model''s window';
+
+/*
  * What the next summary of a session covers and, for the llm and hybrid
  * strategies, the request that makes it: the first half of a summary, read
  * in one transaction; _summary_finish writes the result in another (the
@@ -1691,17 +1813,7 @@ DECLARE
     strategy text;
     through bigint;
     msgs jsonb;
-    facts text[];
-    facts_text text;
-    room int;
     plan jsonb;
-    sys text;
-    prompt text;
-    model text;
-    summary_window int;
-    summary_encoding text;
-    previous text;
-    fit jsonb;
 BEGIN
     SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
     IF NOT FOUND THEN
@@ -1758,48 +1870,7 @@ BEGIN
                   HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
     END IF;
 
-    -- the request must fit the summary model's window, which may be smaller
-    -- than the session's (a model ctxwin.models does not know: the session's)
-    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
-    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
-    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
-    summary_window := coalesce(summary_window, st.context_window);
-    summary_encoding := coalesce(summary_encoding, st.encoding);
-    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
-    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-           || format(' Write at most %s tokens.', st.max_summary_tokens)
-           || coalesce(' Focus: ' || p_instructions, '');
-    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
-    fit := ctxwin._summary_fit(p_session, s.summary_through_id, through,
-                               summary_window - st.max_summary_tokens - 32
-                               - ctxwin.count_tokens(sys, summary_encoding)
-                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
-                                                     summary_encoding),
-                               summary_encoding);
-    through := (fit ->> 'through')::bigint;
-    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
-    msgs := ctxwin._summary_messages(p_session, s.summary_through_id, through);
-    IF strategy = 'hybrid' THEN
-        -- facts found without the LLM, kept verbatim, take up to a quarter
-        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
-                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
-        facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
-            CHECK FOR INTERRUPTS;
-            facts := facts[1:cardinality(facts) - 1];
-            facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        END LOOP;
-        IF cardinality(facts) = 0 THEN
-            facts_text := NULL;
-        END IF;
-    END IF;
-    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
-    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-           || format(' Write at most %s tokens.', room)
-           || coalesce(' Focus: ' || p_instructions, '');
-    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
-    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
-                                      'prompt', prompt, 'model', model);
+    RETURN plan || ctxwin._summary_request(p_session, s.summary_through_id, through, p_instructions);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
@@ -1923,8 +1994,7 @@ BEGIN
     END IF;
     IF plan ->> 'strategy' <> 'extractive' THEN
         t0 := clock_timestamp();
-        answer := ctxwin._llm_summarize(plan ->> 'system_prompt', plan ->> 'prompt',
-                                        (plan ->> 'answer_tokens')::int, plan ->> 'model');
+        answer := ctxwin._llm_summarize(plan);
         answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int);
     END IF;
     RETURN ctxwin._summary_finish(plan, answer);
