@@ -1135,8 +1135,10 @@ BEGIN
                 WHERE c -> 'function' ->> 'name' IS NOT NULL));
         END IF;
         CONTINUE WHEN coalesce(m ->> 'content', '') = '';
-        items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb(ctxwin.extract_facts(
-            CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END)));
+        IF jsonb_array_length(items -> 'Facts') < max_tokens THEN
+            items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb((ctxwin.extract_facts(
+                CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END))[1:max_tokens]));
+        END IF;
         CONTINUE WHEN m ->> 'role' = 'tool';
         k := 0;
         FOR sent IN
@@ -1145,6 +1147,9 @@ BEGIN
         LOOP
             CONTINUE WHEN length(sent) < 8 OR length(sent) > 400;
             k := k + 1;
+            -- no section shows more than max_tokens items: more would only
+            -- make this loop quadratic on a huge message
+            EXIT WHEN k > max_tokens;
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
                 items := jsonb_set(items, '{Focus}', (items -> 'Focus') || to_jsonb(sent));
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
@@ -1223,11 +1228,73 @@ BEGIN
         END LOOP;
         EXIT WHEN n = 0;
     END LOOP;
-    RETURN ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+    result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+    IF btrim(result) = '' AND jsonb_array_length(messages) > 0 THEN
+        -- nothing matched (small talk, bare identifiers, hashes, log lines):
+        -- the messages' own text, shortened, so that a summary is never empty
+        result := ctxwin._fallback_summary(messages, max_tokens, encoding);
+    END IF;
+    RETURN result;
 END $$;
 
 COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
 'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, questions, facts verbatim and tools used, within max_tokens';
+
+/*
+ * The extractive summary of last resort, for messages in which the
+ * extractive strategy found nothing to keep: the newest messages' text, one
+ * line each ("role: text", whitespace collapsed, long ones cut in the
+ * middle), newest first, within max_tokens.  Never empty for a non-empty
+ * list of messages and max_tokens >= 1.
+ */
+CREATE FUNCTION ctxwin._fallback_summary(messages jsonb, max_tokens int, encoding text)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m jsonb;
+    line text;
+    lines text[] := ARRAY['Messages:'];
+    result text := NULL;
+    candidate text;
+    per_line int := greatest(max_tokens / 4, 16);
+    roles text;
+BEGIN
+    FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
+        line := btrim(regexp_replace(coalesce(m ->> 'content', ''), '\s+', ' ', 'g'));
+        CONTINUE WHEN line = '';
+        line := ctxwin.truncate_middle(line, per_line, encoding);
+        candidate := array_to_string(lines || ('- ' || coalesce(m ->> 'role', 'message') || ': ' || line), E'\n');
+        EXIT WHEN ctxwin.count_tokens(candidate, encoding) > max_tokens;
+        lines := lines || ('- ' || coalesce(m ->> 'role', 'message') || ': ' || line);
+        result := candidate;
+    END LOOP;
+    IF result IS NULL THEN
+        -- not even one line fits, or no message has text: say what there was
+        SELECT string_agg(n::text || ' ' || r, ', ' ORDER BY r) INTO roles
+        FROM (SELECT coalesce(e ->> 'role', 'message') AS r, count(*) AS n
+              FROM jsonb_array_elements(messages) e GROUP BY 1) c;
+        result := 'Messages: ' || roles;
+        SELECT btrim(regexp_replace(coalesce(e ->> 'content', ''), '\s+', ' ', 'g')) INTO line
+        FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o)
+        WHERE coalesce(e ->> 'content', '') ~ '\S' ORDER BY o DESC LIMIT 1;
+        IF line IS NOT NULL THEN
+            candidate := result || E'\n- ' || ctxwin.truncate_middle(line,
+                greatest(max_tokens - ctxwin.count_tokens(result, encoding) - 4, 1), encoding);
+            IF ctxwin.count_tokens(candidate, encoding) <= max_tokens THEN
+                result := candidate;
+            END IF;
+        END IF;
+    END IF;
+    -- a tiny max_tokens: the longest beginning that fits (one ASCII
+    -- character always does)
+    WHILE ctxwin.count_tokens(result, encoding) > max_tokens AND length(result) > 1 LOOP
+        result := left(result, greatest(length(result) * 3 / 4, 1));
+    END LOOP;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._fallback_summary(jsonb, int, text) IS
+'The newest messages'' text, shortened, within max_tokens: the extractive summary when nothing else was found';
 
 CREATE FUNCTION ctxwin._render_summary(sections text[], items jsonb, limits int[], earlier text,
                                        max_tokens int, encoding text)
@@ -1387,19 +1454,29 @@ COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
 'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';
 
 /*
- * One summary request to the configured provider, with retries: connection
- * failures, timeouts and 5xx back off exponentially; 429 and 529 wait as
- * Retry-After says without counting as a failed attempt (up to 3 such waits).
- * Returns the successful answer of _llm_post, with "requests" (how many were
- * sent); _llm_answer reads the summary out of it.  SECURITY DEFINER so that
- * roles allowed to summarize can use the server's key without seeing it or
- * sending anything but a summary request.
+ * The summary request of a plan (of _summary_plan) to the configured
+ * provider, with retries: connection failures, timeouts and 5xx back off
+ * exponentially; 429 and 529 wait as Retry-After says without counting as a
+ * failed attempt (up to 3 such waits).  Returns the successful answer of
+ * _llm_post, with "requests" (how many were sent); _llm_answer reads the
+ * summary out of it.
+ *
+ * SECURITY DEFINER, so that roles allowed to summarize (granted EXECUTE)
+ * can use the server's key without seeing it; and so it sends nothing but a
+ * summary of a session its caller may read: of the plan it takes only the
+ * session, the range and the instructions, checks them against the stored
+ * session, and makes the request itself from stored data (_summary_request:
+ * the profile's prompt, model and max_summary_tokens).
  */
-CREATE FUNCTION ctxwin._llm_summarize(system_prompt text, prompt text, max_tokens int, model text)
+CREATE FUNCTION ctxwin._llm_summarize(plan jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    req jsonb := ctxwin._llm_request(system_prompt, prompt, max_tokens, model);
+    sid uuid := (plan ->> 'session')::uuid;
+    through bigint := (plan ->> 'through')::bigint;
+    s record;
+    req jsonb;
+    body jsonb;
     r jsonb;
     status int;
     nxt jsonb;
@@ -1409,10 +1486,32 @@ DECLARE
     retries int := coalesce(current_setting('ctxwin.llm_max_retries', true), '3')::int;
     last_err text;
 BEGIN
+    IF sid IS NULL OR NOT ctxwin._caller_sees_session(sid) THEN
+        RAISE EXCEPTION 'session % does not exist', coalesce(sid::text, 'NULL')
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF (plan ->> 'after')::bigint IS DISTINCT FROM s.summary_through_id OR through IS NULL
+       OR through <= s.summary_through_id OR through > s.message_count THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A plan covers messages after the session''s summary_through_id, up to its newest message.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    req := ctxwin._summary_request(sid, s.summary_through_id, through, left(plan ->> 'instructions', 2000));
+    IF (req ->> 'through')::bigint IS DISTINCT FROM through THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The messages of the plan do not fit one summary request.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
+                                req ->> 'model');
     LOOP
         requests := requests + 1;
         BEGIN
-            r := ctxwin._llm_post(req);
+            r := ctxwin._llm_post(body);
         EXCEPTION WHEN connection_failure THEN
             last_err := SQLERRM;
             r := NULL;
@@ -1438,14 +1537,22 @@ BEGIN
         ELSE
             rate_waits := rate_waits + 1;
         END IF;
-        PERFORM pg_sleep((nxt ->> 'wait')::numeric);
+        PERFORM pg_sleep((nxt ->> 'wait')::float8);
     END LOOP;
 END $$;
 
-COMMENT ON FUNCTION ctxwin._llm_summarize(text, text, int, text) IS
-'One summary request to the configured LLM, with retries and backoff; returns the successful answer, or raises';
+COMMENT ON FUNCTION ctxwin._llm_summarize(jsonb) IS
+'The summary request of a plan to the configured LLM, made from stored data only, with retries and backoff; returns the successful answer, or raises';
 
-REVOKE ALL ON FUNCTION ctxwin._llm_summarize(text, text, int, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION ctxwin._llm_summarize(jsonb) FROM PUBLIC;
+
+CREATE FUNCTION ctxwin._caller_sees_session(session uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_caller_sees_session'
+LANGUAGE C STABLE STRICT;
+
+COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
+'Whether the role that called into SECURITY DEFINER code may read a session (its privileges and row-level security)';
 
 /*
  * After a failed LLM request (status NULL: no HTTP answer, such as a
@@ -1548,6 +1655,152 @@ COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
 'Messages of a session after one id and up to another, as chat messages, oldest first';
 
 /*
+ * The part of the messages after p_after, up to p_through, that one summary
+ * request can carry: the longest run of whole tool groups whose transcript
+ * has at most p_room tokens in the summary model's encoding.  When even the
+ * first such run is longer, it is taken alone and its transcript is cut in
+ * the middle.  Returns {"through": id, "transcript": text, "cut": bool}.  A
+ * session whose summary model has a smaller window than its own model is so
+ * summarized in several steps: it stays over its trigger, and the next
+ * summary takes the next part.
+ */
+CREATE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
+                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND coalesce(nx.role, '') <> 'tool'
+      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL);
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
+'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
+
+/*
+ * The LLM request of a summary of a session's messages after p_after up to
+ * p_through (a place where a summary may end), made from stored data only:
+ * the profile's summary prompt, model and max_summary_tokens, the previous
+ * summary and the messages' transcript.  The request fits the summary
+ * model's window, so it may cover fewer messages: "through" says up to
+ * where (see _summary_fit).  Returns through, transcript_cut, facts (hybrid),
+ * answer_tokens, system_prompt, prompt and model.
+ */
+CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', st.max_summary_tokens)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - st.max_summary_tokens - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
+            CHECK FOR INTERRUPTS;
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+                                      'prompt', prompt, 'model', model);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
+'The LLM request of a summary, made from stored data only, within the summary model''s window';
+
+/*
  * What the next summary of a session covers and, for the llm and hybrid
  * strategies, the request that makes it: the first half of a summary, read
  * in one transaction; _summary_finish writes the result in another (the
@@ -1566,13 +1819,7 @@ DECLARE
     strategy text;
     through bigint;
     msgs jsonb;
-    facts text[];
-    facts_text text;
-    room int;
     plan jsonb;
-    sys text;
-    prompt text;
-    model text;
 BEGIN
     -- the session's row stays locked until this transaction ends: nobody
     -- else summarizes or writes the session meanwhile, so no request is
@@ -1634,31 +1881,7 @@ BEGIN
                   HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
     END IF;
 
-    msgs := ctxwin._summary_messages(p_session, s.summary_through_id, through);
-    IF strategy = 'hybrid' THEN
-        -- facts found without the LLM, kept verbatim, take up to a quarter
-        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
-                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
-        facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
-            CHECK FOR INTERRUPTS;
-            facts := facts[1:cardinality(facts) - 1];
-            facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        END LOOP;
-        IF cardinality(facts) = 0 THEN
-            facts_text := NULL;
-        END IF;
-    END IF;
-    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
-    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-           || format(' Write at most %s tokens.', room)
-           || coalesce(' Focus: ' || p_instructions, '');
-    prompt := 'Previous summary:' || E'\n'
-              || coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)')
-              || E'\n\nNew messages:\n' || ctxwin.transcript(msgs, st.encoding);
-    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
-    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
-                                      'prompt', prompt, 'model', model);
+    RETURN plan || ctxwin._summary_request(p_session, s.summary_through_id, through, p_instructions);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
@@ -1777,8 +2000,7 @@ BEGIN
     END IF;
     IF plan ->> 'strategy' <> 'extractive' THEN
         t0 := clock_timestamp();
-        answer := ctxwin._llm_summarize(plan ->> 'system_prompt', plan ->> 'prompt',
-                                        (plan ->> 'answer_tokens')::int, plan ->> 'model');
+        answer := ctxwin._llm_summarize(plan);
         answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int);
     END IF;
     RETURN ctxwin._summary_finish(plan, answer);

@@ -9,10 +9,13 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/uuid.h"
 
 #include "ctxwin.h"
 
@@ -156,4 +159,44 @@ _PG_init(void)
 #else
 	EmitWarningsOnPlaceholders("ctxwin");
 #endif
+}
+
+PG_FUNCTION_INFO_V1(ctxwin_caller_sees_session);
+
+/*
+ * ctxwin._caller_sees_session(session uuid) returns boolean
+ *
+ * Whether the role that called into SECURITY DEFINER code (the outer user:
+ * the session's role after SET ROLE) may read a session: a query of
+ * ctxwin.sessions with that role's table privileges and row-level security.
+ * _llm_summarize runs as the extension's owner and checks with it that its
+ * caller may summarize the session it is given.
+ */
+Datum
+ctxwin_caller_sees_session(PG_FUNCTION_ARGS)
+{
+	Datum		id = PG_GETARG_DATUM(0);
+	Oid			argtypes[1] = {UUIDOID};
+	Oid			save_userid;
+	int			save_sec_context;
+	bool		found = false;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(GetOuterUserId(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute_with_args("SELECT FROM ctxwin.sessions s WHERE s.id OPERATOR(pg_catalog.=) $1",
+								  1, argtypes, &id, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not look up a session");
+		found = SPI_processed > 0;
+		SPI_finish();
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+	PG_END_TRY();
+	PG_RETURN_BOOL(found);
 }

@@ -139,7 +139,8 @@ Progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal
 
 /*
  * The API key, palloc'd, or NULL if none is configured.  Errors never show
- * the key, and show the file's path to superusers only.
+ * the key, and the file's path goes to the server log only (errdetail_log):
+ * inside a SECURITY DEFINER function superuser() is true for any caller.
  */
 static char *
 ReadApiKey(void)
@@ -156,7 +157,7 @@ ReadApiKey(void)
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("could not read the LLM API key file"),
-					 superuser() ? errdetail("File \"%s\": %m.", ctxwin_llm_api_key_file) : 0,
+					 errdetail_log("File \"%s\": %m.", ctxwin_llm_api_key_file),
 					 errhint("Check \"ctxwin.llm_api_key_file\".")));
 		n = fread(buf, 1, sizeof(buf) - 1, f);
 		FreeFile(f);
