@@ -235,7 +235,9 @@ CREATE TABLE ctxwin.sessions (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE INDEX sessions_compaction_queue ON ctxwin.sessions (compaction_queued_at)
+-- the queue in the order compact() and the worker take it (id: among
+-- sessions queued at one time, as by a profile change)
+CREATE INDEX sessions_compaction_queue ON ctxwin.sessions (compaction_queued_at, id)
     WHERE compaction_queued_at IS NOT NULL;
 
 COMMENT ON TABLE ctxwin.sessions IS
