@@ -1426,7 +1426,7 @@ ClaimSessions(int room, int *progressed)
 							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
 							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
 							   "AND x.id <> ALL ($2) "
-							   "ORDER BY x.compaction_queued_at LIMIT $3 "
+							   "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
 							   "FOR NO KEY UPDATE SKIP LOCKED",
 							   3, types, values, NULL, false, 0);
 	DisarmStatementTimeout();
@@ -1882,6 +1882,7 @@ ctxwin_worker_main(Datum arg)
 	TimestampTz next_sweep = 0;
 	bool		more = false;
 	int			held_relook_ms = 0;
+	TimestampTz held_relook_at = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -1997,18 +1998,27 @@ ctxwin_worker_main(Datum arg)
 					offered = ClaimSessions(room, &progressed);
 					/* claim again at once only if that was not all */
 					more = offered >= room && progressed > 0;
-					/* rows held by others: look again in 1, 2, 4 ... s */
+					/*
+					 * Rows held by others: look again after 1, 2, 4 ... s
+					 * (up to naptime_ms), counted in looks, not in claims.
+					 */
 					if (offered < room)
 					{
-						if (QueueHasHeld())
+						if (!QueueHasHeld())
 						{
-							held_relook_ms = held_relook_ms == 0 ? 1000 :
-								Min(held_relook_ms * 2, ctxwin_naptime_ms);
-							retry_wake = Min(retry_wake, GetCurrentTimestamp() +
-											 (TimestampTz) held_relook_ms * 1000);
+							held_relook_ms = 0;
+							held_relook_at = 0;
 						}
 						else
-							held_relook_ms = 0;
+						{
+							if (held_relook_at <= now)
+							{
+								held_relook_ms = held_relook_ms == 0 ? 1000 :
+									Min(held_relook_ms * 2, ctxwin_naptime_ms);
+								held_relook_at = now + (TimestampTz) held_relook_ms * 1000;
+							}
+							retry_wake = Min(retry_wake, held_relook_at);
+						}
 					}
 					/* at sweeps, and when drained, so the status says so */
 					if (sweep || offered < room)
