@@ -1410,40 +1410,108 @@ COMMENT ON FUNCTION ctxwin._llm_request(text, text, int, text) IS
 'The JSON body of a summary request for the configured provider';
 
 -- The summary in a successful (2xx) answer of _llm_post: a complete,
--- non-empty text, or an error.  An error, an empty choice list, a truncated
--- answer (length / max_tokens) or an empty text never becomes a summary.
+-- non-empty text, or an error.  Only an answer that ended with a complete
+-- stop (finish_reason "stop", stop_reason "end_turn" or "stop_sequence") with
+-- one choice, no refusal and no tool calls can become a summary: a
+-- truncated, filtered, refused, paused or tool-calling answer, an answer with
+-- no stop reason or several choices, an empty text or an error never does.
+-- The errors name the stop reason (a sanitized word) but never quote the
+-- model's text.  None is sent again at once (at temperature 0 the same
+-- request gets the same answer): summarize_session raises, and the worker
+-- and compact() record a failed compaction, retried later with its backoff
+-- up to ctxwin.max_failures.
 CREATE FUNCTION ctxwin._llm_answer(r jsonb, max_tokens int)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     b jsonb := r -> 'body';
+    anthropic boolean := r ->> 'provider' = 'anthropic';
+    msg jsonb;
     content text;
     finish text;
+    field text := CASE WHEN r ->> 'provider' = 'anthropic' THEN 'stop_reason' ELSE 'finish_reason' END;
+    said text;
+    nchoices int;
 BEGIN
     IF NOT coalesce((r ->> 'status')::int BETWEEN 200 AND 299, false) THEN
         RAISE EXCEPTION 'LLM answer has HTTP status %', coalesce(r ->> 'status', 'NULL')
             USING ERRCODE = 'external_routine_exception';
     END IF;
-    IF r ->> 'provider' = 'anthropic' THEN
+    IF jsonb_typeof(b) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'LLM answer is not a JSON object' USING ERRCODE = 'external_routine_exception';
+    END IF;
+    IF anthropic THEN
+        IF jsonb_typeof(b -> 'content') = 'array' AND EXISTS (
+               SELECT FROM jsonb_array_elements(b -> 'content') blk
+               WHERE blk ->> 'type' IN ('tool_use', 'server_tool_use')) THEN
+            RAISE EXCEPTION 'LLM answered with a tool call instead of a summary'
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+        END IF;
         SELECT string_agg(blk ->> 'text', '') INTO content
         FROM jsonb_array_elements(CASE WHEN jsonb_typeof(b -> 'content') = 'array' THEN b -> 'content' ELSE '[]' END) blk
         WHERE blk ->> 'type' = 'text';
         finish := b ->> 'stop_reason';
-        IF finish = 'max_tokens' THEN
-            RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
-                USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
-        END IF;
     ELSE
-        IF jsonb_typeof(b -> 'choices') IS DISTINCT FROM 'array' OR jsonb_array_length(b -> 'choices') = 0 THEN
+        nchoices := CASE WHEN jsonb_typeof(b -> 'choices') = 'array' THEN jsonb_array_length(b -> 'choices') ELSE 0 END;
+        IF nchoices = 0 THEN
             RAISE EXCEPTION 'LLM answer has no choices'
                 USING ERRCODE = 'external_routine_exception';
         END IF;
-        content := b -> 'choices' -> 0 -> 'message' ->> 'content';
-        finish := b -> 'choices' -> 0 ->> 'finish_reason';
-        IF finish = 'length' THEN
-            RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
-                USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
+        IF nchoices > 1 THEN
+            RAISE EXCEPTION 'LLM answer has % choices where one was asked for', nchoices
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
         END IF;
+        msg := b -> 'choices' -> 0 -> 'message';
+        IF jsonb_typeof(msg) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'LLM answer has no message' USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF jsonb_typeof(msg -> 'refusal') = 'string' AND btrim(msg ->> 'refusal') <> '' THEN
+            RAISE EXCEPTION 'LLM refused to summarize the conversation (its answer holds a refusal)'
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'A refusal is never stored as a summary.';
+        END IF;
+        IF (jsonb_typeof(msg -> 'tool_calls') = 'array' AND jsonb_array_length(msg -> 'tool_calls') > 0)
+           OR jsonb_typeof(msg -> 'function_call') = 'object' THEN
+            RAISE EXCEPTION 'LLM answered with a tool call instead of a summary'
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+        END IF;
+        IF jsonb_typeof(msg -> 'content') = 'array' THEN
+            -- content parts, as some compatible servers send them
+            SELECT string_agg(p ->> 'text', '') INTO content
+            FROM jsonb_array_elements(msg -> 'content') p
+            WHERE p ->> 'type' = 'text';
+        ELSIF jsonb_typeof(msg -> 'content') = 'string' THEN
+            content := msg ->> 'content';
+        END IF;
+        finish := b -> 'choices' -> 0 ->> 'finish_reason';
+    END IF;
+    -- the stop reason as it may be quoted: a word, else not at all
+    said := CASE WHEN finish ~ '^[A-Za-z0-9_.-]{1,40}$' THEN format('%s "%s"', field, finish)
+                 ELSE format('an unexpected %s', field) END;
+    IF finish IS NULL THEN
+        RAISE EXCEPTION 'LLM answer has no %, so it may be unfinished', field
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'Only an answer that ended with a complete stop is stored.';
+    ELSIF finish IN ('length', 'max_tokens') THEN
+        RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
+    ELSIF finish = 'content_filter' THEN
+        RAISE EXCEPTION 'LLM answer was stopped by the provider''s content filter (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A filtered answer is never stored as a summary.';
+    ELSIF finish = 'refusal' THEN
+        RAISE EXCEPTION 'LLM refused to summarize the conversation (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A refusal is never stored as a summary.';
+    ELSIF finish IN ('tool_calls', 'function_call', 'tool_use') THEN
+        RAISE EXCEPTION 'LLM answered with a tool call instead of a summary (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+    ELSIF finish = 'pause_turn' THEN
+        RAISE EXCEPTION 'LLM paused before finishing its answer (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'An unfinished answer is never stored as a summary.';
+    ELSIF finish = 'model_context_window_exceeded' THEN
+        RAISE EXCEPTION 'LLM answer was cut off at the model''s context window (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.',
+                  HINT = 'Use a model with a larger context window for summaries, or lower the profile''s summary triggers.';
+    ELSIF finish NOT IN ('stop', 'end_turn', 'stop_sequence') THEN
+        RAISE EXCEPTION 'LLM answer did not end with a complete stop (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'Only an answer that ended with a complete stop is stored.';
     END IF;
     IF content IS NULL OR btrim(content) = '' THEN
         RAISE EXCEPTION 'LLM answer is empty' USING ERRCODE = 'external_routine_exception';

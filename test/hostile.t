@@ -67,6 +67,7 @@ q -d "$db" >/dev/null <<SQL
 GRANT USAGE ON SCHEMA ctxwin TO $app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $app;
 GRANT SELECT ON ctxwin.models, ctxwin.profiles, ctxwin.summaries, ctxwin.flush_events TO $app;
+GRANT INSERT ON ctxwin.summaries, ctxwin.flush_events TO $app;
 INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages, summary_strategy)
 VALUES ('hostile', 6, 2, 'extractive');
 SQL

@@ -25,6 +25,22 @@ faults chosen by the requested model name:
   fault-empty-choices   OpenAI: "choices": []; Anthropic: "content": []
   fault-empty-content   an empty text
   fault-length          finish_reason "length" / stop_reason "max_tokens"
+  fault-stop-REASON     half a summary, ended with finish_reason / stop_reason
+                        REASON verbatim ("null": JSON null), such as
+                        fault-stop-content_filter, fault-stop-refusal,
+                        fault-stop-pause_turn,
+                        fault-stop-model_context_window_exceeded
+  fault-refusal         the provider's refusal: OpenAI, no content and the
+                        message's "refusal" set (finish_reason "stop");
+                        Anthropic, stop_reason "refusal" with the refusal text
+  fault-content-filter  OpenAI: half a summary, finish_reason
+                        "content_filter"; Anthropic: stop_reason "refusal"
+  fault-tool-calls      a short text and a tool call instead of a summary
+                        (finish_reason "tool_calls" / stop_reason "tool_use")
+  fault-tool-calls-stop the same, but ended with "stop" / "end_turn"
+  fault-no-finish       a good text without finish_reason / stop_reason
+                        (the key missing)
+  fault-choices-2       OpenAI: two complete choices; Anthropic: a good answer
   fault-html            200 text/html
   fault-huge            a valid JSON answer of more than 2 MB
   fault-close           the connection is closed without an answer
@@ -34,13 +50,19 @@ faults chosen by the requested model name:
                         429 with Retry-After: 1, 502 HTML, connection closed,
                         malformed JSON, half a body), else a good answer;
                         --seed makes the sequence repeatable
+  chaos-P               as flaky-P with another mix, for long runs: 500, 429
+                        with Retry-After: 1, a timeout (--slow), malformed
+                        JSON, the provider's refusal, a content filter stop,
+                        a cut-off answer, tool calls, no finish reason
   any other model       404, the provider's "model not found" error
 
 A wrong or missing key gets 401 with the provider's error JSON (OpenAI's
 shows the key masked, as the real API does).  Each log line holds the path,
 the headers but the key's, "auth" (ok, wrong or missing), the JSON body, the
 system and user prompt, the model, "attempt" (of this body), the status and,
-for answers with a text, "response_text", "response_model" and "usage".  A
+for answers with a text, "response_text", "response_model", "usage" and
+"finish" (the finish_reason / stop_reason sent; "fault" names the fault of
+flaky-P and chaos-P).  A
 line is written before the answer is sent, so a test can see a request that
 is still being answered.
 
@@ -132,21 +154,49 @@ def error_body(provider, status, message, kind=None):
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-def ok_body(provider, model, req_id, text, finish, prompt_chars):
+def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, tool_calls=False,
+            choices=1, no_finish=False):
+    """A 200 answer.  finish: the finish_reason / stop_reason (None: the
+    provider's complete stop; no_finish: the key left out); refusal: the
+    refusal text (OpenAI's message field, Anthropic's text); tool_calls: a
+    tool call after the text; choices: how many (OpenAI); no_finish:
+    "missing" leaves the finish_reason / stop_reason key out, "null" sends
+    JSON null."""
     pt = max(1, prompt_chars // 4)
-    ct = len(text or "") // 4
+    ct = len(text or refusal or "") // 4
     if provider == "anthropic":
-        return {"id": "msg_" + req_id, "type": "message", "role": "assistant",
-                "model": model,
-                "content": [] if text is None else [{"type": "text", "text": text}],
-                "stop_reason": finish or "end_turn", "stop_sequence": None,
-                "usage": {"input_tokens": pt, "output_tokens": ct,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
-    choices = [] if text is None else [{
-        "index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-        "logprobs": None, "finish_reason": finish or "stop"}]
+        content = [] if text is None else [{"type": "text", "text": text}]
+        if refusal is not None:
+            content = [{"type": "text", "text": refusal}]
+        if tool_calls:
+            content.append({"type": "tool_use", "id": "toolu_" + req_id[:12], "name": "search_history",
+                            "input": {"query": "billing"}})
+        b = {"id": "msg_" + req_id, "type": "message", "role": "assistant", "model": model,
+             "content": content, "stop_reason": finish or "end_turn", "stop_sequence": None,
+             "usage": {"input_tokens": pt, "output_tokens": ct,
+                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+        if no_finish:
+            b["stop_reason"] = None
+            if no_finish == "missing":
+                del b["stop_reason"]
+        return b
+    out = []
+    if text is not None or refusal is not None:
+        for i in range(choices):
+            msg = {"role": "assistant", "content": text if i == 0 or text is None else "Alternative: " + text,
+                   "refusal": refusal}
+            if tool_calls:
+                msg["tool_calls"] = [{"id": "call_" + req_id[:12], "type": "function",
+                                      "function": {"name": "search_history",
+                                                   "arguments": "{\"query\": \"billing\"}"}}]
+            c = {"index": i, "message": msg, "logprobs": None, "finish_reason": finish or "stop"}
+            if no_finish:
+                c["finish_reason"] = None
+                if no_finish == "missing":
+                    del c["finish_reason"]
+            out.append(c)
     return {"id": "chatcmpl-" + req_id, "object": "chat.completion", "created": 1700000000,
-            "model": model + "-2024-07-18", "choices": choices,
+            "model": model + "-2024-07-18", "choices": out,
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
             "system_fingerprint": "fp_mock"}
 
@@ -201,7 +251,7 @@ class Handler(BaseHTTPRequestHandler):
                  "attempt": attempt}
         a = self.plan(provider, body, entry, digest[:24], auth_ok, sent_key)
         entry["status"] = a["status"]
-        for k in ("usage", "response_model", "response_text"):
+        for k in ("usage", "response_model", "response_text", "finish"):
             if k in a:
                 entry[k] = a[k]
         if len(entry.get("response_text") or "") > 10000:
@@ -245,10 +295,17 @@ class Handler(BaseHTTPRequestHandler):
         model, attempt = entry["model"], entry["attempt"]
         text = mock_summary(prompt, body.get("max_tokens") or body.get("max_completion_tokens"))
 
-        def ok(text=text, finish=None, how="send"):
-            answer = ok_body(provider, model, req_id, text, finish, len(system) + len(prompt))
+        def ok(text=text, finish=None, how="send", **kw):
+            answer = ok_body(provider, model, req_id, text, finish, len(system) + len(prompt), **kw)
+            if kw.get("no_finish"):
+                sent = None
+            elif provider == "anthropic":
+                sent = answer["stop_reason"]
+            else:
+                sent = answer["choices"][0]["finish_reason"] if answer["choices"] else None
             return {"status": 200, "data": json.dumps(answer).encode(), "how": how,
-                    "usage": answer["usage"], "response_model": answer["model"], "response_text": text}
+                    "usage": answer["usage"], "response_model": answer["model"],
+                    "response_text": text if text is not None else kw.get("refusal"), "finish": sent}
 
         if model == "mock":
             return ok()
@@ -271,6 +328,19 @@ class Handler(BaseHTTPRequestHandler):
                 return error(429, "Rate limit reached for requests. Please try again in 1s.",
                              headers=[("Retry-After", "1")])
             model = "fault-" + kind         # answered as that fault model is, below
+        m = re.fullmatch(r"chaos-(\d+)", model)
+        if m:
+            with LOCK:
+                hit = RNG.random() * 100 < int(m.group(1))
+                kind = RNG.choice(["500", "429", "timeout", "malformed", "refusal", "content-filter",
+                                   "length", "tool-calls", "no-finish"])
+            entry["fault"] = kind if hit else None
+            if not hit:
+                return ok()
+            if kind == "429":
+                return error(429, "Rate limit reached for requests. Please try again in 1s.",
+                             headers=[("Retry-After", "1")])
+            model = "fault-" + kind
         if model == "fault-500":
             return error(500, "The server had an error while processing your request.")
         if model == "fault-503-then-ok":
@@ -297,6 +367,24 @@ class Handler(BaseHTTPRequestHandler):
             return ok(text="")
         if model == "fault-length":
             return ok(text=text[:len(text) // 2], finish="max_tokens" if provider == "anthropic" else "length")
+        refusal_text = "I'm sorry, but I can't help with that request."
+        half = text[:len(text) // 2]
+        m = re.fullmatch(r"fault-stop-(\w+)", model)
+        if m:
+            return ok(text=half, finish=m.group(1)) if m.group(1) != "null" else ok(text=half, no_finish="null")
+        if model == "fault-refusal":
+            if provider == "anthropic":
+                return ok(text=refusal_text, finish="refusal")
+            return ok(text=None, refusal=refusal_text)
+        if model == "fault-content-filter":
+            return ok(text=half, finish="refusal" if provider == "anthropic" else "content_filter")
+        if model in ("fault-tool-calls", "fault-tool-calls-stop"):
+            return ok(text="Let me look that up first.", tool_calls=True,
+                      finish=None if model.endswith("-stop") else "tool_use" if provider == "anthropic" else "tool_calls")
+        if model == "fault-no-finish":
+            return ok(no_finish="missing")
+        if model == "fault-choices-2":
+            return ok(choices=2)
         if model == "fault-html":
             return {"status": 200, "data": b"<!DOCTYPE html><html><body>Summary</body></html>\n",
                     "ctype": "text/html"}
