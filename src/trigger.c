@@ -3,6 +3,8 @@
  *		The insert trigger of ctxwin.messages: validates, numbers and counts a
  *		message, keeps its session's counters and queues the session for
  *		compaction when a summary trigger fires.  It never calls the network.
+ *		Also the guard of ctxwin.sessions: the columns ctxwin maintains are
+ *		written by ctxwin, or by the table's owner (a restore).
  *
  * It runs on every message insert, so it is written in C.  Per message:
  * one SQL statement locks the session row (FOR NO KEY UPDATE, as a query:
@@ -493,6 +495,17 @@ NoSession(Datum session_id)
 			 errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.")));
 }
 
+/* Whether the current user owns a table (superusers own every table). */
+static bool
+OwnsTable(Relation rel)
+{
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(RelationRelationId, RelationGetRelid(rel), GetUserId());
+#else
+	return pg_class_ownercheck(RelationGetRelid(rel), GetUserId());
+#endif
+}
+
 /*
  * ctxwin._messages_insert(), BEFORE INSERT FOR EACH ROW on ctxwin.messages.
  */
@@ -516,6 +529,8 @@ messages_insert(PG_FUNCTION_ARGS)
 	bool		isnull;
 	text	   *role;
 	bool		has_id;
+	bool		count_null,
+				encoding_null;
 	int64		id = 0;
 	Datum		d;
 	HeapTuple	srow;
@@ -572,6 +587,21 @@ messages_insert(PG_FUNCTION_ARGS)
 	has_id = !isnull;
 	if (has_id)
 		id = DatumGetInt64(d);
+	(void) Get(tup, desc, a_token_count, &count_null);
+	(void) Get(tup, desc, a_token_encoding, &encoding_null);
+
+	/*
+	 * Ids and token counts are ctxwin's: only a restore (the table's owner)
+	 * brings its own.  Refused rather than ignored, so that a program that
+	 * means them learns they are not taken.
+	 */
+	if ((has_id || !count_null || !encoding_null) && !OwnsTable(trigdata->tg_relation))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to write column \"%s\" of ctxwin.messages",
+						has_id ? "id" : !count_null ? "token_count" : "token_encoding"),
+				 errdetail("ctxwin numbers messages and counts their tokens; only the owner of ctxwin.messages (a restore, for one) may supply id, token_count and token_encoding."),
+				 errhint("Leave id, token_count and token_encoding out.")));
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -597,12 +627,7 @@ messages_insert(PG_FUNCTION_ARGS)
 
 	if (has_id && id <= message_count)
 	{
-		bool		count_null,
-					encoding_null;
-
 		/* a restore replays rows whose session was restored with its counters */
-		(void) Get(tup, desc, a_token_count, &count_null);
-		(void) Get(tup, desc, a_token_encoding, &encoding_null);
 		if (count_null || encoding_null)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -738,8 +763,17 @@ messages_insert(PG_FUNCTION_ARGS)
 		args[7] = pend;
 		nulls[7] = pend_null ? 'n' : ' ';
 		args[8] = BoolGetDatum(queue);
-		rc = SPI_execute_plan(KeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
-							  false, 0);
+		ctxwin_bookkeeping_depth++;
+		PG_TRY();
+		{
+			rc = SPI_execute_plan(KeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
+								  false, 0);
+		}
+		PG_FINALLY();
+		{
+			ctxwin_bookkeeping_depth--;
+		}
+		PG_END_TRY();
 		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
 			elog(ERROR, "updating the counters of session %s failed",
 				 DatumGetCString(DirectFunctionCall1(uuid_out, session_id)));
@@ -769,4 +803,146 @@ messages_insert(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	return PointerGetDatum(tup);
+}
+
+/* ------------------------------------------------------------------------
+ * The guard of ctxwin.sessions
+ * ------------------------------------------------------------------------
+ */
+
+/* The columns ctxwin maintains, and their value in a new row. */
+typedef enum
+{
+	NEW_ZERO,					/* 0 */
+	NEW_NULL,					/* NULL */
+	NEW_NOW						/* now(): the transaction's start */
+} NewValue;
+
+static const struct
+{
+	const char *name;
+	NewValue	value;
+}			protected_cols[] =
+{
+	{"message_count", NEW_ZERO},
+	{"token_count", NEW_ZERO},
+	{"unsummarized_messages", NEW_ZERO},
+	{"unsummarized_tokens", NEW_ZERO},
+	{"prompt_tokens", NEW_ZERO},
+	{"summary_tokens", NEW_ZERO},
+	{"summary_version", NEW_ZERO},
+	{"summary_updated_at", NEW_NULL},
+	{"count_encoding", NEW_NULL},
+	{"pending_tool_calls", NEW_NULL},
+	{"compaction_queued_at", NEW_NULL},
+	{"compaction_retry_at", NEW_NULL},
+	{"compaction_failures", NEW_ZERO},
+	{"last_error", NEW_NULL},
+	{"last_error_at", NEW_NULL},
+	{"created_at", NEW_NOW},
+	{"updated_at", NEW_NOW}
+};
+
+/* Whether a value of a new row is the column's default. */
+static bool
+IsNewValue(Form_pg_attribute att, Datum d, bool isnull, NewValue v)
+{
+	switch (v)
+	{
+		case NEW_NULL:
+			return isnull;
+		case NEW_ZERO:
+			if (isnull)
+				return false;
+			if (att->atttypid == INT8OID)
+				return DatumGetInt64(d) == 0;
+			if (att->atttypid == INT4OID)
+				return DatumGetInt32(d) == 0;
+			elog(ERROR, "unexpected type of ctxwin.sessions.%s", NameStr(att->attname));
+			break;
+		case NEW_NOW:
+			if (isnull || att->atttypid != TIMESTAMPTZOID)
+				return false;
+			return DatumGetTimestampTz(d) == GetCurrentTransactionStartTimestamp();
+	}
+	return false;
+}
+
+/*
+ * Refuses the write of a column ctxwin maintains, unless ctxwin's C code
+ * writes it or the current user owns the table: an UPDATE that changes it,
+ * an INSERT that gives it another value than its default.
+ */
+static void
+CheckProtected(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+
+	for (i = 0; i < lengthof(protected_cols); i++)
+	{
+		int			attno = SPI_fnumber(desc, protected_cols[i].name);
+		Form_pg_attribute att;
+		Datum		nv;
+		bool		nnull;
+		bool		same;
+
+		if (attno <= 0)
+			elog(ERROR, "ctxwin.sessions has no column \"%s\"", protected_cols[i].name);
+		att = TupleDescAttr(desc, attno - 1);
+		nv = heap_getattr(newtup, attno, desc, &nnull);
+		if (oldtup == NULL)
+			same = IsNewValue(att, nv, nnull, protected_cols[i].value);
+		else
+		{
+			bool		onull;
+			Datum		ov = heap_getattr(oldtup, attno, desc, &onull);
+
+			same = nnull == onull &&
+				(nnull || datum_image_eq(ov, nv, att->attbyval, att->attlen));
+		}
+		if (same)
+			continue;
+		if (OwnsTable(rel))
+			return;
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to write column \"%s\" of ctxwin.sessions",
+						protected_cols[i].name),
+				 errdetail("ctxwin maintains this column; only the owner of ctxwin.sessions (a restore, for one) may write it."),
+				 errhint("Applications write profile, system_prompt, metadata, conversation_summary and summary_through_id of a session, and leave the rest to ctxwin.")));
+	}
+}
+
+PG_FUNCTION_INFO_V1(sessions_guard);
+
+/*
+ * ctxwin._sessions_guard(), BEFORE INSERT OR UPDATE FOR EACH ROW on
+ * ctxwin.sessions, before the triggers that derive columns (its name sorts
+ * first): sees the row as its writer wrote it.
+ */
+Datum
+sessions_guard(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	oldtup = NULL;
+	HeapTuple	newtup;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "ctxwin._sessions_guard() must be called as a trigger");
+	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		elog(ERROR, "ctxwin._sessions_guard() must be a BEFORE trigger FOR EACH ROW");
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		newtup = trigdata->tg_trigtuple;
+	else if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		oldtup = trigdata->tg_trigtuple;
+		newtup = trigdata->tg_newtuple;
+	}
+	else
+		elog(ERROR, "ctxwin._sessions_guard() must be an INSERT or UPDATE trigger");
+
+	if (ctxwin_bookkeeping_depth == 0)
+		CheckProtected(trigdata->tg_relation, oldtup, newtup);
+	return PointerGetDatum(newtup);
 }
