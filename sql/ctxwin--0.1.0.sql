@@ -540,17 +540,24 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
 -- the message from its failures).  It never calls the network.  In C
 -- (src/trigger.c), it runs on every message insert; it pins no search_path
 -- but resolves no name through it: every name in its queries is qualified.
--- Ids, token counts and token encodings are supplied only by the table's
--- owner (a restore).
+-- The counters of a statement's messages are kept in memory and written
+-- once per session at the end of the statement (so a load of n messages in
+-- one statement costs O(n), not O(n^2)): the same function, as statement
+-- triggers, marks the statement's start and end.  Ids, token counts and
+-- token encodings are supplied only by the table's owner (a restore).
 CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
 AS 'MODULE_PATHNAME', 'messages_insert'
 LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._messages_insert() IS
-'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires';
+'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires; as statement triggers, writes the counters once per statement';
 
 CREATE TRIGGER messages_insert BEFORE INSERT ON ctxwin.messages
     FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_insert();
+CREATE TRIGGER messages_insert_begin BEFORE INSERT ON ctxwin.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
+CREATE TRIGGER messages_insert_end AFTER INSERT ON ctxwin.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
 
 -- Messages are append-only: their metadata may change, nothing else; one
 -- message cannot be deleted, a whole session can (its messages go with it).

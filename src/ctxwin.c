@@ -149,6 +149,7 @@ _PG_init(void)
 							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	RegisterXactCallback(BookkeepingXactCallback, NULL);
+	CtxwinTriggerInit();
 
 	if (process_shared_preload_libraries_in_progress)
 		CtxwinWorkerRegister();

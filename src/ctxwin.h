@@ -92,6 +92,9 @@ extern int	ctxwin_max_failures;
  */
 extern int	ctxwin_bookkeeping_depth;
 
+/* trigger.c: registers the transaction callbacks of the insert trigger */
+extern void CtxwinTriggerInit(void);
+
 /* messages.c */
 extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
 								 text *name, text *tool_call_id, Jsonb *tool_calls);
