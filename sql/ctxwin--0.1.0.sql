@@ -6,7 +6,8 @@
 -- SQL and resolve no name, except the encoding conversion of a database that
 -- is neither UTF8 nor SQL_ASCII, which they pin internally; a SET clause would
 -- triple their cost on short texts.  The C insert trigger of ctxwin.messages
--- runs SQL without one: every name in its queries is schema-qualified.
+-- runs SQL without one: every name in its queries is schema-qualified.  The
+-- C guard of ctxwin.sessions runs no SQL.
 
 COMMENT ON SCHEMA ctxwin IS 'ctxwin: LLM context windows, token counting and running summaries';
 
