@@ -29,6 +29,22 @@ void		_PG_init(void);
 
 bool		ctxwin_flush_notify = true;
 
+int			ctxwin_bookkeeping_depth = 0;
+
+/*
+ * The depth is lowered by PG_FINALLY where it was raised; after an error
+ * that escaped that (a FATAL is no concern: the backend goes), a new
+ * transaction starts from 0 all the same.
+ */
+static void
+BookkeepingXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
+		ctxwin_bookkeeping_depth = 0;
+}
+
 static const struct config_enum_entry provider_options[] = {
 	{"extractive", CTXWIN_PROVIDER_EXTRACTIVE, false},
 	{"openai", CTXWIN_PROVIDER_OPENAI, false},
@@ -134,6 +150,9 @@ _PG_init(void)
 							gettext_noop("Failed compactions after which the worker and compact() leave a session alone until a new message or summarize_session."),
 							NULL, &ctxwin_max_failures, 3, 1, 1000,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+
+	RegisterXactCallback(BookkeepingXactCallback, NULL);
+	CtxwinTriggerInit();
 
 	if (process_shared_preload_libraries_in_progress)
 		CtxwinWorkerRegister();
