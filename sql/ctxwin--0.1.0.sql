@@ -1650,7 +1650,8 @@ REVOKE ALL ON FUNCTION ctxwin._llm_summarize(jsonb) FROM PUBLIC;
 CREATE FUNCTION ctxwin._caller_sees_session(session uuid)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'ctxwin_caller_sees_session'
-LANGUAGE C STABLE STRICT;
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
 'Whether the role that called into SECURITY DEFINER code may read a session (its privileges and row-level security)';
