@@ -6,7 +6,8 @@
 -- SQL and resolve no name, except the encoding conversion of a database that
 -- is neither UTF8 nor SQL_ASCII, which they pin internally; a SET clause would
 -- triple their cost on short texts.  The C insert trigger of ctxwin.messages
--- runs SQL without one: every name in its queries is schema-qualified.
+-- runs SQL without one: every name in its queries is schema-qualified.  The
+-- C guard of ctxwin.sessions runs no SQL.
 
 -- The schema: ctxwin makes its own and refuses one that exists already.  A
 -- schema made by someone else (a database owner, say) could hold operators,
@@ -259,6 +260,23 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_retry_at IS
 COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 'Failed compactions since the last success or new message; at ctxwin.max_failures the worker and compact() stop trying';
 
+-- Who writes what: applications write profile, system_prompt, metadata,
+-- conversation_summary and summary_through_id (checked by
+-- _sessions_maintain); every other column is ctxwin's bookkeeping, written
+-- by its triggers and C code, or by the table's owner (a restore, a
+-- superuser).  The guard is in C (src/trigger.c): it runs on every update,
+-- the insert trigger's writes of the counters included.
+CREATE FUNCTION ctxwin._sessions_guard() RETURNS trigger
+AS 'MODULE_PATHNAME', 'sessions_guard'
+LANGUAGE C;
+
+COMMENT ON FUNCTION ctxwin._sessions_guard() IS
+'Trigger on sessions: refuses writes of the columns ctxwin maintains by roles that do not own the table';
+
+-- (before sessions_maintain_*: triggers fire in the order of their names)
+CREATE TRIGGER sessions_guard BEFORE INSERT OR UPDATE ON ctxwin.sessions
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_guard();
+
 CREATE TABLE ctxwin.messages (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
     id bigint NOT NULL,
@@ -267,7 +285,7 @@ CREATE TABLE ctxwin.messages (
     tool_calls jsonb,
     tool_call_id text,
     name text,
-    token_count int NOT NULL,
+    token_count int NOT NULL CHECK (token_count >= 0),
     token_encoding text NOT NULL,
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
@@ -443,11 +461,13 @@ BEGIN
         NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
-        -- a summary that moved forward ends the failures before it
-        NEW.compaction_failures := 0;
-        NEW.compaction_retry_at := NULL;
-        NEW.last_error := NULL;
-        NEW.last_error_at := NULL;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
     ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
         -- the model changed: counters follow its encoding
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
@@ -494,7 +514,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
-'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group';
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves';
 
 CREATE TRIGGER sessions_maintain_insert BEFORE INSERT ON ctxwin.sessions
     FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_maintain();
@@ -508,9 +528,14 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
 
 -- A changed profile or model (lower triggers, a smaller window) can put
 -- sessions over a trigger without a new message: queue them now, as their
--- next message would, and wake the worker.
+-- next message would, and wake the worker.  SECURITY DEFINER: the queue is
+-- ctxwin's bookkeeping, which its owner writes; a role that may change a
+-- profile or model has it queue every session the change puts over a
+-- trigger, whether that role may see the session or not.  It takes nothing
+-- from its caller but which rows changed: it writes now(), on the stored
+-- counters and settings.
 CREATE FUNCTION ctxwin._settings_requeue() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
 BEGIN
@@ -545,15 +570,24 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
 -- the message from its failures).  It never calls the network.  In C
 -- (src/trigger.c), it runs on every message insert; it pins no search_path
 -- but resolves no name through it: every name in its queries is qualified.
+-- The counters of a statement's messages are kept in memory and written
+-- once per session at the end of the statement (so a load of n messages in
+-- one statement costs O(n), not O(n^2)): the same function, as statement
+-- triggers, marks the statement's start and end.  Ids, token counts and
+-- token encodings are supplied only by the table's owner (a restore).
 CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
 AS 'MODULE_PATHNAME', 'messages_insert'
 LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._messages_insert() IS
-'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires';
+'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires; as statement triggers, writes the counters once per statement';
 
 CREATE TRIGGER messages_insert BEFORE INSERT ON ctxwin.messages
     FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_insert();
+CREATE TRIGGER messages_insert_begin BEFORE INSERT ON ctxwin.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
+CREATE TRIGGER messages_insert_end AFTER INSERT ON ctxwin.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
 
 -- Messages are append-only: their metadata may change, nothing else; one
 -- message cannot be deleted, a whole session can (its messages go with it).
@@ -1619,7 +1653,8 @@ REVOKE ALL ON FUNCTION ctxwin._llm_summarize(jsonb) FROM PUBLIC;
 CREATE FUNCTION ctxwin._caller_sees_session(session uuid)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'ctxwin_caller_sees_session'
-LANGUAGE C STABLE STRICT;
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
 'Whether the role that called into SECURITY DEFINER code may read a session (its privileges and row-level security)';

@@ -31,11 +31,17 @@ bool		ctxwin_flush_notify = true;
 
 int			ctxwin_bookkeeping_depth = 0;
 
-/* An error raised while the counter was up must not leave it up. */
+/*
+ * The depth is lowered by PG_FINALLY where it was raised; after an error
+ * that escaped that (a FATAL is no concern: the backend goes), a new
+ * transaction starts from 0 all the same.
+ */
 static void
 BookkeepingXactCallback(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PREPARE)
 		ctxwin_bookkeeping_depth = 0;
 }
 
@@ -150,6 +156,7 @@ _PG_init(void)
 							PGC_SUSET, 0, NULL, NULL, NULL);
 
 	RegisterXactCallback(BookkeepingXactCallback, NULL);
+	CtxwinTriggerInit();
 
 	if (process_shared_preload_libraries_in_progress)
 		CtxwinWorkerRegister();

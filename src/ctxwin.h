@@ -92,6 +92,19 @@ extern int	ctxwin_worker_statement_timeout;
  */
 extern int	ctxwin_bookkeeping_depth;
 
+/*
+ * ctxwin.c: > 0 while ctxwin's own C code writes the bookkeeping columns of
+ * ctxwin.sessions (counters, queue, errors, timestamps), which the sessions
+ * trigger refuses to roles that neither own the table nor are superusers.
+ * Raise it just around the SPI statement that writes (++ before, -- in
+ * PG_FINALLY); an abort resets it.  No SQL-callable function may raise it
+ * for a statement its caller chose.
+ */
+extern int	ctxwin_bookkeeping_depth;
+
+/* trigger.c: registers the transaction callbacks of the insert trigger */
+extern void CtxwinTriggerInit(void);
+
 /* messages.c */
 extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
 								 text *name, text *tool_call_id, Jsonb *tool_calls);

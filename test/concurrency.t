@@ -4,7 +4,8 @@
 #  - the ids of a session are 1, 2, 3 ... in commit order: every snapshot
 #    sees exactly ids 1..message_count, never a hole where a later id
 #    committed before an earlier one; a rolled-back insert leaves no gap;
-#    the messages of one transaction (a tool call group) get consecutive ids;
+#    the messages of one transaction (a tool call group) and of one
+#    multi-row INSERT ... SELECT get consecutive ids;
 #  - the session counters (message_count, token_count, unsummarized_*) stay
 #    equal to what the messages say, in every snapshot and at the end;
 #  - invariant 2, "nothing skipped": with a budget that allows it,
@@ -13,8 +14,9 @@
 #  - the summary point only moves forward and never ends inside a tool call
 #    group, also when the UPDATE is re-evaluated on a concurrently changed row.
 # Then, step by step: an insert waits for an uncommitted insert into the same
-# session (and not for one into another session), and a rolled-back insert
-# hands its id to the next one.
+# session (and not for one into another session), also when both are
+# statements of several messages, and a rolled-back insert hands its id to
+# the next one.
 # Needs a cluster in the environment (PGHOST etc.), as scripts/test.sh sets up.
 cd "$(dirname "$0")/.." || exit 1
 . test/tap.sh
@@ -30,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-plan 25
+plan 29
 
 q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
 q -d "$db" >/dev/null <<'SQL'
@@ -173,6 +175,19 @@ VALUES (sess(:sid), CASE WHEN :seq % 2 = 0 THEN 'assistant' ELSE 'user' END,
         CASE WHEN :n % 5 = 0 THEN 'customer_' || :client_id END,
         jsonb_build_object('client', :client_id, 'seq', :seq));
 EOF
+# 2 to 8 messages in one INSERT ... SELECT (the counters are kept in memory
+# for the statement and written at its end)
+cat >"$tmp/insertmany.sql" <<'EOF'
+\set sid random(1, 4)
+\set k random(2, 8)
+\set b :seq + 1
+INSERT INTO ctxwin.messages (session_id, role, content, metadata)
+SELECT sess(:sid), CASE WHEN (:seq + i) % 2 = 0 THEN 'assistant' ELSE 'user' END,
+       format('client %s batch %s message %s: %s', :client_id, :b, :seq + i, repeat('lorem ipsum ', i)),
+       jsonb_build_object('client', :client_id, 'seq', :seq + i, 'batch', :b)
+FROM generate_series(1, :k) i;
+\set seq :seq + :k
+EOF
 # an assistant message with two tool calls and both results, one transaction
 cat >"$tmp/toolgroup.sql" <<'EOF'
 \set sid random(1, 4)
@@ -238,7 +253,7 @@ EOF
 
 start=$(date +%s)
 out=$("$pgbench" -n -c 6 -j 2 -t 1000 -D seq=0 \
-	-f "$tmp/insert.sql@12" -f "$tmp/toolgroup.sql@3" -f "$tmp/rollback.sql@1" \
+	-f "$tmp/insert.sql@10" -f "$tmp/insertmany.sql@4" -f "$tmp/toolgroup.sql@3" -f "$tmp/rollback.sql@1" \
 	-f "$tmp/summarize_locked.sql@2" -f "$tmp/summarize_blind.sql@2" -f "$tmp/check.sql@2" \
 	"$db" 2>&1)
 rc=$?
@@ -316,6 +331,9 @@ is "$(q -d "$db" -c "SELECT count(DISTINCT metadata ->> 'client') FROM ctxwin.me
 is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'grp', min(id), max(id), count(*) AS n
 	FROM ctxwin.messages WHERE metadata ? 'grp' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> 2 OR count(*) <> 3) x")" "0" \
 	"each tool call group (one transaction) has three consecutive ids"
+is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'batch', min(id), max(id), count(*) AS n
+	FROM ctxwin.messages WHERE metadata ? 'batch' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> count(*) - 1) x")|$(q -d "$db" -c "SELECT count(DISTINCT (metadata ->> 'client', metadata ->> 'batch')) > 50 FROM ctxwin.messages WHERE metadata ? 'batch'")" "0|t" \
+	"each multi-row INSERT ... SELECT (one statement) has consecutive ids"
 is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages WHERE metadata ? 'rolled_back'")" "0" \
 	"no rolled-back message is visible"
 
@@ -354,5 +372,31 @@ is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5
 wait $first $second
 is "$(cat "$tmp/first") $(cat "$tmp/second")" "$((n + 1)) $((n + 2))" \
 	"the waiting insert takes the next id once the first commits"
+
+# The same with statements of three messages each: the second statement waits
+# at its first message, and takes the three ids after the first's.
+n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
+PGAPPNAME=ctxwin_t_first3 q -d "$db" -c "BEGIN" \
+	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'user', 'first ' || i FROM generate_series(1, 3) i RETURNING id" \
+	-c "SELECT pg_sleep(3)" -c "COMMIT" >"$tmp/first" 2>&1 &
+first=$!
+for _ in $(seq 1 100); do
+	[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_first3' AND query LIKE '%pg_sleep%'")" = 1 ] && break
+	sleep 0.05
+done
+PGAPPNAME=ctxwin_t_second3 q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'assistant', 'second ' || i FROM generate_series(1, 3) i RETURNING id" >"$tmp/second" 2>&1 &
+second=$!
+waiting=""
+for _ in $(seq 1 100); do
+	waiting=$(q -d "$db" -c "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'ctxwin_t_second3' AND state = 'active'")
+	[ "$waiting" = Lock ] && break
+	sleep 0.05
+done
+is "$waiting" "Lock" "a statement of several messages waits for an uncommitted one into the same session"
+wait $first $second
+is "$(echo $(cat "$tmp/first") $(cat "$tmp/second"))" "$((n + 1)) $((n + 2)) $((n + 3)) $((n + 4)) $((n + 5)) $((n + 6))" \
+	"and takes the ids after it, in commit order"
+is "$(q -d "$db" -c "SELECT message_count = $n + 6 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
+	FROM ctxwin.sessions WHERE id = sess(5)")" "t" "with the counters of both"
 
 done_testing

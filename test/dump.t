@@ -7,7 +7,9 @@
 # pg_restore (also parallel) and for the plain format through psql: every
 # table comes back identical, build_context, context_status and
 # messages_after answer the same, and the restored sessions go on numbering
-# and counting where they stopped.
+# and counting where they stopped.  The restore runs as a superuser (the
+# owner of the tables); a role that does not own them may not restore
+# counters, ids or token counts.
 # Needs a cluster in the environment (PGHOST etc.), as scripts/test.sh sets up.
 cd "$(dirname "$0")/.." || exit 1
 . test/tap.sh
@@ -16,13 +18,14 @@ export PGCLIENTENCODING=UTF8
 q() { psql -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
 db=ctxwin_dump_t
 tmp=$(mktemp -d)
-dbs="$db ${db}_custom ${db}_plain ${db}_parallel ${db}_b1 ${db}_b1r ${db}_b2 ${db}_b2r"
+dbs="$db ${db}_custom ${db}_plain ${db}_parallel ${db}_b1 ${db}_b1r ${db}_b2 ${db}_b2r ${db}_app"
+app=ctxwin_dump_t_app
 dropall() {
 	for d in $dbs; do
 		q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1
 	done
 }
-cleanup() { dropall; rm -rf "$tmp"; }
+cleanup() { dropall; q -d postgres -c "DROP ROLE IF EXISTS $app" >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
 
 # A known bug is reported as "not ok ... # TODO", which prove does not count
@@ -34,7 +37,7 @@ todo_is() {
 		echo "not ok $_tap_n - $3 # TODO $4"; echo "#   got:      '$1'"; echo "#   expected: '$2'"; fi
 }
 
-plan 24
+plan 26
 dropall
 for d in $dbs; do q -d postgres -c "CREATE DATABASE $d" >/dev/null; done
 
@@ -134,11 +137,15 @@ FROM generate_series(7, 10) i;
 INSERT INTO ctxwin.messages (session_id, role, content)
 VALUES ('00000000-0000-4000-8000-000000000003', 'user', 'Please read this: ' || repeat('long text ', 3000));
 
--- Session 5: over the message trigger, so it is queued for compaction.
+-- Session 5: over the message trigger, so it is queued for compaction, and
+-- its last two compactions failed.
 INSERT INTO ctxwin.messages (session_id, role, content)
 SELECT '00000000-0000-4000-8000-000000000005', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
        format('Turn %s.', i)
 FROM generate_series(1, 45) i;
+UPDATE ctxwin.sessions SET compaction_failures = 2, compaction_retry_at = now() + interval '1 hour',
+    last_error = 'HTTP 503 from the LLM', last_error_at = now()
+WHERE id = '00000000-0000-4000-8000-000000000005';
 SQL
 
 # The fixture is what it is meant to be.
@@ -253,6 +260,19 @@ SQL
 want=$(go_on "$db")
 is "$(go_on "${db}_custom")" "$want" "restored sessions number, count and summarize new messages as the original does"
 like "$want" "00000000-0000-4000-8000-000000000001/49/" "(the original numbered session 1's next message 49)"
+
+# A restore run by a role that does not own the tables (granted what the
+# README grants an application) is refused: it would bring its own
+# counters, ids and token counts.
+q -d postgres -c "SET client_min_messages = warning" -c "DROP ROLE IF EXISTS $app" -c "CREATE ROLE $app" >/dev/null
+q -d "${db}_app" -c "CREATE EXTENSION ctxwin" -c "GRANT USAGE ON SCHEMA ctxwin TO $app" \
+	-c "GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $app" \
+	-c "GRANT SELECT ON ctxwin.models, ctxwin.profiles TO $app" >/dev/null
+pg_restore -a -t models -t profiles -d "${db}_app" "$tmp/ctxwin.dump" >/dev/null 2>&1
+pg_restore -a -t sessions -t messages --role="$app" -d "${db}_app" "$tmp/ctxwin.dump" >"$tmp/err" 2>&1
+like "$(cat "$tmp/err")" 'permission denied to write column' "a data restore as an application role is refused"
+is "$(q -d "${db}_app" -c "SELECT (SELECT count(*) FROM ctxwin.sessions) + (SELECT count(*) FROM ctxwin.messages)")" "0" \
+	"and restores no session or message"
 
 # A changed built-in model that a built-in profile uses: restoring the user's
 # row must take over the built-in one in place, not delete it while the
