@@ -84,15 +84,6 @@ extern int	ctxwin_max_failures;
 extern int	ctxwin_worker_statement_timeout;
 
 /*
- * ctxwin.c: > 0 while ctxwin's own C code writes bookkeeping columns of
- * ctxwin.sessions (the sessions trigger lets those writes through).  Raise
- * it around one SPI statement and lower it in PG_FINALLY; an aborted
- * transaction resets it to 0.  No SQL-callable function may raise it for an
- * arbitrary statement.
- */
-extern int	ctxwin_bookkeeping_depth;
-
-/*
  * ctxwin.c: > 0 while ctxwin's own C code writes the bookkeeping columns of
  * ctxwin.sessions (counters, queue, errors, timestamps), which the sessions
  * trigger refuses to roles that neither own the table nor are superusers.
