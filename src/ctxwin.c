@@ -186,7 +186,7 @@ ctxwin_caller_sees_session(PG_FUNCTION_ARGS)
 	Oid			argtypes[1] = {UUIDOID};
 	Oid			save_userid;
 	int			save_sec_context;
-	bool		found = false;
+	volatile bool found = false;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(GetOuterUserId(), save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
