@@ -20,7 +20,7 @@ REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
-EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap
+EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
@@ -62,8 +62,13 @@ tools/corpus_check: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone
 tools/corpus_check_heap: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
 	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
 
-check-core: tools/corpus_check tools/corpus_check_heap
+# Every piece over 64 bytes through the bounded-memory merge of huge pieces.
+tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
+	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -DBPE_LARGE_PIECE=64 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
+
+check-core: tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 	tools/corpus_check test/corpus
 	tools/corpus_check_heap test/corpus
+	tools/corpus_check_huge test/corpus
 
 .PHONY: check-core

@@ -15,6 +15,9 @@ mkdir -p "$build/obj"
 # The tokenizer core under test: src/bpe.c, or a modified copy (BPE_SRC=path,
 # e.g. to try a fix without touching src/; its headers still come from src/).
 BPE_SRC=${BPE_SRC:-$root/src/bpe.c}
+# Extra -D flags for that core, e.g. BPE_DEFS=-DBPE_LARGE_PIECE=64 to send
+# every piece over 64 bytes through merge_huge.
+BPE_DEFS=${BPE_DEFS:-}
 
 newer() { [ ! -f "$2" ] || [ "$1" -nt "$2" ]; }
 

@@ -81,6 +81,22 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
 'The text itself if it has at most max_tokens tokens, else its beginning and end around "[... N tokens omitted ...]", within max_tokens';
 
+CREATE FUNCTION ctxwin._fit_contents(contents text[], room int, encoding text)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'fit_contents'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._fit_contents(text[], int, text) IS
+'The contents of a window''s newest unit, the largest cut first, each cut one carrying its omission marker, within room tokens in all; NULL if not even the markers fit';
+
+CREATE FUNCTION ctxwin._contents_least(contents text[], encoding text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'contents_least'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._contents_least(text[], text) IS
+'The fewest tokens _fit_contents can cut the contents to: each at most to its omission marker alone';
+
 ------------------------------------------------------------------------------
 -- Models and profiles
 --
@@ -710,12 +726,9 @@ DECLARE
     u_call_id text[];
     u_calls jsonb[];
     u_ct int[];
-    sorted int[];
-    avail int;
-    lvl int;
+    u_content_all text[];
+    fixed int;
     total int;
-    i int;
-    k int;
 BEGIN
     PERFORM ctxwin._session_must_exist(p_session);
     SELECT * INTO s FROM ctxwin.sessions WHERE id = p_session;
@@ -761,28 +774,21 @@ BEGIN
         INTO u_role, u_content, u_name, u_call_id, u_calls, u_ct, total
         FROM ctxwin.messages m
         WHERE m.session_id = p_session AND m.id >= cut_from;
-        -- Water-filling: cap every content at the highest level L that fits,
-        -- so the largest contents are cut first and no more than needed.
-        avail := room - (total - (SELECT sum(x) FROM unnest(u_ct) x));
-        IF avail < 0 THEN
+        u_content_all := u_content;
+        -- Cut the largest contents first, each cut one with its marker
+        -- (ctxwin._fit_contents); no cut at all if not even the markers fit.
+        fixed := total - (SELECT sum(x) FROM unnest(u_ct) x);
+        IF room - fixed >= 0 THEN
+            u_content := ctxwin._fit_contents(u_content, room - fixed, enc);
+        END IF;
+        IF room - fixed < 0 OR u_content IS NULL THEN
             RAISE EXCEPTION 'token budget % is too small for the newest message', b
                 USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = format('Without any content it needs %s tokens besides the %s of the system prompt and summary.',
-                                      total - (SELECT sum(x) FROM unnest(u_ct) x), used);
+                      DETAIL = format('Even with its contents cut to their omission markers it needs %s tokens besides the %s of the system prompt and summary.',
+                                      fixed + ctxwin._contents_least(u_content_all, enc), used),
+                      HINT = 'Give a larger budget.';
         END IF;
-        sorted := ARRAY(SELECT x FROM unnest(u_ct) x ORDER BY x DESC);
-        FOR k IN 1 .. cardinality(sorted) LOOP
-            lvl := (avail - coalesce((SELECT sum(x) FROM unnest(sorted[k + 1:]) x), 0)) / k;
-            EXIT WHEN k = cardinality(sorted) OR lvl >= sorted[k + 1];
-        END LOOP;
-        total := total - (SELECT sum(x) FROM unnest(u_ct) x);
-        FOR i IN 1 .. cardinality(u_ct) LOOP
-            IF u_ct[i] > lvl THEN
-                u_content[i] := ctxwin.truncate_middle(u_content[i], lvl, enc);
-                u_ct[i] := ctxwin.count_tokens(u_content[i], enc);
-            END IF;
-            total := total + u_ct[i];
-        END LOOP;
+        total := fixed + (SELECT coalesce(sum(ctxwin.count_tokens(x, enc)), 0) FROM unnest(u_content) x);
         room := room - total;
         lo := cut_from;
         SELECT jsonb_agg(ctxwin._message_json(u_role[g.ix], u_content[g.ix], u_name[g.ix],

@@ -72,6 +72,17 @@ SELECT ctxwin.count_message_tokens('{"role": "user", "content": "hi", "extra": "
 SELECT ctxwin.truncate_middle(repeat('abc ', 100), 20, 'cl100k_base');
 SELECT ctxwin.count_tokens(ctxwin.truncate_middle(repeat('abc ', 100), 20, 'cl100k_base'), 'cl100k_base');
 
+-- a cut always carries its marker: below the marker, the budget is too small
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('20000000-0000-0000-0000-000000000002', 'support');
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('20000000-0000-0000-0000-000000000002', 'user',
+    'Please summarize the attached quarterly report for the board meeting tomorrow morning.');
+SELECT b, ctxwin.build_context('20000000-0000-0000-0000-000000000002', b)
+FROM (VALUES (30), (20), (17)) v(b);
+SELECT ctxwin.build_context('20000000-0000-0000-0000-000000000002', 17, 'anthropic');
+SELECT ctxwin.build_context('20000000-0000-0000-0000-000000000002', 16);
+SELECT ctxwin.build_context('20000000-0000-0000-0000-000000000002', 12);
+SELECT ctxwin.build_context('20000000-0000-0000-0000-000000000002', 8, 'anthropic');
+
 DELETE FROM ctxwin.sessions;
 SELECT count(*) FROM ctxwin.messages;
 INSERT INTO ctxwin.sessions (profile) VALUES ('no_such_profile');

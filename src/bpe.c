@@ -20,14 +20,17 @@
  *    vocabulary is merged, the leftmost on ties, until no pair is a token.
  *    Most pieces are whole tokens (a word and its leading space), so the
  *    piece is looked up first.  Short pieces then use tiktoken's own
- *    quadratic algorithm on stack arrays; long ones (a megabyte without a
- *    space) use a linked list and an indexed min-heap keyed by
- *    (rank, position), which performs exactly the same merges in the same
- *    order in O(n log n).
+ *    quadratic algorithm on stack arrays; long ones use a linked list and
+ *    an indexed min-heap keyed by (rank, position), which performs exactly
+ *    the same merges in the same order in O(n log n), at 20 bytes per byte
+ *    of the piece; pieces over BPE_LARGE_PIECE (1 MiB: a megabyte without a
+ *    space) go through merge_huge, which finds the same tokens by another,
+ *    proven, route in memory that does not grow with the piece.
  *
  * Counting never materializes pieces or ids, so the memory used is bounded
- * by the longest piece (about 20 bytes per byte of it, only when it is
- * longer than BPE_SMALL_PIECE) whatever the length of the text.
+ * (about 22 MB at most: the heap of a 1 MiB piece) whatever the text;
+ * encoding adds the ids themselves, never more than its caller's maximum
+ * (bpe_encode_max).
  */
 #include "bpe.h"
 
@@ -443,31 +446,47 @@ bpe_next_piece(const BpeEncoding *enc, const uint8_t *s, size_t len, size_t pos)
 }
 
 /*
- * Growable output array of ids; ids == NULL when only counting.
+ * Growable output array of ids, of at most max ids; ids == NULL when only
+ * counting.  Asking for more than max sets overflow instead of growing, and
+ * the encoding stops: the array never grows past what the caller can use.
  */
 typedef struct IdSink
 {
 	uint32_t   *ids;
 	size_t		n;
 	size_t		cap;
+	size_t		max;
+	int			overflow;
 } IdSink;
 
-static void
-sink_grow(IdSink *out, size_t need)
+/* Room for need more ids: 1, or 0 (and overflow set) if over max. */
+static int
+sink_reserve(IdSink *out, size_t need)
 {
-	size_t		cap = out->cap ? out->cap : 1024;
+	size_t		cap;
 
+	if (out->overflow || need > out->max - out->n)
+	{
+		out->overflow = 1;
+		return 0;
+	}
+	if (out->n + need <= out->cap)
+		return 1;
+	cap = out->cap ? out->cap : 1024;
 	while (cap < out->n + need)
-		cap *= 2;
+		cap = (cap > SIZE_MAX / 4) ? out->n + need : cap * 2;
+	if (cap > out->max)
+		cap = out->max;
 	out->ids = bpe_realloc(out->ids, cap * sizeof(uint32_t));
 	out->cap = cap;
+	return 1;
 }
 
 static inline void
 sink_put(IdSink *out, uint32_t id)
 {
-	if (out->n == out->cap)
-		sink_grow(out, 1);
+	if (out->n == out->cap && !sink_reserve(out, 1))
+		return;
 	out->ids[out->n++] = id;
 }
 
@@ -528,10 +547,8 @@ merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 		memmove(&rank[m + 1], &rank[m + 2], (parts - m - 2) * sizeof(uint32_t));
 		parts--;
 	}
-	if (want_ids)
+	if (want_ids && sink_reserve(out, parts - 1))
 	{
-		if (out->n + parts - 1 > out->cap)
-			sink_grow(out, parts - 1);
 		for (i = 0; i + 1 < parts; i++)
 			out->ids[out->n++] = bpe_vocab_rank(v, p + start[i], start[i + 1] - start[i]);
 	}
@@ -707,16 +724,336 @@ merge_large(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 			heap_update(&h, z, pair_rank(v, p + z, c - z));
 		}
 	}
-	if (want_ids)
+	if (want_ids && sink_reserve(out, parts))
 	{
-		if (out->n + parts > out->cap)
-			sink_grow(out, parts);
 		for (i = 0; i < n; i = next[i])
 			out->ids[out->n++] = bpe_vocab_rank(v, p + i, next[i] - i);
 	}
 	bpe_free(h.heap);
 	bpe_free(buf);
 	return parts;
+}
+
+/*
+ * Pieces longer than BPE_LARGE_PIECE: exact merging in bounded memory
+ * ---------------------------------------------------------------------
+ *
+ * merge_large needs 20 bytes per byte of its piece, and a piece can be a
+ * whole text (a gigabyte of one letter is one piece).  merge_huge computes
+ * the same tokens with memory that does not grow with the piece.  It rests
+ * on the following facts about tiktoken's merge (repeatedly join the
+ * adjacent pair of parts whose concatenation has the lowest rank, the
+ * leftmost on ties), where BPE(x) is the token sequence of bytes x:
+ *
+ * (A) Let BPE(x) = t1 .. tk and let y be the bytes of ti .. tj.  Then
+ *     BPE(y) = ti .. tj.  Proof: no merge of the run on x crosses the
+ *     boundaries of y.  Each merge inside y was the lowest (rank, position)
+ *     of all pairs then, hence of the pairs inside y; the pairs inside y
+ *     change only by merges inside y; at the end no pair inside y has a
+ *     rank.  So the run on y alone makes the same merges in the same order.
+ *
+ * (B) If BPE(x) ends with token a and BPE(bytes(a) bytes(b)) = a b, then
+ *     BPE(x bytes(b)) = BPE(x) b.  Proof: let S be the run on x b that never
+ *     merges across the boundary between x and b.  In S, x evolves as in the
+ *     run on x alone and b's bytes as in the run on b alone (each side's
+ *     lowest pair is its own), and the pairs of the region of a and of b
+ *     are interleaved by comparing their lowest (rank, position), exactly as
+ *     in the run P on bytes(a) bytes(b), which never merges across that
+ *     boundary either, since it ends with a b.  Suppose the real run first
+ *     leaves S at some step: it then joins the part left of the boundary
+ *     and the part right of it, whose pair is the lowest of all.  Those
+ *     parts and every pair inside a and inside b are then as in P at the
+ *     same stage of a and b, with positions shifted by one constant, so P
+ *     would join them too: a contradiction.  At the end of S no pair has a
+ *     rank (the pair a b has none, else P would join it).
+ *
+ * So the last token of BPE(prefix of q bytes) is the one token t, ending at
+ * q, such that t is the whole prefix or BPE(a t) = a t where a is the last
+ * token of BPE(prefix of q - len(t) bytes).  By (A) the true last token
+ * satisfies this (the last two tokens of a valid sequence are valid, and so
+ * is the rest); by (B) any token that satisfies it gives a valid sequence,
+ * and BPE is a function, so it is the true one.  Walking the prefixes in
+ * order, each needs the last tokens of the 128 prefixes before it (no token
+ * is longer): a ring of them, and the token count of each prefix, is all
+ * the state.  Which candidates are tried first changes only the speed.
+ *
+ * The ids themselves come from a second walk: the first saves the ring at
+ * every HUGE_BLOCK-th prefix; then, from the last block back, each block is
+ * walked again from its checkpoint and the tokens are read backwards along
+ * the chain of last tokens, into an output already sized by the count.
+ *
+ * Memory: the ring; a table of which token lengths can end with a given
+ * pair of bytes (1 MiB, built per call); a cache of pair verdicts; and, for
+ * ids, 512 bytes per block of checkpoints plus one block of ids (1 MiB).
+ */
+#ifndef BPE_LARGE_PIECE
+#define BPE_LARGE_PIECE (1024 * 1024)
+#endif
+
+#define HUGE_RING 256			/* > BPE_LONGEST_TOKEN, a power of two */
+#define HUGE_BLOCK ((size_t) 1 << 18)
+#define HUGE_CACHE 65536		/* pair verdicts: every pair of two runs of one byte fits */
+
+typedef struct HugeCacheEntry
+{
+	uint32_t	a;
+	uint32_t	b;
+	uint32_t	valid;			/* 0: empty slot, 1: incompatible, 2: compatible */
+} HugeCacheEntry;
+
+typedef struct HugeState
+{
+	const BpeVocab *v;
+	uint64_t   *lengths;		/* [65536][2]: bit L-1 set if a token of L bytes ends with that pair */
+	HugeCacheEntry *cache;
+	uint32_t	ring[HUGE_RING];	/* last token of each recent prefix */
+	size_t		last_len;		/* length of the last token found */
+} HugeState;
+
+static void
+huge_init(HugeState *st, const BpeVocab *v)
+{
+	uint32_t	r;
+
+	st->v = v;
+	st->last_len = 0;
+	st->lengths = bpe_alloc(65536 * 2 * sizeof(uint64_t));
+	memset(st->lengths, 0, 65536 * 2 * sizeof(uint64_t));
+	st->cache = bpe_alloc(HUGE_CACHE * sizeof(HugeCacheEntry));
+	memset(st->cache, 0, HUGE_CACHE * sizeof(HugeCacheEntry));
+	for (r = 0; r < v->n_tokens; r++)
+	{
+		size_t		n;
+		const uint8_t *b = bpe_vocab_bytes(v, r, &n);
+
+		if (n >= 2 && n <= BPE_LONGEST_TOKEN)
+			st->lengths[2 * ((b[n - 2] << 8) | b[n - 1]) + ((n - 1) >> 6)] |=
+				(uint64_t) 1 << ((n - 1) & 63);
+	}
+}
+
+static void
+huge_free(HugeState *st)
+{
+	bpe_free(st->cache);
+	bpe_free(st->lengths);
+}
+
+/*
+ * Whether BPE(bytes(a) bytes(b)) = a b: tiktoken's merge on the pair,
+ * stopped as soon as a join crosses from a into b.
+ */
+static int
+huge_compatible(HugeState *st, uint32_t a, uint32_t b)
+{
+	const BpeVocab *v = st->v;
+	uint32_t	h = ((a * 0x9E3779B1u) ^ (b * 0x85EBCA77u)) >> 16;
+	HugeCacheEntry *e = &st->cache[h & (HUGE_CACHE - 1)];
+	uint8_t		p[2 * BPE_LONGEST_TOKEN];
+	uint32_t	start[2 * BPE_LONGEST_TOKEN + 1];
+	uint32_t	rank[2 * BPE_LONGEST_TOKEN + 1];
+	size_t		na,
+				nb,
+				n,
+				parts,
+				i;
+	const uint8_t *ba,
+			   *bb;
+	int			ok;
+
+	if (e->valid && e->a == a && e->b == b)
+		return e->valid == 2;
+	ba = bpe_vocab_bytes(v, a, &na);
+	bb = bpe_vocab_bytes(v, b, &nb);
+	memcpy(p, ba, na);
+	memcpy(p + na, bb, nb);
+	n = na + nb;
+	for (i = 0; i + 1 < n; i++)
+	{
+		start[i] = (uint32_t) i;
+		rank[i] = bpe_vocab_rank(v, p + i, 2);
+	}
+	start[n - 1] = (uint32_t) (n - 1);
+	rank[n - 1] = BPE_NO_RANK;
+	start[n] = (uint32_t) n;
+	rank[n] = BPE_NO_RANK;
+	parts = n + 1;
+	ok = 1;
+	for (;;)
+	{
+		uint32_t	min = BPE_NO_RANK;
+		size_t		m = 0;
+
+		for (i = 0; i + 1 < parts; i++)
+		{
+			if (rank[i] < min)
+			{
+				min = rank[i];
+				m = i;
+			}
+		}
+		if (min == BPE_NO_RANK)
+			break;
+		/* joining part m and part m + 1 crosses the boundary if m + 1 starts there */
+		if (start[m + 1] == na)
+		{
+			ok = 0;
+			break;
+		}
+		if (m > 0)
+			rank[m - 1] = (m + 2 < parts) ?
+				pair_rank(v, p + start[m - 1], start[m + 2] - start[m - 1]) : BPE_NO_RANK;
+		rank[m] = (m + 3 < parts) ?
+			pair_rank(v, p + start[m], start[m + 3] - start[m]) : BPE_NO_RANK;
+		memmove(&start[m + 1], &start[m + 2], (parts - m - 2) * sizeof(uint32_t));
+		memmove(&rank[m + 1], &rank[m + 2], (parts - m - 2) * sizeof(uint32_t));
+		parts--;
+	}
+	/* a b exactly: two parts (a token's bytes need not merge back into it) */
+	if (ok)
+		ok = (parts == 3);
+	e->a = a;
+	e->b = b;
+	e->valid = ok ? 2 : 1;
+	return ok;
+}
+
+/*
+ * The last token of the prefix p[0..q) (q >= 1), given the ring of the last
+ * tokens of the prefixes before it; sets *len to its length.
+ */
+static uint32_t
+huge_step(HugeState *st, const uint8_t *p, size_t q, size_t *len)
+{
+	const BpeVocab *v = st->v;
+	const uint64_t *m = (q >= 2) ? &st->lengths[2 * ((p[q - 2] << 8) | p[q - 1])] : NULL;
+	size_t		guess = st->last_len + 1;
+	int			w;
+
+	/*
+	 * First the previous last token grown by one byte (in a run of one
+	 * character the answer mostly is), then every candidate longest first
+	 * (in text the greedy choice is right most often).
+	 */
+	if (m && guess <= BPE_LONGEST_TOKEN && guess <= q &&
+		(m[(guess - 1) >> 6] >> ((guess - 1) & 63)) & 1)
+	{
+		uint32_t	r = bpe_vocab_rank(v, p + q - guess, guess);
+
+		if (r != BPE_NO_RANK &&
+			(guess == q || huge_compatible(st, st->ring[(q - guess) & (HUGE_RING - 1)], r)))
+		{
+			*len = st->last_len = guess;
+			return r;
+		}
+	}
+	for (w = 1; m && w >= 0; w--)
+	{
+		uint64_t	bits = m[w];
+
+		while (bits)
+		{
+			int			hi = 63 - __builtin_clzll(bits);
+			size_t		l = (size_t) (w * 64 + hi + 1);
+			uint32_t	r;
+
+			bits &= ~((uint64_t) 1 << hi);
+			if (l > q)
+				continue;
+			r = bpe_vocab_rank(v, p + q - l, l);
+			if (r == BPE_NO_RANK)
+				continue;
+			if (l == q || huge_compatible(st, st->ring[(q - l) & (HUGE_RING - 1)], r))
+			{
+				*len = st->last_len = l;
+				return r;
+			}
+		}
+	}
+	/* every byte is a token, and by (A) and (B) some candidate is right */
+	{
+		uint32_t	r = v->byte_rank[p[q - 1]];
+
+		if (q == 1 || huge_compatible(st, st->ring[(q - 1) & (HUGE_RING - 1)], r))
+		{
+			*len = st->last_len = 1;
+			return r;
+		}
+	}
+	/* unreachable with a vocabulary of byte-level BPE; keep the count sane */
+	*len = st->last_len = 1;
+	return v->byte_rank[p[q - 1]];
+}
+
+/*
+ * The same tokens as merge_large for a piece of any length, in memory that
+ * does not depend on it.  See the comment above.
+ */
+static size_t
+merge_huge(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want_ids)
+{
+	HugeState	st;
+	uint64_t	cnt[HUGE_RING];
+	uint32_t   *checkpoints = NULL;
+	size_t		nblocks = (n + HUGE_BLOCK - 1) / HUGE_BLOCK;
+	size_t		q;
+	size_t		total;
+
+	huge_init(&st, v);
+	if (want_ids)
+		checkpoints = bpe_alloc(nblocks * HUGE_RING * sizeof(uint32_t));
+	cnt[0] = 0;
+	for (q = 1; q <= n; q++)
+	{
+		size_t		l;
+
+		if (want_ids && (q - 1) % HUGE_BLOCK == 0)
+			memcpy(checkpoints + ((q - 1) / HUGE_BLOCK) * HUGE_RING, st.ring, sizeof(st.ring));
+		st.ring[q & (HUGE_RING - 1)] = huge_step(&st, p, q, &l);
+		cnt[q & (HUGE_RING - 1)] = cnt[(q - l) & (HUGE_RING - 1)] + 1;
+		if ((q & 0xFFFF) == 0)
+			bpe_check_interrupts();
+	}
+	total = (size_t) cnt[n & (HUGE_RING - 1)];
+
+	if (want_ids && sink_reserve(out, total))
+	{
+		uint32_t   *blk = bpe_alloc(HUGE_BLOCK * sizeof(uint32_t));
+		size_t		w = out->n + total;
+		size_t		pos = n;
+		size_t		b;
+
+		for (b = nblocks; b-- > 0;)
+		{
+			size_t		first = b * HUGE_BLOCK;	/* the block holds prefixes first+1 .. last */
+			size_t		last = (n < first + HUGE_BLOCK) ? n : first + HUGE_BLOCK;
+
+			memcpy(st.ring, checkpoints + b * HUGE_RING, sizeof(st.ring));
+			for (q = first + 1; q <= last; q++)
+			{
+				size_t		l;
+
+				blk[q - first - 1] = st.ring[q & (HUGE_RING - 1)] = huge_step(&st, p, q, &l);
+				if ((q & 0xFFFF) == 0)
+					bpe_check_interrupts();
+			}
+			while (pos > first)
+			{
+				uint32_t	id = blk[pos - first - 1];
+				size_t		l;
+
+				(void) bpe_vocab_bytes(v, id, &l);
+				out->ids[--w] = id;
+				pos -= l;
+			}
+		}
+		out->n += total;
+		bpe_free(blk);
+	}
+	if (checkpoints)
+		bpe_free(checkpoints);
+	huge_free(&st);
+	return total;
 }
 
 /* Tokens of one piece p[0..n), n >= 1. */
@@ -736,7 +1073,9 @@ encode_piece(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int wan
 	}
 	if (n <= BPE_SMALL_PIECE)
 		return merge_small(v, p, n, out, want_ids);
-	return merge_large(v, p, n, out, want_ids);
+	if (n <= BPE_LARGE_PIECE)
+		return merge_large(v, p, n, out, want_ids);
+	return merge_huge(v, p, n, out, want_ids);
 }
 
 /*
@@ -758,6 +1097,8 @@ run(const BpeEncoding *enc, const uint8_t *s, size_t len, IdSink *out,
 			piece_cl100k(s, len, pos) : piece_o200k(s, len, pos);
 
 		count += encode_piece(v, s + pos, end - pos, out, want_ids);
+		if (want_ids && out->overflow)
+			break;
 		pos = end;
 		if (pos >= next_check)
 		{
@@ -777,16 +1118,30 @@ bpe_count(const BpeEncoding *enc, const uint8_t *text, size_t len)
 }
 
 size_t
-bpe_encode(const BpeEncoding *enc, const uint8_t *text, size_t len, uint32_t **ids)
+bpe_encode_max(const BpeEncoding *enc, const uint8_t *text, size_t len, size_t max_ids,
+			   uint32_t **ids)
 {
-	IdSink		out = {NULL, 0, 0};
+	IdSink		out = {NULL, 0, 0, max_ids, 0};
 
 	if (enc->pattern == BPE_PAT_CL100K)
 		run(enc, text, len, &out, 1, BPE_PAT_CL100K);
 	else
 		run(enc, text, len, &out, 1, BPE_PAT_O200K);
+	if (out.overflow)
+	{
+		if (out.ids)
+			bpe_free(out.ids);
+		*ids = NULL;
+		return max_ids + 1;
+	}
 	*ids = out.ids;
 	return out.n;
+}
+
+size_t
+bpe_encode(const BpeEncoding *enc, const uint8_t *text, size_t len, uint32_t **ids)
+{
+	return bpe_encode_max(enc, text, len, SIZE_MAX / sizeof(uint32_t) - 1, ids);
 }
 
 /* Bytes of one id, or NULL if it is no token of enc. */

@@ -72,6 +72,14 @@ extern size_t bpe_encode(const BpeEncoding *enc, const uint8_t *text, size_t len
 						 uint32_t **ids);
 
 /*
+ * Like bpe_encode, for at most max_ids ids: if text[0..len) has more tokens,
+ * returns max_ids + 1 and sets *ids to NULL, having allocated no more than
+ * max_ids ids.
+ */
+extern size_t bpe_encode_max(const BpeEncoding *enc, const uint8_t *text, size_t len,
+							 size_t max_ids, uint32_t **ids);
+
+/*
  * Bytes of ids[0..n).  Special-token ids decode to their text.  Returns a
  * bpe_alloc'd buffer (with a terminating NUL not counted in *len), or NULL if
  * some id is out of range (then *bad is set to its index) or if the result

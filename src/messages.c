@@ -11,9 +11,11 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
@@ -22,6 +24,8 @@
 PG_FUNCTION_INFO_V1(count_message_tokens);
 PG_FUNCTION_INFO_V1(message_tokens);
 PG_FUNCTION_INFO_V1(truncate_middle);
+PG_FUNCTION_INFO_V1(fit_contents);
+PG_FUNCTION_INFO_V1(contents_least);
 
 /* Tokens of a text argument (0 for NULL). */
 static int64
@@ -176,37 +180,34 @@ JoinedTokens(const CtxwinEncoding *enc, StringInfo buf, const char *s, int head,
 }
 
 /*
- * truncate_middle(t text, max_tokens int, encoding text) returns text
- *
- * t itself if it has at most max_tokens tokens; else its beginning and end
- * around the marker "[... N tokens omitted ...]", cut on character
- * boundaries, with at most max_tokens tokens in all.  Below the marker's own
- * size, the result is the beginning of t alone.
+ * The tokens of the marker alone, for a text of total tokens cut to nothing
+ * but it: the least a cut text can cost.
  */
-Datum
-truncate_middle(PG_FUNCTION_ARGS)
+static int64
+MarkerTokens(const CtxwinEncoding *enc, int64 total)
 {
-	text	   *t = PG_GETARG_TEXT_PP(0);
-	int32		max_tokens = PG_GETARG_INT32(1);
-	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(2));
-	const char *s = VARDATA_ANY(t);
-	int			len = VARSIZE_ANY_EXHDR(t);
-	int64		total = CtxwinCountText(enc, s, len);
-	StringInfoData buf;
-	double		bytes_per_token;
+	char		buf[64];
+
+	snprintf(buf, sizeof(buf), CTXWIN_OMITTED_MARKER, (long long) total);
+	return CtxwinCountText(enc, buf, strlen(buf));
+}
+
+/*
+ * Cut s[0..len), of total tokens (total > max_tokens), in the middle: into
+ * out, its longest beginning and end found around the marker, with at most
+ * max_tokens tokens in all; the marker alone if no character of s fits
+ * beside it.  Returns false, out undefined, if not even the marker alone
+ * fits.
+ */
+static bool
+CutMiddle(const CtxwinEncoding *enc, const char *s, int len, int64 total, int64 max_tokens,
+		  StringInfo out)
+{
+	double		bytes_per_token = (double) len / (double) total;
 	int			keep;
 
-	if (max_tokens < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_tokens must not be negative")));
-	if (total <= max_tokens)
-		PG_RETURN_TEXT_P(t);
-
-	initStringInfo(&buf);
-	bytes_per_token = (double) len / (double) total;
-	/* bytes to keep, first guess: the budget less the marker's ~12 tokens */
-	keep = (int) ((max_tokens - 12) * bytes_per_token);
+	/* bytes to keep, first guess: the budget less the marker alone */
+	keep = (int) Min((max_tokens - MarkerTokens(enc, total)) * bytes_per_token, (double) len);
 	for (;;)
 	{
 		int			head,
@@ -221,22 +222,57 @@ truncate_middle(PG_FUNCTION_ARGS)
 		if (tail_start < head)
 			tail_start = head;
 		/* first with a rough omitted count, then with the exact one */
-		got = JoinedTokens(enc, &buf, s, head, tail_start, len, total);
+		got = JoinedTokens(enc, out, s, head, tail_start, len, total);
 		if (got <= max_tokens)
 		{
 			int64		kept = CtxwinCountText(enc, s, head) +
 				CtxwinCountText(enc, s + tail_start, len - tail_start);
 
-			got = JoinedTokens(enc, &buf, s, head, tail_start, len, Max(total - kept, 1));
+			got = JoinedTokens(enc, out, s, head, tail_start, len, Max(total - kept, 1));
 			if (got <= max_tokens)
-				PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
+				return true;
 		}
 		/* shrink by the excess, at least one byte */
 		keep -= Max((int) ((got - max_tokens + 1) * bytes_per_token), 1);
 	}
+	/* nothing of s beside the marker */
+	return JoinedTokens(enc, out, s, 0, len, len, total) <= max_tokens;
+}
+
+/*
+ * truncate_middle(t text, max_tokens int, encoding text) returns text
+ *
+ * t itself if it has at most max_tokens tokens; else its beginning and end
+ * around the marker "[... N tokens omitted ...]", cut on character
+ * boundaries, with at most max_tokens tokens in all.  Below the marker's own
+ * size, the result is the beginning of t alone.  (build_context never cuts
+ * that far: see fit_contents.)
+ */
+Datum
+truncate_middle(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+	int32		max_tokens = PG_GETARG_INT32(1);
+	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(2));
+	const char *s = VARDATA_ANY(t);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	int64		total = CtxwinCountText(enc, s, len);
+	StringInfoData buf;
+	int			keep;
+
+	if (max_tokens < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_tokens must not be negative")));
+	if (total <= max_tokens)
+		PG_RETURN_TEXT_P(t);
+
+	initStringInfo(&buf);
+	if (CutMiddle(enc, s, len, total, max_tokens, &buf))
+		PG_RETURN_TEXT_P(cstring_to_text_with_len(buf.data, buf.len));
 
 	/* not even the marker fits: the beginning alone */
-	keep = (int) (max_tokens * bytes_per_token);
+	keep = (int) (max_tokens * ((double) len / (double) total));
 	for (;;)
 	{
 		int			head = ClipHead(s, Max(keep, 0));
@@ -246,4 +282,132 @@ truncate_middle(PG_FUNCTION_ARGS)
 			PG_RETURN_TEXT_P(cstring_to_text_with_len(s, head));
 		keep = head - 1;
 	}
+}
+
+/*
+ * The contents of a text[] argument, with their token counts and the least
+ * each can cost (itself, or its marker alone when that is cheaper to send
+ * than the text).  NULL elements count 0.
+ */
+typedef struct UnitContents
+{
+	int			n;
+	Datum	   *elems;
+	bool	   *nulls;
+	int64	   *tokens;
+	int64	   *least;
+} UnitContents;
+
+static void
+ReadContents(ArrayType *arr, const CtxwinEncoding *enc, UnitContents *uc)
+{
+	int			i;
+
+	if (ARR_ELEMTYPE(arr) != TEXTOID)
+		elog(ERROR, "expected a text[] argument");
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &uc->elems, &uc->nulls, &uc->n);
+	uc->tokens = palloc0(Max(uc->n, 1) * sizeof(int64));
+	uc->least = palloc0(Max(uc->n, 1) * sizeof(int64));
+	for (i = 0; i < uc->n; i++)
+	{
+		text	   *t;
+
+		if (uc->nulls[i])
+			continue;
+		t = DatumGetTextPP(uc->elems[i]);
+		uc->tokens[i] = CtxwinCountText(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+		uc->least[i] = uc->tokens[i] > 0 ?
+			Min(uc->tokens[i], MarkerTokens(enc, uc->tokens[i])) : 0;
+	}
+}
+
+/* What the contents cost when each is capped at level (never below its least). */
+static int64
+CostAtLevel(const UnitContents *uc, int64 level)
+{
+	int64		sum = 0;
+	int			i;
+
+	for (i = 0; i < uc->n; i++)
+		sum += Min(uc->tokens[i], Max(level, uc->least[i]));
+	return sum;
+}
+
+/*
+ * _contents_least(contents text[], encoding text) returns bigint: the fewest
+ * tokens the contents can be cut to, each at most to its marker alone.
+ */
+Datum
+contents_least(PG_FUNCTION_ARGS)
+{
+	UnitContents uc;
+
+	ReadContents(PG_GETARG_ARRAYTYPE_P(0), CtxwinEncodingArg(PG_GETARG_TEXT_PP(1)), &uc);
+	PG_RETURN_INT64(CostAtLevel(&uc, 0));
+}
+
+/*
+ * _fit_contents(contents text[], room int, encoding text) returns text[]
+ *
+ * The contents of the newest unit of a window (a message, or an assistant
+ * message and its tool results), cut so that their tokens together are at
+ * most room, or NULL if that is impossible.  Water-filling: every content
+ * is capped at the highest level L that fits, so the largest are cut first
+ * and no more than needed; a content cut carries the omission marker, so it
+ * is never capped below the marker alone (and a content smaller than its
+ * marker is never cut).  When even every content cut to its marker alone
+ * does not fit, the result is NULL.
+ */
+Datum
+fit_contents(PG_FUNCTION_ARGS)
+{
+	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(0);
+	int64		room = PG_GETARG_INT32(1);
+	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(2));
+	UnitContents uc;
+	int64		lo,
+				hi;
+	int			i;
+	int			dims[1];
+	int			lbs[1] = {1};
+	StringInfoData buf;
+
+	ReadContents(arr, enc, &uc);
+	if (CostAtLevel(&uc, 0) > room)
+		PG_RETURN_NULL();
+	/* the highest level that fits: CostAtLevel grows with the level */
+	lo = 0;
+	hi = 0;
+	for (i = 0; i < uc.n; i++)
+		hi = Max(hi, uc.tokens[i]);
+	if (CostAtLevel(&uc, hi) <= room)
+		PG_RETURN_ARRAYTYPE_P(arr);
+	while (hi - lo > 1)
+	{
+		int64		mid = lo + (hi - lo) / 2;
+
+		if (CostAtLevel(&uc, mid) <= room)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	initStringInfo(&buf);
+	for (i = 0; i < uc.n; i++)
+	{
+		int64		cap = Max(lo, uc.least[i]);
+		text	   *t;
+
+		if (uc.nulls[i] || uc.tokens[i] <= cap)
+			continue;
+		t = DatumGetTextPP(uc.elems[i]);
+		resetStringInfo(&buf);
+		/* cap >= the marker alone, so the cut always succeeds */
+		if (!CutMiddle(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), uc.tokens[i], cap, &buf))
+			elog(ERROR, "cutting a content of %lld tokens to %lld failed",
+				 (long long) uc.tokens[i], (long long) cap);
+		uc.elems[i] = PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
+	}
+	dims[0] = uc.n;
+	PG_RETURN_ARRAYTYPE_P(construct_md_array(uc.elems, uc.nulls, 1, dims, lbs,
+											 TEXTOID, -1, false, TYPALIGN_INT));
 }

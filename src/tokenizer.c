@@ -297,19 +297,31 @@ tokenize(PG_FUNCTION_ARGS)
 	size_t		n;
 	ArrayType  *result;
 	Size		nbytes;
+	const size_t max_ids = (MaxAllocSize - ARR_OVERHEAD_NONULLS(1)) / sizeof(int32);
 
 	utf8 = ToUtf8(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &len);
-	n = bpe_encode(enc, utf8, len, &ids);
+
+	/*
+	 * The ids are never collected past what an int[] can hold.  A text of
+	 * fewer bytes than that cannot have more tokens; a longer one is counted
+	 * first (in bounded memory), so an overlong result fails before its
+	 * array is grown.
+	 */
+	n = 0;
+	if (len > max_ids)
+		n = bpe_count(enc, utf8, len);
+	if (n <= max_ids)
+		n = bpe_encode_max(enc, utf8, len, max_ids, &ids);
+	if (n > max_ids)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("text has too many tokens for an array: %zu", n),
+				 errdetail("An array can hold at most %zu token ids.", max_ids),
+				 errhint("Count the tokens with count_tokens, or tokenize the text in parts.")));
 	if (n == 0)
 		PG_RETURN_ARRAYTYPE_P(construct_empty_array(INT4OID));
 
 	nbytes = ARR_OVERHEAD_NONULLS(1) + n * sizeof(int32);
-	if (nbytes > MaxAllocSize)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("text has too many tokens for an array: %zu", n),
-				 errdetail("An array can hold at most %zu token ids.",
-						   (size_t) (MaxAllocSize - ARR_OVERHEAD_NONULLS(1)) / sizeof(int32))));
 	result = (ArrayType *) palloc(nbytes);
 	SET_VARSIZE(result, nbytes);
 	result->ndim = 1;

@@ -12,7 +12,7 @@ q() { psql -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
 db=ctxwin_server_t
 reps=2300000			# 45 bytes each: a 103.5 MB text
 
-plan 11
+plan 16
 q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
 q -d "$db" -c "CREATE EXTENSION ctxwin" \
 	-c "CREATE TABLE big AS SELECT repeat('The quick brown fox jumps over the lazy dog. ', $reps) AS t" >/dev/null
@@ -54,6 +54,41 @@ after=$(hwm "${res##*---}")
 grow=$(( after - before ))
 diag "peak RSS before ${before} kB, after ${after} kB: +${grow} kB for a $((45 * reps / 1024)) kB text"
 ok $(( grow < 45 * reps / 1024 + 32768 ? 0 : 1 )) "counting a 100 MB text needs no memory beyond the text itself (+32 MB)"
+
+# One piece of 64 MiB (a single letter repeated: no space, so the
+# pre-tokenizer cannot split it).  Counting and tokenizing it take memory
+# that does not grow with the piece (the merge used to take 20 bytes per
+# byte of it: 1.3 GB here); it counts as every run of 8 letters is one token.
+piece=$((64 * 1024 * 1024))
+q -d "$db" -c "CREATE TABLE huge AS SELECT repeat('a', $piece) AS t" >/dev/null
+# one call per statement: each detoasts its own copy of the text
+res=$(q -d "$db" -c "SELECT pg_read_file('/proc/self/status')" \
+	-c "SELECT 'n ' || ctxwin.count_tokens(t) FROM huge" -c "SELECT 'n ' || ctxwin.count_tokens(t, 'o200k_base') FROM huge" \
+	-c "SELECT 'n ' || cardinality(ctxwin.tokenize(t)) FROM huge" \
+	-c "SELECT '---'" -c "SELECT pg_read_file('/proc/self/status')" 2>&1)
+counts=$(echo "$res" | sed -n 's/^n //p' | paste -sd' ')
+before=$(hwm "${res%%---*}")
+after=$(hwm "${res##*---}")
+grow=$(( after - before ))
+is "$counts" "$((piece / 8)) $((piece / 8)) $((piece / 8))" "a 64 MiB single piece counts and tokenizes exactly"
+diag "peak RSS before ${before} kB, after ${after} kB: +${grow} kB for a $((piece / 1024)) kB piece and $((piece / 8 * 4 / 1024)) kB of ids"
+ok $(( grow < piece / 1024 + piece / 8 * 4 / 1024 * 2 + 65536 ? 0 : 1 )) \
+	"merging a 64 MiB piece takes no memory in proportion to it (text + ids and their array + 64 MB)"
+
+# More tokens than an int[] holds: tokenize fails cleanly, having counted
+# them first, instead of growing its array to gigabytes.
+reps=270000000			# " a" is one token: 270 million of them, 540 MB
+q -d "$db" -c "DROP TABLE huge" -c "CREATE TABLE huge AS SELECT repeat(' a', $reps) AS t" >/dev/null
+res=$(q -d "$db" -v ON_ERROR_STOP=0 -c "SELECT pg_read_file('/proc/self/status')" \
+	-c "SELECT cardinality(ctxwin.tokenize(t)) FROM huge" \
+	-c "SELECT '---'" -c "SELECT pg_read_file('/proc/self/status')" 2>&1)
+like "$res" "text has too many tokens for an array: $reps" "tokenize refuses a result over the int[] limit"
+before=$(hwm "${res%%---*}")
+after=$(hwm "${res##*---}")
+grow=$(( after - before ))
+diag "peak RSS before ${before} kB, after ${after} kB: +${grow} kB for a $((2 * reps / 1024)) kB text"
+ok $(( grow < 2 * reps / 1024 + 65536 ? 0 : 1 )) "and needs no memory beyond the text itself (+64 MB)"
+is "$(q -d "$db" -c "SELECT 'alive'")" "alive" "the server is still up"
 
 # A SQL_ASCII database holds any bytes; every byte string gets a count.
 q -d postgres -c "DROP DATABASE IF EXISTS ${db}_ascii" \

@@ -6,7 +6,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(54);
+SELECT plan(56);
 
 -- a profile with small numbers so triggers and budgets are easy to reach
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -108,9 +108,18 @@ SELECT is(jsonb_array_length(ctxwin.build_context('10000000-0000-0000-0000-00000
           'the cut window holds the system prompt and the whole newest group');
 SELECT ok(ctxwin.build_context('10000000-0000-0000-0000-000000000001', 300) -> 2 ->> 'content' LIKE 'line 1: GET%line 3000: GET%',
           'the cut keeps the beginning and the end of the content');
-SELECT is((SELECT count(*) FROM generate_series(70, 400, 3) b
+SELECT is((SELECT count(*) FROM generate_series(76, 400, 3) b
            WHERE ctxwin.messages_tokens(ctxwin.build_context('10000000-0000-0000-0000-000000000001', b), 'o200k_base') + 3 > b)::int, 0,
-          'cut windows fit every budget from 70 to 400');
+          'cut windows fit every budget from 76 (the smallest) to 400');
+SELECT is((SELECT count(*) FROM generate_series(76, 400) b,
+                 jsonb_array_elements(ctxwin.build_context('10000000-0000-0000-0000-000000000001', b)) m
+           WHERE m ->> 'role' <> 'system'
+             AND m ->> 'content' NOT IN ('Reading the log.', '')
+             AND m ->> 'content' !~ E'\\n\\[\\.\\.\\. [0-9]+ tokens omitted \\.\\.\\.\\]\\n')::int, 0,
+          'every cut content carries the marker, down to the smallest budget');
+SELECT throws_ok($$SELECT ctxwin.build_context('10000000-0000-0000-0000-000000000001', 75)$$, '22023',
+                 'token budget 75 is too small for the newest message',
+                 'below the tool group with its contents cut to their markers, the budget is too small');
 SELECT throws_ok($$SELECT ctxwin.build_context('10000000-0000-0000-0000-000000000001', 10)$$, '22023',
                  'token budget 10 is too small for the system prompt and summary (14 tokens)',
                  'a budget below the system prompt is an error, not an overflow');
