@@ -499,6 +499,29 @@ pair_rank(const BpeVocab *v, const uint8_t *p, size_t n)
 }
 
 /*
+ * The lowest rank of rank[0 .. parts - 2] and, in *at, the leftmost part
+ * that has it (tiktoken joins the leftmost of equal ranks); BPE_NO_RANK if
+ * no two parts can join.
+ */
+static inline uint32_t
+lowest_rank(const uint32_t *rank, size_t parts, size_t *at)
+{
+	uint32_t	min = BPE_NO_RANK;
+	size_t		i;
+
+	*at = 0;
+	for (i = 0; i + 1 < parts; i++)
+	{
+		if (rank[i] < min)
+		{
+			min = rank[i];
+			*at = i;
+		}
+	}
+	return min;
+}
+
+/*
  * tiktoken's _byte_pair_merge for a piece of 2 .. BPE_SMALL_PIECE bytes.
  * start[i] is where part i begins; rank[i] the rank of part i joined with
  * part i + 1 (BPE_NO_RANK if none).  Returns the token count and emits ids
@@ -524,18 +547,9 @@ merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 
 	for (;;)
 	{
-		uint32_t	min = BPE_NO_RANK;
-		size_t		m = 0;
+		size_t		m;
 
-		for (i = 0; i + 1 < parts; i++)
-		{
-			if (rank[i] < min)
-			{
-				min = rank[i];
-				m = i;
-			}
-		}
-		if (min == BPE_NO_RANK)
+		if (lowest_rank(rank, parts, &m) == BPE_NO_RANK)
 			break;
 		/* join parts m and m + 1; recompute the ranks that involve them */
 		if (m > 0)
@@ -881,18 +895,9 @@ huge_compatible(HugeState *st, uint32_t a, uint32_t b)
 	ok = 1;
 	for (;;)
 	{
-		uint32_t	min = BPE_NO_RANK;
-		size_t		m = 0;
+		size_t		m;
 
-		for (i = 0; i + 1 < parts; i++)
-		{
-			if (rank[i] < min)
-			{
-				min = rank[i];
-				m = i;
-			}
-		}
-		if (min == BPE_NO_RANK)
+		if (lowest_rank(rank, parts, &m) == BPE_NO_RANK)
 			break;
 		/* joining part m and part m + 1 crosses the boundary if m + 1 starts there */
 		if (start[m + 1] == na)
