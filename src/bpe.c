@@ -522,6 +522,24 @@ lowest_rank(const uint32_t *rank, size_t parts, size_t *at)
 }
 
 /*
+ * Joins part m and part m + 1 of parts (start[], rank[] as in merge_small),
+ * recomputes the two ranks that involve the joined part, and returns the
+ * new number of parts.
+ */
+static inline size_t
+join_parts(const BpeVocab *v, const uint8_t *p, uint32_t *start, uint32_t *rank, size_t parts, size_t m)
+{
+	if (m > 0)
+		rank[m - 1] = (m + 2 < parts) ?
+			pair_rank(v, p + start[m - 1], start[m + 2] - start[m - 1]) : BPE_NO_RANK;
+	rank[m] = (m + 3 < parts) ?
+		pair_rank(v, p + start[m], start[m + 3] - start[m]) : BPE_NO_RANK;
+	memmove(&start[m + 1], &start[m + 2], (parts - m - 2) * sizeof(uint32_t));
+	memmove(&rank[m + 1], &rank[m + 2], (parts - m - 2) * sizeof(uint32_t));
+	return parts - 1;
+}
+
+/*
  * tiktoken's _byte_pair_merge for a piece of 2 .. BPE_SMALL_PIECE bytes.
  * start[i] is where part i begins; rank[i] the rank of part i joined with
  * part i + 1 (BPE_NO_RANK if none).  Returns the token count and emits ids
@@ -552,14 +570,7 @@ merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 		if (lowest_rank(rank, parts, &m) == BPE_NO_RANK)
 			break;
 		/* join parts m and m + 1; recompute the ranks that involve them */
-		if (m > 0)
-			rank[m - 1] = (m + 2 < parts) ?
-				pair_rank(v, p + start[m - 1], start[m + 2] - start[m - 1]) : BPE_NO_RANK;
-		rank[m] = (m + 3 < parts) ?
-			pair_rank(v, p + start[m], start[m + 3] - start[m]) : BPE_NO_RANK;
-		memmove(&start[m + 1], &start[m + 2], (parts - m - 2) * sizeof(uint32_t));
-		memmove(&rank[m + 1], &rank[m + 2], (parts - m - 2) * sizeof(uint32_t));
-		parts--;
+		parts = join_parts(v, p, start, rank, parts, m);
 	}
 	if (want_ids && sink_reserve(out, parts - 1))
 	{
@@ -905,14 +916,7 @@ huge_compatible(HugeState *st, uint32_t a, uint32_t b)
 			ok = 0;
 			break;
 		}
-		if (m > 0)
-			rank[m - 1] = (m + 2 < parts) ?
-				pair_rank(v, p + start[m - 1], start[m + 2] - start[m - 1]) : BPE_NO_RANK;
-		rank[m] = (m + 3 < parts) ?
-			pair_rank(v, p + start[m], start[m + 3] - start[m]) : BPE_NO_RANK;
-		memmove(&start[m + 1], &start[m + 2], (parts - m - 2) * sizeof(uint32_t));
-		memmove(&rank[m + 1], &rank[m + 2], (parts - m - 2) * sizeof(uint32_t));
-		parts--;
+		parts = join_parts(v, p, start, rank, parts, m);
 	}
 	/* a b exactly: two parts (a token's bytes need not merge back into it) */
 	if (ok)
