@@ -224,6 +224,23 @@ KeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes)
 }
 
 /*
+ * The first row of a kept one-parameter query (see KeptPlan), or NULL if it
+ * finds none; *desc is its descriptor.
+ */
+static HeapTuple
+KeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
+{
+	int			rc = SPI_execute_plan(KeptPlan(plan, query, 1, &argtype), &arg, NULL, false, 1);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+	*desc = SPI_tuptable->tupdesc;
+	return SPI_tuptable->vals[0];
+}
+
+/*
  * The row of a ctxwin table (profiles, models) whose primary key, a text,
  * is key: the columns cols (cols[0] is the key) into vals and nulls,
  * copied.  False if there is none.  The caller has checked that the table
@@ -329,21 +346,13 @@ ReadSettings(text *profile, Settings *st)
 
 	if (!DirectReadable(profiles) || !DirectReadable(models))
 	{
-		Oid			argtypes[1] = {TEXTOID};
-		Datum		args[1] = {PointerGetDatum(profile)};
-		HeapTuple	row;
 		TupleDesc	desc;
+		HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
+									  PointerGetDatum(profile), &desc);
 		bool		isnull;
-		int			rc;
 
-		rc = SPI_execute_plan(KeptPlan(&settings_plan, settings_query, 1, argtypes), args, NULL,
-							  false, 1);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 0)
+		if (row == NULL)
 			return false;
-		row = SPI_tuptable->vals[0];
-		desc = SPI_tuptable->tupdesc;
 		st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
 		st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
 		st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
@@ -989,21 +998,13 @@ CtxwinTriggerInit(void)
 static bool
 ReadSession(Datum session_id, Counters *c)
 {
-	Oid			argtypes[1] = {UUIDOID};
-	Datum		args[1] = {session_id};
-	HeapTuple	row;
 	TupleDesc	desc;
+	HeapTuple	row = KeptPlanRow(&lock_plan, lock_query, UUIDOID, session_id, &desc);
 	Datum		d;
 	bool		isnull;
-	int			rc;
 
-	rc = SPI_execute_plan(KeptPlan(&lock_plan, lock_query, 1, argtypes), args, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (row == NULL)
 		return false;
-	row = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
 	memset(c, 0, sizeof(*c));
 	/* NOT NULL columns, but for count_encoding and pending_tool_calls */
 	c->message_count = DatumGetInt64(SPI_getbinval(row, desc, L_MESSAGE_COUNT, &isnull));

@@ -11,7 +11,7 @@ CREATE EXTENSION ctxwin;
 SELECT ctxwin.count_tokens('load the library') IS NOT NULL AS loaded \gset
 SET ctxwin.llm_provider = 'openai';
 
-SELECT plan(12);
+SELECT plan(13);
 
 INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('tiny-summarizer', 'o200k_base', 3000, 'openai');
 INSERT INTO ctxwin.profiles (name, model, summary_model, max_messages_before_summary, max_tokens_before_summary,
@@ -84,6 +84,13 @@ SELECT is((SELECT (plan ->> 'through')::int || ' ' || (plan ->> 'transcript_cut'
 SELECT cmp_ok((SELECT pg_temp.request_tokens(plan) FROM plans), '<=', 3000, '... and the request fits');
 SELECT ok((SELECT plan ->> 'prompt' LIKE '%tokens omitted%word6000%' FROM plans),
           '... keeping the beginning and the end of the message around the marker');
+
+-- a summary model too small for even the prompt and the answer
+INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('wee-summarizer', 'o200k_base', 400, 'openai');
+UPDATE ctxwin.profiles SET summary_model = 'wee-summarizer' WHERE name = 'big';
+SELECT throws_ok($$SELECT ctxwin._summary_plan('f0000000-0000-4000-8000-000000000002', true, NULL)$$,
+                 '54000', 'the summary request leaves no room for messages',
+                 'a summary model whose window the prompt and max_summary_tokens fill: a clear error');
 
 SELECT * FROM finish();
 ROLLBACK;
