@@ -2,21 +2,54 @@
 # Install what ctxwin needs, build it, and run every test on a throwaway
 # cluster: the core's corpus checks, pg_regress (make installcheck) and the
 # pgTAP and TAP suites (prove).  Run as root or with sudo.
+#
+#   bash scripts/test.sh                  everything, on PostgreSQL 15
+#   bash scripts/test.sh --pg 18          everything, on PostgreSQL 18 (built
+#                                         from source and cached on first use)
+#   bash scripts/test.sh test/worker.pl   one test file (or several)
+# CTXWIN_PG=18 works as --pg 18 does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+major=${CTXWIN_PG:-15}
+files=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--pg) major=$2; shift 2 ;;
+	--pg=*) major=${1#--pg=}; shift ;;
+	-h | --help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	*) files+=("$1"); shift ;;
+	esac
+done
 . scripts/deps.sh
+. scripts/pg.sh
+. scripts/cluster.sh
 ctxwin_deps
+ctxwin_pg_use "$major"
+echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
 ctxwin_build_install all tools/corpus_check tools/corpus_check_heap
 
-# pg_virtualenv -t: a temporary cluster, dropped afterwards; PG* variables
-# point the commands at it.
-$(ctxwin_sudo) pg_virtualenv -t bash -c '
-	set -e
-	rc=0
-	make installcheck || { cat regression.diffs 2>/dev/null; rc=1; }
-	psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
+# Where PostgreSQL's Perl test framework keeps its clusters and logs; pg_regress
+# writes its pg_hba.conf for them.
+testdir=$(mktemp -d /tmp/ctxwin-tap.XXXXXX)
+chmod 755 "$testdir"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$testdir"
+trap 'ctxwin_cluster_stop; rm -rf "$testdir"' EXIT
+ctxwin_cluster_start
+
+rc=0
+if [ ${#files[@]} -eq 0 ]; then
+	files=(test/)
+	make installcheck PG_CONFIG="$PG_CONFIG" || { cat regression.diffs 2>/dev/null; rc=1; }
+fi
+psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
+# The TAP tests run as the server's OS user: PostgreSQL's test framework
+# refuses to run initdb as root.
+ctxwin_as_pg env PATH="$PATH" PERL5LIB="$PERL5LIB" PG_CONFIG="$PG_CONFIG" \
+	PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" \
+	PG_REGRESS="$(dirname "$(pg_config --pgxs)")/../test/regress/pg_regress" \
+	TESTDIR="$testdir" TESTDATADIR="$testdir/data" TESTLOGDIR="$testdir/log" \
+	CTXWIN_PG_MAJOR="$CTXWIN_PG_MAJOR" HOME="$testdir" \
 	prove --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
-		--source Perl --ext .t --ext .sql test/ || rc=1
-	exit $rc
-'
+	--source Perl --ext .t --ext .sql --ext .pl "${files[@]}" || rc=1
+exit $rc
