@@ -33,9 +33,6 @@ ctxwin_pg_pinned() {
 	18) echo "18.6-3 555610c24d53e4316da5b7d3fc25c279d96856d5e0e23ee308c328c5fa881d9f" ;;
 	esac
 }
-# pgTAP for the servers built from source: Debian's own source package.
-CTXWIN_PGTAP_PINNED="1.3.4-1 sid"
-
 _ctxwin_root() {
 	if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi
 }
@@ -128,20 +125,19 @@ _ctxwin_pg_build() {
 	echo "PostgreSQL $major built in $((SECONDS - t0)) s"
 }
 
-# pgTAP into a server built from source.
+# pgTAP into a server built from source.  pgTAP is SQL only, and its
+# source packages are not on the mirror (only their .dsc files are): the SQL
+# Debian 12 installs for PostgreSQL 15 (postgresql-15-pgtap, pgTAP 1.2.0,
+# which supports 9.1 and later) goes into the other server's extension
+# directory.
 _ctxwin_pgtap_build() {
-	local prefix=$1 pin suite orig build
-	read -r pin suite <<<"$CTXWIN_PGTAP_PINNED"
-	orig=$(_ctxwin_orig pgtap "$suite" "$pin") || return 1
-	build=$(mktemp -d /tmp/ctxwin-pgtap.XXXXXX)
-	tar -xf "$orig" -C "$build" --strip-components=1
-	(cd "$build" && make PG_CONFIG="$prefix/bin/pg_config" >"$build/make.log" 2>&1 &&
-		_ctxwin_root make PG_CONFIG="$prefix/bin/pg_config" install >>"$build/make.log" 2>&1) || {
-		echo "building pgTAP for $prefix failed; the log is $build/make.log" >&2
-		tail -20 "$build/make.log" >&2
-		return 1
-	}
-	rm -rf "$build"
+	local prefix=$1 ext
+	ext=$("$prefix/bin/pg_config" --sharedir)/extension
+	local f
+	for f in $(dpkg-query -L postgresql-15-pgtap | grep -E '/extension/pgtap.*\.(sql|control)$'); do
+		_ctxwin_root cp "$f" "$ext/" || return 1
+	done
+	[ -f "$ext/pgtap.control" ] || { echo "pgTAP was not installed into $ext" >&2; return 1; }
 }
 
 # PostgreSQL 15's Perl test modules, from the source of the packaged version.
@@ -161,7 +157,11 @@ _ctxwin_pg15_perl() {
 
 # The directory holding PostgreSQL::Test::Cluster for MAJOR.
 ctxwin_pg_perl() {
-	if [ "$1" = 15 ]; then echo "$CTXWIN_CACHE/pg15-perl"; else echo "$(ctxwin_pg_prefix "$1")/lib/pgxs/src/test/perl"; fi
+	if [ "$1" = 15 ]; then
+		echo "$CTXWIN_CACHE/pg15-perl"
+	else
+		echo "$("$(ctxwin_pg_prefix "$1")/bin/pg_config" --pkglibdir)/pgxs/src/test/perl"
+	fi
 }
 
 ctxwin_pg_use() {
