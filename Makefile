@@ -44,6 +44,8 @@ src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
 	tools/gen_vocab $* $$(awk '$$2 == "$*.tiktoken" {print $$1}' vocab/SHA256SUMS) $< > $@.tmp
 	mv $@.tmp $@
 
+# CTXWIN_VERSION comes from the control file: rebuild what uses it
+src/ctxwin.o src/llm.o src/worker.o: ctxwin.control
 src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
 src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h

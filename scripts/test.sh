@@ -27,7 +27,9 @@ ctxwin_deps
 ctxwin_pg_use "$major"
 echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
-ctxwin_build_install all tools/corpus_check tools/corpus_check_heap
+# the test programs too: the TAP tests run as another OS user, who cannot
+# write into the tree
+ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 
 # Where PostgreSQL's Perl test framework keeps its clusters and logs; pg_regress
 # writes its pg_hba.conf for them.
@@ -38,8 +40,10 @@ trap 'ctxwin_cluster_stop; rm -rf "$testdir"' EXIT
 ctxwin_cluster_start
 
 rc=0
+verbose=-v # chosen files: every line of their output
 if [ ${#files[@]} -eq 0 ]; then
 	files=(test/)
+	verbose=
 	make installcheck PG_CONFIG="$PG_CONFIG" || { cat regression.diffs 2>/dev/null; rc=1; }
 fi
 psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
@@ -50,6 +54,6 @@ ctxwin_as_pg env PATH="$PATH" PERL5LIB="$PERL5LIB" PG_CONFIG="$PG_CONFIG" \
 	PG_REGRESS="$(dirname "$(pg_config --pgxs)")/../test/regress/pg_regress" \
 	TESTDIR="$testdir" TESTDATADIR="$testdir/data" TESTLOGDIR="$testdir/log" \
 	CTXWIN_PG_MAJOR="$CTXWIN_PG_MAJOR" HOME="$testdir" \
-	prove --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
+	prove $verbose --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
 	--source Perl --ext .t --ext .sql --ext .pl "${files[@]}" || rc=1
 exit $rc

@@ -93,6 +93,9 @@ extern int	ctxwin_worker_statement_timeout;
  */
 extern int	ctxwin_bookkeeping_depth;
 
+/* ctxwin.c: compares two versions, major.minor.patch (<0, 0, >0) */
+extern int	ctxwin_version_cmp(const char *a, const char *b);
+
 /* trigger.c: registers the transaction callbacks of the insert trigger */
 extern void CtxwinTriggerInit(void);
 

@@ -113,12 +113,13 @@ typedef enum WorkerState
 	WS_NO_EXTENSION,
 	WS_NO_DATABASE,
 	WS_PAUSED,
-	WS_NO_CONNECTIONS
+	WS_NO_CONNECTIONS,
+	WS_VERSION_MISMATCH
 } WorkerState;
 
 static const char *const state_names[] = {
 	"stopped", "starting", "idle", "working", "no extension", "no such database", "paused",
-	"not accepting connections"
+	"not accepting connections", "version mismatch"
 };
 
 /* One database's worker, in shared memory.  No pointers. */
@@ -1285,10 +1286,51 @@ NotAFailure(int sqlstate)
 	return sqlstate == ERRCODE_T_R_SERIALIZATION_FAILURE || sqlstate == ERRCODE_LOCK_NOT_AVAILABLE;
 }
 
-static bool
-ExtensionPresent(void)
+/*
+ * Whether the database has ctxwin, at the version of the library this worker
+ * runs: 1 yes, 0 no extension, 2 another version.  The worker serves only
+ * its own version: an older one waits for ALTER EXTENSION ctxwin UPDATE
+ * (the worker goes on by itself after it), a newer one for a server restart
+ * that loads the newer library.  Each change of what it sees is logged once.
+ */
+static int
+ExtensionState(void)
 {
-	return OidIsValid(get_extension_oid("ctxwin", true));
+	static char logged[64] = "";
+	char	   *version;
+
+	if (!OidIsValid(get_extension_oid("ctxwin", true)))
+		return 0;
+	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'ctxwin'",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return 0;				/* dropped meanwhile */
+	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (version == NULL)
+		return 0;
+	if (strcmp(version, CTXWIN_VERSION) == 0)
+	{
+		logged[0] = '\0';
+		return 1;
+	}
+	if (strcmp(version, logged) != 0)
+	{
+		strlcpy(logged, version, sizeof(logged));
+		if (ctxwin_version_cmp(version, CTXWIN_VERSION) < 0)
+			ereport(LOG,
+					(errmsg("ctxwin worker is waiting for ALTER EXTENSION ctxwin UPDATE in database \"%s\"",
+							get_database_name(MyDatabaseId)),
+					 errdetail("The database has ctxwin %s; the server runs ctxwin's library %s.",
+							   version, CTXWIN_VERSION),
+					 errhint("Run ALTER EXTENSION ctxwin UPDATE in that database; the worker goes on by itself.")));
+		else
+			ereport(LOG,
+					(errmsg("ctxwin worker cannot serve database \"%s\", which has a newer ctxwin than the server's library",
+							get_database_name(MyDatabaseId)),
+					 errdetail("The database has ctxwin %s; the server runs ctxwin's library %s.",
+							   version, CTXWIN_VERSION),
+					 errhint("Restart the server to load the library installed with ctxwin %s.", version)));
+	}
+	return 2;
 }
 
 static void
@@ -1930,7 +1972,7 @@ ctxwin_worker_main(Datum arg)
 		bool		to_start = false;
 		long		timeout_ms;
 		dlist_iter	it;
-		int			ext = -1;	/* extension seen: -1 not looked, 0 no, 1 yes */
+		int			ext = -1;	/* -1 not looked, else ExtensionState() */
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -1965,18 +2007,17 @@ ctxwin_worker_main(Datum arg)
 		if (claim || to_write || to_start)
 		{
 			BeginWork("ctxwin: compacting sessions");
-			if (!ExtensionPresent())
+			ext = ExtensionState();
+			if (ext != 1)
 			{
-				/* not (or no longer) installed here: drop what we hold */
+				/* not (or no longer) installed here, or not at our version: drop what we hold */
 				dlist_foreach(it, &jobs)
 					JobDone(dlist_container(Job, node, it.cur));
-				ext = 0;
 				next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
 				more = false;
 			}
 			else
 			{
-				ext = 1;
 				if (to_write)
 				{
 					EndWork();
@@ -2066,7 +2107,9 @@ ctxwin_worker_main(Datum arg)
 		SpinLockAcquire(&MySlot->mutex);
 		if (ext == 0)
 			MySlot->state = WS_NO_EXTENSION;
-		else if (ext == 1 || MySlot->state != WS_NO_EXTENSION)
+		else if (ext == 2)
+			MySlot->state = WS_VERSION_MISMATCH;
+		else if (ext == 1 || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH))
 			MySlot->state = njobs > 0 ? WS_WORKING : WS_IDLE;
 		MySlot->in_flight = ninflight;
 		SpinLockRelease(&MySlot->mutex);

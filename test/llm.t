@@ -429,7 +429,8 @@ q -c "SELECT part('$c3', 1), part('$c4', 1)" >/dev/null
 X="-c ctxwin.llm_model=fault-timeout -c ctxwin.llm_timeout_ms=20000 -c application_name=ctxwin_compact_a" \
 	ql openai -c "SELECT ctxwin.compact()" >"$tmp/compact_a" 2>&1 &
 bga=$!
-for _ in $(seq 1 100); do
+# up to 30 s: on a loaded machine the first compact() can take a while to get there
+for _ in $(seq 1 300); do
 	[ "$(nreq)" -gt 0 ] && [ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_compact_a' AND state = 'active'")" ] && break
 	sleep 0.1
 done
