@@ -74,3 +74,11 @@ check-core: tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 	tools/corpus_check_huge test/corpus
 
 .PHONY: check-core
+
+# The PGXN release archive ctxwin-VERSION.zip, from git's HEAD (export-ignore
+# in .gitattributes leaves files out), checked by building it in a scratch
+# directory against $(PG_CONFIG); scripts/dist.sh --help for the options.
+dist:
+	PG_CONFIG="$(PG_CONFIG)" scripts/dist.sh
+
+.PHONY: dist
