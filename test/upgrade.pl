@@ -71,6 +71,15 @@ is( $node->safe_psql('postgres', 'SHOW data_directory'),
 	$node->data_dir, 'the server of the private installation runs');
 
 sub q_up { return $node->safe_psql('up', $_[0]); }
+# add_turns(SESSION-NUMBER, N, FORMAT): N messages, user and assistant by
+# turns, FORMAT's %s the turn's number
+sub add_turns
+{
+	my ($n, $count, $format) = @_;
+	q_up(   "INSERT INTO ctxwin.messages (session_id, role, content) "
+		  . "SELECT '00000000-0000-4000-8000-00000000000$n', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END, "
+		  . "format('$format', i) FROM generate_series(1, $count) i");
+}
 sub worker_state
 {
 	return $node->safe_psql('up', "SELECT state FROM ctxwin.worker_status WHERE database = 'up'");
@@ -117,12 +126,7 @@ INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id) VALUES
 SQL
 q_up("SELECT ctxwin.summarize_session('00000000-0000-4000-8000-000000000002', force => true)");
 # six messages in a 'small' session: over its trigger, so it is queued
-q_up(<<'SQL');
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '00000000-0000-4000-8000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       format('Question %s about shipping to Zürich', i)
-FROM generate_series(1, 8) i;
-SQL
+add_turns(3, 8, 'Question %s about shipping to Zürich');
 my $queued_sql = "SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions "
   . "WHERE id = '00000000-0000-4000-8000-000000000003'";
 is(q_up($queued_sql), 't', 'a session over its trigger is queued in 0.1.0');
@@ -192,12 +196,7 @@ rename("$lib.new", $lib) or die "rename: $!";    # a new file, as an install mak
 is( $node->safe_psql('up', "SELECT ctxwin.count_tokens('hello world'), ctxwin._library_version()"),
 	"2|$current",
 	'a new connection after the library file was replaced works, on the library the server started with');
-q_up(<<'SQL');
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '00000000-0000-4000-8000-000000000001', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       format('Later turn %s: where is order #%s?', i, 5000 + i)
-FROM generate_series(1, 8) i;
-SQL
+add_turns(1, 8, 'Later turn %s: where is that order?');
 ok( $node->poll_query_until(
 		'up', "SELECT compaction_queued_at IS NULL AND summary_through_id > 5 FROM ctxwin.sessions "
 		  . "WHERE id = '00000000-0000-4000-8000-000000000001'"),
@@ -231,12 +230,7 @@ ok( $node->log_contains(
 		qr/ctxwin worker cannot serve database "up", which has a newer ctxwin than the server's library\n.*DETAIL:  The database has ctxwin \Q$unchecked\E; the server runs ctxwin's library \Q$current\E\.\n.*HINT:  Restart the server to load the library installed with ctxwin \Q$unchecked\E\./
 	),
 	'... and says why in the log');
-q_up(<<'SQL');
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '00000000-0000-4000-8000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       format('More about Zürich %s', i)
-FROM generate_series(1, 8) i;
-SQL
+add_turns(3, 8, 'More about Zürich %s');
 sleep 1;
 is(q_up($queued_sql), 't', '... and leaves its queued sessions queued');
 ok(!$node->log_contains(qr/TRAP:|server process .* was terminated|PANIC/), 'no crash and no failed assertion in the server log');
