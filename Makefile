@@ -23,7 +23,7 @@ VOCABS = cl100k_base o200k_base
 EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
-PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Werror
 
 SHLIB_LINK = -lcurl
 
@@ -45,13 +45,13 @@ src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
 	mv $@.tmp $@
 
 src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
-src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
-src/ctxwin.o: src/ctxwin.c src/ctxwin.h
-src/messages.o: src/messages.c src/ctxwin.h
-src/trigger.o: src/trigger.c src/ctxwin.h
-src/window.o: src/window.c src/ctxwin.h
-src/llm.o: src/llm.c src/ctxwin.h
-src/worker.o: src/worker.c src/ctxwin.h
+src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
+src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
+src/messages.o: src/messages.c src/ctxwin.h src/compat.h
+src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
+src/window.o: src/window.c src/ctxwin.h src/compat.h
+src/llm.o: src/llm.c src/ctxwin.h src/compat.h
+src/worker.o: src/worker.c src/ctxwin.h src/compat.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c

@@ -166,9 +166,7 @@ typedef struct WorkerShared
 
 static WorkerShared *shared = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
@@ -179,10 +177,8 @@ static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 static void
 WorkerShmemRequest(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
 }
 
@@ -346,7 +342,7 @@ StopWorkerFor(const char *dbname)
 	int			n = 0;
 	int			waited;
 
-	if (!OidIsValid(dboid) || !pg_database_ownercheck(dboid, GetUserId()))
+	if (!OidIsValid(dboid) || !object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
 		return;
 	EnsureXactCallback();
 	launcher_wake_at_end = true;
@@ -426,12 +422,8 @@ CtxwinWorkerRegister(void)
 {
 	BackgroundWorker w;
 
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = WorkerShmemRequest;
-#else
-	WorkerShmemRequest();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = WorkerShmemStartup;
 	prev_process_utility_hook = ProcessUtility_hook;
@@ -643,7 +635,7 @@ ctxwin_launcher_main(Datum arg)
 
 	SpinLockAcquire(&shared->mutex);
 	shared->launcher_pid = MyProcPid;
-	shared->launcher_procno = MyProc->pgprocno;
+	shared->launcher_procno = MyProcNumber;
 	SpinLockRelease(&shared->mutex);
 	before_shmem_exit(LauncherShutdown, (Datum) 0);
 
@@ -1905,7 +1897,7 @@ ctxwin_worker_main(Datum arg)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->dboid = MyDatabaseId;
 	MySlot->pid = MyProcPid;
-	MySlot->procno = MyProc->pgprocno;
+	MySlot->procno = MyProcNumber;
 	MySlot->started_at = GetCurrentTimestamp();
 	MySlot->state = WS_IDLE;
 	SpinLockRelease(&MySlot->mutex);
