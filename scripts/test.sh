@@ -27,7 +27,7 @@ ctxwin_deps
 ctxwin_pg_use "$major"
 echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
-ctxwin_build_install all tools/corpus_check tools/corpus_check_heap
+ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 
 # Where PostgreSQL's Perl test framework keeps its clusters and logs; pg_regress
 # writes its pg_hba.conf for them.

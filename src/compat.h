@@ -19,6 +19,14 @@
 #error "ctxwin needs PostgreSQL 15 or later"
 #endif
 
+/*
+ * 16 moved the varlena macros (VARDATA, VARSIZE_ANY ...) out of postgres.h
+ * into varatt.h, which the other headers include only in part.
+ */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
 #include "access/genam.h"
 #include "common/jsonapi.h"
 #include "fmgr.h"
