@@ -20,7 +20,8 @@ REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
-EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
+EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
+	.ctxwin-built-for
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare -Werror
@@ -30,6 +31,16 @@ SHLIB_LINK = -lcurl
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# One tree builds for several PostgreSQL major versions (src/compat.h): the
+# objects depend on a stamp holding the version of the server they were
+# built for, rewritten only when PG_CONFIG names another one, so switching
+# servers rebuilds everything and nothing of the other version is linked.
+CTXWIN_BUILT_FOR := $(shell $(PG_CONFIG) --version)
+.ctxwin-built-for: FORCE
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(CTXWIN_BUILT_FOR)" ]; then echo "$(CTXWIN_BUILT_FOR)" > $@; fi
+$(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
+.PHONY: FORCE
 
 # Host tools run at build time; plain flags, never the server's.
 HOST_CC ?= cc
