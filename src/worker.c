@@ -50,6 +50,7 @@
 #include <curl/curl.h>
 #include <signal.h>
 
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -57,6 +58,7 @@
 #include "access/xact.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -77,6 +79,7 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -1277,10 +1280,31 @@ NotAFailure(int sqlstate)
 	return sqlstate == ERRCODE_T_R_SERIALIZATION_FAILURE || sqlstate == ERRCODE_LOCK_NOT_AVAILABLE;
 }
 
+/*
+ * Whether ctxwin is installed in this database, as of a catalog snapshot
+ * taken now.  A scan of pg_extension, not get_extension_oid(): from
+ * PostgreSQL 18 on, that one answers from the catalog cache, and the commit
+ * that wakes the worker (CREATE or DROP EXTENSION) sends its cache
+ * invalidations only after its commit callbacks have run, so a worker woken
+ * at once could still find the entry it cached before and sleep through a
+ * whole naptime.  The scan sees every transaction committed before it.
+ */
 static bool
 ExtensionPresent(void)
 {
-	return OidIsValid(get_extension_oid("ctxwin", true));
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	bool		found;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("ctxwin"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
 }
 
 static void
