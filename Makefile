@@ -20,9 +20,11 @@ REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
-EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
+EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
+	.ctxwin-built-for
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
+# scripts/test.sh adds -Werror (COPT); a user's newer compiler may warn more
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 
 SHLIB_LINK = -lcurl
@@ -30,6 +32,16 @@ SHLIB_LINK = -lcurl
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# One tree builds for several PostgreSQL major versions (src/compat.h): the
+# objects depend on a stamp holding the version of the server they were
+# built for, rewritten only when PG_CONFIG names another one, so switching
+# servers rebuilds everything and nothing of the other version is linked.
+CTXWIN_BUILT_FOR := $(shell $(PG_CONFIG) --version)
+.ctxwin-built-for: FORCE
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(CTXWIN_BUILT_FOR)" ]; then echo "$(CTXWIN_BUILT_FOR)" > $@; fi
+$(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
+.PHONY: FORCE
 
 # Host tools run at build time; plain flags, never the server's.
 HOST_CC ?= cc
@@ -47,13 +59,13 @@ src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
 # CTXWIN_VERSION comes from the control file: rebuild what uses it
 src/ctxwin.o src/llm.o src/worker.o: ctxwin.control
 src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
-src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h
-src/ctxwin.o: src/ctxwin.c src/ctxwin.h
-src/messages.o: src/messages.c src/ctxwin.h
-src/trigger.o: src/trigger.c src/ctxwin.h
-src/window.o: src/window.c src/ctxwin.h
-src/llm.o: src/llm.c src/ctxwin.h
-src/worker.o: src/worker.c src/ctxwin.h
+src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
+src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
+src/messages.o: src/messages.c src/ctxwin.h src/compat.h
+src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
+src/window.o: src/window.c src/ctxwin.h src/compat.h
+src/llm.o: src/llm.c src/ctxwin.h src/compat.h
+src/worker.o: src/worker.c src/ctxwin.h src/compat.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c

@@ -20,11 +20,7 @@
 
 #include "ctxwin.h"
 
-#ifdef PG_MODULE_MAGIC_EXT
-PG_MODULE_MAGIC_EXT(.name = "ctxwin",.version = CTXWIN_VERSION);
-#else
-PG_MODULE_MAGIC;
-#endif
+CTXWIN_MODULE_MAGIC;
 
 void		_PG_init(void);
 
@@ -75,8 +71,8 @@ LlmPlaceholdersTainted(void)
 		"ctxwin.llm_provider", "ctxwin.llm_base_url", "ctxwin.llm_api_key_file",
 		"ctxwin.llm_max_response_bytes"
 	};
-	struct config_generic **vars = get_guc_variables();
-	int			n = GetNumConfigOptions();
+	int			n;
+	struct config_generic **vars = get_guc_variables_compat(&n);
 	int			i,
 				j;
 
@@ -162,11 +158,7 @@ _PG_init(void)
 	if (process_shared_preload_libraries_in_progress)
 		CtxwinWorkerRegister();
 
-#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("ctxwin");
-#else
-	EmitWarningsOnPlaceholders("ctxwin");
-#endif
 }
 
 PG_FUNCTION_INFO_V1(ctxwin_caller_sees_session);

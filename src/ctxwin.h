@@ -16,6 +16,7 @@
 #include "utils/jsonb.h"
 
 #include "bpe.h"
+#include "compat.h"
 
 /* How an encoding counts. */
 typedef enum CtxwinEncodingKind

@@ -446,7 +446,7 @@ LlmTransferResult(LlmTransfer *t, int curl_code)
 			resp = pg_any_to_server(resp, (int) len, PG_UTF8);
 			len = strlen(resp);
 		}
-		lex = makeJsonLexContextCstringLen(resp, (int) len, GetDatabaseEncoding(), false);
+		lex = makeJsonLexContextCstringLen_compat(resp, len, GetDatabaseEncoding(), false);
 		json_ok = pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS;
 		if (!json_ok && !is_error)
 			ereport(ERROR,

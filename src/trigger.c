@@ -279,7 +279,7 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 							   RelationGetRelationName(rel));
 	}
 
-	indexid = RelationGetPrimaryKeyIndex(rel);
+	indexid = RelationGetPrimaryKeyIndex_compat(rel);
 	if (!OidIsValid(indexid))
 		elog(ERROR, "%s has no primary key", RelationGetRelationName(rel));
 	index = index_open(indexid, AccessShareLock);
@@ -289,7 +289,7 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(key));
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, index, snapshot, 1, 0);
+	scan = index_beginscan_compat(rel, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)
@@ -535,7 +535,7 @@ AddInt64(int64 a, int64 b)
 	return r;
 }
 
-static void NoSession(Datum session_id) pg_attribute_noreturn();
+pg_noreturn static void NoSession(Datum session_id);
 
 static void
 NoSession(Datum session_id)
@@ -557,11 +557,7 @@ UuidText(Datum id)
 static bool
 OwnsTable(Relation rel)
 {
-#if PG_VERSION_NUM >= 160000
 	return object_ownercheck(RelationRelationId, RelationGetRelid(rel), GetUserId());
-#else
-	return pg_class_ownercheck(RelationGetRelid(rel), GetUserId());
-#endif
 }
 
 /* ------------------------------------------------------------------------

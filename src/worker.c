@@ -167,9 +167,7 @@ typedef struct WorkerShared
 
 static WorkerShared *shared = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
@@ -180,10 +178,8 @@ static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 static void
 WorkerShmemRequest(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
 }
 
@@ -347,7 +343,7 @@ StopWorkerFor(const char *dbname)
 	int			n = 0;
 	int			waited;
 
-	if (!OidIsValid(dboid) || !pg_database_ownercheck(dboid, GetUserId()))
+	if (!OidIsValid(dboid) || !object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
 		return;
 	EnsureXactCallback();
 	launcher_wake_at_end = true;
@@ -427,12 +423,8 @@ CtxwinWorkerRegister(void)
 {
 	BackgroundWorker w;
 
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = WorkerShmemRequest;
-#else
-	WorkerShmemRequest();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = WorkerShmemStartup;
 	prev_process_utility_hook = ProcessUtility_hook;
@@ -644,7 +636,7 @@ ctxwin_launcher_main(Datum arg)
 
 	SpinLockAcquire(&shared->mutex);
 	shared->launcher_pid = MyProcPid;
-	shared->launcher_procno = MyProc->pgprocno;
+	shared->launcher_procno = MyProcNumber;
 	SpinLockRelease(&shared->mutex);
 	before_shmem_exit(LauncherShutdown, (Datum) 0);
 
@@ -1299,8 +1291,15 @@ ExtensionState(void)
 	static char logged[64] = "";
 	char	   *version;
 
-	if (!OidIsValid(get_extension_oid("ctxwin", true)))
-		return 0;
+	/*
+	 * A query of pg_extension, not get_extension_oid(): from PostgreSQL 18
+	 * on, that one answers from the catalog cache, and the commit that wakes
+	 * the worker (CREATE or DROP EXTENSION) sends its cache invalidations
+	 * only after its commit callbacks have run, so a worker woken at once
+	 * could still find the entry it cached before and sleep through a whole
+	 * naptime.  The query's snapshot sees every transaction committed
+	 * before it.
+	 */
 	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'ctxwin'",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		return 0;				/* dropped meanwhile */
@@ -1947,7 +1946,7 @@ ctxwin_worker_main(Datum arg)
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->dboid = MyDatabaseId;
 	MySlot->pid = MyProcPid;
-	MySlot->procno = MyProc->pgprocno;
+	MySlot->procno = MyProcNumber;
 	MySlot->started_at = GetCurrentTimestamp();
 	MySlot->state = WS_IDLE;
 	SpinLockRelease(&MySlot->mutex);

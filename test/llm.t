@@ -557,12 +557,20 @@ q -c "GRANT USAGE ON SCHEMA ctxwin TO $role" >/dev/null
 # r: psql as the unprivileged role; ctxwin loaded first, as in any session that used it
 load="DO \$\$BEGIN PERFORM ctxwin.count_tokens('x'); END\$\$"
 r() { PGPASSWORD=$rolepw PGUSER=$role q -c "$load" "$@"; }
+# PostgreSQL's refusal to show a GUC_SUPERUSER_ONLY setting: 16 reworded it
+# ("must be superuser or have privileges of pg_read_all_settings to examine"
+# became "permission denied to examine", with a detail)
+if [ "$(q -c "SHOW server_version_num")" -ge 160000 ]; then
+	denied='ERROR:  permission denied to examine "ctxwin.llm_api_key_file"'
+else
+	denied="ERROR:  must be superuser"
+fi
 out=$(r -c "SHOW ctxwin.llm_api_key_file")
-like "$out" "ERROR:  must be superuser" "a plain role cannot SHOW ctxwin.llm_api_key_file"
+like "$out" "$denied" "a plain role cannot SHOW ctxwin.llm_api_key_file"
 is "$(contains_none "$out" "$tmp")" "" "and the error does not show the path"
 is "$(r -c "SELECT count(*) FROM pg_settings WHERE name = 'ctxwin.llm_api_key_file' OR setting LIKE '%$tmp%'")" "0" \
 	"pg_settings has no row for it"
-like "$(r -c "SELECT current_setting('ctxwin.llm_api_key_file')")" "ERROR:  must be superuser" "nor does current_setting show it"
+like "$(r -c "SELECT current_setting('ctxwin.llm_api_key_file')")" "$denied" "nor does current_setting show it"
 is "$(r -c "SELECT current_setting('ctxwin.llm_base_url')")" "http://127.0.0.1:$port/v1" "the base URL is visible (it is no secret)"
 out=$(PGPASSWORD=$rolepw PGUSER=$role q -c "SHOW ctxwin.llm_api_key_file")
 [ "$out" = "$tmp/key" ] &&
