@@ -5,7 +5,8 @@
 #
 #   ctxwin_cluster_start   initdb and start; exports PGHOST, PGPORT, PGUSER,
 #                          PGDATABASE for the commands that follow
-#   ctxwin_cluster_stop    stop it and remove its directory
+#   ctxwin_cluster_stop    stop it and remove its directory (kept, to read its
+#                          log, with CTXWIN_KEEP_CLUSTER=1)
 # Uses initdb and pg_ctl from PATH (scripts/pg.sh's ctxwin_pg_use).
 
 # Run a command as the server's OS user.
@@ -52,6 +53,10 @@ ctxwin_cluster_stop() {
 	local d=${CTXWIN_CLUSTER_DIR:-}
 	[ -n "$d" ] || return 0
 	[ -f "$d/data/postmaster.pid" ] && ctxwin_as_pg pg_ctl -D "$d/data" -m fast -w stop >/dev/null 2>&1
-	rm -rf "$d"
+	if [ -n "${CTXWIN_KEEP_CLUSTER:-}" ]; then
+		echo "the cluster's directory is kept: $d (server log in $d/data/log)"
+	else
+		rm -rf "$d"
+	fi
 	CTXWIN_CLUSTER_DIR=
 }

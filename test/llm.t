@@ -426,19 +426,23 @@ is "$(q -c "SELECT count(*) FROM ctxwin.sessions WHERE compaction_queued_at IS N
 c3=$(newsess llm)
 c4=$(newsess llm)
 q -c "SELECT part('$c3', 1), part('$c4', 1)" >/dev/null
-X="-c ctxwin.llm_model=fault-timeout -c ctxwin.llm_timeout_ms=20000 -c application_name=ctxwin_compact_a" \
+# (the name by PGAPPNAME: psql's own application_name outranks one in PGOPTIONS)
+n0=$(nreq)
+PGAPPNAME=ctxwin_compact_a X="-c ctxwin.llm_model=fault-timeout -c ctxwin.llm_timeout_ms=20000" \
 	ql openai -c "SELECT ctxwin.compact()" >"$tmp/compact_a" 2>&1 &
 bga=$!
-# up to 30 s: on a loaded machine the first compact() can take a while to get there
-for _ in $(seq 1 300); do
-	[ "$(nreq)" -gt 0 ] && [ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_compact_a' AND state = 'active'")" ] && break
+# until the first compact() waits on the LLM: its request reached the mock
+# (up to 15 s, well within its 20 s time limit)
+for _ in $(seq 1 150); do
+	[ "$(nreq)" -gt "$n0" ] && [ -n "$(q -c "SELECT 1 FROM pg_stat_activity WHERE application_name = 'ctxwin_compact_a' AND state = 'active'")" ] && break
 	sleep 0.1
 done
-sleep 0.5
+[ "$(nreq)" -gt "$n0" ] || diag "the first compact() sent no request in 15 s"
 out=$(X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()")
 is "$out" "1" "a second compact() skips the session the first holds and summarizes the other"
 q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_compact_a'" >/dev/null
 wait $bga
+[ "$out" = "1" ] || diag "the first compact(): $(cat "$tmp/compact_a"); $(q -c "SELECT compaction_failures, last_error FROM ctxwin.sessions WHERE id IN ('$c3', '$c4')")"
 is "$(q -c "SELECT count(*) FROM ctxwin.summaries WHERE session_id IN ('$c3', '$c4')")" "1" \
 	"one summary in all: no session was summarized by both"
 is "$(q -c "SELECT count(*) FROM ctxwin.sessions WHERE id IN ('$c3', '$c4') AND compaction_queued_at IS NOT NULL")" "1" \
