@@ -60,7 +60,6 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
