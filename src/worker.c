@@ -58,7 +58,6 @@
 #include "catalog/pg_database.h"
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
