@@ -164,7 +164,7 @@ is( sq('postgres', "SELECT string_agg(coalesce(datname, '-') || ':' || applicati
 	'launcher and workers show in pg_stat_activity with clear names');
 my $st = "SELECT string_agg(database || ':' || state, ',' ORDER BY database) FROM ctxwin.worker_status";
 my $want = 'nodb:no such database,template0:not accepting connections,w1:idle,w2:no extension';
-wait_for($node, 'w1', "$st = '$want'", 10);
+wait_for($node, 'w1', "SELECT ($st) = '$want'", 10);
 is(sq('w1', $st), $want,
 	'worker_status: w1 idle, w2 without the extension, nodb does not exist, template0 takes no connections');
 sleep 2;
