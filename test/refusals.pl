@@ -109,8 +109,12 @@ INSERT INTO ctxwin.profiles (name, max_messages_before_summary, max_tokens_befor
 VALUES ('r', 8, NULL, NULL, 2, 'llm');
 SQL
 }
-wait_for($node, 'r1', "SELECT state = 'idle' FROM ctxwin.worker_status WHERE database = 'r1'", 10)
-  or BAIL_OUT('the worker of r1 did not start');
+if (!wait_for($node, 'r1', "SELECT state = 'idle' FROM ctxwin.worker_status WHERE database = 'r1'", 10))
+{
+	diag('worker_status: ' . sq('r1', 'SELECT to_jsonb(w) FROM ctxwin.worker_status w'));
+	diag('server log: ' . join("\n", (split /\n/, slurp_file($node->logfile))[-30 .. -1]));
+	BAIL_OUT('the worker of r1 did not start');
+}
 
 sub sq { return sql($node, @_); }
 # ql(PROVIDER, MODEL, SQL): in r0 (no worker there) with that provider and model
