@@ -112,7 +112,8 @@ SQL
 if (!wait_for($node, 'r1', "SELECT state = 'idle' FROM ctxwin.worker_status WHERE database = 'r1'", 10))
 {
 	diag('worker_status: ' . sq('r1', 'SELECT to_jsonb(w) FROM ctxwin.worker_status w'));
-	diag('server log: ' . join("\n", (split /\n/, slurp_file($node->logfile))[-30 .. -1]));
+	my @log = grep { !/ statement: / } split /\n/, slurp_file($node->logfile);
+	diag("server log, statements left out:\n" . join("\n", @log[ ($#log > 40 ? $#log - 40 : 0) .. $#log ]));
 	BAIL_OUT('the worker of r1 did not start');
 }
 
