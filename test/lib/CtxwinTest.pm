@@ -21,7 +21,6 @@ use warnings;
 use Exporter 'import';
 use File::Basename qw(dirname);
 use IPC::Run;
-use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -258,7 +257,6 @@ package CtxwinTest::Mock;
 use strict;
 use warnings;
 use IPC::Run;
-use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
@@ -276,7 +274,7 @@ Starts the mock (--port 0: it binds a free port and reports it) and waits
 for its port; dies if it does not come up.  ARGS go to mockllm.py, such as
 --slow 60 or --seed 7.
 
-=item $mock->port, key, keyfile, log, base_url('openai' | 'anthropic')
+=item $mock->port, key, keyfile, requests_log, base_url('openai' | 'anthropic')
 
 =item $mock->nreq
 
@@ -331,7 +329,7 @@ sub start
 sub port    { return $_[0]{port}; }
 sub key     { return $_[0]{key}; }
 sub keyfile { return $_[0]{keyfile}; }
-sub log     { return $_[0]{log}; }
+sub requests_log { return $_[0]{log}; }
 
 sub base_url
 {
