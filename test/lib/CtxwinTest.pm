@@ -34,6 +34,14 @@ our @EXPORT = qw(
 # psql's output in the database's encoding (UTF8), whatever the locale.
 $ENV{PGCLIENTENCODING} = 'UTF8';
 
+# PostgreSQL::Test::Utils sends the program's own STDERR to its log file
+# only, which the test run removes: show why a program died in its TAP
+# output too (not for a die caught by an eval).
+$SIG{__DIE__} = sub {
+	diag("died: $_[0]") if defined $^S && !$^S;
+	die @_;
+};
+
 # The directory of the test programs (test/), where mockllm.py lives.
 my $testdir = dirname(dirname(__FILE__));
 
@@ -257,6 +265,7 @@ package CtxwinTest::Mock;
 use strict;
 use warnings;
 use IPC::Run;
+use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
