@@ -20,7 +20,6 @@ CTXWIN_CACHE=${CTXWIN_CACHE:-/var/cache/ctxwin}
 ctxwin_pg_suite() {
 	case $1 in
 	15) echo bookworm ;;
-	16) echo "" ;;
 	17) echo trixie ;;
 	18) echo sid ;;
 	*) echo "" ;;
@@ -146,7 +145,7 @@ _ctxwin_pg15_perl() {
 	[ -f "$dir/PostgreSQL/Test/Cluster.pm" ] && return 0
 	local pin sum orig
 	read -r pin sum <<<"$(ctxwin_pg_pinned 15)"
-	orig=$(_ctxwin_orig postgresql-15 bookworm "$pin" "$sum") || return 1
+	orig=$(_ctxwin_orig postgresql-15 "$(ctxwin_pg_suite 15)" "$pin" "$sum") || return 1
 	local tmp
 	tmp=$(mktemp -d)
 	tar -xf "$orig" -C "$tmp" --strip-components=1 --wildcards '*/src/test/perl/*'

@@ -1278,13 +1278,14 @@ NotAFailure(int sqlstate)
 }
 
 /*
- * Whether the database has ctxwin, at the version of the library this worker
- * runs: 1 yes, 0 no extension, 2 another version.  The worker serves only
+ * Whether the database has ctxwin at the version of the library this worker
+ * runs (WS_IDLE: serve it), has none (WS_NO_EXTENSION) or has another
+ * version (WS_VERSION_MISMATCH).  The worker serves only
  * its own version: an older one waits for ALTER EXTENSION ctxwin UPDATE
  * (the worker goes on by itself after it), a newer one for a server restart
  * that loads the newer library.  Each change of what it sees is logged once.
  */
-static int
+static WorkerState
 ExtensionState(void)
 {
 	static char logged[64] = "";
@@ -1301,14 +1302,14 @@ ExtensionState(void)
 	 */
 	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'ctxwin'",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return 0;				/* dropped meanwhile */
+		return WS_NO_EXTENSION;
 	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (version == NULL)
-		return 0;
+		return WS_NO_EXTENSION;
 	if (strcmp(version, CTXWIN_VERSION) == 0)
 	{
 		logged[0] = '\0';
-		return 1;
+		return WS_IDLE;
 	}
 	if (strcmp(version, logged) != 0)
 	{
@@ -1328,7 +1329,7 @@ ExtensionState(void)
 							   version, CTXWIN_VERSION),
 					 errhint("Restart the server to load the library installed with ctxwin %s.", version)));
 	}
-	return 2;
+	return WS_VERSION_MISMATCH;
 }
 
 static void
@@ -1970,7 +1971,7 @@ ctxwin_worker_main(Datum arg)
 		bool		to_start = false;
 		long		timeout_ms;
 		dlist_iter	it;
-		int			ext = -1;	/* -1 not looked, else ExtensionState() */
+		WorkerState ext = WS_STARTING;	/* ExtensionState(); WS_STARTING: not looked */
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -2006,7 +2007,7 @@ ctxwin_worker_main(Datum arg)
 		{
 			BeginWork("ctxwin: compacting sessions");
 			ext = ExtensionState();
-			if (ext != 1)
+			if (ext != WS_IDLE)
 			{
 				/* not (or no longer) installed here, or not at our version: drop what we hold */
 				dlist_foreach(it, &jobs)
@@ -2103,11 +2104,9 @@ ctxwin_worker_main(Datum arg)
 				next_wake = j->next_at;
 		}
 		SpinLockAcquire(&MySlot->mutex);
-		if (ext == 0)
-			MySlot->state = WS_NO_EXTENSION;
-		else if (ext == 2)
-			MySlot->state = WS_VERSION_MISMATCH;
-		else if (ext == 1 || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH))
+		if (ext == WS_NO_EXTENSION || ext == WS_VERSION_MISMATCH)
+			MySlot->state = ext;
+		else if (ext == WS_IDLE || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH))
 			MySlot->state = njobs > 0 ? WS_WORKING : WS_IDLE;
 		MySlot->in_flight = ninflight;
 		SpinLockRelease(&MySlot->mutex);
