@@ -15,7 +15,11 @@ OBJS = \
 	src/vocab_cl100k_base.o \
 	src/vocab_o200k_base.o
 
-DATA = $(wildcard sql/ctxwin--*.sql)
+# The install script of the current version is made from one file per area
+# (sql/install/); the released scripts and the update scripts are plain files.
+SQL_AREAS = $(sort $(wildcard sql/install/*.sql))
+SQL_INSTALL = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = $(sort $(wildcard sql/ctxwin--*.sql) $(SQL_INSTALL))
 REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
@@ -42,6 +46,14 @@ CTXWIN_BUILT_FOR := $(shell $(PG_CONFIG) --version)
 	@if [ "$$(cat $@ 2>/dev/null)" != "$(CTXWIN_BUILT_FOR)" ]; then echo "$(CTXWIN_BUILT_FOR)" > $@; fi
 $(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
 .PHONY: FORCE
+
+all: $(SQL_INSTALL)
+
+# Committed, so that a reader (and PGXN) sees the whole script; test/layout.t
+# checks that it is what this rule makes.
+$(SQL_INSTALL): $(SQL_AREAS) scripts/build-sql.sh ctxwin.control
+	scripts/build-sql.sh $(EXTVERSION) $(SQL_AREAS) > $@.tmp
+	mv $@.tmp $@
 
 # Host tools run at build time; plain flags, never the server's.
 HOST_CC ?= cc

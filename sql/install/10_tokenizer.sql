@@ -1,0 +1,68 @@
+-- The tokenizer functions are STABLE, not IMMUTABLE: an encoding argument may
+-- name a model, whose encoding is read from ctxwin.models (a row a user can
+-- change).  Functions that pass an encoding through are STABLE too.
+CREATE FUNCTION ctxwin.count_tokens(t text, encoding text DEFAULT 'cl100k_base')
+RETURNS int
+AS 'MODULE_PATHNAME', 'count_tokens'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
+'Number of tokens of a text: exact with tiktoken''s encode_ordinary for cl100k_base and o200k_base; estimates for chars4 (characters / 4) and chars3.5 (characters / 3.5, rounded up)';
+
+CREATE FUNCTION ctxwin.tokenize(t text, encoding text DEFAULT 'cl100k_base')
+RETURNS int[]
+AS 'MODULE_PATHNAME', 'tokenize'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
+'Token ids of a text, as tiktoken''s encode_ordinary gives them (special-token text is ordinary text)';
+
+CREATE FUNCTION ctxwin.detokenize(ids int[], encoding text DEFAULT 'cl100k_base')
+RETURNS text
+AS 'MODULE_PATHNAME', 'detokenize'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
+'Text of a sequence of token ids; the inverse of tokenize';
+
+CREATE FUNCTION ctxwin.count_message_tokens(message jsonb, encoding text DEFAULT 'cl100k_base')
+RETURNS int
+AS 'MODULE_PATHNAME', 'count_message_tokens'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
+'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
+
+CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
+                                      tool_calls jsonb, encoding text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'message_tokens'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) IS
+'Tokens of one chat message given as fields (NULL: absent); equal to count_message_tokens of the same message as JSON';
+
+CREATE FUNCTION ctxwin.truncate_middle(t text, max_tokens int, encoding text DEFAULT 'cl100k_base')
+RETURNS text
+AS 'MODULE_PATHNAME', 'truncate_middle'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
+'The text itself if it has at most max_tokens tokens, else its beginning and end around "[... N tokens omitted ...]", within max_tokens';
+
+CREATE FUNCTION ctxwin._fit_contents(contents text[], room int, encoding text)
+RETURNS text[]
+AS 'MODULE_PATHNAME', 'fit_contents'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._fit_contents(text[], int, text) IS
+'The contents of a window''s newest unit, the largest cut first, each cut one carrying its omission marker, within room tokens in all; NULL if not even the markers fit';
+
+CREATE FUNCTION ctxwin._contents_least(contents text[], encoding text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'contents_least'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._contents_least(text[], text) IS
+'The fewest tokens _fit_contents can cut the contents to: each at most to its omission marker alone';
+

@@ -1,0 +1,303 @@
+------------------------------------------------------------------------------
+-- Models and profiles
+--
+-- Both ship rows (builtin = true) and take the user's.  pg_dump carries the
+-- user's rows only (the extension recreates its own); a row a user inserts
+-- under a built-in name replaces the built-in one, and a built-in row a
+-- user updates becomes the user's, so a dump and restore keeps every change.
+------------------------------------------------------------------------------
+
+CREATE TABLE ctxwin.models (
+    name text PRIMARY KEY,
+    encoding text NOT NULL
+        CHECK (encoding IN ('cl100k_base', 'o200k_base', 'chars4', 'chars3.5')),
+    context_window int NOT NULL CHECK (context_window > 0),
+    provider text,
+    builtin boolean NOT NULL DEFAULT false
+);
+
+COMMENT ON TABLE ctxwin.models IS
+'LLM models: the encoding their tokens are counted with and their context window';
+
+CREATE TABLE ctxwin.profiles (
+    name text PRIMARY KEY,
+    model text NOT NULL DEFAULT 'gpt-4o' REFERENCES ctxwin.models (name) ON UPDATE CASCADE,
+    context_window int CHECK (context_window > 0),
+    trigger_ratio real DEFAULT 0.8 CHECK (trigger_ratio > 0::real AND trigger_ratio <= 1::real),
+    max_messages_before_summary int DEFAULT 30 CHECK (max_messages_before_summary > 0),
+    max_tokens_before_summary int DEFAULT 128000 CHECK (max_tokens_before_summary > 0),
+    min_recent_messages int NOT NULL DEFAULT 6 CHECK (min_recent_messages >= 0),
+    response_reserve int NOT NULL DEFAULT 4096 CHECK (response_reserve >= 0),
+    max_summary_tokens int NOT NULL DEFAULT 1024 CHECK (max_summary_tokens > 0),
+    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive')),
+    summary_model text,
+    summary_prompt text,
+    summary_placement text NOT NULL DEFAULT 'system'
+        CHECK (summary_placement IN ('system', 'message')),
+    builtin boolean NOT NULL DEFAULT false
+);
+
+COMMENT ON TABLE ctxwin.profiles IS
+'Per-agent settings: model, window, summary triggers (NULL: off), recent messages kept, response reserve and summary settings';
+
+CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A user's row under a built-in name takes over the built-in row in
+        -- place (deleting it first would break the profiles and sessions
+        -- that reference it); the insert itself is then skipped.
+        IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
+            UPDATE ctxwin.models
+            SET encoding = NEW.encoding, context_window = NEW.context_window,
+                provider = NEW.provider, builtin = false
+            WHERE name = NEW.name AND builtin;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        ELSIF NOT NEW.builtin THEN
+            UPDATE ctxwin.profiles
+            SET model = NEW.model, context_window = NEW.context_window, trigger_ratio = NEW.trigger_ratio,
+                max_messages_before_summary = NEW.max_messages_before_summary,
+                max_tokens_before_summary = NEW.max_tokens_before_summary,
+                min_recent_messages = NEW.min_recent_messages, response_reserve = NEW.response_reserve,
+                max_summary_tokens = NEW.max_summary_tokens, summary_strategy = NEW.summary_strategy,
+                summary_model = NEW.summary_model, summary_prompt = NEW.summary_prompt,
+                summary_placement = NEW.summary_placement, builtin = false
+            WHERE name = NEW.name AND builtin;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    ELSIF OLD.builtin AND NEW.builtin THEN
+        -- a built-in row the user changes becomes the user's
+        NEW.builtin := false;
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._builtin_row_replace() IS
+'Trigger on models and profiles: user rows replace and take over built-in rows, so pg_dump keeps them';
+
+CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.models
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._builtin_row_replace();
+CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.profiles
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._builtin_row_replace();
+
+-- Context windows as published by each provider.  Claude and Gemini have
+-- their own tokenizers: their counts are approximated with the nearest
+-- tiktoken vocabulary, which can undercount; keep a response_reserve.
+INSERT INTO ctxwin.models (name, encoding, context_window, provider, builtin) VALUES
+    ('gpt-5',              'o200k_base',  400000, 'openai', true),
+    ('gpt-5-mini',         'o200k_base',  400000, 'openai', true),
+    ('gpt-5-nano',         'o200k_base',  400000, 'openai', true),
+    ('gpt-4.1',            'o200k_base', 1047576, 'openai', true),
+    ('gpt-4.1-mini',       'o200k_base', 1047576, 'openai', true),
+    ('gpt-4.1-nano',       'o200k_base', 1047576, 'openai', true),
+    ('gpt-4o',             'o200k_base',  128000, 'openai', true),
+    ('gpt-4o-mini',        'o200k_base',  128000, 'openai', true),
+    ('o1',                 'o200k_base',  200000, 'openai', true),
+    ('o3',                 'o200k_base',  200000, 'openai', true),
+    ('o3-mini',            'o200k_base',  200000, 'openai', true),
+    ('o4-mini',            'o200k_base',  200000, 'openai', true),
+    ('gpt-4-turbo',        'cl100k_base', 128000, 'openai', true),
+    ('gpt-4',              'cl100k_base',   8192, 'openai', true),
+    ('gpt-4-32k',          'cl100k_base',  32768, 'openai', true),
+    ('gpt-3.5-turbo',      'cl100k_base',  16385, 'openai', true),
+    ('claude-opus-4-1',    'cl100k_base', 200000, 'anthropic', true),
+    ('claude-opus-4',      'cl100k_base', 200000, 'anthropic', true),
+    ('claude-sonnet-4-5',  'cl100k_base', 200000, 'anthropic', true),
+    ('claude-sonnet-4',    'cl100k_base', 200000, 'anthropic', true),
+    ('claude-haiku-4-5',   'cl100k_base', 200000, 'anthropic', true),
+    ('claude-3-7-sonnet',  'cl100k_base', 200000, 'anthropic', true),
+    ('claude-3-5-sonnet',  'cl100k_base', 200000, 'anthropic', true),
+    ('claude-3-5-haiku',   'cl100k_base', 200000, 'anthropic', true),
+    ('gemini-2.5-pro',     'o200k_base', 1048576, 'google', true),
+    ('gemini-2.5-flash',   'o200k_base', 1048576, 'google', true),
+    ('gemini-2.0-flash',   'o200k_base', 1048576, 'google', true),
+    ('gemini-1.5-pro',     'o200k_base', 2097152, 'google', true),
+    ('gemini-1.5-flash',   'o200k_base', 1048576, 'google', true);
+
+INSERT INTO ctxwin.profiles (name, model, builtin) VALUES ('default', 'gpt-4o', true);
+
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.models', 'WHERE NOT builtin');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.profiles', 'WHERE NOT builtin');
+
+------------------------------------------------------------------------------
+-- Sessions and messages
+------------------------------------------------------------------------------
+
+CREATE TABLE ctxwin.sessions (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    profile text NOT NULL DEFAULT 'default' REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE,
+    system_prompt text,
+    conversation_summary text,
+    summary_through_id bigint NOT NULL DEFAULT 0 CHECK (summary_through_id >= 0),
+    summary_tokens int NOT NULL DEFAULT 0,
+    summary_version int NOT NULL DEFAULT 0,
+    summary_updated_at timestamptz,
+    message_count bigint NOT NULL DEFAULT 0 CHECK (message_count >= summary_through_id),
+    token_count bigint NOT NULL DEFAULT 0,
+    unsummarized_messages bigint NOT NULL DEFAULT 0,
+    unsummarized_tokens bigint NOT NULL DEFAULT 0,
+    prompt_tokens int NOT NULL DEFAULT 0,
+    count_encoding text,
+    pending_tool_calls text[],
+    compaction_queued_at timestamptz,
+    compaction_retry_at timestamptz,
+    compaction_failures int NOT NULL DEFAULT 0,
+    last_error text,
+    last_error_at timestamptz,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- the queue in the order compact() and the worker take it (id: among
+-- sessions queued at one time, as by a profile change)
+CREATE INDEX sessions_compaction_queue ON ctxwin.sessions (compaction_queued_at, id)
+    WHERE compaction_queued_at IS NOT NULL;
+
+COMMENT ON TABLE ctxwin.sessions IS
+'Chat sessions: system prompt, running summary and the counters ctxwin maintains';
+COMMENT ON COLUMN ctxwin.sessions.summary_through_id IS
+'Id of the last message the summary covers (0: none); only moves forward';
+COMMENT ON COLUMN ctxwin.sessions.message_count IS
+'Messages in the session, which is also the id of the newest one';
+COMMENT ON COLUMN ctxwin.sessions.prompt_tokens IS
+'Tokens of the system prompt and summary as build_context sends them, in count_encoding';
+COMMENT ON COLUMN ctxwin.sessions.count_encoding IS
+'Encoding of unsummarized_tokens, summary_tokens and prompt_tokens';
+COMMENT ON COLUMN ctxwin.sessions.pending_tool_calls IS
+'Ids of the tool calls of the newest assistant message with tool_calls not yet answered';
+COMMENT ON COLUMN ctxwin.sessions.compaction_queued_at IS
+'When a summary trigger fired and the session was queued for compaction (NULL: not queued)';
+COMMENT ON COLUMN ctxwin.sessions.compaction_retry_at IS
+'After a failed compaction: when the worker may try again';
+COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
+'Failed compactions since the last success or new message; at ctxwin.max_failures the worker and compact() stop trying';
+
+-- Who writes what: applications write profile, system_prompt, metadata,
+-- conversation_summary and summary_through_id (checked by
+-- _sessions_maintain); every other column is ctxwin's bookkeeping, written
+-- by its triggers and C code, or by the table's owner (a restore, a
+-- superuser).  The guard is in C (src/trigger.c): it runs on every update,
+-- the insert trigger's writes of the counters included.
+CREATE FUNCTION ctxwin._sessions_guard() RETURNS trigger
+AS 'MODULE_PATHNAME', 'sessions_guard'
+LANGUAGE C;
+
+COMMENT ON FUNCTION ctxwin._sessions_guard() IS
+'Trigger on sessions: refuses writes of the columns ctxwin maintains by roles that do not own the table';
+
+-- (before sessions_maintain_*: triggers fire in the order of their names)
+CREATE TRIGGER sessions_guard BEFORE INSERT OR UPDATE ON ctxwin.sessions
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_guard();
+
+CREATE TABLE ctxwin.messages (
+    session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    id bigint NOT NULL,
+    role text NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+    content text,
+    tool_calls jsonb,
+    tool_call_id text,
+    name text,
+    token_count int NOT NULL CHECK (token_count >= 0),
+    token_encoding text NOT NULL,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, id)
+);
+
+COMMENT ON TABLE ctxwin.messages IS
+'Chat messages, append-only; id is the position in the session (1, 2, 3 ... in commit order), set by ctxwin';
+COMMENT ON COLUMN ctxwin.messages.token_count IS
+'Tokens of the message with its overhead, counted with token_encoding when it was inserted';
+
+CREATE TABLE ctxwin.summaries (
+    session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    version int NOT NULL,
+    from_id bigint NOT NULL,
+    through_id bigint NOT NULL,
+    content text NOT NULL,
+    token_count int NOT NULL,
+    strategy text NOT NULL,
+    model text,
+    usage jsonb,
+    latency_ms int,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, version),
+    CHECK (from_id <= through_id)
+);
+
+COMMENT ON TABLE ctxwin.summaries IS
+'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
+
+CREATE TABLE ctxwin.flush_events (
+    session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    id bigint NOT NULL,
+    from_id bigint NOT NULL,
+    through_id bigint NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, id)
+);
+
+COMMENT ON TABLE ctxwin.flush_events IS
+'Outbox: one row per compaction with the message range it newly summarized, for long-term memory extraction';
+
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.sessions', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.messages', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.summaries', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.flush_events', '');
+
+-- The system messages build_context sends before the conversation.
+CREATE FUNCTION ctxwin.system_messages(system_prompt text, summary text, placement text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE
+    WHEN coalesce(summary, '') = '' THEN
+        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
+             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
+    WHEN placement = 'message' THEN
+        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
+             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
+        || jsonb_build_array(jsonb_build_object('role', 'system',
+               'content', 'Summary of earlier conversation:' || E'\n' || summary))
+    ELSE jsonb_build_array(jsonb_build_object('role', 'system',
+             'content', concat_ws(E'\n\n', nullif(system_prompt, ''),
+                                  'Summary of earlier conversation:' || E'\n' || summary)))
+END;
+
+COMMENT ON FUNCTION ctxwin.system_messages(text, text, text) IS
+'The system messages that carry a session''s system prompt and summary, per summary_placement';
+
+CREATE FUNCTION ctxwin.messages_tokens(messages jsonb, encoding text)
+RETURNS int
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(sum(ctxwin.count_message_tokens(m, encoding)), 0)
+        FROM jsonb_array_elements(messages) m);
+
+COMMENT ON FUNCTION ctxwin.messages_tokens(jsonb, text) IS
+'Sum of count_message_tokens over a JSON array of messages (without the 3 tokens of a list)';
+
+-- A session joined with its profile and model: what every function needs.
+-- security_invoker: the view reads sessions, profiles and models with the
+-- caller's privileges and row-level security, not its owner's.
+CREATE VIEW ctxwin.session_settings WITH (security_invoker = true) AS
+SELECT s.id AS session_id, s.profile, p.model, m.encoding,
+       coalesce(p.context_window, m.context_window) AS context_window,
+       p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
+       p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
+       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement
+FROM ctxwin.sessions s
+JOIN ctxwin.profiles p ON p.name = s.profile
+JOIN ctxwin.models m ON m.name = p.model;
+
+COMMENT ON VIEW ctxwin.session_settings IS
+'Each session with the settings of its profile and model in effect now';
+
+-- rows are those of sessions the caller may read (security_invoker)
+GRANT SELECT ON ctxwin.session_settings TO PUBLIC;
+

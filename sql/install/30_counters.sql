@@ -1,0 +1,265 @@
+-- Tokens of the unsummarized messages of a session, in an encoding.
+CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                 ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                            m.tool_calls, p_encoding) END), 0)
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > p_after);
+
+COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
+'Tokens of the messages of a session after an id, counted in an encoding';
+
+-- Whether a session's counters put it in the compaction queue: a summary
+-- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
+-- and there is more than the newest min_recent_messages to summarize.
+CREATE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
+                                     max_messages int, max_tokens int, ratio real,
+                                     context_window int, min_recent int)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN messages > min_recent
+   AND (coalesce(messages >= max_messages, false)
+        OR coalesce(tokens >= max_tokens, false)
+        OR coalesce((prompt_tokens + tokens + 3)::float8 > ratio::float8 * context_window::float8, false));
+
+COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real, int, int) IS
+'Whether a session with these unsummarized messages and tokens belongs in the compaction queue under these settings';
+
+-- Keeps a session's derived columns right when its prompt, summary, summary
+-- point or profile change, and guards the summary point.
+CREATE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
+        IF NEW.summary_through_id < OLD.summary_through_id THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group: the next message is no tool result, and
+        -- an assistant message with tool calls is summarized with its results
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF nxt.role = 'tool' OR (coalesce(cur.has_calls, false) AND nxt.role IS NULL) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves';
+
+CREATE TRIGGER sessions_maintain_insert BEFORE INSERT ON ctxwin.sessions
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_maintain();
+CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
+    FOR EACH ROW
+    WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
+          OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
+          OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
+          OR OLD.profile IS DISTINCT FROM NEW.profile)
+    EXECUTE FUNCTION ctxwin._sessions_maintain();
+
+-- A changed profile or model (lower triggers, a smaller window) can put
+-- sessions over a trigger without a new message: queue them now, as their
+-- next message would, and wake the worker.  SECURITY DEFINER: the queue is
+-- ctxwin's bookkeeping, which its owner writes; a role that may change a
+-- profile or model has it queue every session the change puts over a
+-- trigger, whether that role may see the session or not.  It takes nothing
+-- from its caller but which rows changed: it writes now(), on the stored
+-- counters and settings.
+CREATE FUNCTION ctxwin._settings_requeue() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    UPDATE ctxwin.sessions s SET compaction_queued_at = now()
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE s.profile = p.name AND s.compaction_queued_at IS NULL
+      AND CASE TG_TABLE_NAME WHEN 'profiles' THEN p.name IN (SELECT r.name FROM new_rows r)
+                             ELSE p.model IN (SELECT r.name FROM new_rows r) END
+      AND ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
+                               p.max_messages_before_summary, p.max_tokens_before_summary, p.trigger_ratio,
+                               coalesce(p.context_window, m.context_window), p.min_recent_messages);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM ctxwin._wake_worker();
+    END IF;
+    RETURN NULL;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._settings_requeue() IS
+'Trigger on profiles and models: queues the sessions a changed setting puts over a summary trigger';
+
+CREATE TRIGGER profiles_requeue AFTER UPDATE ON ctxwin.profiles
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._settings_requeue();
+CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._settings_requeue();
+
+-- The insert trigger: validates, numbers and counts a message, keeps the
+-- session's counters and queues the session when a summary trigger fires
+-- (waking the worker when the session enters the queue, or is released by
+-- the message from its failures).  It never calls the network.  In C
+-- (src/trigger.c), it runs on every message insert; it pins no search_path
+-- but resolves no name through it: every name in its queries is qualified.
+-- The counters of a statement's messages are kept in memory and written
+-- once per session at the end of the statement (so a load of n messages in
+-- one statement costs O(n), not O(n^2)): the same function, as statement
+-- triggers, marks the statement's start and end.  Ids, token counts and
+-- token encodings are supplied only by the table's owner (a restore).
+CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
+AS 'MODULE_PATHNAME', 'messages_insert'
+LANGUAGE C;
+
+COMMENT ON FUNCTION ctxwin._messages_insert() IS
+'Insert trigger on messages: numbers the message in its session, counts its tokens, keeps the session counters, queues the session when a summary trigger fires; as statement triggers, writes the counters once per statement';
+
+CREATE TRIGGER messages_insert BEFORE INSERT ON ctxwin.messages
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_insert();
+CREATE TRIGGER messages_insert_begin BEFORE INSERT ON ctxwin.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
+CREATE TRIGGER messages_insert_end AFTER INSERT ON ctxwin.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
+
+-- Messages are append-only: their metadata may change, nothing else; one
+-- message cannot be deleted, a whole session can (its messages go with it).
+CREATE FUNCTION ctxwin._messages_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at)
+           IS DISTINCT FROM
+           (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at) THEN
+            RAISE EXCEPTION 'messages cannot be changed'
+                USING ERRCODE = 'integrity_constraint_violation',
+                      DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
+                      HINT = 'Append a correction as a new message.';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = OLD.session_id) THEN
+        RAISE EXCEPTION 'a single message cannot be deleted'
+            USING ERRCODE = 'integrity_constraint_violation',
+                  DETAIL = 'Its session''s ids, counters and summary would no longer match its messages.',
+                  HINT = 'Delete the whole session (DELETE FROM ctxwin.sessions WHERE id = ...); its messages, summaries and flush events go with it.';
+    END IF;
+    RETURN OLD;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._messages_guard() IS
+'Update and delete trigger on messages: only metadata changes; messages go only with their whole session';
+
+CREATE TRIGGER messages_guard BEFORE UPDATE OR DELETE ON ctxwin.messages
+    FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_guard();
+
+CREATE FUNCTION ctxwin._session_must_exist(p_session uuid) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = p_session) THEN
+        RAISE EXCEPTION 'session % does not exist', p_session USING ERRCODE = 'no_data_found';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._session_must_exist(uuid) IS
+'Raises no_data_found for a session id that names no session';
+
+CREATE FUNCTION ctxwin.messages_after(session uuid, after_id bigint DEFAULT NULL)
+RETURNS SETOF ctxwin.messages
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    RETURN QUERY SELECT * FROM ctxwin.messages m
+                 WHERE m.session_id = session AND m.id > coalesce(after_id, 0)
+                 ORDER BY m.id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
+'Messages of a session with an id greater than after_id (all if NULL), oldest first';
+

@@ -1,0 +1,173 @@
+CREATE FUNCTION ctxwin.context_status(
+    session uuid,
+    OUT session_id uuid,
+    OUT profile text,
+    OUT model text,
+    OUT encoding text,
+    OUT context_window int,
+    OUT budget int,
+    OUT message_count bigint,
+    OUT summary_through_id bigint,
+    OUT messages_since_summary bigint,
+    OUT tokens_since_summary bigint,
+    OUT max_messages_before_summary int,
+    OUT messages_pct numeric,
+    OUT max_tokens_before_summary int,
+    OUT tokens_pct numeric,
+    OUT trigger_ratio real,
+    OUT context_tokens bigint,
+    OUT context_pct numeric,
+    OUT ratio_pct numeric,
+    OUT will_trigger boolean,
+    OUT triggers_firing text[],
+    OUT summary_version int,
+    OUT summary_tokens int,
+    OUT summary_updated_at timestamptz,
+    OUT summary_age interval,
+    OUT window_messages bigint,
+    OUT window_tokens int,
+    OUT dropped_messages bigint,
+    OUT queued_at timestamptz,
+    OUT compaction_failures int,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT note text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    ut bigint;
+    pt int;
+    w jsonb;
+    recent_tokens bigint;
+    recent_n bigint;
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = session;
+
+    session_id := s.id;
+    profile := s.profile;
+    model := st.model;
+    encoding := st.encoding;
+    context_window := st.context_window;
+    message_count := s.message_count;
+    summary_through_id := s.summary_through_id;
+    messages_since_summary := s.message_count - s.summary_through_id;
+    -- counters were kept in another encoding if the model changed since
+    IF s.count_encoding = st.encoding THEN
+        ut := s.unsummarized_tokens;
+    ELSE
+        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding);
+    END IF;
+    pt := ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
+                                                        st.summary_placement), st.encoding);
+    tokens_since_summary := ut;
+    max_messages_before_summary := st.max_messages_before_summary;
+    messages_pct := round(100.0 * messages_since_summary::numeric / st.max_messages_before_summary::numeric, 1);
+    max_tokens_before_summary := st.max_tokens_before_summary;
+    tokens_pct := round(100.0 * ut::numeric / st.max_tokens_before_summary::numeric, 1);
+    trigger_ratio := st.trigger_ratio;
+    context_tokens := pt + ut + 3;
+    context_pct := round(100.0 * context_tokens::numeric / st.context_window::numeric, 1);
+    ratio_pct := round(100.0 * context_tokens::numeric / (st.trigger_ratio::float8 * st.context_window::float8)::numeric, 1);
+    triggers_firing := array_remove(ARRAY[
+        CASE WHEN messages_since_summary >= st.max_messages_before_summary THEN 'messages' END,
+        CASE WHEN ut >= st.max_tokens_before_summary THEN 'tokens' END,
+        CASE WHEN context_tokens::float8 > st.trigger_ratio::float8 * st.context_window::float8 THEN 'ratio' END], NULL);
+    will_trigger := cardinality(triggers_firing) > 0;
+    summary_version := s.summary_version;
+    summary_tokens := coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0);
+    summary_updated_at := s.summary_updated_at;
+    summary_age := now() - s.summary_updated_at;
+    queued_at := s.compaction_queued_at;
+    compaction_failures := s.compaction_failures;
+    last_error := s.last_error;
+    last_error_at := s.last_error_at;
+
+    BEGIN
+        w := ctxwin._window(session, NULL);
+        budget := (w ->> 'budget')::int;
+        window_messages := (w ->> 'window_messages')::bigint;
+        window_tokens := (w ->> 'tokens')::int;
+        dropped_messages := (w ->> 'dropped_messages')::bigint;
+        IF (w ->> 'cut')::boolean THEN
+            note := 'The newest message is longer than the budget: build_context shortens it in the middle.';
+        END IF;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        GET STACKED DIAGNOSTICS note = MESSAGE_TEXT;
+    END;
+
+    IF will_trigger AND messages_since_summary <= st.min_recent_messages THEN
+        note := concat_ws(' ', note, format(
+            'The newest %s messages are never summarized (min_recent_messages), and they alone keep the %s trigger firing.',
+            st.min_recent_messages, array_to_string(triggers_firing, ' and ')));
+    ELSIF dropped_messages > 0 THEN
+        note := concat_ws(' ', note, format(
+            'The %s oldest unsummarized messages do not fit the budget and are left out until a summary covers them.',
+            dropped_messages));
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.context_status(uuid) IS
+'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages and the last compaction error';
+
+CREATE FUNCTION ctxwin._bar(pct numeric, width int DEFAULT 24)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN '[' || repeat('#', least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int)
+    || repeat('.', width - least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int) || ']';
+
+COMMENT ON FUNCTION ctxwin._bar(numeric, int) IS 'A text progress bar for a percentage';
+
+CREATE FUNCTION ctxwin.context_report(session uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    lines text[];
+BEGIN
+    SELECT * INTO c FROM ctxwin.context_status(session);
+    lines := ARRAY[
+        format('Session %s: profile %s, model %s (%s), window %s tokens',
+               c.session_id, c.profile, c.model, c.encoding, to_char(c.context_window, 'FM999,999,999')),
+        CASE WHEN c.trigger_ratio IS NULL
+             THEN format('  context   %s %6s%%  %s of %s tokens; ratio trigger off',
+                         ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'))
+             ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
+                         ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100::numeric)) END,
+        CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
+             ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
+                         c.max_messages_before_summary) END,
+        CASE WHEN c.max_tokens_before_summary IS NULL THEN '  tokens    trigger off'
+             ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
+                         to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
+        CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
+             ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
+                         c.summary_version, c.summary_tokens, c.summary_through_id,
+                         CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
+                              WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
+                              WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
+                              ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
+        format('  window    %s messages, %s tokens of a %s-token budget; %s dropped',
+               coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
+               to_char(c.budget, 'FM999,999,999'), coalesce(c.dropped_messages, 0)),
+        format('  compaction %s%s',
+               CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
+                    ELSE 'not due' END,
+               CASE WHEN c.queued_at IS NOT NULL THEN ', queued since ' || to_char(c.queued_at, 'YYYY-MM-DD HH24:MI:SS')
+                    ELSE '' END),
+        CASE WHEN c.last_error IS NOT NULL
+             THEN format('  last error (%s failures): %s', c.compaction_failures, c.last_error) END,
+        CASE WHEN c.note IS NOT NULL THEN '  note: ' || c.note END];
+    RETURN array_to_string(lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin.context_report(uuid) IS
+'context_status as text for a person in psql, with progress bars';
+

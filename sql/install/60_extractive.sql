@@ -1,0 +1,284 @@
+------------------------------------------------------------------------------
+-- Summaries
+------------------------------------------------------------------------------
+
+-- Facts a summary keeps verbatim, found without an LLM: paths, URLs,
+-- commands, error lines, identifiers and numbers with units, in order of
+-- appearance, each once.
+CREATE FUNCTION ctxwin.extract_facts(t text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY(
+    SELECT f FROM (
+        SELECT DISTINCT ON (f) f, min(o) OVER (PARTITION BY f) AS first_at
+        FROM (
+            SELECT btrim(m[1], '.,;:)(''"') AS f, n AS o
+            FROM regexp_matches(t,
+                '('
+                || 'https?://[^\s<>()"'']+'                                   -- URLs
+                || '|(?:~|\.{1,2})?/[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+'   -- absolute and relative paths
+                || '|\m[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_.\-]+)+'                 -- dir/file paths
+                || '|\m[A-Za-z0-9_\-]+\.(?:py|js|ts|tsx|go|rs|c|h|cc|cpp|java|rb|php|sql|md|json|ya?ml|toml|txt|log|sh|conf|cfg|ini|csv|html|css)\M'
+                || '|`[^`\n]{2,80}`'                                          -- inline code and commands
+                || '|\m(?:[A-Z][A-Za-z]*(?:Error|Exception)|E[0-9]{3,}|[A-Z]{2,}-[0-9]+)\M'  -- errors, codes, tickets
+                || '|\m[0-9]+(?:\.[0-9]+)?\s?(?:ms|s|sec|seconds|min|minutes|h|hours|days|weeks|KB|kB|MB|GB|TB|%|px|USD|EUR|GBP)(?![A-Za-z])'
+                || '|[$€£][0-9][0-9,]*(?:\.[0-9]+)?'                           -- money
+                || '|\m[a-z]+(?:_[a-z0-9]+)+\M'                               -- snake_case identifiers
+                || '|\m[a-z]+(?:[A-Z][a-z0-9]+)+\M|\m[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\M'  -- camelCase, PascalCase
+                || '|\m[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\M'     -- uuids
+                || ')', 'g') WITH ORDINALITY AS x(m, n)
+        ) raw
+        WHERE length(f) > 2
+        ORDER BY f, o
+    ) d
+    ORDER BY first_at);
+
+COMMENT ON FUNCTION ctxwin.extract_facts(text) IS
+'Paths, URLs, inline code, error names and codes, identifiers and numbers with units found in a text, each once, in order of appearance';
+
+/*
+ * The extractive strategy: no network, deterministic.  Keeps, within
+ * max_tokens: what the user asked, decisions and conclusions, questions,
+ * facts verbatim and the tools used, newest first within each section, merged
+ * with the sections of the previous summary (newer facts first; a previous
+ * summary of another kind is kept as "Earlier").  Sentences that mention a
+ * word of instructions come first.
+ */
+CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tokens int,
+                                          encoding text DEFAULT 'cl100k_base',
+                                          instructions text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sections text[] := ARRAY['Focus', 'Requests', 'Decisions', 'Questions', 'Facts', 'Tools used', 'Earlier'];
+    items jsonb := '{}';        -- section -> array of items, highest priority first
+    sec text;
+    m jsonb;
+    sent text;
+    focus_re text;
+    prev_items jsonb := '{}';
+    line text;
+    cur text;
+    earlier text;
+    out_lines text[];
+    result text;
+    n int;
+    k int;
+    limits int[];
+BEGIN
+    IF max_tokens IS NULL OR max_tokens <= 0 THEN
+        RAISE EXCEPTION 'max_tokens must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOREACH sec IN ARRAY sections LOOP
+        items := jsonb_set(items, ARRAY[sec], '[]');
+        prev_items := jsonb_set(prev_items, ARRAY[sec], '[]');
+    END LOOP;
+    -- words of the focus, 4 letters or more
+    SELECT string_agg(DISTINCT regexp_replace(w, '([.^$*+?()\[\]{}|\\])', '\\\1', 'g'), '|')
+    INTO focus_re
+    FROM regexp_split_to_table(lower(coalesce(instructions, '')), '[^[:alnum:]_]+') w
+    WHERE length(w) >= 4 AND w NOT IN ('keep', 'about', 'with', 'that', 'this', 'from', 'have', 'what', 'when', 'which', 'their', 'there', 'should');
+
+    -- the newest messages first, so items are in priority order
+    FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
+        IF m ? 'tool_calls' AND jsonb_typeof(m -> 'tool_calls') = 'array' THEN
+            items := jsonb_set(items, '{Tools used}', (items -> 'Tools used') || (
+                SELECT coalesce(jsonb_agg(c -> 'function' ->> 'name'), '[]') FROM jsonb_array_elements(m -> 'tool_calls') c
+                WHERE c -> 'function' ->> 'name' IS NOT NULL));
+        END IF;
+        CONTINUE WHEN coalesce(m ->> 'content', '') = '';
+        IF jsonb_array_length(items -> 'Facts') < max_tokens THEN
+            items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb((ctxwin.extract_facts(
+                CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END))[1:max_tokens]));
+        END IF;
+        CONTINUE WHEN m ->> 'role' = 'tool';
+        k := 0;
+        FOR sent IN
+            SELECT btrim(regexp_replace(x, '\s+', ' ', 'g'))
+            FROM regexp_split_to_table(m ->> 'content', '(?<=[.!?])\s+|\n+') x
+        LOOP
+            CONTINUE WHEN length(sent) < 8 OR length(sent) > 400;
+            k := k + 1;
+            -- no section shows more than max_tokens items: more would only
+            -- make this loop quadratic on a huge message
+            EXIT WHEN k > max_tokens;
+            IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
+                items := jsonb_set(items, '{Focus}', (items -> 'Focus') || to_jsonb(sent));
+            ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
+                items := jsonb_set(items, '{Questions}', (items -> 'Questions') || to_jsonb(sent));
+            ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead)\M' THEN
+                items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
+                    CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
+            ELSIF m ->> 'role' = 'user' AND k = 1 THEN
+                items := jsonb_set(items, '{Requests}', (items -> 'Requests') || to_jsonb(sent));
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- the previous summary: its sections follow the new items; another
+    -- kind of text is kept whole as Earlier
+    IF coalesce(previous, '') <> '' THEN
+        IF previous ~ '^(Focus|Requests|Decisions|Questions|Facts|Tools used|Earlier):' THEN
+            FOR line IN SELECT l FROM regexp_split_to_table(previous, '\n') l LOOP
+                IF line ~ '^(Focus|Requests|Decisions|Questions|Facts|Tools used|Earlier):' THEN
+                    cur := substring(line FROM '^([^:]+):');
+                    IF cur IN ('Facts', 'Tools used') THEN
+                        prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || (
+                            SELECT coalesce(jsonb_agg(btrim(v)), '[]')
+                            FROM regexp_split_to_table(substring(line FROM '^[^:]+:\s*(.*)$'), ';\s*') v
+                            WHERE btrim(v) <> ''));
+                    END IF;
+                ELSIF line ~ '^- ' AND cur IS NOT NULL THEN
+                    prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(substr(line, 3)));
+                END IF;
+            END LOOP;
+        ELSE
+            earlier := previous;
+        END IF;
+    END IF;
+
+    -- merge: new first, each item once (tools are counted below)
+    FOREACH sec IN ARRAY sections LOOP
+        CONTINUE WHEN sec = 'Tools used';
+        items := jsonb_set(items, ARRAY[sec], (
+            SELECT coalesce(jsonb_agg(v ORDER BY first_o), '[]')
+            FROM (SELECT v, min(o) AS first_o
+                  FROM jsonb_array_elements_text((items -> sec) || (prev_items -> sec)) WITH ORDINALITY AS x(v, o)
+                  GROUP BY v) d));
+    END LOOP;
+    -- tools: name (count)
+    items := jsonb_set(items, '{Tools used}', (
+        SELECT coalesce(jsonb_agg(name || CASE WHEN cnt > 1 THEN ' (' || cnt || ')' ELSE '' END ORDER BY first_o), '[]')
+        FROM (SELECT regexp_replace(v, ' \(([0-9]+)\)$', '') AS name,
+                     sum(coalesce(substring(v FROM ' \(([0-9]+)\)$')::int, 1)) AS cnt, min(o) AS first_o
+              FROM jsonb_array_elements_text((items -> 'Tools used') || (prev_items -> 'Tools used'))
+                   WITH ORDINALITY AS x(v, o)
+              GROUP BY 1) t));
+
+    -- fill the budget: take items round-robin over sections in priority
+    -- order, so every section gets room, until the next one would not fit
+    limits := ARRAY[0, 0, 0, 0, 0, 0, 0];
+    IF earlier IS NOT NULL THEN
+        -- a summary of another kind keeps up to half the room, cut in the middle
+        earlier := ctxwin.truncate_middle(earlier, max_tokens / 2, encoding);
+        limits[7] := 1;
+    END IF;
+    LOOP
+        n := 0;
+        FOR k IN 1 .. cardinality(sections) LOOP
+            sec := sections[k];
+            CONTINUE WHEN sec = 'Earlier' AND earlier IS NULL;
+            CONTINUE WHEN sec <> 'Earlier' AND limits[k] >= jsonb_array_length(items -> sec);
+            CONTINUE WHEN sec = 'Earlier' AND limits[k] >= 1;
+            limits[k] := limits[k] + 1;
+            result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+            IF ctxwin.count_tokens(result, encoding) > max_tokens THEN
+                limits[k] := limits[k] - 1;
+            ELSE
+                n := n + 1;
+            END IF;
+        END LOOP;
+        EXIT WHEN n = 0;
+    END LOOP;
+    result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+    IF btrim(result) = '' AND jsonb_array_length(messages) > 0 THEN
+        -- nothing matched (small talk, bare identifiers, hashes, log lines):
+        -- the messages' own text, shortened, so that a summary is never empty
+        result := ctxwin._fallback_summary(messages, max_tokens, encoding);
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
+'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, questions, facts verbatim and tools used, within max_tokens';
+
+/*
+ * The extractive summary of last resort, for messages in which the
+ * extractive strategy found nothing to keep: the newest messages' text, one
+ * line each ("role: text", whitespace collapsed, long ones cut in the
+ * middle), newest first, within max_tokens.  Never empty for a non-empty
+ * list of messages and max_tokens >= 1.
+ */
+CREATE FUNCTION ctxwin._fallback_summary(messages jsonb, max_tokens int, encoding text)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m jsonb;
+    line text;
+    lines text[] := ARRAY['Messages:'];
+    result text := NULL;
+    candidate text;
+    per_line int := greatest(max_tokens / 4, 16);
+    roles text;
+BEGIN
+    FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
+        line := btrim(regexp_replace(coalesce(m ->> 'content', ''), '\s+', ' ', 'g'));
+        CONTINUE WHEN line = '';
+        line := ctxwin.truncate_middle(line, per_line, encoding);
+        candidate := array_to_string(lines || ('- ' || coalesce(m ->> 'role', 'message') || ': ' || line), E'\n');
+        EXIT WHEN ctxwin.count_tokens(candidate, encoding) > max_tokens;
+        lines := lines || ('- ' || coalesce(m ->> 'role', 'message') || ': ' || line);
+        result := candidate;
+    END LOOP;
+    IF result IS NULL THEN
+        -- not even one line fits, or no message has text: say what there was
+        SELECT string_agg(n::text || ' ' || r, ', ' ORDER BY r) INTO roles
+        FROM (SELECT coalesce(e ->> 'role', 'message') AS r, count(*) AS n
+              FROM jsonb_array_elements(messages) e GROUP BY 1) c;
+        result := 'Messages: ' || roles;
+        SELECT btrim(regexp_replace(coalesce(e ->> 'content', ''), '\s+', ' ', 'g')) INTO line
+        FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o)
+        WHERE coalesce(e ->> 'content', '') ~ '\S' ORDER BY o DESC LIMIT 1;
+        IF line IS NOT NULL THEN
+            candidate := result || E'\n- ' || ctxwin.truncate_middle(line,
+                greatest(max_tokens - ctxwin.count_tokens(result, encoding) - 4, 1), encoding);
+            IF ctxwin.count_tokens(candidate, encoding) <= max_tokens THEN
+                result := candidate;
+            END IF;
+        END IF;
+    END IF;
+    -- a tiny max_tokens: the longest beginning that fits (one ASCII
+    -- character always does)
+    WHILE ctxwin.count_tokens(result, encoding) > max_tokens AND length(result) > 1 LOOP
+        result := left(result, greatest(length(result) * 3 / 4, 1));
+    END LOOP;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._fallback_summary(jsonb, int, text) IS
+'The newest messages'' text, shortened, within max_tokens: the extractive summary when nothing else was found';
+
+CREATE FUNCTION ctxwin._render_summary(sections text[], items jsonb, limits int[], earlier text,
+                                       max_tokens int, encoding text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    out_lines text[] := '{}';
+    k int;
+    sec text;
+    vals text[];
+BEGIN
+    FOR k IN 1 .. cardinality(sections) LOOP
+        sec := sections[k];
+        CONTINUE WHEN limits[k] = 0;
+        IF sec = 'Earlier' THEN
+            out_lines := out_lines || ('Earlier: ' || earlier);
+            CONTINUE;
+        END IF;
+        vals := ARRAY(SELECT v FROM jsonb_array_elements_text(items -> sec) WITH ORDINALITY AS x(v, o)
+                      WHERE o <= limits[k] ORDER BY o);
+        IF sec IN ('Facts', 'Tools used') THEN
+            out_lines := out_lines || (sec || ': ' || array_to_string(vals, '; '));
+        ELSE
+            out_lines := out_lines || (sec || ':') || ARRAY(SELECT '- ' || v FROM unnest(vals) v);
+        END IF;
+    END LOOP;
+    RETURN array_to_string(out_lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin._render_summary(text[], jsonb, int[], text, int, text) IS
+'Renders the first limits[k] items of each section of an extractive summary';
+
+
+------------------------------------------------------------------------------

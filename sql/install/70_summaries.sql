@@ -1,0 +1,749 @@
+-- The LLM client
+------------------------------------------------------------------------------
+
+CREATE FUNCTION ctxwin._llm_post(body jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'llm_post'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_post(jsonb) IS
+'POSTs a JSON body to the configured LLM endpoint with the server''s key; returns status, body, retry_after and latency. Not for PUBLIC.';
+
+REVOKE ALL ON FUNCTION ctxwin._llm_post(jsonb) FROM PUBLIC;
+
+-- The built-in summary prompt.
+CREATE FUNCTION ctxwin.default_summary_prompt()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'You maintain the running summary of a conversation between a user and an AI assistant. '
+    || 'You are given the previous summary (possibly empty) and the messages that came after it. '
+    || 'Write one updated summary that merges both. '
+    || 'Keep identifiers verbatim: names, ids, file paths, URLs, commands, numbers, amounts, dates and error messages. '
+    || 'When two facts conflict, keep the newer one. '
+    || 'Keep decisions, open tasks, constraints and the user''s preferences. '
+    || 'Do not answer the user, do not continue the conversation, and add nothing that is not in the input. '
+    || 'Output only the summary.';
+
+COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none';
+
+-- Messages as a transcript for the summarizer: role labels, tool calls by
+-- name, long tool results shortened.
+CREATE FUNCTION ctxwin.transcript(messages jsonb, encoding text DEFAULT 'cl100k_base',
+                                  max_tool_tokens int DEFAULT 400)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT string_agg(
+        CASE
+            WHEN m ->> 'role' = 'tool' THEN
+                '[tool result ' || coalesce(m ->> 'tool_call_id', '') || '] '
+                || ctxwin.truncate_middle(coalesce(m ->> 'content', ''), max_tool_tokens, encoding)
+            WHEN m ? 'tool_calls' THEN
+                '[' || (m ->> 'role') || '] ' || coalesce(nullif(m ->> 'content', '') || ' ', '')
+                || '(calls ' || (SELECT string_agg((c -> 'function' ->> 'name') || ' ' || coalesce(c -> 'function' ->> 'arguments', '')
+                                                   || ' [' || (c ->> 'id') || ']', ', ')
+                                 FROM jsonb_array_elements(m -> 'tool_calls') c) || ')'
+            ELSE '[' || (m ->> 'role') || coalesce(' ' || (m ->> 'name'), '') || '] ' || coalesce(m ->> 'content', '')
+        END, E'\n' ORDER BY o)
+    FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(m, o));
+
+COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
+'Messages as a plain transcript with role labels, tool calls by name and arguments, tool results shortened in the middle';
+
+-- The body of a summary request in the configured provider's wire format.
+CREATE FUNCTION ctxwin._llm_request(system_prompt text, prompt text, max_tokens int, model text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    provider text := current_setting('ctxwin.llm_provider', true);
+BEGIN
+    IF provider = 'anthropic' THEN
+        RETURN jsonb_build_object('model', model, 'max_tokens', max_tokens, 'system', system_prompt,
+                                  'messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', prompt)));
+    ELSIF provider = 'openai' THEN
+        RETURN jsonb_build_object('model', model, 'max_tokens', max_tokens, 'temperature', 0,
+                                  'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt),
+                                                                jsonb_build_object('role', 'user', 'content', prompt)));
+    END IF;
+    RAISE EXCEPTION 'no LLM provider is configured'
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Set "ctxwin.llm_provider" to openai or anthropic, or use the extractive strategy.';
+END $$;
+
+COMMENT ON FUNCTION ctxwin._llm_request(text, text, int, text) IS
+'The JSON body of a summary request for the configured provider';
+
+-- The summary in a successful (2xx) answer of _llm_post: a complete,
+-- non-empty text, or an error.  Only an answer that ended with a complete
+-- stop (finish_reason "stop", stop_reason "end_turn" or "stop_sequence") with
+-- one choice, no refusal and no tool calls can become a summary: a
+-- truncated, filtered, refused, paused or tool-calling answer, an answer with
+-- no stop reason or several choices, an empty text or an error never does.
+-- The errors name the stop reason (a sanitized word) but never quote the
+-- model's text.  None is sent again at once (at temperature 0 the same
+-- request gets the same answer): summarize_session raises, and the worker
+-- and compact() record a failed compaction, retried later with its backoff
+-- up to ctxwin.max_failures.
+CREATE FUNCTION ctxwin._llm_answer(r jsonb, max_tokens int)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    b jsonb := r -> 'body';
+    anthropic boolean := r ->> 'provider' = 'anthropic';
+    msg jsonb;
+    content text;
+    finish text;
+    field text := CASE WHEN r ->> 'provider' = 'anthropic' THEN 'stop_reason' ELSE 'finish_reason' END;
+    said text;
+    nchoices int;
+BEGIN
+    IF NOT coalesce((r ->> 'status')::int BETWEEN 200 AND 299, false) THEN
+        RAISE EXCEPTION 'LLM answer has HTTP status %', coalesce(r ->> 'status', 'NULL')
+            USING ERRCODE = 'external_routine_exception';
+    END IF;
+    IF jsonb_typeof(b) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'LLM answer is not a JSON object' USING ERRCODE = 'external_routine_exception';
+    END IF;
+    IF anthropic THEN
+        IF jsonb_typeof(b -> 'content') = 'array' AND EXISTS (
+               SELECT FROM jsonb_array_elements(b -> 'content') blk
+               WHERE blk ->> 'type' IN ('tool_use', 'server_tool_use')) THEN
+            RAISE EXCEPTION 'LLM answered with a tool call instead of a summary'
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+        END IF;
+        SELECT string_agg(blk ->> 'text', '') INTO content
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(b -> 'content') = 'array' THEN b -> 'content' ELSE '[]' END) blk
+        WHERE blk ->> 'type' = 'text';
+        finish := b ->> 'stop_reason';
+    ELSE
+        nchoices := CASE WHEN jsonb_typeof(b -> 'choices') = 'array' THEN jsonb_array_length(b -> 'choices') ELSE 0 END;
+        IF nchoices = 0 THEN
+            RAISE EXCEPTION 'LLM answer has no choices'
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF nchoices > 1 THEN
+            RAISE EXCEPTION 'LLM answer has % choices where one was asked for', nchoices
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+        END IF;
+        msg := b -> 'choices' -> 0 -> 'message';
+        IF jsonb_typeof(msg) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'LLM answer has no message' USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF jsonb_typeof(msg -> 'refusal') = 'string' AND btrim(msg ->> 'refusal') <> '' THEN
+            RAISE EXCEPTION 'LLM refused to summarize the conversation (its answer holds a refusal)'
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'A refusal is never stored as a summary.';
+        END IF;
+        IF (jsonb_typeof(msg -> 'tool_calls') = 'array' AND jsonb_array_length(msg -> 'tool_calls') > 0)
+           OR jsonb_typeof(msg -> 'function_call') = 'object' THEN
+            RAISE EXCEPTION 'LLM answered with a tool call instead of a summary'
+                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+        END IF;
+        IF jsonb_typeof(msg -> 'content') = 'array' THEN
+            -- content parts, as some compatible servers send them
+            SELECT string_agg(p ->> 'text', '') INTO content
+            FROM jsonb_array_elements(msg -> 'content') p
+            WHERE p ->> 'type' = 'text';
+        ELSIF jsonb_typeof(msg -> 'content') = 'string' THEN
+            content := msg ->> 'content';
+        END IF;
+        finish := b -> 'choices' -> 0 ->> 'finish_reason';
+    END IF;
+    -- the stop reason as it may be quoted: a word, else not at all
+    said := CASE WHEN finish ~ '^[A-Za-z0-9_.-]{1,40}$' THEN format('%s "%s"', field, finish)
+                 ELSE format('an unexpected %s', field) END;
+    IF finish IS NULL THEN
+        RAISE EXCEPTION 'LLM answer has no %, so it may be unfinished', field
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'Only an answer that ended with a complete stop is stored.';
+    ELSIF finish IN ('length', 'max_tokens') THEN
+        RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
+    ELSIF finish = 'content_filter' THEN
+        RAISE EXCEPTION 'LLM answer was stopped by the provider''s content filter (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A filtered answer is never stored as a summary.';
+    ELSIF finish = 'refusal' THEN
+        RAISE EXCEPTION 'LLM refused to summarize the conversation (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A refusal is never stored as a summary.';
+    ELSIF finish IN ('tool_calls', 'function_call', 'tool_use') THEN
+        RAISE EXCEPTION 'LLM answered with a tool call instead of a summary (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
+    ELSIF finish = 'pause_turn' THEN
+        RAISE EXCEPTION 'LLM paused before finishing its answer (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'An unfinished answer is never stored as a summary.';
+    ELSIF finish = 'model_context_window_exceeded' THEN
+        RAISE EXCEPTION 'LLM answer was cut off at the model''s context window (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.',
+                  HINT = 'Use a model with a larger context window for summaries, or lower the profile''s summary triggers.';
+    ELSIF finish NOT IN ('stop', 'end_turn', 'stop_sequence') THEN
+        RAISE EXCEPTION 'LLM answer did not end with a complete stop (%)', said
+            USING ERRCODE = 'external_routine_exception', DETAIL = 'Only an answer that ended with a complete stop is stored.';
+    END IF;
+    IF content IS NULL OR btrim(content) = '' THEN
+        RAISE EXCEPTION 'LLM answer is empty' USING ERRCODE = 'external_routine_exception';
+    END IF;
+    RETURN jsonb_build_object('content', btrim(content), 'model', b ->> 'model',
+                              'usage', b -> 'usage', 'latency_ms', (r ->> 'latency_ms')::int);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
+'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';
+
+/*
+ * The summary request of a plan (of _summary_plan) to the configured
+ * provider, with retries: connection failures, timeouts and 5xx back off
+ * exponentially; 429 and 529 wait as Retry-After says without counting as a
+ * failed attempt (up to 3 such waits).  Returns the successful answer of
+ * _llm_post, with "requests" (how many were sent); _llm_answer reads the
+ * summary out of it.
+ *
+ * SECURITY DEFINER, so that roles allowed to summarize (granted EXECUTE)
+ * can use the server's key without seeing it; and so it sends nothing but a
+ * summary of a session its caller may read: of the plan it takes only the
+ * session, the range and the instructions, checks them against the stored
+ * session, and makes the request itself from stored data (_summary_request:
+ * the profile's prompt, model and max_summary_tokens).
+ */
+CREATE FUNCTION ctxwin._llm_summarize(plan jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := (plan ->> 'session')::uuid;
+    through bigint := (plan ->> 'through')::bigint;
+    s record;
+    req jsonb;
+    body jsonb;
+    r jsonb;
+    status int;
+    nxt jsonb;
+    failures int := 0;
+    rate_waits int := 0;
+    requests int := 0;
+    retries int := coalesce(current_setting('ctxwin.llm_max_retries', true), '3')::int;
+    last_err text;
+BEGIN
+    IF sid IS NULL OR NOT ctxwin._caller_sees_session(sid) THEN
+        RAISE EXCEPTION 'session % does not exist', coalesce(sid::text, 'NULL')
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF (plan ->> 'after')::bigint IS DISTINCT FROM s.summary_through_id OR through IS NULL
+       OR through <= s.summary_through_id OR through > s.message_count THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A plan covers messages after the session''s summary_through_id, up to its newest message.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    req := ctxwin._summary_request(sid, s.summary_through_id, through, left(plan ->> 'instructions', 2000));
+    IF (req ->> 'through')::bigint IS DISTINCT FROM through THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The messages of the plan do not fit one summary request.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
+                                req ->> 'model');
+    LOOP
+        requests := requests + 1;
+        BEGIN
+            r := ctxwin._llm_post(body);
+        EXCEPTION WHEN connection_failure THEN
+            last_err := SQLERRM;
+            r := NULL;
+        END;
+        status := (r ->> 'status')::int;
+        IF status BETWEEN 200 AND 299 THEN
+            RETURN r || jsonb_build_object('requests', requests);
+        END IF;
+        IF r IS NOT NULL THEN
+            last_err := ctxwin._llm_error_text(r);
+        END IF;
+        nxt := ctxwin._llm_next_try(status, r ->> 'retry_after', failures, rate_waits, retries);
+        IF (nxt ->> 'refused')::boolean THEN
+            RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF NOT (nxt ->> 'retry')::boolean THEN
+            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF (nxt ->> 'charged')::boolean THEN
+            failures := failures + 1;
+        ELSE
+            rate_waits := rate_waits + 1;
+        END IF;
+        PERFORM pg_sleep((nxt ->> 'wait')::float8);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._llm_summarize(jsonb) IS
+'The summary request of a plan to the configured LLM, made from stored data only, with retries and backoff; returns the successful answer, or raises';
+
+REVOKE ALL ON FUNCTION ctxwin._llm_summarize(jsonb) FROM PUBLIC;
+
+CREATE FUNCTION ctxwin._caller_sees_session(session uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_caller_sees_session'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
+'Whether the role that called into SECURITY DEFINER code may read a session (its privileges and row-level security)';
+
+/*
+ * After a failed LLM request (status NULL: no HTTP answer, such as a
+ * connection failure or a timeout), whether and when to send it again; the
+ * one retry policy of summarize_session and the worker.  failures: the
+ * charged failures before this one; rate_waits: the waits for 429/529 so far.
+ *  - other 4xx are refusals: {"retry": false, "refused": true}
+ *  - 429 and 529 wait as Retry-After says (seconds, at most 60; else 1, 2,
+ *    4 s), up to 3 times, without counting as a failure: "charged": false
+ *  - everything else (timeouts, 408, 409, 5xx, 429/529 after 3 waits) backs
+ *    off 0.25, 0.5, 1 ... s (at most 30), up to max_retries times
+ */
+CREATE FUNCTION ctxwin._llm_next_try(status int, retry_after text, failures int, rate_waits int, max_retries int)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE
+    WHEN status IS NOT NULL AND NOT (status IN (408, 409, 429, 529) OR status >= 500)
+        THEN '{"retry": false, "refused": true}'::jsonb
+    WHEN status IN (429, 529) AND rate_waits < 3
+        THEN jsonb_build_object('retry', true, 'refused', false, 'charged', false, 'wait',
+                                CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$'
+                                     THEN least(retry_after::numeric, 60::numeric)
+                                     ELSE least(power(2::float8, rate_waits::float8), 30::float8) END)
+    WHEN failures >= max_retries
+        THEN '{"retry": false, "refused": false}'::jsonb
+    ELSE jsonb_build_object('retry', true, 'refused', false, 'charged', true,
+                            'wait', least(0.25::float8 * power(2::float8, failures::float8), 30::float8))
+END;
+
+COMMENT ON FUNCTION ctxwin._llm_next_try(int, text, int, int, int) IS
+'Whether and after how many seconds to send a failed LLM request again, and whether the failure counts';
+
+-- A short description of an LLM error answer: status and the provider's message.
+CREATE FUNCTION ctxwin._llm_error_text(r jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN format('HTTP %s: %s', r ->> 'status',
+              left(coalesce(r -> 'body' -> 'error' ->> 'message', r -> 'body' ->> 'error', (r -> 'body')::text), 300));
+
+COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
+'Status and message of an LLM error answer, for errors and last_error';
+
+-- The newest message id a summary may end at: at most target, after the
+-- current summary point, and not inside a tool group (the next message is no
+-- tool result; an assistant message with calls is followed by a message).
+CREATE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT max(m.id) FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
+    WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+      AND coalesce(nx.role, '') <> 'tool'
+      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL));
+
+COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
+'The last message id at or before a target where a summary may end without splitting a tool group';
+
+-- Whether a summary trigger fires for a session now: context_status's
+-- will_trigger, without its walk of the window.  Counts in the encoding in
+-- effect now (the counters' own if the model did not change since).
+CREATE FUNCTION ctxwin._session_due(p_session uuid)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    ut bigint;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
+    ut := CASE WHEN s.count_encoding = st.encoding THEN s.unsummarized_tokens
+               ELSE ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding) END;
+    -- min_recent -1: whether a trigger fires, whatever the newest messages
+    RETURN ctxwin._should_queue(s.message_count - s.summary_through_id, ut,
+                                ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
+                                                                              st.summary_placement), st.encoding),
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.context_window, -1);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fires for the session now';
+
+-- The unsummarized messages of a session up to an id, as chat messages.
+CREATE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+
+COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
+'Messages of a session after one id and up to another, as chat messages, oldest first';
+
+/*
+ * The part of the messages after p_after, up to p_through, that one summary
+ * request can carry: the longest run of whole tool groups whose transcript
+ * has at most p_room tokens in the summary model's encoding.  When even the
+ * first such run is longer, it is taken alone and its transcript is cut in
+ * the middle.  Returns {"through": id, "transcript": text, "cut": bool}.  A
+ * session whose summary model has a smaller window than its own model is so
+ * summarized in several steps: it stays over its trigger, and the next
+ * summary takes the next part.
+ */
+CREATE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
+                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND coalesce(nx.role, '') <> 'tool'
+      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL);
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
+'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
+
+/*
+ * The LLM request of a summary of a session's messages after p_after up to
+ * p_through (a place where a summary may end), made from stored data only:
+ * the profile's summary prompt, model and max_summary_tokens, the previous
+ * summary and the messages' transcript.  The request fits the summary
+ * model's window, so it may cover fewer messages: "through" says up to
+ * where (see _summary_fit).  Returns through, transcript_cut, facts (hybrid),
+ * answer_tokens, system_prompt, prompt and model.
+ */
+CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', st.max_summary_tokens)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - st.max_summary_tokens - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
+            CHECK FOR INTERRUPTS;
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+                                      'prompt', prompt, 'model', model);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
+'The LLM request of a summary, made from stored data only, within the summary model''s window';
+
+/*
+ * What the next summary of a session covers and, for the llm and hybrid
+ * strategies, the request that makes it: the first half of a summary, read
+ * in one transaction; _summary_finish writes the result in another (the
+ * worker calls the LLM in between, with no transaction open).  NULL when
+ * there is nothing to do: no trigger fires (unless forced), or every
+ * unsummarized message is among the newest min_recent_messages or in an
+ * unfinished tool group.  Without force, such a session leaves the
+ * compaction queue (the next message that fires a trigger queues it again).
+ */
+CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    strategy text;
+    through bigint;
+    msgs jsonb;
+    plan jsonb;
+BEGIN
+    -- the session's row stays locked until this transaction ends: nobody
+    -- else summarizes or writes the session meanwhile, so no request is
+    -- paid for a summary whose write would wait.  A row another
+    -- transaction holds is not waited for.
+    BEGIN
+        SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session FOR NO KEY UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'session % is locked by another transaction', p_session
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'A transaction that writes or summarizes the session holds its row; no summary was requested.',
+                  HINT = 'Try again when that transaction ends.';
+    END;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- the worker holds no row while its request is in flight, but a claim
+    IF ctxwin._session_claimed(p_session) THEN
+        RAISE EXCEPTION 'session % is being summarized by another backend', p_session
+            USING ERRCODE = 'lock_not_available',
+                  HINT = 'Try again when that summary is done.';
+    END IF;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
+    IF p_force THEN
+        -- cover the oldest unsummarized messages, keeping the newest
+        -- min_recent_messages and tool groups whole
+        through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
+        IF through IS NULL THEN
+            RAISE NOTICE 'session % has nothing to summarize', p_session
+                USING DETAIL = format('Its %s unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).',
+                                      s.message_count - s.summary_through_id, st.min_recent_messages);
+            RETURN NULL;
+        END IF;
+    ELSE
+        IF ctxwin._session_due(p_session) THEN
+            through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
+        END IF;
+        IF through IS NULL THEN
+            -- off the queue, or, if its counters say it is due but its
+            -- messages do not (yet), looked at again in a minute
+            PERFORM ctxwin._compaction_settle(p_session);
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    plan := jsonb_build_object('session', p_session, 'strategy', strategy,
+                               'after', s.summary_through_id, 'through', through,
+                               'version', s.summary_version, 'encoding', st.encoding,
+                               'max_tokens', st.max_summary_tokens, 'instructions', p_instructions);
+    IF strategy = 'extractive' THEN
+        RETURN plan;
+    END IF;
+    IF coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') = 'extractive' THEN
+        RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
+    END IF;
+
+    RETURN plan || ctxwin._summary_request(p_session, s.summary_through_id, through, p_instructions);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
+'What the next summary of a session covers and the LLM request that makes it; NULL when there is nothing to summarize';
+
+/*
+ * The second half of a summary: makes the extractive summary, or reads the
+ * LLM's answer, checks it and writes it with a compare-and-set (only if the
+ * session's summary did not change since the plan), with its summaries row,
+ * flush event and NOTIFY.  Raises, leaving everything as it was, for an
+ * answer that must not become a summary.
+ */
+CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := plan ->> 'session';
+    strategy text := plan ->> 'strategy';
+    after bigint := (plan ->> 'after')::bigint;
+    through bigint := (plan ->> 'through')::bigint;
+    enc text := plan ->> 'encoding';
+    max_tokens int := (plan ->> 'max_tokens')::int;
+    prev text;
+    content text;
+    tokens int;
+    t0 timestamptz := clock_timestamp();
+    latency int;
+    v int;
+    a jsonb;
+    used_model text;
+    usage jsonb;
+    result ctxwin.summaries;
+BEGIN
+    -- locked since the plan, unless the LLM was called in between (the
+    -- worker): then a row another transaction holds is not waited for
+    SELECT x.conversation_summary INTO prev FROM ctxwin.sessions x
+    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
+    FOR NO KEY UPDATE NOWAIT;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = 'The new summary was discarded.',
+                  HINT = 'Call summarize_session again.';
+    END IF;
+    IF strategy = 'extractive' THEN
+        content := ctxwin.extractive_summary(prev, ctxwin._summary_messages(sid, after, through), max_tokens,
+                                             enc, plan ->> 'instructions');
+        latency := (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int;
+    ELSE
+        a := ctxwin._llm_answer(answer, (plan ->> 'answer_tokens')::int);
+        content := concat_ws(E'\n\n', plan ->> 'facts', a ->> 'content');
+        used_model := coalesce(a ->> 'model', plan ->> 'model');
+        usage := a -> 'usage';
+        latency := coalesce((answer ->> 'total_ms')::int, (a ->> 'latency_ms')::int);
+    END IF;
+    IF content IS NULL OR btrim(content) = '' THEN
+        RAISE EXCEPTION 'the % summarizer returned an empty summary', strategy
+            USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
+    END IF;
+    tokens := ctxwin.count_tokens(content, enc);
+    IF tokens > max_tokens THEN
+        RAISE EXCEPTION 'the % summarizer returned % tokens, over max_summary_tokens (%)', strategy, tokens, max_tokens
+            USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
+    END IF;
+
+    -- compare-and-set: only if nobody moved the summary point meanwhile.
+    -- The sessions trigger derives the rest: summary_version and
+    -- summary_updated_at, and the failures, retry time and last error cleared.
+    UPDATE ctxwin.sessions x
+    SET conversation_summary = content,
+        summary_through_id = through
+    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
+    RETURNING x.summary_version INTO v;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = 'The new summary was discarded.',
+                  HINT = 'Call summarize_session again.';
+    END IF;
+
+    INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count,
+                                  strategy, model, usage, latency_ms)
+    VALUES (sid, v, after + 1, through, content, tokens, strategy, used_model, usage, latency)
+    RETURNING * INTO result;
+    INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
+    VALUES (sid, v, after + 1, through);
+    IF coalesce(current_setting('ctxwin.flush_notify', true), 'on') NOT IN ('off', 'false', '0') THEN
+        PERFORM pg_notify('ctxwin_flush', json_build_object('session_id', sid, 'id', v, 'from_id', after + 1,
+                                                            'through_id', through)::text);
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
+'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
+
+CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
+                                         instructions text DEFAULT NULL)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    plan jsonb;
+    answer jsonb;
+    t0 timestamptz;
+BEGIN
+    PERFORM ctxwin._session_must_exist(session);
+    IF force IS NULL THEN
+        RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- one summarizer per session at a time: _summary_plan locks the row
+    -- (refusing at once a row another transaction holds, or a session the
+    -- worker has a request in flight for) until this transaction ends
+    plan := ctxwin._summary_plan(session, force, instructions);
+    IF plan IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF plan ->> 'strategy' <> 'extractive' THEN
+        t0 := clock_timestamp();
+        answer := ctxwin._llm_summarize(plan);
+        answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int);
+    END IF;
+    RETURN ctxwin._summary_finish(plan, answer);
+END $$;
+
+COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
+'Summarizes the oldest unsummarized messages of a session now, in this backend (all but the newest min_recent_messages, tool groups whole); without force only when a trigger fires. Writes the session, a summaries row and a flush event in this transaction.';
+
