@@ -11,6 +11,7 @@ OBJS = \
 	src/window.o \
 	src/llm.o \
 	src/worker.o \
+	src/symbols_0_1.o \
 	src/bpe.o \
 	src/vocab_cl100k_base.o \
 	src/vocab_o200k_base.o

@@ -60,7 +60,7 @@ COMMENT ON FUNCTION ctxwin._require_library(text) IS
 -- change).  Functions that pass an encoding through are STABLE too.
 CREATE FUNCTION ctxwin.count_tokens(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int
-AS 'MODULE_PATHNAME', 'count_tokens'
+AS 'MODULE_PATHNAME', 'ctxwin_count_tokens'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
@@ -68,7 +68,7 @@ COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
 
 CREATE FUNCTION ctxwin.tokenize(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int[]
-AS 'MODULE_PATHNAME', 'tokenize'
+AS 'MODULE_PATHNAME', 'ctxwin_tokenize'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
@@ -76,7 +76,7 @@ COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
 
 CREATE FUNCTION ctxwin.detokenize(ids int[], encoding text DEFAULT 'cl100k_base')
 RETURNS text
-AS 'MODULE_PATHNAME', 'detokenize'
+AS 'MODULE_PATHNAME', 'ctxwin_detokenize'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
@@ -84,7 +84,7 @@ COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
 
 CREATE FUNCTION ctxwin.count_message_tokens(message jsonb, encoding text DEFAULT 'cl100k_base')
 RETURNS int
-AS 'MODULE_PATHNAME', 'count_message_tokens'
+AS 'MODULE_PATHNAME', 'ctxwin_count_message_tokens'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
@@ -93,7 +93,7 @@ COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
                                       tool_calls jsonb, encoding text)
 RETURNS int
-AS 'MODULE_PATHNAME', 'message_tokens'
+AS 'MODULE_PATHNAME', 'ctxwin_message_tokens'
 LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) IS
@@ -101,7 +101,7 @@ COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) I
 
 CREATE FUNCTION ctxwin.truncate_middle(t text, max_tokens int, encoding text DEFAULT 'cl100k_base')
 RETURNS text
-AS 'MODULE_PATHNAME', 'truncate_middle'
+AS 'MODULE_PATHNAME', 'ctxwin_truncate_middle'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
@@ -109,7 +109,7 @@ COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
 
 CREATE FUNCTION ctxwin._fit_contents(contents text[], room int, encoding text)
 RETURNS text[]
-AS 'MODULE_PATHNAME', 'fit_contents'
+AS 'MODULE_PATHNAME', 'ctxwin_fit_contents'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._fit_contents(text[], int, text) IS
@@ -117,7 +117,7 @@ COMMENT ON FUNCTION ctxwin._fit_contents(text[], int, text) IS
 
 CREATE FUNCTION ctxwin._contents_least(contents text[], encoding text)
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'contents_least'
+AS 'MODULE_PATHNAME', 'ctxwin_contents_least'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._contents_least(text[], text) IS
@@ -311,7 +311,7 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 -- superuser).  The guard is in C (src/trigger.c): it runs on every update,
 -- the insert trigger's writes of the counters included.
 CREATE FUNCTION ctxwin._sessions_guard() RETURNS trigger
-AS 'MODULE_PATHNAME', 'sessions_guard'
+AS 'MODULE_PATHNAME', 'ctxwin_sessions_guard'
 LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._sessions_guard() IS
@@ -622,7 +622,7 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
 -- triggers, marks the statement's start and end.  Ids, token counts and
 -- token encodings are supplied only by the table's owner (a restore).
 CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
-AS 'MODULE_PATHNAME', 'messages_insert'
+AS 'MODULE_PATHNAME', 'ctxwin_messages_insert'
 LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._messages_insert() IS
@@ -719,7 +719,7 @@ COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 CREATE FUNCTION ctxwin._window_walk(session uuid, after_id bigint, room int, encoding text,
                                    OUT first_id bigint, OUT cut_from bigint, OUT tokens int,
                                    OUT messages jsonb)
-AS 'MODULE_PATHNAME', 'window_walk'
+AS 'MODULE_PATHNAME', 'ctxwin_window_walk'
 LANGUAGE C STABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 
@@ -1414,7 +1414,7 @@ COMMENT ON FUNCTION ctxwin._render_summary(text[], jsonb, int[], text, int, text
 
 CREATE FUNCTION ctxwin._llm_post(body jsonb)
 RETURNS jsonb
-AS 'MODULE_PATHNAME', 'llm_post'
+AS 'MODULE_PATHNAME', 'ctxwin_llm_post'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 

@@ -37,7 +37,7 @@
 _Static_assert(LIBCURL_VERSION_NUM >= MIN_LIBCURL_VERSION_NUM,
 			   "ctxwin needs libcurl 7.85.0 or later");
 
-PG_FUNCTION_INFO_V1(llm_post);
+PG_FUNCTION_INFO_V1(ctxwin_llm_post);
 
 /* Settings (defined in ctxwin.c) */
 int			ctxwin_llm_provider = CTXWIN_PROVIDER_EXTRACTIVE;
@@ -499,7 +499,7 @@ LlmTransferResult(LlmTransfer *t, int curl_code)
  * returns LlmTransferResult's jsonb, or raises its error.
  */
 Datum
-llm_post(PG_FUNCTION_ARGS)
+ctxwin_llm_post(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *body_jb = PG_GETARG_JSONB_P(0);
 	char	   *request = JsonbToCString(NULL, &body_jb->root, VARSIZE(body_jb));

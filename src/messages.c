@@ -21,11 +21,11 @@
 
 #include "ctxwin.h"
 
-PG_FUNCTION_INFO_V1(count_message_tokens);
-PG_FUNCTION_INFO_V1(message_tokens);
-PG_FUNCTION_INFO_V1(truncate_middle);
-PG_FUNCTION_INFO_V1(fit_contents);
-PG_FUNCTION_INFO_V1(contents_least);
+PG_FUNCTION_INFO_V1(ctxwin_count_message_tokens);
+PG_FUNCTION_INFO_V1(ctxwin_message_tokens);
+PG_FUNCTION_INFO_V1(ctxwin_truncate_middle);
+PG_FUNCTION_INFO_V1(ctxwin_fit_contents);
+PG_FUNCTION_INFO_V1(ctxwin_contents_least);
 
 /* Tokens of a text argument (0 for NULL). */
 static int64
@@ -69,7 +69,7 @@ CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
  * the cost of one message given as fields; NULL fields are absent.
  */
 Datum
-message_tokens(PG_FUNCTION_ARGS)
+ctxwin_message_tokens(PG_FUNCTION_ARGS)
 {
 	const CtxwinEncoding *enc;
 	int64		n;
@@ -122,7 +122,7 @@ FieldTokens(const CtxwinEncoding *enc, JsonbValue *v)
  * "tool_calls"}); other keys cost nothing.
  */
 Datum
-count_message_tokens(PG_FUNCTION_ARGS)
+ctxwin_count_message_tokens(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
 	const CtxwinEncoding *enc = CtxwinEncodingOrModelArg(fcinfo, 1);
@@ -249,7 +249,7 @@ CutMiddle(const CtxwinEncoding *enc, const char *s, int len, int64 total, int64 
  * that far: see fit_contents.)
  */
 Datum
-truncate_middle(PG_FUNCTION_ARGS)
+ctxwin_truncate_middle(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
 	int32		max_tokens = PG_GETARG_INT32(1);
@@ -338,7 +338,7 @@ CostAtLevel(const UnitContents *uc, int64 level)
  * tokens the contents can be cut to, each at most to its marker alone.
  */
 Datum
-contents_least(PG_FUNCTION_ARGS)
+ctxwin_contents_least(PG_FUNCTION_ARGS)
 {
 	UnitContents uc;
 
@@ -359,7 +359,7 @@ contents_least(PG_FUNCTION_ARGS)
  * does not fit, the result is NULL.
  */
 Datum
-fit_contents(PG_FUNCTION_ARGS)
+ctxwin_fit_contents(PG_FUNCTION_ARGS)
 {
 	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(0);
 	int64		room = PG_GETARG_INT32(1);

@@ -25,9 +25,9 @@
 
 #include "ctxwin.h"
 
-PG_FUNCTION_INFO_V1(count_tokens);
-PG_FUNCTION_INFO_V1(tokenize);
-PG_FUNCTION_INFO_V1(detokenize);
+PG_FUNCTION_INFO_V1(ctxwin_count_tokens);
+PG_FUNCTION_INFO_V1(ctxwin_tokenize);
+PG_FUNCTION_INFO_V1(ctxwin_detokenize);
 
 static const CtxwinEncoding encodings[] = {
 	{"cl100k_base", CTXWIN_ENC_BPE, &bpe_cl100k_base},
@@ -275,7 +275,7 @@ CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len)
  * count_tokens(text, encoding text) returns int
  */
 Datum
-count_tokens(PG_FUNCTION_ARGS)
+ctxwin_count_tokens(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
 	const CtxwinEncoding *enc = CtxwinEncodingOrModelArg(fcinfo, 1);
@@ -287,7 +287,7 @@ count_tokens(PG_FUNCTION_ARGS)
  * tokenize(text, encoding text) returns int[]
  */
 Datum
-tokenize(PG_FUNCTION_ARGS)
+ctxwin_tokenize(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
 	const BpeEncoding *enc = GetBpeEncodingArg(fcinfo, 1);
@@ -338,7 +338,7 @@ tokenize(PG_FUNCTION_ARGS)
  * detokenize(int[], encoding text) returns text
  */
 Datum
-detokenize(PG_FUNCTION_ARGS)
+ctxwin_detokenize(PG_FUNCTION_ARGS)
 {
 	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(0);
 	const BpeEncoding *enc = GetBpeEncodingArg(fcinfo, 1);

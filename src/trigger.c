@@ -98,7 +98,7 @@
 
 #include "ctxwin.h"
 
-PG_FUNCTION_INFO_V1(messages_insert);
+PG_FUNCTION_INFO_V1(ctxwin_messages_insert);
 
 /*
  * The session row, locked (FOR NO KEY UPDATE: the lock orders concurrent
@@ -1323,7 +1323,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
  * INSERT FOR EACH STATEMENT (writes the sessions counted in the frame).
  */
 Datum
-messages_insert(PG_FUNCTION_ARGS)
+ctxwin_messages_insert(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 
@@ -1529,7 +1529,7 @@ MergePending(Relation rel, HeapTuple oldtup, HeapTuple newtup)
 	return newtup;
 }
 
-PG_FUNCTION_INFO_V1(sessions_guard);
+PG_FUNCTION_INFO_V1(ctxwin_sessions_guard);
 
 /*
  * ctxwin._sessions_guard(), BEFORE INSERT OR UPDATE FOR EACH ROW on
@@ -1537,7 +1537,7 @@ PG_FUNCTION_INFO_V1(sessions_guard);
  * first): sees the row as its writer wrote it.
  */
 Datum
-sessions_guard(PG_FUNCTION_ARGS)
+ctxwin_sessions_guard(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	HeapTuple	oldtup = NULL;

@@ -27,7 +27,7 @@
 
 #include "ctxwin.h"
 
-PG_FUNCTION_INFO_V1(window_walk);
+PG_FUNCTION_INFO_V1(ctxwin_window_walk);
 
 #define WALK_BATCH 64
 
@@ -125,7 +125,7 @@ PushMessage(JsonbParseState **st, WalkRow *r)
  * is over room, nothing is packed and cut_from is the id where it starts.
  */
 Datum
-window_walk(PG_FUNCTION_ARGS)
+ctxwin_window_walk(PG_FUNCTION_ARGS)
 {
 	Datum		session = PG_GETARG_DATUM(0);
 	int64		after_id = PG_GETARG_INT64(1);

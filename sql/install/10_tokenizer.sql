@@ -3,7 +3,7 @@
 -- change).  Functions that pass an encoding through are STABLE too.
 CREATE FUNCTION ctxwin.count_tokens(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int
-AS 'MODULE_PATHNAME', 'count_tokens'
+AS 'MODULE_PATHNAME', 'ctxwin_count_tokens'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
@@ -11,7 +11,7 @@ COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
 
 CREATE FUNCTION ctxwin.tokenize(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int[]
-AS 'MODULE_PATHNAME', 'tokenize'
+AS 'MODULE_PATHNAME', 'ctxwin_tokenize'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
@@ -19,7 +19,7 @@ COMMENT ON FUNCTION ctxwin.tokenize(text, text) IS
 
 CREATE FUNCTION ctxwin.detokenize(ids int[], encoding text DEFAULT 'cl100k_base')
 RETURNS text
-AS 'MODULE_PATHNAME', 'detokenize'
+AS 'MODULE_PATHNAME', 'ctxwin_detokenize'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
@@ -27,7 +27,7 @@ COMMENT ON FUNCTION ctxwin.detokenize(int[], text) IS
 
 CREATE FUNCTION ctxwin.count_message_tokens(message jsonb, encoding text DEFAULT 'cl100k_base')
 RETURNS int
-AS 'MODULE_PATHNAME', 'count_message_tokens'
+AS 'MODULE_PATHNAME', 'ctxwin_count_message_tokens'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
@@ -36,7 +36,7 @@ COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
                                       tool_calls jsonb, encoding text)
 RETURNS int
-AS 'MODULE_PATHNAME', 'message_tokens'
+AS 'MODULE_PATHNAME', 'ctxwin_message_tokens'
 LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) IS
@@ -44,7 +44,7 @@ COMMENT ON FUNCTION ctxwin.message_tokens(text, text, text, text, jsonb, text) I
 
 CREATE FUNCTION ctxwin.truncate_middle(t text, max_tokens int, encoding text DEFAULT 'cl100k_base')
 RETURNS text
-AS 'MODULE_PATHNAME', 'truncate_middle'
+AS 'MODULE_PATHNAME', 'ctxwin_truncate_middle'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
@@ -52,7 +52,7 @@ COMMENT ON FUNCTION ctxwin.truncate_middle(text, int, text) IS
 
 CREATE FUNCTION ctxwin._fit_contents(contents text[], room int, encoding text)
 RETURNS text[]
-AS 'MODULE_PATHNAME', 'fit_contents'
+AS 'MODULE_PATHNAME', 'ctxwin_fit_contents'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._fit_contents(text[], int, text) IS
@@ -60,7 +60,7 @@ COMMENT ON FUNCTION ctxwin._fit_contents(text[], int, text) IS
 
 CREATE FUNCTION ctxwin._contents_least(contents text[], encoding text)
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'contents_least'
+AS 'MODULE_PATHNAME', 'ctxwin_contents_least'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._contents_least(text[], text) IS

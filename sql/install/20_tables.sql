@@ -184,7 +184,7 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 -- superuser).  The guard is in C (src/trigger.c): it runs on every update,
 -- the insert trigger's writes of the counters included.
 CREATE FUNCTION ctxwin._sessions_guard() RETURNS trigger
-AS 'MODULE_PATHNAME', 'sessions_guard'
+AS 'MODULE_PATHNAME', 'ctxwin_sessions_guard'
 LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._sessions_guard() IS

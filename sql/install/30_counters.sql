@@ -190,7 +190,7 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
 -- triggers, marks the statement's start and end.  Ids, token counts and
 -- token encodings are supplied only by the table's owner (a restore).
 CREATE FUNCTION ctxwin._messages_insert() RETURNS trigger
-AS 'MODULE_PATHNAME', 'messages_insert'
+AS 'MODULE_PATHNAME', 'ctxwin_messages_insert'
 LANGUAGE C;
 
 COMMENT ON FUNCTION ctxwin._messages_insert() IS

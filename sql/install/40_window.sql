@@ -20,7 +20,7 @@ COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 CREATE FUNCTION ctxwin._window_walk(session uuid, after_id bigint, room int, encoding text,
                                    OUT first_id bigint, OUT cut_from bigint, OUT tokens int,
                                    OUT messages jsonb)
-AS 'MODULE_PATHNAME', 'window_walk'
+AS 'MODULE_PATHNAME', 'ctxwin_window_walk'
 LANGUAGE C STABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 

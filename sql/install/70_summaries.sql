@@ -3,7 +3,7 @@
 
 CREATE FUNCTION ctxwin._llm_post(body jsonb)
 RETURNS jsonb
-AS 'MODULE_PATHNAME', 'llm_post'
+AS 'MODULE_PATHNAME', 'ctxwin_llm_post'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 
