@@ -9,6 +9,9 @@ OBJS = \
 	src/messages.o \
 	src/trigger.o \
 	src/window.o \
+	src/format.o \
+	src/status.o \
+	src/rules.o \
 	src/llm.o \
 	src/worker.o \
 	src/symbols_0_1.o \
@@ -25,7 +28,7 @@ REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
-EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
+EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
 	.ctxwin-built-for
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
@@ -76,7 +79,11 @@ src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
 src/messages.o: src/messages.c src/ctxwin.h src/compat.h
 src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
-src/window.o: src/window.c src/ctxwin.h src/compat.h
+src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
+src/format.o: src/format.c src/window.h src/ctxwin.h src/compat.h
+src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
+src/rules.o: src/rules.c src/rules.h
+src/messages.o src/trigger.o: src/rules.h
 src/llm.o: src/llm.c src/ctxwin.h src/compat.h
 src/worker.o: src/worker.c src/ctxwin.h src/compat.h
 
@@ -93,7 +100,12 @@ tools/corpus_check_heap: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/stand
 tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
 	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -DBPE_LARGE_PIECE=64 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
 
-check-core: tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
+# The policy's pure functions (src/rules.c) on boundary and generated cases.
+tools/rules_check: tools/rules_check.c src/rules.c src/rules.h
+	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/rules.c
+
+check-core: tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
+	tools/rules_check
 	tools/corpus_check test/corpus
 	tools/corpus_check_heap test/corpus
 	tools/corpus_check_huge test/corpus

@@ -29,7 +29,7 @@ echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
 # the test programs too: the TAP tests run as another OS user, who cannot
 # write into the tree
-ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
+ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge tools/rules_check
 
 # Where PostgreSQL's Perl test framework keeps its clusters and logs; pg_regress
 # writes its pg_hba.conf for them.

@@ -83,3 +83,69 @@ RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_llm_post'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
+
+-- The window and the status are C functions (src/window.c, src/format.c,
+-- src/status.c); the PL/pgSQL walk, packing, cut and Anthropic conversion
+-- they replace are gone.
+CREATE OR REPLACE FUNCTION ctxwin._window(p_session uuid, p_budget int)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin.build_context(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai')
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_context'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin.context_status(
+    session uuid,
+    OUT session_id uuid,
+    OUT profile text,
+    OUT model text,
+    OUT encoding text,
+    OUT context_window int,
+    OUT budget int,
+    OUT message_count bigint,
+    OUT summary_through_id bigint,
+    OUT messages_since_summary bigint,
+    OUT tokens_since_summary bigint,
+    OUT max_messages_before_summary int,
+    OUT messages_pct numeric,
+    OUT max_tokens_before_summary int,
+    OUT tokens_pct numeric,
+    OUT trigger_ratio real,
+    OUT context_tokens bigint,
+    OUT context_pct numeric,
+    OUT ratio_pct numeric,
+    OUT will_trigger boolean,
+    OUT triggers_firing text[],
+    OUT summary_version int,
+    OUT summary_tokens int,
+    OUT summary_updated_at timestamptz,
+    OUT summary_age interval,
+    OUT window_messages bigint,
+    OUT window_tokens int,
+    OUT dropped_messages bigint,
+    OUT queued_at timestamptz,
+    OUT compaction_failures int,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT note text)
+AS 'MODULE_PATHNAME', 'ctxwin_context_status'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+DROP FUNCTION ctxwin._window_walk(uuid, bigint, int, text);
+DROP FUNCTION ctxwin._to_anthropic(jsonb);
+DROP FUNCTION ctxwin._arguments_object(text);
+
+-- The summary trigger rule is one C function (src/rules.c), shared by the
+-- insert trigger, context_status and this SQL face.
+CREATE OR REPLACE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
+                                                max_messages int, max_tokens int, ratio real,
+                                                context_window int, min_recent int)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_should_queue'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;

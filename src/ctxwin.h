@@ -17,6 +17,7 @@
 
 #include "bpe.h"
 #include "compat.h"
+#include "rules.h"
 
 /* How an encoding counts. */
 typedef enum CtxwinEncodingKind
@@ -35,9 +36,6 @@ typedef struct CtxwinEncoding
 
 #define CTXWIN_ENCODING_NAMES "cl100k_base, o200k_base, chars4 and chars3.5"
 
-/* Tokens every message costs beyond its fields, and a message list beyond its messages. */
-#define CTXWIN_MESSAGE_OVERHEAD 4
-#define CTXWIN_LIST_OVERHEAD 3
 
 /* What replaces the middle of a text cut to fit (a printf format). */
 #define CTXWIN_OMITTED_MARKER "\n[... %lld tokens omitted ...]\n"
@@ -103,5 +101,7 @@ extern void CtxwinTriggerInit(void);
 /* messages.c */
 extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
 								 text *name, text *tool_call_id, Jsonb *tool_calls);
+extern int64 CtxwinContentsLeast(const CtxwinEncoding *enc, int n, text **contents);
+extern bool CtxwinFitContents(const CtxwinEncoding *enc, int n, text **contents, int64 room);
 
 #endif							/* CTXWIN_H */

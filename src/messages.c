@@ -285,52 +285,63 @@ ctxwin_truncate_middle(PG_FUNCTION_ARGS)
 }
 
 /*
- * The contents of a text[] argument, with their token counts and the least
- * each can cost (itself, or its marker alone when that is cheaper to send
- * than the text).  NULL elements count 0.
+ * Contents with their token counts and the least each can cost (itself, or
+ * its marker alone when that is cheaper to send than the text).  NULL
+ * contents count 0.
  */
 typedef struct UnitContents
 {
 	int			n;
-	Datum	   *elems;
-	bool	   *nulls;
+	text	  **texts;
 	int64	   *tokens;
 	int64	   *least;
 } UnitContents;
 
 static void
-ReadContents(ArrayType *arr, const CtxwinEncoding *enc, UnitContents *uc)
+CountContents(const CtxwinEncoding *enc, int n, text **texts, UnitContents *uc)
 {
 	int			i;
 
-	if (ARR_ELEMTYPE(arr) != TEXTOID)
-		elog(ERROR, "expected a text[] argument");
-	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &uc->elems, &uc->nulls, &uc->n);
-	uc->tokens = palloc0(Max(uc->n, 1) * sizeof(int64));
-	uc->least = palloc0(Max(uc->n, 1) * sizeof(int64));
-	for (i = 0; i < uc->n; i++)
+	uc->n = n;
+	uc->texts = texts;
+	uc->tokens = palloc0(Max(n, 1) * sizeof(int64));
+	uc->least = palloc0(Max(n, 1) * sizeof(int64));
+	for (i = 0; i < n; i++)
 	{
-		text	   *t;
-
-		if (uc->nulls[i])
+		if (texts[i] == NULL)
 			continue;
-		t = DatumGetTextPP(uc->elems[i]);
-		uc->tokens[i] = CtxwinCountText(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+		uc->tokens[i] = CtxwinCountText(enc, VARDATA_ANY(texts[i]), VARSIZE_ANY_EXHDR(texts[i]));
 		uc->least[i] = uc->tokens[i] > 0 ?
 			Min(uc->tokens[i], MarkerTokens(enc, uc->tokens[i])) : 0;
 	}
 }
 
-/* What the contents cost when each is capped at level (never below its least). */
-static int64
-CostAtLevel(const UnitContents *uc, int64 level)
+/* The elements of a text[] argument, NULL for a NULL element. */
+static text **
+ArrayTexts(ArrayType *arr, int *n)
 {
-	int64		sum = 0;
+	Datum	   *elems;
+	bool	   *nulls;
+	text	  **texts;
 	int			i;
 
-	for (i = 0; i < uc->n; i++)
-		sum += Min(uc->tokens[i], Max(level, uc->least[i]));
-	return sum;
+	if (ARR_ELEMTYPE(arr) != TEXTOID)
+		elog(ERROR, "expected a text[] argument");
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, n);
+	texts = palloc0(Max(*n, 1) * sizeof(text *));
+	for (i = 0; i < *n; i++)
+		texts[i] = nulls[i] ? NULL : DatumGetTextPP(elems[i]);
+	return texts;
+}
+
+/* The fewest tokens contents can be cut to, each at most to its marker alone. */
+int64
+CtxwinContentsLeast(const CtxwinEncoding *enc, int n, text **contents)
+{
+	UnitContents uc;
+
+	CountContents(enc, n, contents, &uc);
+	return PackCostAtLevel(uc.tokens, uc.least, n, 0);
 }
 
 /*
@@ -340,74 +351,77 @@ CostAtLevel(const UnitContents *uc, int64 level)
 Datum
 ctxwin_contents_least(PG_FUNCTION_ARGS)
 {
-	UnitContents uc;
+	int			n;
+	text	  **texts = ArrayTexts(PG_GETARG_ARRAYTYPE_P(0), &n);
 
-	ReadContents(PG_GETARG_ARRAYTYPE_P(0), CtxwinEncodingArg(PG_GETARG_TEXT_PP(1)), &uc);
-	PG_RETURN_INT64(CostAtLevel(&uc, 0));
+	PG_RETURN_INT64(CtxwinContentsLeast(CtxwinEncodingArg(PG_GETARG_TEXT_PP(1)), n, texts));
 }
 
 /*
- * _fit_contents(contents text[], room int, encoding text) returns text[]
- *
  * The contents of the newest unit of a window (a message, or an assistant
  * message and its tool results), cut so that their tokens together are at
- * most room, or NULL if that is impossible.  Water-filling: every content
- * is capped at the highest level L that fits, so the largest are cut first
- * and no more than needed; a content cut carries the omission marker, so it
- * is never capped below the marker alone (and a content smaller than its
- * marker is never cut).  When even every content cut to its marker alone
- * does not fit, the result is NULL.
+ * most room: in place, each cut content replaced.  Returns false, the
+ * contents unchanged, if that is impossible.  Water-filling
+ * (PackFitLevel): every content is capped at the highest level that fits,
+ * so the largest are cut first and no more than needed; a content cut
+ * carries the omission marker, so it is never capped below the marker
+ * alone (and a content smaller than its marker is never cut).
  */
-Datum
-ctxwin_fit_contents(PG_FUNCTION_ARGS)
+bool
+CtxwinFitContents(const CtxwinEncoding *enc, int n, text **contents, int64 room)
 {
-	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(0);
-	int64		room = PG_GETARG_INT32(1);
-	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(2));
 	UnitContents uc;
-	int64		lo,
-				hi;
+	int64		level;
 	int			i;
-	int			dims[1];
-	int			lbs[1] = {1};
 	StringInfoData buf;
 
-	ReadContents(arr, enc, &uc);
-	if (CostAtLevel(&uc, 0) > room)
-		PG_RETURN_NULL();
-	/* the highest level that fits: CostAtLevel grows with the level */
-	lo = 0;
-	hi = 0;
-	for (i = 0; i < uc.n; i++)
-		hi = Max(hi, uc.tokens[i]);
-	if (CostAtLevel(&uc, hi) <= room)
-		PG_RETURN_ARRAYTYPE_P(arr);
-	while (hi - lo > 1)
-	{
-		int64		mid = lo + (hi - lo) / 2;
-
-		if (CostAtLevel(&uc, mid) <= room)
-			lo = mid;
-		else
-			hi = mid;
-	}
+	CountContents(enc, n, contents, &uc);
+	level = PackFitLevel(uc.tokens, uc.least, n, room);
+	if (level < 0)
+		return false;
+	if (level == INT64_MAX)
+		return true;
 	initStringInfo(&buf);
-	for (i = 0; i < uc.n; i++)
+	for (i = 0; i < n; i++)
 	{
-		int64		cap = Max(lo, uc.least[i]);
-		text	   *t;
+		int64		cap = Max(level, uc.least[i]);
+		text	   *t = contents[i];
 
-		if (uc.nulls[i] || uc.tokens[i] <= cap)
+		if (t == NULL || uc.tokens[i] <= cap)
 			continue;
-		t = DatumGetTextPP(uc.elems[i]);
 		resetStringInfo(&buf);
 		/* cap >= the marker alone, so the cut always succeeds */
 		if (!CutMiddle(enc, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), uc.tokens[i], cap, &buf))
 			elog(ERROR, "cutting a content of %lld tokens to %lld failed",
 				 (long long) uc.tokens[i], (long long) cap);
-		uc.elems[i] = PointerGetDatum(cstring_to_text_with_len(buf.data, buf.len));
+		contents[i] = cstring_to_text_with_len(buf.data, buf.len);
 	}
-	dims[0] = uc.n;
-	PG_RETURN_ARRAYTYPE_P(construct_md_array(uc.elems, uc.nulls, 1, dims, lbs,
+	return true;
+}
+
+/*
+ * _fit_contents(contents text[], room int, encoding text) returns text[]:
+ * CtxwinFitContents on an array, NULL if the contents cannot fit.
+ */
+Datum
+ctxwin_fit_contents(PG_FUNCTION_ARGS)
+{
+	int			n;
+	text	  **texts = ArrayTexts(PG_GETARG_ARRAYTYPE_P(0), &n);
+	Datum	   *elems = palloc0(Max(n, 1) * sizeof(Datum));
+	bool	   *nulls = palloc0(Max(n, 1) * sizeof(bool));
+	int			dims[1];
+	int			lbs[1] = {1};
+	int			i;
+
+	if (!CtxwinFitContents(CtxwinEncodingArg(PG_GETARG_TEXT_PP(2)), n, texts, PG_GETARG_INT32(1)))
+		PG_RETURN_NULL();
+	for (i = 0; i < n; i++)
+	{
+		nulls[i] = (texts[i] == NULL);
+		elems[i] = PointerGetDatum(texts[i]);
+	}
+	dims[0] = n;
+	PG_RETURN_ARRAYTYPE_P(construct_md_array(elems, nulls, 1, dims, lbs,
 											 TEXTOID, -1, false, TYPALIGN_INT));
 }

@@ -1058,7 +1058,6 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 	text	   *tool_call_id = NULL;
 	Datum		pend = (Datum) 0;
 	bool		pend_null = true;
-	bool		fires;
 	bool		queue;
 
 	tup = trigdata->tg_trigtuple;
@@ -1252,15 +1251,18 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 	um = AddInt64(e->c.unsummarized_messages, 1);
 	ut = AddInt64(ut, token_count);
 
-	/* a summary trigger fires (NULL: off) */
-	fires = !st.max_messages_null && um >= st.max_messages;
-	if (!fires)
-		fires = !st.max_tokens_null && ut >= st.max_tokens;
-	/* as SQL computes pt + ut + 3 > trigger_ratio * context_window: in float8 */
-	if (!fires && !st.ratio_null)
-		fires = (float8) AddInt64(AddInt64(pt, ut), 3) >
-			(float8) st.trigger_ratio * (float8) st.context_window;
-	queue = fires && um > st.min_recent;
+	/* a summary trigger fires (NULL: off), beyond the newest min_recent */
+	{
+		TriggerSettings ts = {
+			.max_messages_on = !st.max_messages_null, .max_messages = st.max_messages,
+			.max_tokens_on = !st.max_tokens_null, .max_tokens = st.max_tokens,
+			.ratio_on = !st.ratio_null, .ratio = st.trigger_ratio,
+			.context_window = st.context_window, .min_recent = st.min_recent
+		};
+		TriggerCounts tc = {.messages = um, .tokens = ut, .prompt_tokens = pt};
+
+		queue = SessionQueues(&ts, &tc);
+	}
 
 	/*
 	 * Wake the worker (at commit) when the session enters the queue, or when
@@ -1527,6 +1529,39 @@ MergePending(Relation rel, HeapTuple oldtup, HeapTuple newtup)
 		e->c.counted = false;
 	}
 	return newtup;
+}
+
+PG_FUNCTION_INFO_V1(ctxwin_should_queue);
+
+/*
+ * _should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
+ *				 max_messages int, max_tokens int, ratio real,
+ *				 context_window int, min_recent int) returns boolean
+ *
+ * SessionQueues (rules.c) for the SQL that keeps the queue (the sessions
+ * and settings triggers, the worker's due check): a NULL trigger is off; a
+ * NULL count, window or min_recent gives NULL.
+ */
+Datum
+ctxwin_should_queue(PG_FUNCTION_ARGS)
+{
+	TriggerSettings ts;
+	TriggerCounts tc;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(6) || PG_ARGISNULL(7))
+		PG_RETURN_NULL();
+	tc.messages = PG_GETARG_INT64(0);
+	tc.tokens = PG_GETARG_INT64(1);
+	tc.prompt_tokens = PG_GETARG_INT64(2);
+	ts.max_messages_on = !PG_ARGISNULL(3);
+	ts.max_messages = ts.max_messages_on ? PG_GETARG_INT32(3) : 0;
+	ts.max_tokens_on = !PG_ARGISNULL(4);
+	ts.max_tokens = ts.max_tokens_on ? PG_GETARG_INT32(4) : 0;
+	ts.ratio_on = !PG_ARGISNULL(5);
+	ts.ratio = ts.ratio_on ? PG_GETARG_FLOAT4(5) : 0;
+	ts.context_window = PG_GETARG_INT32(6);
+	ts.min_recent = PG_GETARG_INT32(7);
+	PG_RETURN_BOOL(SessionQueues(&ts, &tc));
 }
 
 PG_FUNCTION_INFO_V1(ctxwin_sessions_guard);

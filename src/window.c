@@ -1,16 +1,19 @@
 /*
  * window.c
- *		The hot loop of build_context: walk a session's unsummarized messages
- *		newest first and pack as many whole units as fit.
+ *		The window of a session: what build_context sends and context_status
+ *		reports.
  *
- * A unit is a message, or an assistant message with tool_calls together with
- * the tool results that follow it.  The walk reads rows in batches in id
- * order, descending, and stops after the first unit that does not fit: the
- * rows read are O(window), whatever the length of the history.  The
- * packed messages are returned as a jsonb array of OpenAI chat messages,
- * oldest first.  The rare case where even the newest unit does not fit (and
- * must be cut) is reported back to the caller, ctxwin._window, which handles
- * it in SQL.  Read-only, so it runs on a hot standby.
+ * A session is read with its settings in one query (CtxwinSessionRead).
+ * The window is its system messages (prompt and summary, per
+ * summary_placement), then the newest unsummarized messages that fit the
+ * budget, in whole units: a message, or an assistant message with tool
+ * calls together with the tool results that follow it.  The walk reads rows
+ * newest first in batches and stops after the first unit that does not fit
+ * (PackWalkPush, rules.c): the rows read are O(window), whatever the length
+ * of the history.  Only the newest unit is ever cut, in the middle of its
+ * largest contents (CtxwinFitContents); older units that do not fit are
+ * dropped whole.  Read-only, so it runs on a hot standby.  The two output
+ * formats are in format.c.
  */
 #include "postgres.h"
 
@@ -22,28 +25,29 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
-#include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 #include "ctxwin.h"
+#include "window.h"
 
+PG_FUNCTION_INFO_V1(ctxwin_build_context);
+PG_FUNCTION_INFO_V1(ctxwin_window);
 PG_FUNCTION_INFO_V1(ctxwin_window_walk);
 
 #define WALK_BATCH 64
 
-/* One fetched message, copied out of SPI memory. */
-typedef struct WalkRow
-{
-	int64		id;
-	char	   *role;
-	text	   *content;		/* NULL if SQL NULL */
-	Jsonb	   *tool_calls;
-	text	   *tool_call_id;
-	text	   *name;
-	int64		tokens;
-} WalkRow;
-
-static SPIPlanPtr walk_plan = NULL;
+/* A session joined with the settings of its profile and model. */
+static const char *const session_query =
+"SELECT s.system_prompt, s.conversation_summary, s.summary_through_id, s.message_count, "
+"       s.profile, st.model, st.encoding, st.context_window, st.response_reserve, "
+"       st.summary_placement, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
+"       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
+"       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
+"       st.max_tokens_before_summary, st.min_recent_messages "
+"FROM ctxwin.sessions s "
+"JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
+"WHERE s.id OPERATOR(pg_catalog.=) $1";
 
 /*
  * One batch of the walk: keyset pagination with a LIMIT, so every batch is
@@ -53,10 +57,30 @@ static SPIPlanPtr walk_plan = NULL;
  */
 static const char *const walk_query =
 "SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id = $1 AND id > $2 AND id < $3 "
+"FROM ctxwin.messages WHERE session_id OPERATOR(pg_catalog.=) $1 "
+"AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
 "ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
 
-/* A varlena column of the current SPI row, copied, or NULL. */
+static SPIPlanPtr session_plan = NULL;
+static SPIPlanPtr walk_plan = NULL;
+
+/* A plan prepared once per backend and kept. */
+static SPIPlanPtr
+KeepPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *types)
+{
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(query, nargs, types);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		*plan = p;
+	}
+	return *plan;
+}
+
+/* A varlena column of an SPI row, copied into the current context, or NULL. */
 static void *
 CopyColumn(HeapTuple tup, TupleDesc desc, int col)
 {
@@ -68,50 +92,512 @@ CopyColumn(HeapTuple tup, TupleDesc desc, int col)
 	return PG_DETOAST_DATUM_COPY(d);
 }
 
-/* Push a string pair onto the object being built. */
+/* A text column of an SPI row as a C string, or NULL. */
+static char *
+StringColumn(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/* An int column of an SPI row; *on is false for NULL. */
+static int32
+Int32Column(HeapTuple tup, TupleDesc desc, int col, bool *on)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	if (on)
+		*on = !isnull;
+	return isnull ? 0 : DatumGetInt32(d);
+}
+
+static int64
+Int64Column(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+static TimestampTz
+TimestampColumn(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
+{
+	Datum		d = SPI_getbinval(tup, desc, col, isnull);
+
+	return *isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
+ * Raises the errors of a session argument that names no session: NULL, or
+ * an id no row (that the caller may see) has.
+ */
 static void
-PushText(JsonbParseState **st, const char *key, const char *val, int len)
+SessionNotFound(Datum id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NO_DATA_FOUND),
+			 errmsg("session %s does not exist",
+					DatumGetCString(DirectFunctionCall1(uuid_out, id)))));
+}
+
+/*
+ * Reads a session and its settings, as the caller (privileges and row-level
+ * security apply), into sv, allocated in the current memory context.  The
+ * caller has connected to SPI.
+ */
+void
+CtxwinSessionRead(Datum id, SessionView *sv)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1] = {id};
+	MemoryContext cxt = CurrentMemoryContext;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		on;
+
+	if (SPI_execute_plan(KeepPlan(&session_plan, session_query, 1, types), args, NULL, true, 1)
+		!= SPI_OK_SELECT)
+		elog(ERROR, "reading a session failed");
+	if (SPI_processed == 0)
+		SessionNotFound(id);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		memset(sv, 0, sizeof(*sv));
+		sv->id = id;
+		sv->system_prompt = CopyColumn(tup, desc, 1);
+		sv->summary = CopyColumn(tup, desc, 2);
+		sv->summary_through_id = Int64Column(tup, desc, 3);
+		sv->message_count = Int64Column(tup, desc, 4);
+		sv->profile = StringColumn(tup, desc, 5);
+		sv->model = StringColumn(tup, desc, 6);
+		sv->encoding_name = StringColumn(tup, desc, 7);
+		sv->context_window = Int32Column(tup, desc, 8, NULL);
+		sv->response_reserve = Int32Column(tup, desc, 9, NULL);
+		sv->placement = StringColumn(tup, desc, 10);
+		sv->unsummarized_tokens = Int64Column(tup, desc, 11);
+		sv->count_encoding = StringColumn(tup, desc, 12);
+		sv->summary_version = Int32Column(tup, desc, 13, NULL);
+		sv->summary_updated_at = TimestampColumn(tup, desc, 14, &sv->summary_updated_at_null);
+		sv->queued_at = TimestampColumn(tup, desc, 15, &sv->queued_at_null);
+		sv->compaction_failures = Int32Column(tup, desc, 16, NULL);
+		sv->last_error = CopyColumn(tup, desc, 17);
+		sv->last_error_at = TimestampColumn(tup, desc, 18, &sv->last_error_at_null);
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(tup, desc, 19, &isnull);
+
+			sv->triggers.ratio_on = !isnull;
+			sv->triggers.ratio = isnull ? 0 : DatumGetFloat4(d);
+		}
+		sv->triggers.max_messages = Int32Column(tup, desc, 20, &on);
+		sv->triggers.max_messages_on = on;
+		sv->triggers.max_tokens = Int32Column(tup, desc, 21, &on);
+		sv->triggers.max_tokens_on = on;
+		sv->triggers.min_recent = Int32Column(tup, desc, 22, NULL);
+		sv->triggers.context_window = sv->context_window;
+		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/* Whether a text is NULL or empty. */
+static bool
+TextEmpty(text *t)
+{
+	return t == NULL || VARSIZE_ANY_EXHDR(t) == 0;
+}
+
+/* A system message with a content. */
+static void
+SystemMessage(const CtxwinEncoding *enc, WindowMessage *m, text *content)
+{
+	memset(m, 0, sizeof(*m));
+	m->role = "system";
+	m->content = content;
+	m->tokens = CtxwinMessageTokens(enc, m->role, content, NULL, NULL, NULL);
+}
+
+/*
+ * The system messages that carry a session's system prompt and summary:
+ * none, the prompt, the prompt with the summary appended ("system"
+ * placement), or the prompt and the summary as a message of its own
+ * ("message").  Returns how many, written to sys[0..1].
+ */
+int
+CtxwinSystemMessages(const SessionView *sv, WindowMessage *sys)
+{
+	int			n = 0;
+	StringInfoData s;
+
+	if (TextEmpty(sv->summary))
+	{
+		if (!TextEmpty(sv->system_prompt))
+			SystemMessage(sv->enc, &sys[n++], sv->system_prompt);
+		return n;
+	}
+	initStringInfo(&s);
+	if (sv->placement != NULL && strcmp(sv->placement, "message") == 0)
+	{
+		if (!TextEmpty(sv->system_prompt))
+			SystemMessage(sv->enc, &sys[n++], sv->system_prompt);
+	}
+	else if (!TextEmpty(sv->system_prompt))
+	{
+		appendBinaryStringInfo(&s, VARDATA_ANY(sv->system_prompt), VARSIZE_ANY_EXHDR(sv->system_prompt));
+		appendStringInfoString(&s, "\n\n");
+	}
+	appendStringInfoString(&s, "Summary of earlier conversation:\n");
+	appendBinaryStringInfo(&s, VARDATA_ANY(sv->summary), VARSIZE_ANY_EXHDR(sv->summary));
+	SystemMessage(sv->enc, &sys[n++], cstring_to_text_with_len(s.data, s.len));
+	return n;
+}
+
+/*
+ * Runs one batch of the walk: the newest WALK_BATCH messages with after <
+ * id < below.  The backward scan of the primary key is the plan; without
+ * statistics (a table never analyzed, as after pg_restore) the planner
+ * would rather sort the session's whole history, so sorts and bitmap scans
+ * are off for the statement.
+ */
+static void
+WalkBatch(Datum session, int64 after, int64 below)
+{
+	Oid			types[3] = {UUIDOID, INT8OID, INT8OID};
+	Datum		args[3] = {session, Int64GetDatum(after), Int64GetDatum(below)};
+	int			nest = NewGUCNestLevel();
+	int			rc;
+
+	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_execute_plan(KeepPlan(&walk_plan, walk_query, 3, types), args, NULL, true, WALK_BATCH);
+	AtEOXact_GUC(true, nest);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading the messages of a session failed");
+}
+
+/* A message row of the walk, copied into the current memory context. */
+static void
+ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMessage *m)
+{
+	char	   *tenc;
+
+	m->id = Int64Column(tup, desc, 1);
+	m->role = StringColumn(tup, desc, 2);
+	m->content = CopyColumn(tup, desc, 3);
+	m->tool_calls = CopyColumn(tup, desc, 4);
+	m->tool_call_id = CopyColumn(tup, desc, 5);
+	m->name = CopyColumn(tup, desc, 6);
+	tenc = StringColumn(tup, desc, 8);
+	/* the stored count, unless it was made in another encoding */
+	if (tenc != NULL && strcmp(tenc, enc->name) == 0)
+		m->tokens = Int32Column(tup, desc, 7, NULL);
+	else
+		m->tokens = CtxwinMessageTokens(enc, m->role, m->content, m->name,
+										m->tool_call_id, m->tool_calls);
+}
+
+/*
+ * Walks the messages after after_id, newest first, packing whole units into
+ * room tokens.  Returns the messages read, newest first, in *rows (the
+ * packed ones are the first walk->packed).
+ */
+static int
+Walk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
+	 WindowMessage **rows)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			n = 0,
+				cap = 0;
+	int64		below = PG_INT64_MAX;
+	bool		more = true;
+
+	*rows = NULL;
+	while (more)
+	{
+		uint64		got,
+					i;
+
+		WalkBatch(session, after_id, below);
+		got = SPI_processed;
+		for (i = 0; i < got && more; i++)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+			WindowMessage *m;
+
+			CHECK_FOR_INTERRUPTS();
+			if (n == cap)
+			{
+				cap = cap ? cap * 2 : 128;
+				*rows = *rows ? repalloc(*rows, cap * sizeof(WindowMessage))
+					: palloc(cap * sizeof(WindowMessage));
+			}
+			m = &(*rows)[n++];
+			ReadMessage(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, enc, m);
+			MemoryContextSwitchTo(old);
+			below = m->id;
+			more = PackWalkPush(walk, strcmp(m->role, "tool") == 0, m->tokens);
+		}
+		SPI_freetuptable(SPI_tuptable);
+		if (got < WALK_BATCH)
+			more = false;
+	}
+	return n;
+}
+
+/* Sets the error a window reports instead of messages. */
+static bool
+WindowError(Window *w, char *message, char *detail, char *hint)
+{
+	w->error = message;
+	w->error_detail = detail;
+	w->error_hint = hint;
+	return false;
+}
+
+/*
+ * The newest unit alone is over the room left: its largest contents cut in
+ * the middle until it fits.  unit[0..n) is the unit, newest first.
+ */
+static bool
+CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int64 *room)
+{
+	text	  **contents = palloc(n * sizeof(text *));
+	text	  **uncut = palloc(n * sizeof(text *));
+	int64		fixed = 0;
+	int			i;
+
+	/* oldest first, as the unit is sent */
+	w->messages = palloc(n * sizeof(WindowMessage));
+	for (i = 0; i < n; i++)
+	{
+		WindowMessage *m = &unit[n - 1 - i];
+
+		w->messages[i] = *m;
+		contents[i] = uncut[i] = m->content;
+		fixed += m->tokens - (m->content ? CtxwinCountText(sv->enc, VARDATA_ANY(m->content),
+															   VARSIZE_ANY_EXHDR(m->content)) : 0);
+	}
+	if (*room - fixed < 0 || !CtxwinFitContents(sv->enc, n, contents, *room - fixed))
+		return WindowError(w, psprintf("token budget %d is too small for the newest message", w->budget),
+						   psprintf("Even with its contents cut to their omission markers it needs %lld tokens besides the %lld of the system prompt and summary.",
+									(long long) (fixed + CtxwinContentsLeast(sv->enc, n, uncut)),
+									(long long) w->prompt_tokens),
+						   "Give a larger budget.");
+	for (i = 0; i < n; i++)
+	{
+		WindowMessage *m = &w->messages[i];
+
+		if (m->content != contents[i])
+		{
+			m->tokens -= CtxwinCountText(sv->enc, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content));
+			m->content = contents[i];
+			m->tokens += CtxwinCountText(sv->enc, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content));
+		}
+		*room -= m->tokens;
+	}
+	w->nmessages = n;
+	w->cut = true;
+	return true;
+}
+
+/*
+ * Builds the window of a session within a budget (has_budget false: the
+ * context window less the response reserve).  Returns false, with
+ * w->error set, when the budget cannot hold it; the caller raises that as
+ * invalid_parameter_value or reports it.  The caller has connected to SPI.
+ */
+bool
+CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *w)
+{
+	int64		b = has_budget ? budget : (int64) sv->context_window - sv->response_reserve;
+	int64		room;
+	PackWalk	walk;
+	WindowMessage *rows;
+	int			nrows;
+	int			i;
+
+	memset(w, 0, sizeof(*w));
+	w->budget = (int32) b;
+	if (b <= 0)
+		return WindowError(w, "token budget must be greater than zero",
+						   has_budget ? NULL :
+						   psprintf("The context window (%d) less the response reserve (%d) of profile \"%s\" leaves none.",
+									sv->context_window, sv->response_reserve, sv->profile),
+						   NULL);
+
+	w->nsystem = CtxwinSystemMessages(sv, w->system);
+	w->prompt_tokens = CTXWIN_LIST_OVERHEAD;
+	for (i = 0; i < w->nsystem; i++)
+		w->prompt_tokens += w->system[i].tokens;
+	if (w->prompt_tokens > b)
+		return WindowError(w, psprintf("token budget %lld is too small for the system prompt and summary (%lld tokens)",
+									   (long long) b, (long long) w->prompt_tokens),
+						   NULL, "Give a larger budget, or shorten the system prompt.");
+	room = b - w->prompt_tokens;
+
+	PackWalkInit(&walk, room);
+	nrows = Walk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows);
+	if (walk.cut)
+	{
+		/* the unit is every message read: the walk stopped at its head */
+		if (!CutNewestUnit(w, sv, rows, nrows, &room))
+			return false;
+	}
+	else
+	{
+		/* rows[0 .. packed) newest first: sent oldest first */
+		w->nmessages = walk.packed;
+		w->messages = palloc(Max(walk.packed, 1) * sizeof(WindowMessage));
+		for (i = 0; i < walk.packed; i++)
+			w->messages[i] = rows[walk.packed - 1 - i];
+		room -= walk.used;
+	}
+	w->tokens = b - room;
+	w->first_id = w->nmessages > 0 ? w->messages[0].id : 0;
+	w->window_messages = w->nmessages > 0 ? sv->message_count - w->first_id + 1 : 0;
+	w->dropped_messages = sv->message_count - sv->summary_through_id - w->window_messages;
+	return true;
+}
+
+/* Raises the error of a window the budget cannot hold. */
+void
+CtxwinWindowRaise(const Window *w)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg_internal("%s", w->error),
+			 w->error_detail ? errdetail_internal("%s", w->error_detail) : 0,
+			 w->error_hint ? errhint("%s", w->error_hint) : 0));
+}
+
+/*
+ * build_context(session uuid, budget int, format text) returns jsonb: the
+ * window, as OpenAI chat messages or as an Anthropic Messages API body.
+ */
+Datum
+ctxwin_build_context(PG_FUNCTION_ARGS)
+{
+	char	   *format = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	bool		anthropic = format != NULL && strcmp(format, "anthropic") == 0;
+	SessionView sv;
+	Window		w;
+	Jsonb	   *result;
+	MemoryContext callcxt = CurrentMemoryContext;
+	MemoryContext spicxt;
+
+	if (format == NULL || (!anthropic && strcmp(format, "openai") != 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unrecognized format \"%s\"", format ? format : "NULL"),
+				 errhint("Valid formats are openai and anthropic.")));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("session id must not be null")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	CtxwinSessionRead(PG_GETARG_DATUM(0), &sv);
+	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), &w))
+		CtxwinWindowRaise(&w);
+	/* the result outlives SPI's memory */
+	spicxt = MemoryContextSwitchTo(callcxt);
+	result = anthropic ? CtxwinWindowAnthropic(&w) : CtxwinWindowOpenAI(&w);
+	MemoryContextSwitchTo(spicxt);
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+/* Pushes key: a bigint (JSON null when null). */
+static void
+PushInt64Field(JsonbParseState **st, const char *key, int64 v, bool null)
 {
 	JsonbValue	k,
-				v;
+				jv;
 
 	k.type = jbvString;
 	k.val.string.val = (char *) key;
 	k.val.string.len = strlen(key);
-	v.type = jbvString;
-	v.val.string.val = (char *) val;
-	v.val.string.len = len;
 	pushJsonbValue(st, WJB_KEY, &k);
-	pushJsonbValue(st, WJB_VALUE, &v);
+	if (null)
+		jv.type = jbvNull;
+	else
+	{
+		jv.type = jbvNumeric;
+		jv.val.numeric = DatumGetNumeric(DirectFunctionCall1(int8_numeric, Int64GetDatum(v)));
+	}
+	pushJsonbValue(st, WJB_VALUE, &jv);
 }
 
-/* A message as an OpenAI chat message object, absent fields left out. */
-static void
-PushMessage(JsonbParseState **st, WalkRow *r)
+/*
+ * _window(session uuid, budget int) returns jsonb: the window with what
+ * context_status reports of it: {"messages" (OpenAI form), "tokens",
+ * "budget", "encoding", "first_id", "window_messages", "dropped_messages",
+ * "cut"}.  For tests and for a person looking into a window.
+ */
+Datum
+ctxwin_window(PG_FUNCTION_ARGS)
 {
-	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
-	PushText(st, "role", r->role, strlen(r->role));
-	if (r->content)
-		PushText(st, "content", VARDATA_ANY(r->content), VARSIZE_ANY_EXHDR(r->content));
-	if (r->name)
-		PushText(st, "name", VARDATA_ANY(r->name), VARSIZE_ANY_EXHDR(r->name));
-	if (r->tool_calls)
-	{
-		JsonbValue	k,
-					v;
+	SessionView sv;
+	Window		w;
+	JsonbParseState *st = NULL;
+	JsonbValue	k,
+				v;
+	Jsonb	   *messages;
+	Jsonb	   *result;
+	MemoryContext callcxt = CurrentMemoryContext;
 
-		k.type = jbvString;
-		k.val.string.val = "tool_calls";
-		k.val.string.len = strlen("tool_calls");
-		v.type = jbvBinary;
-		v.val.binary.data = &r->tool_calls->root;
-		v.val.binary.len = VARSIZE(r->tool_calls) - VARHDRSZ;
-		pushJsonbValue(st, WJB_KEY, &k);
-		pushJsonbValue(st, WJB_VALUE, &v);
-	}
-	if (r->tool_call_id)
-		PushText(st, "tool_call_id", VARDATA_ANY(r->tool_call_id), VARSIZE_ANY_EXHDR(r->tool_call_id));
-	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("session id must not be null")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	CtxwinSessionRead(PG_GETARG_DATUM(0), &sv);
+	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), &w))
+		CtxwinWindowRaise(&w);
+	messages = CtxwinWindowOpenAI(&w);
+
+	MemoryContextSwitchTo(callcxt);
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	k.type = jbvString;
+	k.val.string.val = "messages";
+	k.val.string.len = strlen("messages");
+	pushJsonbValue(&st, WJB_KEY, &k);
+	v.type = jbvBinary;
+	v.val.binary.data = &messages->root;
+	v.val.binary.len = VARSIZE(messages) - VARHDRSZ;
+	pushJsonbValue(&st, WJB_VALUE, &v);
+	PushInt64Field(&st, "tokens", w.tokens, false);
+	PushInt64Field(&st, "budget", w.budget, false);
+	k.val.string.val = "encoding";
+	k.val.string.len = strlen("encoding");
+	pushJsonbValue(&st, WJB_KEY, &k);
+	v.type = jbvString;
+	v.val.string.val = sv.encoding_name;
+	v.val.string.len = strlen(sv.encoding_name);
+	pushJsonbValue(&st, WJB_VALUE, &v);
+	PushInt64Field(&st, "first_id", w.first_id, w.nmessages == 0);
+	PushInt64Field(&st, "window_messages", w.window_messages, false);
+	PushInt64Field(&st, "dropped_messages", w.dropped_messages, false);
+	k.val.string.val = "cut";
+	k.val.string.len = strlen("cut");
+	pushJsonbValue(&st, WJB_KEY, &k);
+	v.type = jbvBool;
+	v.val.boolean = w.cut;
+	pushJsonbValue(&st, WJB_VALUE, &v);
+	result = JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
 }
 
 /*
@@ -119,156 +605,46 @@ PushMessage(JsonbParseState **st, WalkRow *r)
  *				OUT first_id bigint, OUT cut_from bigint, OUT tokens int,
  *				OUT messages jsonb)
  *
- * Packs the newest unsummarized messages (id > after_id) into room tokens.
- * first_id is the oldest packed message (NULL if none), tokens their cost,
- * messages the packed messages as a jsonb array.  If the newest unit alone
- * is over room, nothing is packed and cut_from is the id where it starts.
+ * 0.1.0's walk, for a database not yet updated (its _window calls it):
+ * packs the newest messages after after_id into room tokens; if the
+ * newest unit alone is over room, nothing is packed and cut_from is the id
+ * where it starts.
  */
 Datum
 ctxwin_window_walk(PG_FUNCTION_ARGS)
 {
-	Datum		session = PG_GETARG_DATUM(0);
-	int64		after_id = PG_GETARG_INT64(1);
-	int64		room = PG_GETARG_INT32(2);
-	text	   *enc_name = PG_GETARG_TEXT_PP(3);
-	const CtxwinEncoding *enc = CtxwinEncodingArg(enc_name);
-	const char *encname = enc->name;
+	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(3));
 	TupleDesc	resdesc;
-	MemoryContext callcxt = CurrentMemoryContext;
-	WalkRow    *rows = NULL;
-	int			nrows = 0,
-				cap = 0;
-	int			packed = 0;		/* rows[0 .. packed) are in the window */
-	int64		unit = 0;
-	bool		newest = true;
-	int64		cut_from = -1;
-	Datum		args[3];
-	int64		below = PG_INT64_MAX;
+	PackWalk	walk;
+	WindowMessage *rows;
+	int			nrows;
+	Window		w;
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
-	bool		done = false;
+	int			i;
+	MemoryContext callcxt = CurrentMemoryContext;
+	HeapTuple	result;
 
 	if (get_call_result_type(fcinfo, NULL, &resdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "_window_walk: return type must be a row type");
-
 	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "_window_walk: SPI_connect failed");
-	if (walk_plan == NULL)
-	{
-		Oid			types[3] = {UUIDOID, INT8OID, INT8OID};
-		SPIPlanPtr	plan = SPI_prepare(walk_query, 3, types);
+		elog(ERROR, "SPI_connect failed");
+	PackWalkInit(&walk, PG_GETARG_INT32(2));
+	nrows = Walk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows);
 
-		if (plan == NULL)
-			elog(ERROR, "_window_walk: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		walk_plan = plan;
-	}
-	args[0] = session;
-	args[1] = Int64GetDatum(after_id);
-
-	while (!done)
-	{
-		uint64		i;
-		uint64		got;
-
-		args[2] = Int64GetDatum(below);
-		{
-			/*
-			 * The backward scan of the primary key is the plan; without
-			 * statistics (a table never analyzed, as after pg_restore) the
-			 * planner would rather sort the session's whole history.
-			 */
-			int			nest = NewGUCNestLevel();
-			int			rc;
-
-			(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
-									 GUC_ACTION_SAVE, true, 0, false);
-			(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-									 GUC_ACTION_SAVE, true, 0, false);
-			rc = SPI_execute_plan(walk_plan, args, NULL, true, WALK_BATCH);
-			AtEOXact_GUC(true, nest);
-			if (rc != SPI_OK_SELECT)
-				elog(ERROR, "_window_walk: SPI_execute_plan failed");
-		}
-		got = SPI_processed;
-		if (got == 0)
-			break;
-		for (i = 0; i < SPI_processed && !done; i++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			MemoryContext old = MemoryContextSwitchTo(callcxt);
-			WalkRow    *r;
-			bool		isnull;
-			text	   *tenc;
-
-			CHECK_FOR_INTERRUPTS();
-			if (nrows == cap)
-			{
-				cap = cap ? cap * 2 : 128;
-				rows = rows ? repalloc(rows, cap * sizeof(WalkRow)) : palloc(cap * sizeof(WalkRow));
-			}
-			r = &rows[nrows++];
-			r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-			r->role = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
-			r->content = CopyColumn(tup, desc, 3);
-			r->tool_calls = CopyColumn(tup, desc, 4);
-			r->tool_call_id = CopyColumn(tup, desc, 5);
-			r->name = CopyColumn(tup, desc, 6);
-			tenc = CopyColumn(tup, desc, 8);
-			if (tenc && VARSIZE_ANY_EXHDR(tenc) == strlen(encname) &&
-				memcmp(VARDATA_ANY(tenc), encname, strlen(encname)) == 0)
-				r->tokens = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
-			else
-				r->tokens = CtxwinMessageTokens(enc, r->role, r->content, r->name,
-												r->tool_call_id, r->tool_calls);
-			MemoryContextSwitchTo(old);
-			below = r->id;
-
-			unit += r->tokens;
-			/* a tool result goes with the assistant message that called it */
-			if (strcmp(r->role, "tool") == 0)
-				continue;
-			if (unit <= room)
-			{
-				room -= unit;
-				unit = 0;
-				packed = nrows;
-				newest = false;
-			}
-			else
-			{
-				if (newest)
-					cut_from = r->id;
-				done = true;
-			}
-		}
-		SPI_freetuptable(SPI_tuptable);
-		if (got < WALK_BATCH)
-			break;
-	}
+	memset(&w, 0, sizeof(w));
+	w.nmessages = walk.packed;
+	w.messages = palloc(Max(walk.packed, 1) * sizeof(WindowMessage));
+	for (i = 0; i < walk.packed; i++)
+		w.messages[i] = rows[walk.packed - 1 - i];
+	values[0] = Int64GetDatum(walk.packed > 0 ? w.messages[0].id : 0);
+	nulls[0] = (walk.packed == 0);
+	values[1] = Int64GetDatum(walk.cut ? rows[nrows - 1].id : 0);
+	nulls[1] = !walk.cut;
+	values[2] = Int32GetDatum((int32) walk.used);
+	MemoryContextSwitchTo(callcxt);
+	values[3] = JsonbPGetDatum(CtxwinWindowOpenAI(&w));
+	result = heap_form_tuple(resdesc, values, nulls);
 	SPI_finish();
-
-	/* rows[0 .. packed) newest first: emit oldest first */
-	{
-		JsonbParseState *st = NULL;
-		JsonbValue *arr;
-		int			i;
-		int64		used = 0;
-
-		pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
-		for (i = packed - 1; i >= 0; i--)
-		{
-			PushMessage(&st, &rows[i]);
-			used += rows[i].tokens;
-		}
-		arr = pushJsonbValue(&st, WJB_END_ARRAY, NULL);
-		values[0] = Int64GetDatum(packed > 0 ? rows[packed - 1].id : 0);
-		nulls[0] = (packed == 0);
-		values[1] = Int64GetDatum(cut_from);
-		nulls[1] = (cut_from < 0);
-		values[2] = Int32GetDatum((int32) used);
-		values[3] = JsonbPGetDatum(JsonbValueToJsonb(arr));
-	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(resdesc, values, nulls)));
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
 }

@@ -14,17 +14,15 @@ COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
 
 -- Whether a session's counters put it in the compaction queue: a summary
 -- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
--- and there is more than the newest min_recent_messages to summarize.
+-- and there is more than the newest min_recent_messages to summarize.  The
+-- rule is SessionQueues in src/rules.c, which the insert trigger and
+-- context_status use too.
 CREATE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
                                      max_messages int, max_tokens int, ratio real,
                                      context_window int, min_recent int)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN messages > min_recent
-   AND (coalesce(messages >= max_messages, false)
-        OR coalesce(tokens >= max_tokens, false)
-        OR coalesce((prompt_tokens + tokens + 3)::float8 > ratio::float8 * context_window::float8, false));
+AS 'MODULE_PATHNAME', 'ctxwin_should_queue'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real, int, int) IS
 'Whether a session with these unsummarized messages and tokens belongs in the compaction queue under these settings';

@@ -32,82 +32,9 @@ CREATE FUNCTION ctxwin.context_status(
     OUT last_error text,
     OUT last_error_at timestamptz,
     OUT note text)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s ctxwin.sessions;
-    st ctxwin.session_settings;
-    ut bigint;
-    pt int;
-    w jsonb;
-    recent_tokens bigint;
-    recent_n bigint;
-BEGIN
-    PERFORM ctxwin._session_must_exist(session);
-    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = session;
-    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = session;
-
-    session_id := s.id;
-    profile := s.profile;
-    model := st.model;
-    encoding := st.encoding;
-    context_window := st.context_window;
-    message_count := s.message_count;
-    summary_through_id := s.summary_through_id;
-    messages_since_summary := s.message_count - s.summary_through_id;
-    -- counters were kept in another encoding if the model changed since
-    IF s.count_encoding = st.encoding THEN
-        ut := s.unsummarized_tokens;
-    ELSE
-        ut := ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding);
-    END IF;
-    pt := ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
-                                                        st.summary_placement), st.encoding);
-    tokens_since_summary := ut;
-    max_messages_before_summary := st.max_messages_before_summary;
-    messages_pct := round(100.0 * messages_since_summary::numeric / st.max_messages_before_summary::numeric, 1);
-    max_tokens_before_summary := st.max_tokens_before_summary;
-    tokens_pct := round(100.0 * ut::numeric / st.max_tokens_before_summary::numeric, 1);
-    trigger_ratio := st.trigger_ratio;
-    context_tokens := pt + ut + 3;
-    context_pct := round(100.0 * context_tokens::numeric / st.context_window::numeric, 1);
-    ratio_pct := round(100.0 * context_tokens::numeric / (st.trigger_ratio::float8 * st.context_window::float8)::numeric, 1);
-    triggers_firing := array_remove(ARRAY[
-        CASE WHEN messages_since_summary >= st.max_messages_before_summary THEN 'messages' END,
-        CASE WHEN ut >= st.max_tokens_before_summary THEN 'tokens' END,
-        CASE WHEN context_tokens::float8 > st.trigger_ratio::float8 * st.context_window::float8 THEN 'ratio' END], NULL);
-    will_trigger := cardinality(triggers_firing) > 0;
-    summary_version := s.summary_version;
-    summary_tokens := coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0);
-    summary_updated_at := s.summary_updated_at;
-    summary_age := now() - s.summary_updated_at;
-    queued_at := s.compaction_queued_at;
-    compaction_failures := s.compaction_failures;
-    last_error := s.last_error;
-    last_error_at := s.last_error_at;
-
-    BEGIN
-        w := ctxwin._window(session, NULL);
-        budget := (w ->> 'budget')::int;
-        window_messages := (w ->> 'window_messages')::bigint;
-        window_tokens := (w ->> 'tokens')::int;
-        dropped_messages := (w ->> 'dropped_messages')::bigint;
-        IF (w ->> 'cut')::boolean THEN
-            note := 'The newest message is longer than the budget: build_context shortens it in the middle.';
-        END IF;
-    EXCEPTION WHEN invalid_parameter_value THEN
-        GET STACKED DIAGNOSTICS note = MESSAGE_TEXT;
-    END;
-
-    IF will_trigger AND messages_since_summary <= st.min_recent_messages THEN
-        note := concat_ws(' ', note, format(
-            'The newest %s messages are never summarized (min_recent_messages), and they alone keep the %s trigger firing.',
-            st.min_recent_messages, array_to_string(triggers_firing, ' and ')));
-    ELSIF dropped_messages > 0 THEN
-        note := concat_ws(' ', note, format(
-            'The %s oldest unsummarized messages do not fit the budget and are left out until a summary covers them.',
-            dropped_messages));
-    END IF;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_context_status'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.context_status(uuid) IS
 'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages and the last compaction error';

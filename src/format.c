@@ -1,0 +1,359 @@
+/*
+ * format.c
+ *		A window as the request a provider takes: OpenAI chat messages, or
+ *		an Anthropic Messages API body.
+ */
+#include "postgres.h"
+
+#include "common/jsonapi.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "nodes/pg_list.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/jsonfuncs.h"
+#include "utils/numeric.h"
+
+#include "window.h"
+
+/* Pushes a key of an object being built. */
+static void
+PushKey(JsonbParseState **st, const char *key)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	pushJsonbValue(st, WJB_KEY, &k);
+}
+
+/* Pushes a string value (JSON null for NULL). */
+static void
+PushString(JsonbParseState **st, JsonbIteratorToken tok, const char *val, int len)
+{
+	JsonbValue	v;
+
+	if (val == NULL)
+		v.type = jbvNull;
+	else
+	{
+		v.type = jbvString;
+		v.val.string.val = (char *) val;
+		v.val.string.len = len;
+	}
+	pushJsonbValue(st, tok, &v);
+}
+
+/* Pushes key: a text value (JSON null for NULL). */
+static void
+PushTextField(JsonbParseState **st, const char *key, text *t)
+{
+	PushKey(st, key);
+	if (t == NULL)
+		PushString(st, WJB_VALUE, NULL, 0);
+	else
+		PushString(st, WJB_VALUE, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+/* Pushes key: a C string value. */
+static void
+PushCStringField(JsonbParseState **st, const char *key, const char *val)
+{
+	PushKey(st, key);
+	PushString(st, WJB_VALUE, val, val ? strlen(val) : 0);
+}
+
+/* Pushes key: a whole jsonb value. */
+static void
+PushJsonbField(JsonbParseState **st, const char *key, Jsonb *jb)
+{
+	JsonbValue	v;
+
+	PushKey(st, key);
+	v.type = jbvBinary;
+	v.val.binary.data = &jb->root;
+	v.val.binary.len = VARSIZE(jb) - VARHDRSZ;
+	pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+/* A message as an OpenAI chat message object, absent fields left out. */
+static void
+PushOpenAIMessage(JsonbParseState **st, const WindowMessage *m)
+{
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(st, "role", m->role);
+	if (m->content)
+		PushTextField(st, "content", m->content);
+	if (m->name)
+		PushTextField(st, "name", m->name);
+	if (m->tool_calls)
+		PushJsonbField(st, "tool_calls", m->tool_calls);
+	if (m->tool_call_id)
+		PushTextField(st, "tool_call_id", m->tool_call_id);
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/* The window as an array of OpenAI chat messages: system messages first. */
+Jsonb *
+CtxwinWindowOpenAI(const Window *w)
+{
+	JsonbParseState *st = NULL;
+	int			i;
+
+	pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+	for (i = 0; i < w->nsystem; i++)
+		PushOpenAIMessage(&st, &w->system[i]);
+	for (i = 0; i < w->nmessages; i++)
+		PushOpenAIMessage(&st, &w->messages[i]);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_ARRAY, NULL));
+}
+
+/*
+ * The text of a value as jsonb's ->> gives it: a string's own text, any
+ * other scalar's or container's JSON text, NULL for JSON null or no value.
+ */
+static char *
+ValueText(JsonbValue *v)
+{
+	if (v == NULL || v->type == jbvNull)
+		return NULL;
+	switch (v->type)
+	{
+		case jbvString:
+			return pnstrdup(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+		case jbvBool:
+			return pstrdup(v->val.boolean ? "true" : "false");
+		case jbvBinary:
+			return JsonbToCString(NULL, v->val.binary.data, v->val.binary.len);
+		default:
+			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
+	}
+	return NULL;
+}
+
+/* The value of key in an object container, or NULL (absent, or not an object). */
+static JsonbValue *
+FieldOf(JsonbValue *obj, const char *key)
+{
+	JsonbValue	k;
+
+	if (obj == NULL || obj->type != jbvBinary ||
+		!JsonContainerIsObject(obj->val.binary.data))
+		return NULL;
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	return findJsonbValueFromContainer(obj->val.binary.data, JB_FOBJECT, &k);
+}
+
+/*
+ * A tool call's arguments (OpenAI: a JSON text) as the JSON object
+ * Anthropic's tool_use input wants: the object itself, else the value (or
+ * the text, when it is no JSON) wrapped as {"arguments": ...}.
+ */
+static void
+PushArgumentsObject(JsonbParseState **st, const char *arguments)
+{
+	Jsonb	   *j = NULL;
+
+	if (arguments != NULL)
+	{
+		JsonLexContext *lex = makeJsonLexContextCstringLen_compat((char *) arguments, strlen(arguments),
+																  GetDatabaseEncoding(), false);
+
+		if (pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS)
+			j = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(arguments)));
+	}
+	if (j != NULL && JB_ROOT_IS_OBJECT(j))
+	{
+		JsonbValue	v;
+
+		v.type = jbvBinary;
+		v.val.binary.data = &j->root;
+		v.val.binary.len = VARSIZE(j) - VARHDRSZ;
+		pushJsonbValue(st, WJB_VALUE, &v);
+		return;
+	}
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	if (j != NULL)
+		PushJsonbField(st, "arguments", j);
+	else
+		PushCStringField(st, "arguments", arguments);
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/* A block as a jsonb value of its own, to be placed in a turn later. */
+static Jsonb *
+BlockDone(JsonbParseState **st)
+{
+	Jsonb	   *b = JsonbValueToJsonb(pushJsonbValue(st, WJB_END_OBJECT, NULL));
+
+	*st = NULL;
+	return b;
+}
+
+/* The content blocks of a user or assistant message: its text, then its tool calls. */
+static List *
+MessageBlocks(const WindowMessage *m)
+{
+	List	   *blocks = NIL;
+	JsonbParseState *st = NULL;
+
+	if (m->content != NULL && VARSIZE_ANY_EXHDR(m->content) > 0)
+	{
+		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+		PushCStringField(&st, "type", "text");
+		PushTextField(&st, "text", m->content);
+		blocks = lappend(blocks, BlockDone(&st));
+	}
+	if (m->tool_calls != NULL)
+	{
+		JsonbIterator *it;
+		JsonbValue	call;
+		JsonbIteratorToken tok;
+
+		if (!JB_ROOT_IS_ARRAY(m->tool_calls) || JB_ROOT_IS_SCALAR(m->tool_calls))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("cannot extract elements from an object")));
+		it = JsonbIteratorInit(&m->tool_calls->root);
+		while ((tok = JsonbIteratorNext(&it, &call, true)) != WJB_DONE)
+		{
+			JsonbValue *function;
+			JsonbValue	callv;
+
+			if (tok != WJB_ELEM)
+				continue;
+			callv = call;
+			function = FieldOf(&callv, "function");
+			pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+			PushCStringField(&st, "type", "tool_use");
+			PushCStringField(&st, "id", ValueText(FieldOf(&callv, "id")));
+			PushCStringField(&st, "name", ValueText(FieldOf(function, "name")));
+			PushKey(&st, "input");
+			PushArgumentsObject(&st, ValueText(FieldOf(function, "arguments")));
+			blocks = lappend(blocks, BlockDone(&st));
+		}
+	}
+	return blocks;
+}
+
+/* The block of a tool result. */
+static List *
+ToolResultBlocks(const WindowMessage *m)
+{
+	JsonbParseState *st = NULL;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(&st, "type", "tool_result");
+	PushTextField(&st, "tool_use_id", m->tool_call_id);
+	if (m->content)
+		PushTextField(&st, "content", m->content);
+	else
+		PushCStringField(&st, "content", "");
+	return list_make1(BlockDone(&st));
+}
+
+/* A turn of the Anthropic body being built: a role and its blocks. */
+typedef struct Turn
+{
+	const char *role;
+	List	   *blocks;
+} Turn;
+
+/*
+ * The window as an Anthropic Messages API body: system messages join the
+ * top-level "system" (separated by a blank line); assistant tool calls
+ * become tool_use blocks and tool results tool_result blocks in user
+ * turns; consecutive turns of one role merge into one; a message with
+ * nothing to send (no text, no tool call) is left out.
+ */
+Jsonb *
+CtxwinWindowAnthropic(const Window *w)
+{
+	int			total = w->nsystem + w->nmessages;
+	Turn	   *turns = palloc0(Max(total, 1) * sizeof(Turn));
+	int			nturns = 0;
+	StringInfoData sys;
+	int			nsys = 0;
+	bool		sys_text = false;
+	JsonbParseState *st = NULL;
+	int			i;
+
+	initStringInfo(&sys);
+	for (i = 0; i < total; i++)
+	{
+		const WindowMessage *m = i < w->nsystem ? &w->system[i] : &w->messages[i - w->nsystem];
+		const char *role;
+		List	   *blocks;
+
+		if (strcmp(m->role, "system") == 0)
+		{
+			/* a NULL content counts as a system message but adds no text */
+			nsys++;
+			if (m->content)
+			{
+				if (sys_text)
+					appendStringInfoString(&sys, "\n\n");
+				appendBinaryStringInfo(&sys, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content));
+				sys_text = true;
+			}
+			continue;
+		}
+		if (strcmp(m->role, "tool") == 0)
+		{
+			role = "user";
+			blocks = ToolResultBlocks(m);
+		}
+		else
+		{
+			role = m->role;
+			blocks = MessageBlocks(m);
+			if (blocks == NIL)
+				continue;
+		}
+		if (nturns > 0 && strcmp(turns[nturns - 1].role, role) == 0)
+			turns[nturns - 1].blocks = list_concat(turns[nturns - 1].blocks, blocks);
+		else
+		{
+			turns[nturns].role = role;
+			turns[nturns].blocks = blocks;
+			nturns++;
+		}
+	}
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	if (nsys > 0)
+	{
+		PushKey(&st, "system");
+		PushString(&st, WJB_VALUE, sys.data, sys.len);
+	}
+	PushKey(&st, "messages");
+	pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+	for (i = 0; i < nturns; i++)
+	{
+		ListCell   *lc;
+
+		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+		PushCStringField(&st, "role", turns[i].role);
+		PushKey(&st, "content");
+		pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+		foreach(lc, turns[i].blocks)
+		{
+			Jsonb	   *b = (Jsonb *) lfirst(lc);
+			JsonbValue	v;
+
+			v.type = jbvBinary;
+			v.val.binary.data = &b->root;
+			v.val.binary.len = VARSIZE(b) - VARHDRSZ;
+			pushJsonbValue(&st, WJB_ELEM, &v);
+		}
+		pushJsonbValue(&st, WJB_END_ARRAY, NULL);
+		pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	}
+	pushJsonbValue(&st, WJB_END_ARRAY, NULL);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}

@@ -1,0 +1,139 @@
+/*
+ * rules.c
+ *		The summary triggers and the packing of a window, as pure functions
+ *		(see rules.h); every caller, in the server or in tools/, uses these.
+ */
+#include "rules.h"
+
+/*
+ * The tokens a session's context would send: its system messages, the
+ * unsummarized messages and the list's overhead.
+ */
+int64_t
+ContextTokens(const TriggerCounts *c)
+{
+	return c->prompt_tokens + c->tokens + CTXWIN_LIST_OVERHEAD;
+}
+
+/*
+ * The summary triggers that fire (TRIGGER_* bits): N messages or K tokens
+ * since the summary, or the context over trigger_ratio of the window.
+ * The ratio compares as SQL's float8 arithmetic did: the real ratio
+ * widened, then multiplied.
+ */
+unsigned
+TriggersFiring(const TriggerSettings *s, const TriggerCounts *c)
+{
+	unsigned	firing = 0;
+
+	if (s->max_messages_on && c->messages >= s->max_messages)
+		firing |= TRIGGER_MESSAGES;
+	if (s->max_tokens_on && c->tokens >= s->max_tokens)
+		firing |= TRIGGER_TOKENS;
+	if (s->ratio_on &&
+		(double) ContextTokens(c) > (double) s->ratio * (double) s->context_window)
+		firing |= TRIGGER_RATIO;
+	return firing;
+}
+
+/*
+ * Whether a session belongs in the compaction queue: a trigger fires and
+ * there is more than the newest min_recent messages to summarize.  A
+ * negative min_recent asks whether a trigger fires at all.
+ */
+bool
+SessionQueues(const TriggerSettings *s, const TriggerCounts *c)
+{
+	return c->messages > s->min_recent && TriggersFiring(s, c) != 0;
+}
+
+/* A walk with room tokens for messages. */
+void
+PackWalkInit(PackWalk *w, int64_t room)
+{
+	w->room = room;
+	w->unit = 0;
+	w->pushed = 0;
+	w->packed = 0;
+	w->used = 0;
+	w->done = false;
+	w->cut = false;
+}
+
+/*
+ * The next older message: packed with its unit when the unit closes (at a
+ * message that is not a tool result) and fits.  Returns false once the
+ * walk is done: the first unit that does not fit ends it, so the window is
+ * the newest units, whole and contiguous.  When that is the newest unit,
+ * cut is set: nothing is packed, and the unit is the one to cut.
+ */
+bool
+PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens)
+{
+	if (w->done)
+		return false;
+	w->pushed++;
+	w->unit += tokens;
+	/* a tool result goes with the assistant message that called it */
+	if (is_tool)
+		return true;
+	if (w->unit <= w->room)
+	{
+		w->room -= w->unit;
+		w->used += w->unit;
+		w->unit = 0;
+		w->packed = w->pushed;
+		return true;
+	}
+	w->cut = (w->packed == 0);
+	w->done = true;
+	return false;
+}
+
+/* What the contents cost when each is capped at level (never below its least). */
+int64_t
+PackCostAtLevel(const int64_t *tokens, const int64_t *least, int n, int64_t level)
+{
+	int64_t		sum = 0;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		int64_t		cap = level > least[i] ? level : least[i];
+
+		sum += tokens[i] < cap ? tokens[i] : cap;
+	}
+	return sum;
+}
+
+/*
+ * Water-filling: the highest level at which the contents fit room, so the
+ * largest are cut first and no more than needed; INT64_MAX if they fit
+ * uncut, -1 if not even every content cut to its least fits.
+ */
+int64_t
+PackFitLevel(const int64_t *tokens, const int64_t *least, int n, int64_t room)
+{
+	int64_t		lo = 0,
+				hi = 0;
+	int			i;
+
+	if (PackCostAtLevel(tokens, least, n, 0) > room)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (tokens[i] > hi)
+			hi = tokens[i];
+	if (PackCostAtLevel(tokens, least, n, hi) <= room)
+		return INT64_MAX;
+	/* PackCostAtLevel grows with the level: the last level that fits */
+	while (hi - lo > 1)
+	{
+		int64_t		mid = lo + (hi - lo) / 2;
+
+		if (PackCostAtLevel(tokens, least, n, mid) <= room)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}

@@ -1,0 +1,76 @@
+/*
+ * rules.h
+ *		ctxwin's policy as pure functions over plain structs: which summary
+ *		triggers fire, whether a session belongs in the compaction queue,
+ *		and how a window packs messages into a budget.
+ *
+ * No PostgreSQL header is needed: the server's code (trigger.c, window.c,
+ * status.c) and the unit test tools/rules_check.c call the same functions.
+ */
+#ifndef CTXWIN_RULES_H
+#define CTXWIN_RULES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Tokens every message costs beyond its fields, and a message list beyond its messages. */
+#define CTXWIN_MESSAGE_OVERHEAD 4
+#define CTXWIN_LIST_OVERHEAD 3
+
+/* The summary triggers of a profile and its model; an "off" trigger is NULL in SQL. */
+typedef struct TriggerSettings
+{
+	bool		max_messages_on;
+	int32_t		max_messages;	/* N: messages since the summary */
+	bool		max_tokens_on;
+	int32_t		max_tokens;		/* K: tokens since the summary */
+	bool		ratio_on;
+	float		ratio;			/* of the context window (a SQL real) */
+	int32_t		context_window;
+	int32_t		min_recent;		/* the newest messages never summarized */
+} TriggerSettings;
+
+/* Where a session stands since its summary. */
+typedef struct TriggerCounts
+{
+	int64_t		messages;		/* unsummarized messages */
+	int64_t		tokens;			/* their tokens */
+	int64_t		prompt_tokens;	/* of the system messages (prompt and summary) */
+} TriggerCounts;
+
+/* The triggers, as bits of what TriggersFiring returns. */
+#define TRIGGER_MESSAGES	0x1
+#define TRIGGER_TOKENS		0x2
+#define TRIGGER_RATIO		0x4
+
+extern int64_t ContextTokens(const TriggerCounts *c);
+extern unsigned TriggersFiring(const TriggerSettings *s, const TriggerCounts *c);
+extern bool SessionQueues(const TriggerSettings *s, const TriggerCounts *c);
+
+/*
+ * The walk of a window: messages pushed newest first, packed in whole
+ * units (a message, or an assistant message with the tool results that
+ * follow it) while they fit the room.
+ */
+typedef struct PackWalk
+{
+	int64_t		room;			/* left for older units */
+	int64_t		unit;			/* tokens of the unit being read */
+	int			pushed;			/* messages pushed */
+	int			packed;			/* the newest packed messages */
+	int64_t		used;			/* their tokens */
+	bool		done;			/* no older message can be packed */
+	bool		cut;			/* the newest unit alone is over the room */
+} PackWalk;
+
+extern void PackWalkInit(PackWalk *w, int64_t room);
+extern bool PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens);
+
+/*
+ * Cutting the newest unit: each content capped at one level, never below
+ * the least it can cost (its omission marker alone).
+ */
+extern int64_t PackCostAtLevel(const int64_t *tokens, const int64_t *least, int n, int64_t level);
+extern int64_t PackFitLevel(const int64_t *tokens, const int64_t *least, int n, int64_t room);
+
+#endif							/* CTXWIN_RULES_H */

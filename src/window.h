@@ -1,0 +1,87 @@
+/*
+ * window.h
+ *		A session as the window and the status read it, and its window
+ *		(window.c, format.c, status.c).
+ */
+#ifndef CTXWIN_WINDOW_H
+#define CTXWIN_WINDOW_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "ctxwin.h"
+
+/* A session with the settings of its profile and model in effect now. */
+typedef struct SessionView
+{
+	Datum		id;				/* uuid */
+	text	   *system_prompt;	/* NULL if none */
+	text	   *summary;		/* conversation_summary, NULL if none */
+	int64		summary_through_id;
+	int64		message_count;
+	char	   *profile;
+	char	   *model;
+	char	   *encoding_name;
+	const CtxwinEncoding *enc;
+	int32		context_window;
+	int32		response_reserve;
+	char	   *placement;		/* summary_placement */
+	int64		unsummarized_tokens;	/* counted in count_encoding */
+	char	   *count_encoding;
+	int32		summary_version;
+	TimestampTz summary_updated_at;
+	bool		summary_updated_at_null;
+	TimestampTz queued_at;
+	bool		queued_at_null;
+	int32		compaction_failures;
+	text	   *last_error;
+	TimestampTz last_error_at;
+	bool		last_error_at_null;
+	TriggerSettings triggers;
+} SessionView;
+
+/* A chat message of a window; NULL fields are absent. */
+typedef struct WindowMessage
+{
+	int64		id;				/* 0 for a system message of the session */
+	const char *role;
+	text	   *content;
+	text	   *name;
+	text	   *tool_call_id;
+	Jsonb	   *tool_calls;
+	int64		tokens;
+} WindowMessage;
+
+/* A session's window within a budget. */
+typedef struct Window
+{
+	int32		budget;
+	int			nsystem;
+	WindowMessage system[2];	/* the prompt and the summary */
+	int64		prompt_tokens;	/* theirs, with the list's overhead */
+	int			nmessages;
+	WindowMessage *messages;	/* oldest first */
+	int64		tokens;			/* of everything sent */
+	int64		first_id;		/* 0 if no message */
+	int64		window_messages;
+	int64		dropped_messages;
+	bool		cut;			/* the newest unit was cut to fit */
+	/* set instead when the budget cannot hold the window */
+	char	   *error;
+	char	   *error_detail;
+	char	   *error_hint;
+} Window;
+
+/* window.c */
+extern void CtxwinSessionRead(Datum id, SessionView *sv);
+extern int	CtxwinSystemMessages(const SessionView *sv, WindowMessage *sys);
+extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *w);
+extern void CtxwinWindowRaise(const Window *w);
+
+/* format.c */
+extern Jsonb *CtxwinWindowOpenAI(const Window *w);
+extern Jsonb *CtxwinWindowAnthropic(const Window *w);
+
+#endif							/* CTXWIN_WINDOW_H */

@@ -1,0 +1,276 @@
+/*
+ * rules_check.c
+ *		src/rules.c outside the server: the summary triggers on hand-picked
+ *		boundary cases, and the packing of a window and the water-filling
+ *		cut against brute-force references on generated cases.
+ *
+ * Usage: rules_check [CASES]   (default 20000 generated cases each)
+ * Prints TAP, so prove can run it.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/rules.h"
+
+static int	test_no = 0;
+static int	failures = 0;
+
+static void
+ok(int cond, const char *what)
+{
+	test_no++;
+	if (!cond)
+		failures++;
+	printf("%s %d - %s\n", cond ? "ok" : "not ok", test_no, what);
+}
+
+/* xorshift64*: the same cases on every run */
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint64_t
+Rand(void)
+{
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return rng * 0x2545f4914f6cdd1dULL;
+}
+static int64_t
+RandUpTo(int64_t n)				/* 0 .. n */
+{
+	return (int64_t) (Rand() % (uint64_t) (n + 1));
+}
+
+static TriggerSettings
+Settings(int max_messages, int max_tokens, float ratio, int window, int min_recent)
+{
+	TriggerSettings s;
+
+	s.max_messages_on = max_messages >= 0;
+	s.max_messages = max_messages;
+	s.max_tokens_on = max_tokens >= 0;
+	s.max_tokens = max_tokens;
+	s.ratio_on = ratio >= 0;
+	s.ratio = ratio;
+	s.context_window = window;
+	s.min_recent = min_recent;
+	return s;
+}
+
+static unsigned
+Firing(TriggerSettings s, int64_t messages, int64_t tokens, int64_t prompt)
+{
+	TriggerCounts c = {messages, tokens, prompt};
+
+	return TriggersFiring(&s, &c);
+}
+
+static int
+Queues(TriggerSettings s, int64_t messages, int64_t tokens, int64_t prompt)
+{
+	TriggerCounts c = {messages, tokens, prompt};
+
+	return SessionQueues(&s, &c);
+}
+
+/* The triggers at their boundaries, with the answers the contract gives. */
+static void
+CheckTriggers(void)
+{
+	TriggerSettings off = Settings(-1, -1, -1, 1000, 6);
+	TriggerSettings n30 = Settings(30, -1, -1, 1000, 6);
+	TriggerSettings k100 = Settings(-1, 100, -1, 1000, 6);
+	TriggerSettings r08 = Settings(-1, -1, 0.8f, 1000, 6);
+
+	ok(Firing(off, 1000000, 1000000, 1000000) == 0, "every trigger off (NULL): none fires");
+	ok(Firing(n30, 29, 0, 0) == 0, "N = 30: 29 messages do not fire");
+	ok(Firing(n30, 30, 0, 0) == TRIGGER_MESSAGES, "N = 30: 30 messages fire (>=)");
+	ok(Firing(k100, 7, 99, 0) == 0, "K = 100: 99 tokens do not fire");
+	ok(Firing(k100, 7, 100, 0) == TRIGGER_TOKENS, "K = 100: 100 tokens fire (>=)");
+	/* 0.8 as a real is 0.800000011920929: the threshold is 800.0000119 */
+	ok(Firing(r08, 7, 700, 97) == 0, "ratio 0.8 of 1000: a context of exactly 800 tokens does not fire (>)");
+	ok(Firing(r08, 7, 701, 97) == TRIGGER_RATIO, "ratio 0.8 of 1000: 801 tokens fire");
+	ok(ContextTokens(&(TriggerCounts) {7, 700, 97}) == 800,
+	   "the context counts the prompt, the messages and the list's 3 tokens");
+	ok(Firing(Settings(3, 10, 0.01f, 1000, 6), 3, 10, 0) ==
+	   (TRIGGER_MESSAGES | TRIGGER_TOKENS | TRIGGER_RATIO), "all three fire together");
+	ok(!Queues(n30, 30, 0, 0) == 0, "a firing trigger with more than min_recent messages queues");
+	ok(!Queues(Settings(3, -1, -1, 1000, 6), 6, 0, 0), "no queue with only min_recent messages (6 of 6)");
+	ok(Queues(Settings(3, -1, -1, 1000, 6), 7, 0, 0), "7 messages over a min_recent of 6 queue");
+	ok(Queues(Settings(3, -1, -1, 1000, -1), 3, 0, 0), "min_recent -1: whether a trigger fires at all");
+	ok(!Queues(off, 1000, 1000000, 0), "no trigger, no queue");
+}
+
+/*
+ * The reference packing: units start at a message that is not a tool
+ * result and take the tool results after it; the window is the newest k
+ * whole units for the largest k whose tokens fit.
+ */
+static void
+ReferencePack(const int *is_tool, const int64_t *tokens, int n, int64_t room,
+			  int *packed, int64_t *used, int *cut)
+{
+	int			starts[256];
+	int			nunits = 0;
+	int			i,
+				k;
+
+	for (i = 0; i < n; i++)
+		if (!is_tool[i])
+			starts[nunits++] = i;
+	*packed = 0;
+	*used = 0;
+	for (k = 1; k <= nunits; k++)
+	{
+		int64_t		sum = 0;
+
+		for (i = starts[nunits - k]; i < n; i++)
+			sum += tokens[i];
+		if (sum > room)
+			break;
+		*packed = n - starts[nunits - k];
+		*used = sum;
+	}
+	*cut = (nunits > 0 && *packed == 0);
+}
+
+static void
+CheckPacking(int cases)
+{
+	int			bad = 0,
+				bad_cut = 0,
+				bad_stop = 0,
+				cuts = 0;
+	int			c;
+
+	for (c = 0; c < cases; c++)
+	{
+		int			is_tool[200];
+		int64_t		tokens[200];
+		int			n = (int) RandUpTo(40);
+		int64_t		room = RandUpTo(c % 3 == 0 ? 50 : 400);
+		int			want_packed,
+					want_cut;
+		int64_t		want_used;
+		PackWalk	w;
+		int			i;
+
+		for (i = 0; i < n; i++)
+		{
+			is_tool[i] = RandUpTo(3) == 0;
+			tokens[i] = 5 + RandUpTo(c % 5 == 0 ? 200 : 30);
+		}
+		ReferencePack(is_tool, tokens, n, room, &want_packed, &want_used, &want_cut);
+		PackWalkInit(&w, room);
+		/* newest first, as the walk reads the rows */
+		for (i = n - 1; i >= 0; i--)
+			if (!PackWalkPush(&w, is_tool[i], tokens[i]))
+				break;
+		if (w.packed != want_packed || w.used != want_used)
+			bad++;
+		if (w.cut != want_cut)
+			bad_cut++;
+		/* after the walk stopped, nothing more is packed */
+		if (w.done && (PackWalkPush(&w, false, 0) || w.packed != want_packed))
+			bad_stop++;
+		cuts += want_cut;
+	}
+	printf("# %d generated windows, %d of them with the newest unit over the room\n", cases, cuts);
+	ok(bad == 0, "the walk packs the newest whole units that fit, as the reference does");
+	ok(bad_cut == 0, "the walk asks for a cut exactly when the newest unit alone is over the room");
+	ok(bad_stop == 0, "a walk that stopped packs nothing more");
+}
+
+/* The reference water level: the highest level whose cost fits, by linear search. */
+static int64_t
+ReferenceLevel(const int64_t *tokens, const int64_t *least, int n, int64_t room)
+{
+	int64_t		max = 0,
+				level;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (tokens[i] > max)
+			max = tokens[i];
+	if (PackCostAtLevel(tokens, least, n, 0) > room)
+		return -1;
+	if (PackCostAtLevel(tokens, least, n, max) <= room)
+		return INT64_MAX;
+	for (level = max; level >= 0; level--)
+		if (PackCostAtLevel(tokens, least, n, level) <= room)
+			return level;
+	return -1;
+}
+
+static void
+CheckCut(int cases)
+{
+	int			bad = 0,
+				bad_cost = 0,
+				bad_order = 0;
+	int			c;
+
+	/* the cost itself, by hand: caps at the level, never below least */
+	{
+		int64_t		t[3] = {100, 10, 40};
+		int64_t		l[3] = {12, 10, 12};
+
+		ok(PackCostAtLevel(t, l, 3, 0) == 34, "cost at level 0: every content at its least (12 + 10 + 12)");
+		ok(PackCostAtLevel(t, l, 3, 30) == 70, "cost at level 30: 30 + 10 + 30");
+		ok(PackCostAtLevel(t, l, 3, 1000) == 150, "cost above the largest: the contents uncut");
+		ok(PackFitLevel(t, l, 3, 33) == -1, "a room under the least: no level fits");
+		ok(PackFitLevel(t, l, 3, 150) == INT64_MAX, "a room that holds them uncut: no cut");
+		ok(PackFitLevel(t, l, 3, 70) == 30, "room 70: level 30, the largest contents cut first");
+	}
+	for (c = 0; c < cases; c++)
+	{
+		int64_t		tokens[8],
+					least[8];
+		int			n = 1 + (int) RandUpTo(6);
+		int64_t		room = RandUpTo(600);
+		int64_t		got,
+					want;
+		int			i;
+
+		for (i = 0; i < n; i++)
+		{
+			tokens[i] = RandUpTo(c % 4 == 0 ? 20 : 300);
+			least[i] = tokens[i] < 12 ? tokens[i] : 12;
+		}
+		got = PackFitLevel(tokens, least, n, room);
+		want = ReferenceLevel(tokens, least, n, room);
+		if (got != want)
+			bad++;
+		if (got >= 0 && got != INT64_MAX && PackCostAtLevel(tokens, least, n, got) > room)
+			bad_cost++;
+		/* a content is cut only if it is larger than every one left whole */
+		if (got >= 0 && got != INT64_MAX)
+			for (i = 0; i < n; i++)
+			{
+				int			j;
+				int64_t		cap = got > least[i] ? got : least[i];
+
+				if (tokens[i] <= cap)
+					continue;
+				for (j = 0; j < n; j++)
+					if (tokens[j] <= (got > least[j] ? got : least[j]) && tokens[j] > tokens[i])
+						bad_order++;
+			}
+	}
+	ok(bad == 0, "the water level is the highest that fits, as the linear reference finds it");
+	ok(bad_cost == 0, "the contents at that level fit the room");
+	ok(bad_order == 0, "the largest contents are cut first: none cut is smaller than one left whole");
+}
+
+int
+main(int argc, char **argv)
+{
+	int			cases = argc > 1 ? atoi(argv[1]) : 20000;
+
+	CheckTriggers();
+	CheckPacking(cases);
+	CheckCut(cases);
+	printf("1..%d\n", test_no);
+	return failures ? 1 : 0;
+}
