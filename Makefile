@@ -8,7 +8,9 @@ OBJS = \
 	src/tokenizer.o \
 	src/messages.o \
 	src/trigger.o \
+	src/session.o \
 	src/window.o \
+	src/history.o \
 	src/format.o \
 	src/status.o \
 	src/rules.o \
@@ -80,6 +82,8 @@ src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
 src/messages.o: src/messages.c src/ctxwin.h src/compat.h
 src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
 src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
+src/session.o: src/session.c src/window.h src/ctxwin.h src/compat.h
+src/history.o: src/history.c src/window.h src/ctxwin.h src/compat.h
 src/format.o: src/format.c src/window.h src/ctxwin.h src/compat.h
 src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/rules.o: src/rules.c src/rules.h

@@ -149,3 +149,9 @@ CREATE OR REPLACE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, 
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'ctxwin_should_queue'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+CREATE OR REPLACE FUNCTION ctxwin.messages_after(session uuid, after_id bigint DEFAULT NULL)
+RETURNS SETOF ctxwin.messages
+AS 'MODULE_PATHNAME', 'ctxwin_messages_after'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;

@@ -16,6 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 #include "ctxwin.h"
@@ -27,6 +28,83 @@ void		_PG_init(void);
 bool		ctxwin_flush_notify = true;
 
 int			ctxwin_bookkeeping_depth = 0;
+
+/* SPI helpers: columns of a row of SPI_tuptable */
+
+/* A varlena column of an SPI row, copied into the current context, or NULL. */
+void *
+CtxwinColumnCopy(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	if (isnull)
+		return NULL;
+	return PG_DETOAST_DATUM_COPY(d);
+}
+
+/* A text column of an SPI row as a C string, or NULL. */
+char *
+CtxwinColumnString(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/* An int column of an SPI row; *on is false for NULL. */
+int32
+CtxwinColumnInt32(HeapTuple tup, TupleDesc desc, int col, bool *on)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	if (on)
+		*on = !isnull;
+	return isnull ? 0 : DatumGetInt32(d);
+}
+
+/* A bigint column of an SPI row, 0 for NULL. */
+int64
+CtxwinColumnInt64(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/* A timestamptz column of an SPI row; *isnull for NULL. */
+TimestampTz
+CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
+{
+	Datum		d = SPI_getbinval(tup, desc, col, isnull);
+
+	return *isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
+ * A query prepared once per backend with a generic plan (ctxwin's queries
+ * do not depend on their values) and kept; *plan caches it.  The caller
+ * has connected to SPI.
+ */
+SPIPlanPtr
+CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes)
+{
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare_cursor(query, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare_cursor failed for \"%s\": %s",
+				 query, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*plan = p;
+	}
+	return *plan;
+}
 
 /*
  * The depth is lowered by PG_FINALLY where it was raised; after an error

@@ -13,7 +13,9 @@
 
 #include "postgres.h"
 
+#include "executor/spi.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 #include "bpe.h"
 #include "compat.h"
@@ -91,6 +93,16 @@ extern int	ctxwin_worker_statement_timeout;
  * for a statement its caller chose.
  */
 extern int	ctxwin_bookkeeping_depth;
+
+/* ctxwin.c: a query prepared once per backend, generic plan, kept */
+extern SPIPlanPtr CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes);
+
+/* ctxwin.c: columns of an SPI row, copied into the current memory context */
+extern void *CtxwinColumnCopy(HeapTuple tup, TupleDesc desc, int col);
+extern char *CtxwinColumnString(HeapTuple tup, TupleDesc desc, int col);
+extern int32 CtxwinColumnInt32(HeapTuple tup, TupleDesc desc, int col, bool *on);
+extern int64 CtxwinColumnInt64(HeapTuple tup, TupleDesc desc, int col);
+extern TimestampTz CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
 
 /* ctxwin.c: compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);

@@ -124,14 +124,10 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "context_status: return type must be a row type");
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("session id must not be null")));
 	memset(nulls, true, sizeof(nulls));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinSessionRead(PG_GETARG_DATUM(0), &sv);
+	CtxwinSessionRead(fcinfo->args[0], &sv);
 
 	counts.messages = sv.message_count - sv.summary_through_id;
 	counts.tokens = UnsummarizedTokens(&sv);

@@ -205,32 +205,14 @@ static SPIPlanPtr settings_plan = NULL;
 static SPIPlanPtr recount_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 
-static SPIPlanPtr
-KeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes)
-{
-	if (*plan == NULL)
-	{
-		/* generic: the plans do not depend on the values */
-		SPIPlanPtr	p = SPI_prepare_cursor(query, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
-
-		if (p == NULL)
-			elog(ERROR, "SPI_prepare_cursor failed for \"%s\": %s",
-				 query, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(p) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		*plan = p;
-	}
-	return *plan;
-}
-
 /*
- * The first row of a kept one-parameter query (see KeptPlan), or NULL if it
+ * The first row of a kept one-parameter query (see CtxwinKeptPlan), or NULL if it
  * finds none; *desc is its descriptor.
  */
 static HeapTuple
 KeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
 {
-	int			rc = SPI_execute_plan(KeptPlan(plan, query, 1, &argtype), &arg, NULL, false, 1);
+	int			rc = SPI_execute_plan(CtxwinKeptPlan(plan, query, 1, &argtype), &arg, NULL, false, 1);
 
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
@@ -787,7 +769,7 @@ WritePending(PendingSession *e)
 	ctxwin_bookkeeping_depth++;
 	PG_TRY();
 	{
-		rc = SPI_execute_plan(KeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
+		rc = SPI_execute_plan(CtxwinKeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
 							  false, 0);
 	}
 	PG_FINALLY();
@@ -1236,7 +1218,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 		args[0] = session_id;
 		args[1] = PointerGetDatum(encoding);
 		args[2] = st.placement;
-		rc = SPI_execute_plan(KeptPlan(&recount_plan, recount_query, 3, argtypes), args, nulls,
+		rc = SPI_execute_plan(CtxwinKeptPlan(&recount_plan, recount_query, 3, argtypes), args, nulls,
 							  false, 1);
 		if (rc != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "recounting the tokens of session %s failed", UuidText(session_id));

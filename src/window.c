@@ -37,18 +37,6 @@ PG_FUNCTION_INFO_V1(ctxwin_window_walk);
 
 #define WALK_BATCH 64
 
-/* A session joined with the settings of its profile and model. */
-static const char *const session_query =
-"SELECT s.system_prompt, s.conversation_summary, s.summary_through_id, s.message_count, "
-"       s.profile, st.model, st.encoding, st.context_window, st.response_reserve, "
-"       st.summary_placement, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
-"       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
-"       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
-"       st.max_tokens_before_summary, st.min_recent_messages "
-"FROM ctxwin.sessions s "
-"JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
-"WHERE s.id OPERATOR(pg_catalog.=) $1";
-
 /*
  * One batch of the walk: keyset pagination with a LIMIT, so every batch is
  * a short backward index scan.  (An open cursor over the whole range lets
@@ -61,152 +49,7 @@ static const char *const walk_query =
 "AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
 "ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
 
-static SPIPlanPtr session_plan = NULL;
 static SPIPlanPtr walk_plan = NULL;
-
-/* A plan prepared once per backend and kept. */
-static SPIPlanPtr
-KeepPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *types)
-{
-	if (*plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(query, nargs, types);
-
-		if (p == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(p);
-		*plan = p;
-	}
-	return *plan;
-}
-
-/* A varlena column of an SPI row, copied into the current context, or NULL. */
-static void *
-CopyColumn(HeapTuple tup, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
-
-	if (isnull)
-		return NULL;
-	return PG_DETOAST_DATUM_COPY(d);
-}
-
-/* A text column of an SPI row as a C string, or NULL. */
-static char *
-StringColumn(HeapTuple tup, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
-}
-
-/* An int column of an SPI row; *on is false for NULL. */
-static int32
-Int32Column(HeapTuple tup, TupleDesc desc, int col, bool *on)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
-
-	if (on)
-		*on = !isnull;
-	return isnull ? 0 : DatumGetInt32(d);
-}
-
-static int64
-Int64Column(HeapTuple tup, TupleDesc desc, int col)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
-
-	return isnull ? 0 : DatumGetInt64(d);
-}
-
-static TimestampTz
-TimestampColumn(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
-{
-	Datum		d = SPI_getbinval(tup, desc, col, isnull);
-
-	return *isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-/*
- * Raises the errors of a session argument that names no session: NULL, or
- * an id no row (that the caller may see) has.
- */
-static void
-SessionNotFound(Datum id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_NO_DATA_FOUND),
-			 errmsg("session %s does not exist",
-					DatumGetCString(DirectFunctionCall1(uuid_out, id)))));
-}
-
-/*
- * Reads a session and its settings, as the caller (privileges and row-level
- * security apply), into sv, allocated in the current memory context.  The
- * caller has connected to SPI.
- */
-void
-CtxwinSessionRead(Datum id, SessionView *sv)
-{
-	Oid			types[1] = {UUIDOID};
-	Datum		args[1] = {id};
-	MemoryContext cxt = CurrentMemoryContext;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		on;
-
-	if (SPI_execute_plan(KeepPlan(&session_plan, session_query, 1, types), args, NULL, true, 1)
-		!= SPI_OK_SELECT)
-		elog(ERROR, "reading a session failed");
-	if (SPI_processed == 0)
-		SessionNotFound(id);
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	{
-		MemoryContext old = MemoryContextSwitchTo(cxt);
-
-		memset(sv, 0, sizeof(*sv));
-		sv->id = id;
-		sv->system_prompt = CopyColumn(tup, desc, 1);
-		sv->summary = CopyColumn(tup, desc, 2);
-		sv->summary_through_id = Int64Column(tup, desc, 3);
-		sv->message_count = Int64Column(tup, desc, 4);
-		sv->profile = StringColumn(tup, desc, 5);
-		sv->model = StringColumn(tup, desc, 6);
-		sv->encoding_name = StringColumn(tup, desc, 7);
-		sv->context_window = Int32Column(tup, desc, 8, NULL);
-		sv->response_reserve = Int32Column(tup, desc, 9, NULL);
-		sv->placement = StringColumn(tup, desc, 10);
-		sv->unsummarized_tokens = Int64Column(tup, desc, 11);
-		sv->count_encoding = StringColumn(tup, desc, 12);
-		sv->summary_version = Int32Column(tup, desc, 13, NULL);
-		sv->summary_updated_at = TimestampColumn(tup, desc, 14, &sv->summary_updated_at_null);
-		sv->queued_at = TimestampColumn(tup, desc, 15, &sv->queued_at_null);
-		sv->compaction_failures = Int32Column(tup, desc, 16, NULL);
-		sv->last_error = CopyColumn(tup, desc, 17);
-		sv->last_error_at = TimestampColumn(tup, desc, 18, &sv->last_error_at_null);
-		{
-			bool		isnull;
-			Datum		d = SPI_getbinval(tup, desc, 19, &isnull);
-
-			sv->triggers.ratio_on = !isnull;
-			sv->triggers.ratio = isnull ? 0 : DatumGetFloat4(d);
-		}
-		sv->triggers.max_messages = Int32Column(tup, desc, 20, &on);
-		sv->triggers.max_messages_on = on;
-		sv->triggers.max_tokens = Int32Column(tup, desc, 21, &on);
-		sv->triggers.max_tokens_on = on;
-		sv->triggers.min_recent = Int32Column(tup, desc, 22, NULL);
-		sv->triggers.context_window = sv->context_window;
-		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
-		MemoryContextSwitchTo(old);
-	}
-	SPI_freetuptable(SPI_tuptable);
-}
 
 /* Whether a text is NULL or empty. */
 static bool
@@ -279,7 +122,7 @@ WalkBatch(Datum session, int64 after, int64 below)
 							 GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_execute_plan(KeepPlan(&walk_plan, walk_query, 3, types), args, NULL, true, WALK_BATCH);
+	rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan, walk_query, 3, types), args, NULL, true, WALK_BATCH);
 	AtEOXact_GUC(true, nest);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading the messages of a session failed");
@@ -291,16 +134,16 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMess
 {
 	char	   *tenc;
 
-	m->id = Int64Column(tup, desc, 1);
-	m->role = StringColumn(tup, desc, 2);
-	m->content = CopyColumn(tup, desc, 3);
-	m->tool_calls = CopyColumn(tup, desc, 4);
-	m->tool_call_id = CopyColumn(tup, desc, 5);
-	m->name = CopyColumn(tup, desc, 6);
-	tenc = StringColumn(tup, desc, 8);
+	m->id = CtxwinColumnInt64(tup, desc, 1);
+	m->role = CtxwinColumnString(tup, desc, 2);
+	m->content = CtxwinColumnCopy(tup, desc, 3);
+	m->tool_calls = CtxwinColumnCopy(tup, desc, 4);
+	m->tool_call_id = CtxwinColumnCopy(tup, desc, 5);
+	m->name = CtxwinColumnCopy(tup, desc, 6);
+	tenc = CtxwinColumnString(tup, desc, 8);
 	/* the stored count, unless it was made in another encoding */
 	if (tenc != NULL && strcmp(tenc, enc->name) == 0)
-		m->tokens = Int32Column(tup, desc, 7, NULL);
+		m->tokens = CtxwinColumnInt32(tup, desc, 7, NULL);
 	else
 		m->tokens = CtxwinMessageTokens(enc, m->role, m->content, m->name,
 										m->tool_call_id, m->tool_calls);
@@ -500,13 +343,9 @@ ctxwin_build_context(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unrecognized format \"%s\"", format ? format : "NULL"),
 				 errhint("Valid formats are openai and anthropic.")));
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("session id must not be null")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinSessionRead(PG_GETARG_DATUM(0), &sv);
+	CtxwinSessionRead(fcinfo->args[0], &sv);
 	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), &w))
 		CtxwinWindowRaise(&w);
 	/* the result outlives SPI's memory */
@@ -556,13 +395,9 @@ ctxwin_window(PG_FUNCTION_ARGS)
 	Jsonb	   *result;
 	MemoryContext callcxt = CurrentMemoryContext;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("session id must not be null")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinSessionRead(PG_GETARG_DATUM(0), &sv);
+	CtxwinSessionRead(fcinfo->args[0], &sv);
 	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), &w))
 		CtxwinWindowRaise(&w);
 	messages = CtxwinWindowOpenAI(&w);

@@ -74,8 +74,12 @@ typedef struct Window
 	char	   *error_hint;
 } Window;
 
+/* session.c */
+extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
+extern void CtxwinSessionMustExist(NullableDatum id);
+extern void CtxwinSessionNotFound(Datum id);
+
 /* window.c */
-extern void CtxwinSessionRead(Datum id, SessionView *sv);
 extern int	CtxwinSystemMessages(const SessionView *sv, WindowMessage *sys);
 extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *w);
 extern void CtxwinWindowRaise(const Window *w);

@@ -250,13 +250,9 @@ COMMENT ON FUNCTION ctxwin._session_must_exist(uuid) IS
 
 CREATE FUNCTION ctxwin.messages_after(session uuid, after_id bigint DEFAULT NULL)
 RETURNS SETOF ctxwin.messages
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM ctxwin._session_must_exist(session);
-    RETURN QUERY SELECT * FROM ctxwin.messages m
-                 WHERE m.session_id = session AND m.id > coalesce(after_id, 0)
-                 ORDER BY m.id;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_messages_after'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
 'Messages of a session with an id greater than after_id (all if NULL), oldest first';

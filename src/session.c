@@ -1,0 +1,139 @@
+/*
+ * session.c
+ *		Reading a session as a function's argument: that it exists, and
+ *		with the settings of its profile and model (SessionView).
+ *
+ * Both read as the caller: table privileges and row-level security apply,
+ * so a session the caller may not see does not exist for it.  The caller
+ * has connected to SPI.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/uuid.h"
+
+#include "window.h"
+
+/* A session joined with the settings of its profile and model. */
+static const char *const session_query =
+"SELECT s.system_prompt, s.conversation_summary, s.summary_through_id, s.message_count, "
+"       s.profile, st.model, st.encoding, st.context_window, st.response_reserve, "
+"       st.summary_placement, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
+"       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
+"       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
+"       st.max_tokens_before_summary, st.min_recent_messages "
+"FROM ctxwin.sessions s "
+"JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
+"WHERE s.id OPERATOR(pg_catalog.=) $1";
+
+static const char *const exists_query =
+"SELECT FROM ctxwin.sessions WHERE id OPERATOR(pg_catalog.=) $1";
+
+static SPIPlanPtr session_plan = NULL;
+static SPIPlanPtr exists_plan = NULL;
+
+/* Raises the error of a NULL session argument. */
+static void
+SessionArgNotNull(NullableDatum arg)
+{
+	if (arg.isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("session id must not be null")));
+}
+
+/* Raises the error of a session id that names no session (the caller may see). */
+void
+CtxwinSessionNotFound(Datum id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NO_DATA_FOUND),
+			 errmsg("session %s does not exist",
+					DatumGetCString(DirectFunctionCall1(uuid_out, id)))));
+}
+
+/*
+ * Reads a session argument and its settings, as the caller (privileges and
+ * row-level security apply), into sv, allocated in the current memory context.  The
+ * caller has connected to SPI.
+ */
+void
+CtxwinSessionRead(NullableDatum arg, SessionView *sv)
+{
+	Datum		id = arg.value;
+	Oid			types[1] = {UUIDOID};
+	MemoryContext cxt = CurrentMemoryContext;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		on;
+
+	SessionArgNotNull(arg);
+	if (SPI_execute_plan(CtxwinKeptPlan(&session_plan, session_query, 1, types), &id, NULL, true, 1)
+		!= SPI_OK_SELECT)
+		elog(ERROR, "reading a session failed");
+	if (SPI_processed == 0)
+		CtxwinSessionNotFound(id);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		memset(sv, 0, sizeof(*sv));
+		sv->id = id;
+		sv->system_prompt = CtxwinColumnCopy(tup, desc, 1);
+		sv->summary = CtxwinColumnCopy(tup, desc, 2);
+		sv->summary_through_id = CtxwinColumnInt64(tup, desc, 3);
+		sv->message_count = CtxwinColumnInt64(tup, desc, 4);
+		sv->profile = CtxwinColumnString(tup, desc, 5);
+		sv->model = CtxwinColumnString(tup, desc, 6);
+		sv->encoding_name = CtxwinColumnString(tup, desc, 7);
+		sv->context_window = CtxwinColumnInt32(tup, desc, 8, NULL);
+		sv->response_reserve = CtxwinColumnInt32(tup, desc, 9, NULL);
+		sv->placement = CtxwinColumnString(tup, desc, 10);
+		sv->unsummarized_tokens = CtxwinColumnInt64(tup, desc, 11);
+		sv->count_encoding = CtxwinColumnString(tup, desc, 12);
+		sv->summary_version = CtxwinColumnInt32(tup, desc, 13, NULL);
+		sv->summary_updated_at = CtxwinColumnTimestamp(tup, desc, 14, &sv->summary_updated_at_null);
+		sv->queued_at = CtxwinColumnTimestamp(tup, desc, 15, &sv->queued_at_null);
+		sv->compaction_failures = CtxwinColumnInt32(tup, desc, 16, NULL);
+		sv->last_error = CtxwinColumnCopy(tup, desc, 17);
+		sv->last_error_at = CtxwinColumnTimestamp(tup, desc, 18, &sv->last_error_at_null);
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(tup, desc, 19, &isnull);
+
+			sv->triggers.ratio_on = !isnull;
+			sv->triggers.ratio = isnull ? 0 : DatumGetFloat4(d);
+		}
+		sv->triggers.max_messages = CtxwinColumnInt32(tup, desc, 20, &on);
+		sv->triggers.max_messages_on = on;
+		sv->triggers.max_tokens = CtxwinColumnInt32(tup, desc, 21, &on);
+		sv->triggers.max_tokens_on = on;
+		sv->triggers.min_recent = CtxwinColumnInt32(tup, desc, 22, NULL);
+		sv->triggers.context_window = sv->context_window;
+		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
+		MemoryContextSwitchTo(old);
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
+ * Raises an error unless a session argument names a session the caller may
+ * see: "session id must not be null", or "session ... does not exist".
+ */
+void
+CtxwinSessionMustExist(NullableDatum id)
+{
+	Oid			types[1] = {UUIDOID};
+
+	SessionArgNotNull(id);
+	if (SPI_execute_plan(CtxwinKeptPlan(&exists_plan, exists_query, 1, types), &id.value, NULL,
+						 true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "looking up a session failed");
+	if (SPI_processed == 0)
+		CtxwinSessionNotFound(id.value);
+	SPI_freetuptable(SPI_tuptable);
+}
