@@ -7,7 +7,9 @@
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
 
-CREATE EXTENSION ctxwin;
+-- (IF NOT EXISTS: the baseline database of bench/window/run has 0.1.0's
+-- schema installed first)
+CREATE EXTENSION IF NOT EXISTS ctxwin;
 CREATE SCHEMA bench;
 
 -- No autovacuum on the messages while they load: the run first measures
@@ -125,7 +127,7 @@ ALTER TABLE plain_messages ALTER id ADD GENERATED ALWAYS AS IDENTITY;
 -- Warm-up and timed calls each stop after max_s seconds, so that a slow
 -- build_context cannot stretch the run; calls says how many were timed.
 CREATE FUNCTION bench.latency(session_name text, budget int, warm int, n int,
-                              max_s float8 DEFAULT 15,
+                              max_s float8 DEFAULT 15, what text DEFAULT 'build_context',
                               OUT median_ms float8, OUT p90_ms float8, OUT p99_ms float8,
                               OUT window_messages int, OUT window_tokens int, OUT calls int)
 LANGUAGE plpgsql AS $$
@@ -137,13 +139,21 @@ DECLARE
     w jsonb;
 BEGIN
     FOR i IN 1 .. warm LOOP
-        w := ctxwin.build_context(sid, budget);
+        IF what = 'context_status' THEN
+            PERFORM ctxwin.context_status(sid);
+        ELSE
+            w := ctxwin.build_context(sid, budget);
+        END IF;
         EXIT WHEN clock_timestamp() - start > max_s * interval '1 second';
     END LOOP;
     start := clock_timestamp();
     FOR i IN 1 .. n LOOP
         t0 := clock_timestamp();
-        w := ctxwin.build_context(sid, budget);
+        IF what = 'context_status' THEN
+            PERFORM ctxwin.context_status(sid);
+        ELSE
+            w := ctxwin.build_context(sid, budget);
+        END IF;
         ms := ms || 1000 * extract(epoch FROM clock_timestamp() - t0)::float8;
         EXIT WHEN clock_timestamp() - start > max_s * interval '1 second';
     END LOOP;
@@ -152,6 +162,7 @@ BEGIN
            percentile_cont(0.99) WITHIN GROUP (ORDER BY x)
     INTO median_ms, p90_ms, p99_ms
     FROM unnest(ms) AS x;
+    w := ctxwin.build_context(sid, budget);
     window_messages := jsonb_array_length(w);
     window_tokens := 3 + ctxwin.messages_tokens(w, 'o200k_base');
     calls := cardinality(ms);
