@@ -10,7 +10,11 @@ OBJS = \
 	src/trigger.o \
 	src/window.o \
 	src/llm.o \
-	src/worker.o \
+	src/launcher.o \
+	src/worker_loop.o \
+	src/worker_claim.o \
+	src/worker_transfer.o \
+	src/worker_status.o \
 	src/bpe.o \
 	src/vocab_cl100k_base.o \
 	src/vocab_o200k_base.o
@@ -69,7 +73,7 @@ src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
 	mv $@.tmp $@
 
 # CTXWIN_VERSION comes from the control file: rebuild what uses it
-src/ctxwin.o src/llm.o src/worker.o: ctxwin.control
+src/ctxwin.o src/llm.o src/worker_loop.o: ctxwin.control
 src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
 src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
@@ -77,7 +81,11 @@ src/messages.o: src/messages.c src/ctxwin.h src/compat.h
 src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
 src/window.o: src/window.c src/ctxwin.h src/compat.h
 src/llm.o: src/llm.c src/ctxwin.h src/compat.h
-src/worker.o: src/worker.c src/ctxwin.h src/compat.h
+src/launcher.o: src/launcher.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_loop.o: src/worker_loop.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_claim.o: src/worker_claim.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_transfer.o: src/worker_transfer.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_status.o: src/worker_status.c src/worker.h src/ctxwin.h src/compat.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c
