@@ -1,10 +1,15 @@
 /*
  * launcher.c
- *		The launcher, the workers' shared memory, and waking a database's worker.
+ *		Shared memory, the launcher that keeps one worker running per database
+ *		of ctxwin.databases, and waking a database's worker.
+ *
+ * CtxwinWorkerRegister (from _PG_init) installs the shared memory and utility
+ * hooks and registers the launcher.  Backends wake a database's worker at the
+ * commit that queued a session (CtxwinWorkerWake), and stop it before DROP
+ * DATABASE or a rename, which need every connection gone.
  */
 #include "postgres.h"
 
-#include <curl/curl.h>
 #include <signal.h>
 
 #include "access/heapam.h"
@@ -13,56 +18,60 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
-#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
-#include "executor/spi.h"
 #include "fmgr.h"
-#include "funcapi.h"
-#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lock.h"
 #include "storage/proc.h"
-#include "storage/procsignal.h"
+#include "tcop/tcopprot.h"
 #include "storage/shmem.h"
-#include "storage/spin.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/jsonb.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
-#include "utils/uuid.h"
 #include "utils/varlena.h"
 
 #include "worker.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_wake_worker);
 
-/* Settings (defined in ctxwin.c) */
+/* Settings (declared in ctxwin.h, defined by ctxwin.c's _PG_init) */
 char	   *ctxwin_databases = NULL;
 int			ctxwin_max_concurrent_requests = 100;
 int			ctxwin_naptime_ms = 10000;
 int			ctxwin_max_failures = 3;
 int			ctxwin_worker_statement_timeout = 60000;
 
-WorkerShared *shared = NULL;
+WorkerShared *WorkerShmem = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
-/* ---------------------------------------------------------------------------
- * Shared memory and hooks
- * ------------------------------------------------------------------------- */
+/* This backend's transaction queued a session: wake the worker at commit. */
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
 
+/* A database was created, dropped or renamed in this transaction. */
+static bool launcher_wake_at_end = false;
+static char unpause_at_end[NAMEDATALEN];
+
+/* What the launcher alone knows of each slot. */
+typedef struct LauncherSlot
+{
+	BackgroundWorkerHandle *handle;
+	TimestampTz next_start;		/* not before (backoff) */
+	int			backoff_ms;
+	TimestampTz started;
+} LauncherSlot;
+
+static LauncherSlot launcher_slots[MAX_DATABASES];
+
+/* Asks for the shared memory of the launcher and the workers. */
 static void
 WorkerShmemRequest(void)
 {
@@ -71,6 +80,7 @@ WorkerShmemRequest(void)
 	RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
 }
 
+/* Attaches to (or, first, sets up) the shared memory of the workers. */
 static void
 WorkerShmemStartup(void)
 {
@@ -79,23 +89,24 @@ WorkerShmemStartup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("ctxwin worker", sizeof(WorkerShared), &found);
+	WorkerShmem = ShmemInitStruct("ctxwin worker", sizeof(WorkerShared), &found);
 	if (!found)
 	{
 		int			i;
 
-		memset(shared, 0, sizeof(WorkerShared));
-		SpinLockInit(&shared->mutex);
-		pg_atomic_init_u32(&shared->launcher_wake, 0);
+		memset(WorkerShmem, 0, sizeof(WorkerShared));
+		SpinLockInit(&WorkerShmem->mutex);
+		pg_atomic_init_u32(&WorkerShmem->launcher_wake, 0);
 		for (i = 0; i < MAX_DATABASES; i++)
 		{
-			SpinLockInit(&shared->slots[i].mutex);
-			pg_atomic_init_u32(&shared->slots[i].wake, 0);
+			SpinLockInit(&WorkerShmem->slots[i].mutex);
+			pg_atomic_init_u32(&WorkerShmem->slots[i].wake, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/* Sets the latch of the process with this PGPROC number, if there is one. */
 static void
 SetProcLatch(int procno)
 {
@@ -105,23 +116,23 @@ SetProcLatch(int procno)
 
 /* Wakes a database's worker; true if one runs. */
 static bool
-WakeDatabase(Oid dboid)
+WakeDatabaseWorker(Oid dboid)
 {
 	int			i;
 	bool		woke = false;
 
 	for (i = 0; i < MAX_DATABASES; i++)
 	{
-		WorkerSlot *s = &shared->slots[i];
+		WorkerSlot *slot = &WorkerShmem->slots[i];
 		int			procno = -1;
 
-		SpinLockAcquire(&s->mutex);
-		if (s->in_use && s->dboid == dboid && s->pid != 0)
-			procno = s->procno;
-		SpinLockRelease(&s->mutex);
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && slot->dboid == dboid && slot->pid != 0)
+			procno = slot->procno;
+		SpinLockRelease(&slot->mutex);
 		if (procno >= 0)
 		{
-			pg_atomic_write_u32(&s->wake, 1);
+			pg_atomic_write_u32(&slot->wake, 1);
 			SetProcLatch(procno);
 			woke = true;
 		}
@@ -129,27 +140,38 @@ WakeDatabase(Oid dboid)
 	return woke;
 }
 
-static bool wake_at_commit = false;
-static bool xact_callback_registered = false;
-
-/* A database was created, dropped or renamed in this transaction. */
-static bool launcher_wake_at_end = false;
-static char unpause_at_end[NAMEDATALEN];
-
 /* Has the launcher look at ctxwin.databases' databases again. */
 static void
 WakeLauncher(void)
 {
 	int			procno;
 
-	SpinLockAcquire(&shared->mutex);
-	procno = shared->launcher_pid != 0 ? shared->launcher_procno : -1;
-	SpinLockRelease(&shared->mutex);
-	pg_atomic_write_u32(&shared->launcher_wake, 1);
+	SpinLockAcquire(&WorkerShmem->mutex);
+	procno = WorkerShmem->launcher_pid != 0 ? WorkerShmem->launcher_procno : -1;
+	SpinLockRelease(&WorkerShmem->mutex);
+	pg_atomic_write_u32(&WorkerShmem->launcher_wake, 1);
 	if (procno >= 0)
 		SetProcLatch(procno);
 }
 
+/* Lets the launcher restart the worker of a database at once (DROP DATABASE over). */
+static void
+UnpauseDatabaseWorker(const char *dbname)
+{
+	int			i;
+
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot *slot = &WorkerShmem->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && strcmp(slot->dbname, dbname) == 0)
+			slot->paused_until = 0;
+		SpinLockRelease(&slot->mutex);
+	}
+}
+
+/* At the end of a transaction: the wake-ups it asked for, if it committed. */
 static void
 WakeXactCallback(XactEvent event, void *arg)
 {
@@ -159,32 +181,21 @@ WakeXactCallback(XactEvent event, void *arg)
 		event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
 		event != XACT_EVENT_PREPARE)
 		return;
-	if (shared != NULL && commit && wake_at_commit)
-		WakeDatabase(MyDatabaseId);
+	if (WorkerShmem != NULL && commit && wake_at_commit)
+		WakeDatabaseWorker(MyDatabaseId);
 	wake_at_commit = false;
-	if (shared != NULL && launcher_wake_at_end)
+	if (WorkerShmem != NULL && launcher_wake_at_end)
 	{
 		/* DROP DATABASE done (or failed): the launcher may look again */
 		if (unpause_at_end[0])
-		{
-			int			i;
-
-			for (i = 0; i < MAX_DATABASES; i++)
-			{
-				WorkerSlot *s = &shared->slots[i];
-
-				SpinLockAcquire(&s->mutex);
-				if (s->in_use && strcmp(s->dbname, unpause_at_end) == 0)
-					s->paused_until = 0;
-				SpinLockRelease(&s->mutex);
-			}
-		}
+			UnpauseDatabaseWorker(unpause_at_end);
 		WakeLauncher();
 	}
 	launcher_wake_at_end = false;
 	unpause_at_end[0] = '\0';
 }
 
+/* Registers WakeXactCallback, once per backend. */
 static void
 EnsureXactCallback(void)
 {
@@ -202,7 +213,7 @@ EnsureXactCallback(void)
 void
 CtxwinWorkerWake(void)
 {
-	if (shared == NULL)
+	if (WorkerShmem == NULL)
 		return;
 	EnsureXactCallback();
 	wake_at_commit = true;
@@ -216,41 +227,36 @@ ctxwin_wake_worker(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/*
- * Before DROP DATABASE or ALTER DATABASE ... RENAME, which fail while anyone
- * is connected to the database: stop its worker, keep the launcher from
- * restarting it for a while, and wait (a little) for it to be gone.  Only
- * for a role that may do the command, so others cannot pause a worker.
- */
-static void
-StopWorkerFor(const char *dbname)
+/* Pauses the workers of a database for 10 s; returns their pids (up to MAX_DATABASES). */
+static int
+PauseDatabaseWorkers(const char *dbname, pid_t *pids)
 {
-	Oid			dboid = get_database_oid(dbname, true);
 	int			i;
-	pid_t		pids[MAX_DATABASES];
 	int			n = 0;
-	int			waited;
 
-	if (!OidIsValid(dboid) || !object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
-		return;
-	EnsureXactCallback();
-	launcher_wake_at_end = true;
-	strlcpy(unpause_at_end, dbname, NAMEDATALEN);
 	for (i = 0; i < MAX_DATABASES; i++)
 	{
-		WorkerSlot *s = &shared->slots[i];
+		WorkerSlot *slot = &WorkerShmem->slots[i];
 
-		SpinLockAcquire(&s->mutex);
-		if (s->in_use && strcmp(s->dbname, dbname) == 0)
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && strcmp(slot->dbname, dbname) == 0)
 		{
-			s->paused_until = GetCurrentTimestamp() + 10 * USECS_PER_SEC;
-			if (s->pid != 0)
-				pids[n++] = s->pid;
+			slot->paused_until = GetCurrentTimestamp() + 10 * USECS_PER_SEC;
+			if (slot->pid != 0)
+				pids[n++] = slot->pid;
 		}
-		SpinLockRelease(&s->mutex);
+		SpinLockRelease(&slot->mutex);
 	}
-	for (i = 0; i < n; i++)
-		kill(pids[i], SIGTERM);
+	return n;
+}
+
+/* Waits up to 5 s for these processes to be gone. */
+static void
+WaitForProcessesGone(const pid_t *pids, int n)
+{
+	int			waited;
+	int			i;
+
 	for (waited = 0; n > 0 && waited < 5000; waited += 10)
 	{
 		bool		gone = true;
@@ -265,17 +271,55 @@ StopWorkerFor(const char *dbname)
 	}
 }
 
+/*
+ * Before DROP DATABASE or ALTER DATABASE ... RENAME, which fail while anyone
+ * is connected to the database: stop its worker, keep the launcher from
+ * restarting it for a while, and wait (a little) for it to be gone.  Only
+ * for a role that may do the command, so others cannot pause a worker.
+ */
+static void
+StopDatabaseWorker(const char *dbname)
+{
+	Oid			dboid = get_database_oid(dbname, true);
+	pid_t		pids[MAX_DATABASES];
+	int			n;
+	int			i;
+
+	if (!OidIsValid(dboid) || !object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
+		return;
+	EnsureXactCallback();
+	launcher_wake_at_end = true;
+	strlcpy(unpause_at_end, dbname, NAMEDATALEN);
+	n = PauseDatabaseWorkers(dbname, pids);
+	for (i = 0; i < n; i++)
+		kill(pids[i], SIGTERM);
+	WaitForProcessesGone(pids, n);
+}
+
+/* Whether a utility statement renames a database. */
+static bool
+IsDatabaseRename(Node *stmt)
+{
+	return IsA(stmt, RenameStmt) && ((RenameStmt *) stmt)->renameType == OBJECT_DATABASE;
+}
+
+/*
+ * The utility hook: stops a database's worker before DROP DATABASE or a
+ * rename; after CREATE or DROP EXTENSION wakes this database's worker, and
+ * after a database is created, altered or renamed wakes the launcher (at
+ * commit).
+ */
 static void
 WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 					 ProcessUtilityContext context, ParamListInfo params,
 					 QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	Node	   *n = pstmt->utilityStmt;
+	Node	   *stmt = pstmt->utilityStmt;
 
-	if (IsA(n, DropdbStmt))
-		StopWorkerFor(((DropdbStmt *) n)->dbname);
-	else if (IsA(n, RenameStmt) && ((RenameStmt *) n)->renameType == OBJECT_DATABASE)
-		StopWorkerFor(((RenameStmt *) n)->subname);
+	if (IsA(stmt, DropdbStmt))
+		StopDatabaseWorker(((DropdbStmt *) stmt)->dbname);
+	else if (IsDatabaseRename(stmt))
+		StopDatabaseWorker(((RenameStmt *) stmt)->subname);
 
 	if (prev_process_utility_hook)
 		prev_process_utility_hook(pstmt, queryString, readOnlyTree, context, params,
@@ -285,8 +329,8 @@ WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 								queryEnv, dest, qc);
 
 	/* the worker of this database notices ctxwin come and go at once */
-	if ((IsA(n, CreateExtensionStmt) && strcmp(((CreateExtensionStmt *) n)->extname, "ctxwin") == 0) ||
-		(IsA(n, DropStmt) && ((DropStmt *) n)->removeType == OBJECT_EXTENSION))
+	if ((IsA(stmt, CreateExtensionStmt) && strcmp(((CreateExtensionStmt *) stmt)->extname, "ctxwin") == 0) ||
+		(IsA(stmt, DropStmt) && ((DropStmt *) stmt)->removeType == OBJECT_EXTENSION))
 	{
 		EnsureXactCallback();
 		wake_at_commit = true;
@@ -294,12 +338,23 @@ WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 
 	/* a new database (a new name, or one that now takes connections) may be
 	 * one the launcher waits for */
-	if (IsA(n, CreatedbStmt) || IsA(n, AlterDatabaseStmt) ||
-		(IsA(n, RenameStmt) && ((RenameStmt *) n)->renameType == OBJECT_DATABASE))
+	if (IsA(stmt, CreatedbStmt) || IsA(stmt, AlterDatabaseStmt) || IsDatabaseRename(stmt))
 	{
 		EnsureXactCallback();
 		launcher_wake_at_end = true;
 	}
+}
+
+/* Fills what the launcher's and the workers' registrations share. */
+static void
+InitWorkerRegistration(BackgroundWorker *worker, const char *function_name, int restart_time)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker->bgw_restart_time = restart_time;
+	snprintf(worker->bgw_library_name, BGW_MAXLEN, "ctxwin");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "%s", function_name);
 }
 
 /*
@@ -309,7 +364,7 @@ WorkerProcessUtility(PlannedStmt *pstmt, const char *queryString, bool readOnlyT
 void
 CtxwinWorkerRegister(void)
 {
-	BackgroundWorker w;
+	BackgroundWorker worker;
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = WorkerShmemRequest;
@@ -318,31 +373,11 @@ CtxwinWorkerRegister(void)
 	prev_process_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = WorkerProcessUtility;
 
-	memset(&w, 0, sizeof(w));
-	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	w.bgw_restart_time = 5;
-	snprintf(w.bgw_library_name, BGW_MAXLEN, "ctxwin");
-	snprintf(w.bgw_function_name, BGW_MAXLEN, "ctxwin_launcher_main");
-	snprintf(w.bgw_name, BGW_MAXLEN, "ctxwin launcher");
-	snprintf(w.bgw_type, BGW_MAXLEN, "ctxwin launcher");
-	RegisterBackgroundWorker(&w);
+	InitWorkerRegistration(&worker, "ctxwin_launcher_main", 5);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ctxwin launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "ctxwin launcher");
+	RegisterBackgroundWorker(&worker);
 }
-
-/* ---------------------------------------------------------------------------
- * The launcher
- * ------------------------------------------------------------------------- */
-
-/* What the launcher alone knows of each slot. */
-typedef struct LauncherSlot
-{
-	BackgroundWorkerHandle *handle;
-	TimestampTz next_start;		/* not before (backoff) */
-	int			backoff_ms;
-	TimestampTz started;
-} LauncherSlot;
-
-static LauncherSlot lslots[MAX_DATABASES];
 
 /* The databases of ctxwin.databases, as a list of names (palloc'd). */
 static List *
@@ -361,12 +396,90 @@ ConfiguredDatabases(void)
 	return names;
 }
 
+/* Sets a slot's state under its lock. */
 static void
-SetSlotState(WorkerSlot *s, WorkerState st)
+SetSlotState(WorkerSlot *slot, WorkerState state)
 {
-	SpinLockAcquire(&s->mutex);
-	s->state = st;
-	SpinLockRelease(&s->mutex);
+	SpinLockAcquire(&slot->mutex);
+	slot->state = state;
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Whether a list of names holds this one. */
+static bool
+NameListed(List *names, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, names)
+		if (strcmp((char *) lfirst(lc), name) == 0)
+		return true;
+	return false;
+}
+
+/* Stops the workers of databases no longer listed, and frees their slots. */
+static void
+ReleaseUnlistedSlots(List *names)
+{
+	int			i;
+
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot *slot = &WorkerShmem->slots[i];
+
+		if (!slot->in_use || NameListed(names, slot->dbname))
+			continue;
+		if (launcher_slots[i].handle)
+			TerminateBackgroundWorker(launcher_slots[i].handle);
+		SpinLockAcquire(&slot->mutex);
+		slot->in_use = false;
+		SpinLockRelease(&slot->mutex);
+	}
+}
+
+/* Whether a slot serves this database already. */
+static bool
+HasSlot(const char *name)
+{
+	int			i;
+
+	for (i = 0; i < MAX_DATABASES; i++)
+		if (WorkerShmem->slots[i].in_use && strcmp(WorkerShmem->slots[i].dbname, name) == 0)
+			return true;
+	return false;
+}
+
+/* A slot no database uses and no worker holds, or -1. */
+static int
+FreeSlot(void)
+{
+	int			i;
+
+	for (i = 0; i < MAX_DATABASES; i++)
+		if (!WorkerShmem->slots[i].in_use && WorkerShmem->slots[i].pid == 0 &&
+			launcher_slots[i].handle == NULL)
+			return i;
+	return -1;
+}
+
+/* Gives a database a free slot: its figures start afresh, its worker not yet started. */
+static void
+AssignSlot(int slotno, const char *name)
+{
+	WorkerSlot *slot = &WorkerShmem->slots[slotno];
+	pid_t		pid = slot->pid;
+
+	memset(((char *) slot) + offsetof(WorkerSlot, dbname), 0,
+		   sizeof(WorkerSlot) - offsetof(WorkerSlot, dbname));
+	pg_atomic_init_u32(&slot->wake, 0);
+	SpinLockAcquire(&slot->mutex);
+	strlcpy(slot->dbname, name, NAMEDATALEN);
+	slot->pid = pid;
+	slot->state = WS_STOPPED;
+	slot->in_use = true;
+	SpinLockRelease(&slot->mutex);
+	launcher_slots[slotno].backoff_ms = 0;
+	launcher_slots[slotno].next_start = 0;
 }
 
 /* Makes the slots follow ctxwin.databases: new names get a slot, gone ones are stopped. */
@@ -375,44 +488,16 @@ LauncherSyncSlots(void)
 {
 	List	   *names = ConfiguredDatabases();
 	ListCell   *lc;
-	int			i;
 
-	/* stop the workers of databases no longer listed */
-	for (i = 0; i < MAX_DATABASES; i++)
-	{
-		WorkerSlot *s = &shared->slots[i];
-		bool		listed = false;
-
-		if (!s->in_use)
-			continue;
-		foreach(lc, names)
-			if (strcmp((char *) lfirst(lc), s->dbname) == 0)
-				listed = true;
-		if (listed)
-			continue;
-		if (lslots[i].handle)
-			TerminateBackgroundWorker(lslots[i].handle);
-		SpinLockAcquire(&s->mutex);
-		s->in_use = false;
-		SpinLockRelease(&s->mutex);
-	}
-	/* give new names a slot */
+	ReleaseUnlistedSlots(names);
 	foreach(lc, names)
 	{
 		char	   *name = (char *) lfirst(lc);
-		int			free_slot = -1;
-		bool		have = false;
+		int			free_slot;
 
-		for (i = 0; i < MAX_DATABASES; i++)
-		{
-			if (shared->slots[i].in_use && strcmp(shared->slots[i].dbname, name) == 0)
-				have = true;
-			else if (!shared->slots[i].in_use && shared->slots[i].pid == 0 &&
-					 lslots[i].handle == NULL && free_slot < 0)
-				free_slot = i;
-		}
-		if (have)
+		if (HasSlot(name))
 			continue;
+		free_slot = FreeSlot();
 		if (free_slot < 0)
 		{
 			ereport(LOG,
@@ -420,49 +505,29 @@ LauncherSyncSlots(void)
 							MAX_DATABASES, name)));
 			continue;
 		}
-		{
-			WorkerSlot *s = &shared->slots[free_slot];
-			pid_t		pid = s->pid;
-
-			memset(((char *) s) + offsetof(WorkerSlot, dbname), 0,
-				   sizeof(WorkerSlot) - offsetof(WorkerSlot, dbname));
-			pg_atomic_init_u32(&s->wake, 0);
-			SpinLockAcquire(&s->mutex);
-			strlcpy(s->dbname, name, NAMEDATALEN);
-			s->pid = pid;
-			s->state = WS_STOPPED;
-			s->in_use = true;
-			SpinLockRelease(&s->mutex);
-			lslots[free_slot].backoff_ms = 0;
-			lslots[free_slot].next_start = 0;
-		}
+		AssignSlot(free_slot, name);
 	}
 }
 
 /* Starts the worker of slot i; false if the postmaster has no room. */
 static bool
-LauncherStart(int i)
+LauncherStartWorker(int i)
 {
-	BackgroundWorker w;
-	WorkerSlot *s = &shared->slots[i];
+	BackgroundWorker worker;
+	WorkerSlot *slot = &WorkerShmem->slots[i];
 
-	memset(&w, 0, sizeof(w));
-	w.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	w.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	w.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(w.bgw_library_name, BGW_MAXLEN, "ctxwin");
-	snprintf(w.bgw_function_name, BGW_MAXLEN, "ctxwin_worker_main");
-	snprintf(w.bgw_name, BGW_MAXLEN, "ctxwin worker for database %s", s->dbname);
-	snprintf(w.bgw_type, BGW_MAXLEN, "ctxwin worker");
-	w.bgw_main_arg = Int32GetDatum(i);
-	w.bgw_notify_pid = MyProcPid;
-	if (!RegisterDynamicBackgroundWorker(&w, &lslots[i].handle))
+	InitWorkerRegistration(&worker, "ctxwin_worker_main", BGW_NEVER_RESTART);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "ctxwin worker for database %s", slot->dbname);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "ctxwin worker");
+	worker.bgw_main_arg = Int32GetDatum(i);
+	worker.bgw_notify_pid = MyProcPid;
+	if (!RegisterDynamicBackgroundWorker(&worker, &launcher_slots[i].handle))
 	{
-		lslots[i].handle = NULL;
+		launcher_slots[i].handle = NULL;
 		return false;
 	}
-	SetSlotState(s, WS_STARTING);
-	lslots[i].started = GetCurrentTimestamp();
+	SetSlotState(slot, WS_STARTING);
+	launcher_slots[i].started = GetCurrentTimestamp();
 	return true;
 }
 
@@ -484,12 +549,12 @@ LauncherDatabaseOid(const char *name, bool *allowconn)
 	scan = table_beginscan_catalog(rel, 0, NULL);
 	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
-		Form_pg_database d = (Form_pg_database) GETSTRUCT(tup);
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
 
-		if (strcmp(NameStr(d->datname), name) == 0)
+		if (strcmp(NameStr(db->datname), name) == 0)
 		{
-			oid = d->oid;
-			*allowconn = d->datallowconn;
+			oid = db->oid;
+			*allowconn = db->datallowconn;
 			break;
 		}
 	}
@@ -499,6 +564,7 @@ LauncherDatabaseOid(const char *name, bool *allowconn)
 	return oid;
 }
 
+/* At the launcher's exit: its workers go too, and it is no longer wakeable. */
 static void
 LauncherShutdown(int code, Datum arg)
 {
@@ -506,48 +572,149 @@ LauncherShutdown(int code, Datum arg)
 
 	/* the workers go with the launcher; the next launcher starts them again */
 	for (i = 0; i < MAX_DATABASES; i++)
-		if (lslots[i].handle)
-			TerminateBackgroundWorker(lslots[i].handle);
-	SpinLockAcquire(&shared->mutex);
-	shared->launcher_pid = 0;
-	SpinLockRelease(&shared->mutex);
+		if (launcher_slots[i].handle)
+			TerminateBackgroundWorker(launcher_slots[i].handle);
+	SpinLockAcquire(&WorkerShmem->mutex);
+	WorkerShmem->launcher_pid = 0;
+	SpinLockRelease(&WorkerShmem->mutex);
 }
 
-void
-ctxwin_launcher_main(Datum arg)
+/* Signals, the launcher's place in shared memory, and the slots of ctxwin.databases. */
+static void
+LauncherInit(void)
 {
+	int			i;
+
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("ctxwin launcher");
 
-	SpinLockAcquire(&shared->mutex);
-	shared->launcher_pid = MyProcPid;
-	shared->launcher_procno = MyProcNumber;
-	SpinLockRelease(&shared->mutex);
+	SpinLockAcquire(&WorkerShmem->mutex);
+	WorkerShmem->launcher_pid = MyProcPid;
+	WorkerShmem->launcher_procno = MyProcNumber;
+	SpinLockRelease(&WorkerShmem->mutex);
 	before_shmem_exit(LauncherShutdown, (Datum) 0);
 
 	/* slots of an earlier launcher: their workers are gone or going */
+	for (i = 0; i < MAX_DATABASES; i++)
 	{
-		int			i;
-
-		for (i = 0; i < MAX_DATABASES; i++)
-		{
-			SpinLockAcquire(&shared->slots[i].mutex);
-			shared->slots[i].in_use = false;
-			SpinLockRelease(&shared->slots[i].mutex);
-		}
+		SpinLockAcquire(&WorkerShmem->slots[i].mutex);
+		WorkerShmem->slots[i].in_use = false;
+		SpinLockRelease(&WorkerShmem->slots[i].mutex);
 	}
 	LauncherSyncSlots();
 	ereport(LOG, (errmsg("ctxwin launcher started for databases \"%s\"",
 						 ctxwin_databases ? ctxwin_databases : "")));
+}
 
+/* The next start of a slot's worker waits 1, 2, 4 ... s, at most a minute; returns the wait. */
+static int
+BackOff(LauncherSlot *lslot, TimestampTz now)
+{
+	lslot->backoff_ms = lslot->backoff_ms == 0 ? 1000 : Min(lslot->backoff_ms * 2, 60000);
+	lslot->next_start = now + (TimestampTz) lslot->backoff_ms * 1000;
+	return lslot->backoff_ms;
+}
+
+/*
+ * Whether slot i's worker runs (or is starting).  One that stopped is
+ * forgotten, and started again after a backoff that grows while it keeps
+ * failing soon after its start.
+ */
+static bool
+WorkerStillRuns(int i, TimestampTz now)
+{
+	WorkerSlot *slot = &WorkerShmem->slots[i];
+	LauncherSlot *lslot = &launcher_slots[i];
+	BgwHandleStatus status;
+	pid_t		pid;
+
+	if (lslot->handle == NULL)
+		return false;
+	status = GetBackgroundWorkerPid(lslot->handle, &pid);
+	if (status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED)
+		return true;
+	pfree(lslot->handle);
+	lslot->handle = NULL;
+	if (now - lslot->started > 60 * USECS_PER_SEC)
+		lslot->backoff_ms = 0;
+	BackOff(lslot, now);
+	SpinLockAcquire(&slot->mutex);
+	slot->restarts++;
+	if (slot->state != WS_PAUSED)
+		slot->state = WS_STOPPED;
+	SpinLockRelease(&slot->mutex);
+	return false;
+}
+
+/*
+ * Starts slot i's worker if it is due and its database takes connections;
+ * returns how long (ms) the launcher may sleep as far as this slot goes.
+ */
+static long
+LauncherServeSlot(int i, TimestampTz now)
+{
+	WorkerSlot *slot = &WorkerShmem->slots[i];
+	LauncherSlot *lslot = &launcher_slots[i];
+	bool		allowconn = true;
+
+	if (WorkerStillRuns(i, now) || !slot->in_use)
+		return 60000;
+	if (slot->paused_until > now)
+	{
+		SetSlotState(slot, WS_PAUSED);
+		return (slot->paused_until - now) / 1000 + 1;
+	}
+	if (lslot->next_start > now)
+		return (lslot->next_start - now) / 1000 + 1;
+	if (!OidIsValid(LauncherDatabaseOid(slot->dbname, &allowconn)) || !allowconn)
+	{
+		/* look again later; no process is forked for it */
+		SetSlotState(slot, allowconn ? WS_NO_DATABASE : WS_NO_CONNECTIONS);
+		lslot->next_start = now + (TimestampTz) Max(ctxwin_naptime_ms, 10000) * 1000;
+		return Max(ctxwin_naptime_ms, 10000);
+	}
+	if (!LauncherStartWorker(i))
+	{
+		ereport(LOG,
+				(errmsg("ctxwin launcher: could not start the worker for database \"%s\"", slot->dbname),
+				 errhint("Raise \"max_worker_processes\": ctxwin needs one worker per database and one launcher.")));
+		return BackOff(lslot, now);
+	}
+	return 60000;
+}
+
+/* One round of the launcher over the slots; returns how long (ms) it may sleep. */
+static long
+LauncherServeSlots(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		wait_ms = 60000;
+	int			i;
+
+	if (pg_atomic_exchange_u32(&WorkerShmem->launcher_wake, 0) != 0)
+	{
+		/* a database was created, dropped or renamed: look again now */
+		for (i = 0; i < MAX_DATABASES; i++)
+			if (WorkerShmem->slots[i].state == WS_NO_DATABASE ||
+				WorkerShmem->slots[i].state == WS_NO_CONNECTIONS)
+				launcher_slots[i].next_start = 0;
+	}
+	for (i = 0; i < MAX_DATABASES; i++)
+		wait_ms = Min(wait_ms, LauncherServeSlot(i, now));
+	return wait_ms;
+}
+
+/* The launcher: keeps one worker running per database of ctxwin.databases. */
+void
+ctxwin_launcher_main(Datum arg)
+{
+	LauncherInit();
 	for (;;)
 	{
-		TimestampTz now;
-		long		wait_ms = 60000;
-		int			i;
+		long		wait_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -556,74 +723,7 @@ ctxwin_launcher_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 			LauncherSyncSlots();
 		}
-		now = GetCurrentTimestamp();
-		if (pg_atomic_exchange_u32(&shared->launcher_wake, 0) != 0)
-		{
-			/* a database was created, dropped or renamed: look again now */
-			for (i = 0; i < MAX_DATABASES; i++)
-				if (shared->slots[i].state == WS_NO_DATABASE ||
-					shared->slots[i].state == WS_NO_CONNECTIONS)
-					lslots[i].next_start = 0;
-		}
-		for (i = 0; i < MAX_DATABASES; i++)
-		{
-			WorkerSlot *s = &shared->slots[i];
-			LauncherSlot *l = &lslots[i];
-			pid_t		pid;
-			bool		allowconn = true;
-
-			if (l->handle)
-			{
-				BgwHandleStatus st = GetBackgroundWorkerPid(l->handle, &pid);
-
-				if (st == BGWH_STARTED || st == BGWH_NOT_YET_STARTED)
-					continue;
-				/* it stopped: start again after a backoff that grows
-				 * while it keeps failing soon after its start */
-				pfree(l->handle);
-				l->handle = NULL;
-				if (now - l->started > 60 * USECS_PER_SEC)
-					l->backoff_ms = 0;
-				l->backoff_ms = l->backoff_ms == 0 ? 1000 : Min(l->backoff_ms * 2, 60000);
-				l->next_start = now + (TimestampTz) l->backoff_ms * 1000;
-				SpinLockAcquire(&s->mutex);
-				s->restarts++;
-				if (s->state != WS_PAUSED)
-					s->state = WS_STOPPED;
-				SpinLockRelease(&s->mutex);
-			}
-			if (!s->in_use)
-				continue;
-			if (s->paused_until > now)
-			{
-				SetSlotState(s, WS_PAUSED);
-				wait_ms = Min(wait_ms, (s->paused_until - now) / 1000 + 1);
-				continue;
-			}
-			if (l->next_start > now)
-			{
-				wait_ms = Min(wait_ms, (l->next_start - now) / 1000 + 1);
-				continue;
-			}
-			if (!OidIsValid(LauncherDatabaseOid(s->dbname, &allowconn)) || !allowconn)
-			{
-				/* look again later; no process is forked for it */
-				SetSlotState(s, allowconn ? WS_NO_DATABASE : WS_NO_CONNECTIONS);
-				l->next_start = now + (TimestampTz) Max(ctxwin_naptime_ms, 10000) * 1000;
-				wait_ms = Min(wait_ms, Max(ctxwin_naptime_ms, 10000));
-				continue;
-			}
-			if (!LauncherStart(i))
-			{
-				ereport(LOG,
-						(errmsg("ctxwin launcher: could not start the worker for database \"%s\"", s->dbname),
-						 errhint("Raise \"max_worker_processes\": ctxwin needs one worker per database and one launcher.")));
-				l->backoff_ms = l->backoff_ms == 0 ? 1000 : Min(l->backoff_ms * 2, 60000);
-				l->next_start = now + (TimestampTz) l->backoff_ms * 1000;
-				wait_ms = Min(wait_ms, l->backoff_ms);
-			}
-		}
-
+		wait_ms = LauncherServeSlots();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(wait_ms, 10), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

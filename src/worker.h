@@ -1,8 +1,14 @@
 /*
  * worker.h
- *		Declarations shared by the background worker's files only: the
- *		shared memory of the launcher and the workers, the jobs a worker
- *		has in hand, and the steps the files call of each other.
+ *		Declarations shared by the background workers' files only (the rest
+ *		of ctxwin sees ctxwin.h): shared memory, slot states, jobs, and the
+ *		steps the files call of each other.
+ *
+ *	launcher.c			shared memory, the launcher, waking a database's worker
+ *	worker_loop.c		a database's worker: its main, its loop, its transactions
+ *	worker_claim.c		claiming queued sessions, writing their outcomes
+ *	worker_transfer.c	the LLM requests in flight (libcurl multi handle)
+ *	worker_status.c		worker_status() and the counters it reports
  *
  * With ctxwin in shared_preload_libraries, the postmaster starts the ctxwin
  * launcher.  It connects to no database; for each database named in
@@ -53,8 +59,6 @@
 
 #include "postgres.h"
 
-#include <curl/curl.h>
-
 #include "datatype/timestamp.h"
 #include "lib/ilist.h"
 #include "port/atomics.h"
@@ -70,6 +74,7 @@ PGDLLEXPORT void ctxwin_worker_main(Datum arg);
 #define MAX_DATABASES 32
 #define LATENCY_RING 512
 
+/* What a slot's worker is doing; worker_status.c names each. */
 typedef enum WorkerState
 {
 	WS_STOPPED,
@@ -107,16 +112,17 @@ typedef struct WorkerSlot
 	int64		rate_limited;
 	int64		requests;
 	TimestampTz last_sweep_at;
-	TimestampTz last_done_at;
 	TimestampTz last_error_at;
 	char		last_error[256];
-	char		last_error_session[37];
-	int			lat_n;			/* request latencies, ms, a ring */
-	int32		lat[LATENCY_RING];
-	int			lag_n;			/* queued to written, ms, a ring */
-	int32		lag[LATENCY_RING];
+	bool		last_error_has_session;
+	pg_uuid_t	last_error_session;
+	int			latency_count;	/* request latencies, ms, a ring */
+	int32		latency_ms[LATENCY_RING];
+	int			lag_count;		/* queued to written, ms, a ring */
+	int32		lag_ms[LATENCY_RING];
 } WorkerSlot;
 
+/* The launcher's and every database's worker's, in shared memory. */
 typedef struct WorkerShared
 {
 	slock_t		mutex;
@@ -126,12 +132,6 @@ typedef struct WorkerShared
 	WorkerSlot	slots[MAX_DATABASES];
 } WorkerShared;
 
-/* Writes of a summary or failure that find the row held: tried this often. */
-#define WRITE_TRIES 5
-/* A session whose outcome could not be written is left alone this long. */
-#define HOLD_OFF_SECONDS 60
-#define MAX_HELD_OFF 1024
-
 /* A session being summarized with the LLM. */
 typedef struct Job
 {
@@ -140,7 +140,6 @@ typedef struct Job
 	MemoryContext attempt_cxt;	/* one request's: transfer, answer, errors;
 								 * reset when the next request is sent */
 	pg_uuid_t	id;
-	char		session[UUID_LEN * 2 + 5];
 	char	   *plan;			/* JSON text */
 	char	   *request;		/* JSON text */
 	TimestampTz queued_at;
@@ -160,52 +159,53 @@ typedef struct Job
 	bool		dead;			/* done with: freed after the commit */
 } Job;
 
-
 /* launcher.c */
-extern WorkerShared *shared;
+extern WorkerShared *WorkerShmem;
 
 /* worker_loop.c */
 extern WorkerSlot *MySlot;
 extern MemoryContext WorkerContext;
 extern MemoryContext LoopContext;
-extern TimestampTz retry_wake;
-extern bool recount;
+extern TimestampTz RetryWakeAt;
+extern bool QueueRecountPending;
 extern void ArmStatementTimeout(void);
 extern void DisarmStatementTimeout(void);
-extern bool InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
+extern bool RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
 extern bool SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
-							char **result, int ncols, char **errmsg_out, int *sqlstate);
+							int ncols, Datum *result, bool *isnull,
+							char **err, int *sqlstate);
 extern bool SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
-						 char **result, char **errmsg_out, int *sqlstate);
+						 Datum *result, bool *isnull, char **err, int *sqlstate);
 extern void BeginWork(const char *activity);
 extern void EndWork(void);
 
 /* worker_claim.c */
-extern dlist_head jobs;
-extern int	njobs;
-extern void HoldOff(const pg_uuid_t *id, int seconds);
-extern void JobDone(Job *j);
-extern void AfterCommit(void);
-extern bool QueueHasHeld(void);
+extern dlist_head WorkerJobs;
+extern int	NumWorkerJobs;
 extern int	ClaimSessions(int room, int *progressed);
-extern bool ToWrite(Job *j, TimestampTz now);
-extern void FinishJobs(void);
-extern bool HaveToWrite(TimestampTz now);
+extern bool QueueHasHeldSessions(void);
+extern bool JobDueToWrite(Job *j, TimestampTz now);
+extern bool AnyJobDueToWrite(TimestampTz now);
+extern void WriteFinishedJobs(void);
+extern void MarkJobDead(Job *j);
+extern void FreeDeadJobs(void);
 
 /* worker_transfer.c */
-extern int	ninflight;
-extern CURLM *multi;
-extern void TransferAnswerFn(void *arg);
-extern bool ToSend(Job *j, TimestampTz now);
+extern int	RequestsInFlight;
+extern void TransfersInit(void);
+extern void TransfersShutdown(void);
+extern bool JobDueToSend(Job *j, TimestampTz now);
 extern void StartTransfers(TimestampTz now);
-extern int	CollectTransfers(void);
-extern int	JsonbInt(Jsonb *jb, const char *key, int dflt);
-extern bool RetryLater(Job *j, TimestampTz now);
+extern void RunTransfers(void);
+extern void WaitForTransfers(long timeout_ms);
+extern void TransferAbandon(Job *j);
+extern bool TakeAnswer(Job *j);
+extern bool ScheduleRetry(Job *j, TimestampTz now);
 
 /* worker_status.c */
-extern void SlotError(const char *session, const char *msg);
-extern void SlotAdd(int64 *counter, int64 n);
-extern void SlotRing(int32 *ring, int *n, int64 ms);
-extern void CountQueue(TimestampTz *next_retry);
+extern void SlotSetLastError(const pg_uuid_t *session, const char *msg);
+extern void SlotCount(int64 *counter, int64 n);
+extern void SlotRecordMs(int32 *ring, int *count, int64 ms);
+extern void CountQueueForStatus(TimestampTz *next_retry);
 
 #endif							/* CTXWIN_WORKER_H */

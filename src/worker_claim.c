@@ -1,51 +1,10 @@
 /*
  * worker_claim.c
- *		Claiming queued sessions, planning their summaries and writing the outcomes.
- */
-#include "postgres.h"
-
-#include <curl/curl.h>
-#include <signal.h>
-
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/xact.h"
-#include "catalog/pg_database.h"
-#include "catalog/pg_authid.h"
-#include "commands/dbcommands.h"
-#include "executor/spi.h"
-#include "fmgr.h"
-#include "funcapi.h"
-#include "lib/ilist.h"
-#include "miscadmin.h"
-#include "pgstat.h"
-#include "postmaster/bgworker.h"
-#include "postmaster/interrupt.h"
-#include "storage/ipc.h"
-#include "storage/latch.h"
-#include "storage/lock.h"
-#include "storage/proc.h"
-#include "storage/procsignal.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
-#include "tcop/utility.h"
-#include "utils/acl.h"
-#include "utils/builtins.h"
-#include "utils/guc.h"
-#include "utils/jsonb.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
-#include "utils/timestamp.h"
-#include "utils/uuid.h"
-#include "utils/varlena.h"
-
-#include "worker.h"
-
-/* ---------------------------------------------------------------------------
- * Claims, and ctxwin's own writes of bookkeeping columns
+ *		Claiming queued sessions for the worker, planning their summaries,
+ *		and writing what comes of them: a summary, or a recorded failure;
+ *		with the SQL-callable functions that share the claims and the
+ *		bookkeeping writes (_session_claimed, _compaction_failed,
+ *		_compaction_settle).
  *
  * Who summarizes a session: every summarizer first locks the session's row
  * (FOR NO KEY UPDATE), and only then plans.  summarize_session and compact()
@@ -59,16 +18,75 @@
  * taken only while it holds the row.  summarize_session and compact() look
  * for a claim once they have the row.  So the rows and advisory locks a
  * role can take hold back the sessions it holds, never the others.
- * ------------------------------------------------------------------------- */
+ */
+#include "postgres.h"
 
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "worker.h"
+
+/* field4 of a claim's advisory lock tag: neither 1 nor 2, so no SQL function takes it */
 #define CLAIM_LOCK_FIELD4 0x4357
+
+/* Writes of a summary or failure that find the row held: tried this often. */
+#define WRITE_TRIES 5
+/* A session whose outcome could not be written is left alone this long. */
+#define HOLD_OFF_SECONDS 60
+#define MAX_HELD_OFF 1024
 
 PG_FUNCTION_INFO_V1(session_claimed);
 PG_FUNCTION_INFO_V1(compaction_failed);
 PG_FUNCTION_INFO_V1(compaction_settle);
 
+/* The jobs this worker has in hand. */
+dlist_head	WorkerJobs = DLIST_STATIC_INIT(WorkerJobs);
+int			NumWorkerJobs = 0;
+
+/* A session left alone for a while: its outcome could not be written. */
+typedef struct HeldOff
+{
+	pg_uuid_t	id;
+	TimestampTz until;
+} HeldOff;
+
+static HeldOff held_off[MAX_HELD_OFF];
+static int	nheld_off = 0;
+
+/* A session the claim offered. */
+typedef struct Candidate
+{
+	pg_uuid_t	id;
+	TimestampTz queued_at;
+} Candidate;
+
+/*
+ * Locks a session's row for a write, without waiting: an application
+ * transaction may hold it, and the other sessions' writes would wait too.
+ * LOCK_HELD if another transaction holds it, LOCK_GONE if the session no
+ * longer exists, LOCK_FAILED for any other error (in *err).
+ */
+typedef enum RowLock
+{
+	LOCK_OK,
+	LOCK_HELD,
+	LOCK_GONE,
+	LOCK_FAILED
+} RowLock;
+
+/* The advisory lock tag of a session's claim. */
 static void
-ClaimTag(LOCKTAG *tag, const pg_uuid_t *id)
+SetClaimLockTag(LOCKTAG *tag, const pg_uuid_t *id)
 {
 	uint32		w[4];
 
@@ -83,7 +101,7 @@ session_claimed(PG_FUNCTION_ARGS)
 	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
 	LOCKTAG		tag;
 
-	ClaimTag(&tag, id);
+	SetClaimLockTag(&tag, id);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		PG_RETURN_BOOL(true);
 	LockRelease(&tag, ExclusiveLock, false);
@@ -196,49 +214,45 @@ compaction_settle(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* A session left alone for a while: its outcome could not be written. */
-typedef struct HeldOff
-{
-	pg_uuid_t	id;
-	TimestampTz until;
-} HeldOff;
-
-dlist_head	jobs = DLIST_STATIC_INIT(jobs);
-int			njobs = 0;
-static HeldOff held_off[MAX_HELD_OFF];
-static int	nheld_off = 0;
-
-/* Claims a session for a request (its row locked by this transaction). */
+/* Claims a session for a request (its row locked by this transaction); false if another worker has. */
 static bool
-TryClaim(const pg_uuid_t *id)
+ClaimSession(const pg_uuid_t *id)
 {
 	LOCKTAG		tag;
 
-	ClaimTag(&tag, id);
+	SetClaimLockTag(&tag, id);
 	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
+/* Releases a session's claim. */
 static void
-Unclaim(const pg_uuid_t *id)
+ReleaseClaim(const pg_uuid_t *id)
 {
 	LOCKTAG		tag;
 
-	ClaimTag(&tag, id);
+	SetClaimLockTag(&tag, id);
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
+/* A session id as text, for a message. */
+static char *
+SessionText(const pg_uuid_t *id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id)));
+}
+
 /* Leaves a session alone for a while (not claimed before then). */
-void
-HoldOff(const pg_uuid_t *id, int seconds)
+static void
+HoldOffSession(const pg_uuid_t *id, int seconds)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int			i,
-				k = 0;
+				kept = 0;
 
 	for (i = 0; i < nheld_off; i++)
 		if (held_off[i].until > now && memcmp(&held_off[i].id, id, sizeof(pg_uuid_t)) != 0)
-			held_off[k++] = held_off[i];
-	nheld_off = k;
+			held_off[kept++] = held_off[i];
+	nheld_off = kept;
 	if (nheld_off == MAX_HELD_OFF)
 	{
 		/* the oldest entry ends first */
@@ -247,73 +261,60 @@ HoldOff(const pg_uuid_t *id, int seconds)
 	}
 	held_off[nheld_off].id = *id;
 	held_off[nheld_off].until = now + (TimestampTz) seconds * USECS_PER_SEC;
-	retry_wake = Min(retry_wake, held_off[nheld_off].until);
+	RetryWakeAt = Min(RetryWakeAt, held_off[nheld_off].until);
 	nheld_off++;
 }
 
-/* Done with a job: it is freed, and its claim released, after the commit. */
+/* Done with a job: it is freed, and its claim released, after the commit (FreeDeadJobs). */
 void
-JobDone(Job *j)
+MarkJobDead(Job *j)
 {
 	j->dead = true;
 }
 
-/* After a commit: free the jobs it finished, releasing their claims. */
+/* After a commit: frees the jobs it finished, releasing their claims. */
 void
-AfterCommit(void)
+FreeDeadJobs(void)
 {
 	dlist_mutable_iter it;
 
-	dlist_foreach_modify(it, &jobs)
+	dlist_foreach_modify(it, &WorkerJobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
 		if (!j->dead)
 			continue;
-		if (j->xfer)
-		{
-			/* still in the multi handle unless curl had finished it */
-			if (!j->finished)
-			{
-				curl_multi_remove_handle(multi, LlmTransferHandle(j->xfer));
-				ninflight--;
-			}
-			LlmTransferFree(j->xfer);
-			j->xfer = NULL;
-		}
-		Unclaim(&j->id);
+		TransferAbandon(j);
+		ReleaseClaim(&j->id);
 		dlist_delete(&j->node);
-		njobs--;
+		NumWorkerJobs--;
 		MemoryContextDelete(j->cxt);
 	}
 }
 
-/*
- * Locks a session's row for a write, without waiting: an application
- * transaction may hold it, and the other sessions' writes would wait too.
- * LOCK_HELD if another transaction holds it, LOCK_GONE if the session no
- * longer exists, LOCK_FAILED for any other error (in *err).
- */
-typedef enum RowLock
-{
-	LOCK_OK,
-	LOCK_HELD,
-	LOCK_GONE,
-	LOCK_FAILED
-} RowLock;
-
+/* Locks a session's row NOWAIT, in a subtransaction (see RowLock). */
 static RowLock
-LockRowNowait(const pg_uuid_t *id, char **err)
+LockSessionRowNowait(const pg_uuid_t *id, char **err)
 {
 	Oid			types[1] = {UUIDOID};
 	Datum		values[1] = {UUIDPGetDatum(id)};
-	char	   *found = NULL;
+	Datum		one;
+	bool		none;
 	int			code = 0;
 
 	if (!SubxactQuery("SELECT 1 FROM ctxwin.sessions x WHERE x.id = $1 FOR NO KEY UPDATE NOWAIT",
-					  1, types, values, &found, err, &code))
+					  1, types, values, &one, &none, err, &code))
 		return code == ERRCODE_LOCK_NOT_AVAILABLE ? LOCK_HELD : LOCK_FAILED;
-	return found ? LOCK_OK : LOCK_GONE;
+	return none ? LOCK_GONE : LOCK_OK;
+}
+
+/* Logs that a session's failure could not be recorded, and leaves it alone for a while. */
+static void
+FailureNotRecorded(const pg_uuid_t *id, const char *err)
+{
+	ereport(LOG,
+			(errmsg("ctxwin worker could not record the failure of session %s: %s", SessionText(id), err)));
+	HoldOffSession(id, HOLD_OFF_SECONDS);
 }
 
 /*
@@ -323,49 +324,38 @@ LockRowNowait(const pg_uuid_t *id, char **err)
  * then left alone for a while, so that it is not requested again at once.
  */
 static void
-RecordFailure(const pg_uuid_t *id, const char *session, const char *msg)
+RecordFailure(const pg_uuid_t *id, const char *msg)
 {
 	Oid			types[2] = {UUIDOID, TEXTOID};
 	Datum		values[2];
+	Datum		retry_in_ms;
+	bool		isnull;
 	char	   *err = NULL;
-	char	   *retry_at = NULL;
 
-	SlotAdd(&MySlot->failed, 1);
-	SlotError(session, msg);
-	recount = true;
-	switch (LockRowNowait(id, &err))
+	SlotCount(&MySlot->failed, 1);
+	SlotSetLastError(id, msg);
+	QueueRecountPending = true;
+	switch (LockSessionRowNowait(id, &err))
 	{
 		case LOCK_OK:
 			break;
 		case LOCK_GONE:
 			return;
 		case LOCK_HELD:
-			HoldOff(id, HOLD_OFF_SECONDS);
+			HoldOffSession(id, HOLD_OFF_SECONDS);
 			return;
 		case LOCK_FAILED:
-			ereport(LOG,
-					(errmsg("ctxwin worker could not record the failure of session %s: %s", session, err)));
-			HoldOff(id, HOLD_OFF_SECONDS);
+			FailureNotRecorded(id, err);
 			return;
 	}
 	values[0] = UUIDPGetDatum(id);
 	values[1] = CStringGetTextDatum(msg);
-	if (SubxactQuery("SELECT extract(epoch FROM ctxwin._compaction_failed($1, $2) - now()) * 1000::numeric",
-					 2, types, values, &retry_at, &err, NULL))
-	{
-		if (retry_at)
-		{
-			TimestampTz t = GetCurrentTimestamp() + (TimestampTz) (strtod(retry_at, NULL) * 1000) + 1000;
-
-			retry_wake = Min(retry_wake, t);
-		}
-	}
-	else
-	{
-		ereport(LOG,
-				(errmsg("ctxwin worker could not record the failure of session %s: %s", session, err)));
-		HoldOff(id, HOLD_OFF_SECONDS);
-	}
+	if (!SubxactQuery("SELECT (extract(epoch FROM ctxwin._compaction_failed($1, $2) - now()) * 1000::numeric)::float8",
+					  2, types, values, &retry_in_ms, &isnull, &err, NULL))
+		FailureNotRecorded(id, err);
+	else if (!isnull)
+		RetryWakeAt = Min(RetryWakeAt, GetCurrentTimestamp() +
+						  (TimestampTz) (DatumGetFloat8(retry_in_ms) * 1000) + 1000);
 }
 
 /*
@@ -379,6 +369,48 @@ NotAFailure(int sqlstate)
 	return sqlstate == ERRCODE_T_R_SERIALIZATION_FAILURE || sqlstate == ERRCODE_LOCK_NOT_AVAILABLE;
 }
 
+/* The sessions this worker has in hand or leaves alone for now, as a uuid[] (not to claim). */
+static Datum
+SessionsInHand(void)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * (NumWorkerJobs + nheld_off + 1));
+	TimestampTz now = GetCurrentTimestamp();
+	dlist_iter	it;
+	int			n = 0;
+	int			i;
+
+	dlist_foreach(it, &WorkerJobs)
+		ids[n++] = UUIDPGetDatum(&dlist_container(Job, node, it.cur)->id);
+	for (i = 0; i < nheld_off; i++)
+		if (held_off[i].until > now)
+			ids[n++] = UUIDPGetDatum(&held_off[i].id);
+	return PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+/* The queued sessions due for a claim, but those this worker has in hand ($2). */
+#define DUE_SESSIONS \
+	"FROM ctxwin.sessions x " \
+	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 " \
+	"AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) " \
+	"AND x.id <> ALL ($2) "
+
+/* Runs a query of DUE_SESSIONS ($3: its LIMIT) under the statement timeout; SPI_tuptable has the rows. */
+static void
+QueryDueSessions(const char *sql, int limit)
+{
+	Oid			types[3] = {INT4OID, UUIDARRAYOID, INT4OID};
+	Datum		values[3];
+	int			rc;
+
+	values[0] = Int32GetDatum(ctxwin_max_failures);
+	values[1] = SessionsInHand();
+	values[2] = Int32GetDatum(limit);
+	ArmStatementTimeout();
+	rc = SPI_execute_with_args(sql, 3, types, values, NULL, false, 0);
+	DisarmStatementTimeout();
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the compaction queue");
+}
 
 /*
  * Whether queued sessions are due that the claim passed over because
@@ -386,253 +418,265 @@ NotAFailure(int sqlstate)
  * write): the worker looks again soon, not only at its next sweep.
  */
 bool
-QueueHasHeld(void)
+QueueHasHeldSessions(void)
 {
-	Oid			types[2] = {INT4OID, UUIDARRAYOID};
-	Datum		values[2];
-	Datum	   *ids;
-	dlist_iter	it;
-	TimestampTz now = GetCurrentTimestamp();
-	int			i = 0;
-	int			k;
-	int			rc;
-
-	ids = palloc(sizeof(Datum) * (njobs + nheld_off + 1));
-	dlist_foreach(it, &jobs)
-		ids[i++] = UUIDPGetDatum(&dlist_container(Job, node, it.cur)->id);
-	for (k = 0; k < nheld_off; k++)
-		if (held_off[k].until > now)
-			ids[i++] = UUIDPGetDatum(&held_off[k].id);
-	values[0] = Int32GetDatum(ctxwin_max_failures);
-	values[1] = PointerGetDatum(construct_array(ids, i, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	ArmStatementTimeout();
-	rc = SPI_execute_with_args("SELECT FROM ctxwin.sessions x "
-							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
-							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
-							   "AND x.id <> ALL ($2) LIMIT 1",
-							   2, types, values, NULL, false, 1);
-	DisarmStatementTimeout();
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read the compaction queue");
+	QueryDueSessions("SELECT " DUE_SESSIONS "LIMIT $3", 1);
 	return SPI_processed > 0;
 }
 
-/* A session the claim offered. */
-typedef struct Candidate
+/*
+ * Locks up to room queued sessions, oldest first, whose rows nobody else
+ * holds (SKIP LOCKED: held rows are passed over, not counted, and not
+ * waited for), except those this worker has in hand or leaves alone for a
+ * while; returns how many, in *candidates (in LoopContext, kept across the
+ * commits of extractive summaries).
+ */
+static int
+ReadCandidates(int room, Candidate **candidates)
 {
-	pg_uuid_t	id;
-	char		session[UUID_LEN * 2 + 5];
-	TimestampTz queued_at;
-} Candidate;
+	Candidate  *cand;
+	int			n;
+	int			i;
+
+	QueryDueSessions("SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+					 "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
+					 "FOR NO KEY UPDATE SKIP LOCKED", room);
+	n = (int) SPI_processed;
+	cand = MemoryContextAlloc(LoopContext, sizeof(Candidate) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		bool		isnull;
+
+		cand[i].id = *DatumGetUUIDP(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+		cand[i].queued_at = DatumGetTimestampTz(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	SPI_freetuptable(SPI_tuptable);
+	*candidates = cand;
+	return n;
+}
 
 /*
- * The claim: up to room queued sessions, oldest first, whose rows nobody
- * else holds (SKIP LOCKED: held rows are passed over, not counted, and not
- * waited for), except those this worker has in hand or leaves alone for a
- * while.  Each is planned; an extractive summary is made and committed at
- * once, an LLM summary becomes a job with the session claimed.  Returns how
- * many the queue offered (room: there may be more); *progressed counts
- * those planned.
+ * The LLM request a plan (jsonb text) asks for, in *request (NULL for an
+ * extractive summary); false, with the failure recorded, if it cannot be
+ * made.
+ */
+static bool
+RequestOfPlan(const Candidate *c, Datum plan, char **request)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {plan};
+	Datum		request_text;
+	bool		isnull;
+	char	   *err = NULL;
+
+	if (!SubxactQuery("SELECT CASE WHEN p ->> 'strategy' <> 'extractive' THEN "
+					  "ctxwin._llm_request(p ->> 'system_prompt', p ->> 'prompt', "
+					  "(p ->> 'answer_tokens')::int, p ->> 'model')::text END "
+					  "FROM (SELECT $1::jsonb AS p) x", 1, types, values,
+					  &request_text, &isnull, &err, NULL))
+	{
+		RecordFailure(&c->id, err);
+		return false;
+	}
+	*request = isnull ? NULL : TextDatumGetCString(request_text);
+	return true;
+}
+
+/* Counts a summary written: done, and how long after the session was queued. */
+static void
+CountSummaryWritten(TimestampTz queued_at, TimestampTz now)
+{
+	SlotCount(&MySlot->done, 1);
+	SlotRecordMs(MySlot->lag_ms, &MySlot->lag_count, (now - queued_at) / 1000);
+}
+
+/* Makes an extractive summary (no network) at once, and commits it on its own. */
+static void
+MakeExtractiveSummary(const Candidate *c, Datum plan)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {plan};
+	char	   *err = NULL;
+	int			code = 0;
+
+	if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
+					 1, types, values, NULL, NULL, &err, &code))
+		CountSummaryWritten(c->queued_at, GetCurrentTimestamp());
+	else if (!NotAFailure(code))
+		RecordFailure(&c->id, err);
+	EndWork();
+	FreeDeadJobs();
+	BeginWork("ctxwin: compacting sessions");
+}
+
+/* Makes a claimed session a job, its request to be sent at once. */
+static void
+AddJob(const Candidate *c, const char *plan, const char *request)
+{
+	MemoryContext jcxt = AllocSetContextCreate(WorkerContext, "ctxwin job",
+											   ALLOCSET_SMALL_SIZES);
+	Job		   *j = MemoryContextAllocZero(jcxt, sizeof(Job));
+
+	j->cxt = jcxt;
+	j->attempt_cxt = AllocSetContextCreate(jcxt, "ctxwin job attempt", ALLOCSET_SMALL_SIZES);
+	j->id = c->id;
+	j->plan = MemoryContextStrdup(jcxt, plan);
+	j->request = MemoryContextStrdup(jcxt, request);
+	j->queued_at = c->queued_at;
+	j->next_at = 0;
+	dlist_push_tail(&WorkerJobs, &j->node);
+	NumWorkerJobs++;
+}
+
+/*
+ * Plans a candidate's summary: an extractive one is made and committed at
+ * once, an LLM one becomes a job with the session claimed.  Whether it was
+ * planned (a plan, or nothing to do after all).
+ */
+static bool
+PlanCandidate(const Candidate *c)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		values[1] = {UUIDPGetDatum(&c->id)};
+	Datum		plan;
+	bool		no_plan;
+	char	   *request;
+	char	   *err = NULL;
+	int			code = 0;
+
+	/*
+	 * The plan locks the row again (a no-op while this transaction has it;
+	 * after a commit below, another transaction may have taken it) and
+	 * refuses a session another worker has claimed.
+	 */
+	if (!SubxactQuery("SELECT ctxwin._summary_plan($1, false, NULL)::text",
+					  1, types, values, &plan, &no_plan, &err, &code))
+	{
+		if (!NotAFailure(code))
+			RecordFailure(&c->id, err);
+		return false;
+	}
+	if (no_plan)
+		return true;			/* nothing to do after all: settled */
+	if (!RequestOfPlan(c, plan, &request))
+		return true;
+	if (request == NULL)
+		MakeExtractiveSummary(c, plan);
+	else if (ClaimSession(&c->id))	/* else another worker's, after all */
+		AddJob(c, TextDatumGetCString(plan), request);
+	return true;
+}
+
+/*
+ * The claim: up to room queued sessions (see ReadCandidates), each planned
+ * (see PlanCandidate).  Returns how many the queue offered (room: there may
+ * be more); *progressed counts those planned.
  */
 int
 ClaimSessions(int room, int *progressed)
 {
-	Oid			types[3] = {INT4OID, UUIDARRAYOID, INT4OID};
-	Datum		values[3];
-	Datum	   *ids;
-	dlist_iter	it;
-	TimestampTz now = GetCurrentTimestamp();
-	int			i = 0;
-	int			n;
-	int			rc;
 	Candidate  *cand;
-
-	/* the sessions this worker has in hand, or leaves alone for now */
-	ids = palloc(sizeof(Datum) * (njobs + nheld_off + 1));
-	dlist_foreach(it, &jobs)
-		ids[i++] = UUIDPGetDatum(&dlist_container(Job, node, it.cur)->id);
-	for (n = 0; n < nheld_off; n++)
-		if (held_off[n].until > now)
-			ids[i++] = UUIDPGetDatum(&held_off[n].id);
-	values[0] = Int32GetDatum(ctxwin_max_failures);
-	values[1] = PointerGetDatum(construct_array(ids, i, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	values[2] = Int32GetDatum(room);
-	ArmStatementTimeout();
-	rc = SPI_execute_with_args("SELECT x.id, x.id::text, x.compaction_queued_at FROM ctxwin.sessions x "
-							   "WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 "
-							   "AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) "
-							   "AND x.id <> ALL ($2) "
-							   "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
-							   "FOR NO KEY UPDATE SKIP LOCKED",
-							   3, types, values, NULL, false, 0);
-	DisarmStatementTimeout();
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not read the compaction queue");
-	n = (int) SPI_processed;
-	/* kept across the commits below */
-	cand = MemoryContextAlloc(LoopContext, sizeof(Candidate) * (n + 1));
-	for (i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		cand[i].id = *DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		strlcpy(cand[i].session, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2),
-				sizeof(cand[i].session));
-		cand[i].queued_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
-	}
-	SPI_freetuptable(SPI_tuptable);
+	int			n = ReadCandidates(room, &cand);
+	int			i;
 
 	for (i = 0; i < n; i++)
 	{
-		Oid			ptypes[1] = {UUIDOID};
-		Datum		pvalues[1] = {UUIDPGetDatum(&cand[i].id)};
-		Oid			ftypes[1] = {TEXTOID};
-		Datum		fvalues[1];
-		char	   *plan = NULL;
-		char	   *request = NULL;
-		char	   *err = NULL;
-		int			code = 0;
-
 		CHECK_FOR_INTERRUPTS();
-
-		/*
-		 * The plan locks the row again (a no-op while this transaction has
-		 * it; after a commit below, another transaction may have taken it)
-		 * and refuses a session another worker has claimed.
-		 */
-		if (!SubxactQuery("SELECT ctxwin._summary_plan($1, false, NULL)::text",
-						  1, ptypes, pvalues, &plan, &err, &code))
-		{
-			if (!NotAFailure(code))
-				RecordFailure(&cand[i].id, cand[i].session, err);
-			continue;
-		}
-		(*progressed)++;
-		if (plan == NULL)
-			continue;			/* nothing to do after all: settled */
-
-		/* the LLM request the plan asks for; none for an extractive one */
-		fvalues[0] = CStringGetTextDatum(plan);
-		if (!SubxactQuery("SELECT CASE WHEN p ->> 'strategy' <> 'extractive' THEN "
-						  "ctxwin._llm_request(p ->> 'system_prompt', p ->> 'prompt', "
-						  "(p ->> 'answer_tokens')::int, p ->> 'model')::text END "
-						  "FROM (SELECT $1::jsonb AS p) x", 1, ftypes, fvalues,
-						  &request, &err, &code))
-		{
-			RecordFailure(&cand[i].id, cand[i].session, err);
-			continue;
-		}
-		if (request == NULL)
-		{
-			/* no network: make it now, and commit it on its own */
-			if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
-							 1, ftypes, fvalues, NULL, &err, &code))
-			{
-				SlotAdd(&MySlot->done, 1);
-				SlotRing(MySlot->lag, &MySlot->lag_n,
-						 (GetCurrentTimestamp() - cand[i].queued_at) / 1000);
-			}
-			else if (!NotAFailure(code))
-				RecordFailure(&cand[i].id, cand[i].session, err);
-			EndWork();
-			AfterCommit();
-			BeginWork("ctxwin: compacting sessions");
-			continue;
-		}
-		/* an LLM summary: claim the session (its row is ours) for a job */
-		if (!TryClaim(&cand[i].id))
-			continue;			/* another worker's, after all */
-		{
-			MemoryContext jcxt = AllocSetContextCreate(WorkerContext, "ctxwin job",
-													   ALLOCSET_SMALL_SIZES);
-			Job		   *j = MemoryContextAllocZero(jcxt, sizeof(Job));
-
-			j->cxt = jcxt;
-			j->attempt_cxt = AllocSetContextCreate(jcxt, "ctxwin job attempt", ALLOCSET_SMALL_SIZES);
-			j->id = cand[i].id;
-			strlcpy(j->session, cand[i].session, sizeof(j->session));
-			j->plan = MemoryContextStrdup(jcxt, plan);
-			j->request = MemoryContextStrdup(jcxt, request);
-			j->queued_at = cand[i].queued_at;
-			j->next_at = 0;
-			dlist_push_tail(&jobs, &j->node);
-			njobs++;
-		}
+		if (PlanCandidate(&cand[i]))
+			(*progressed)++;
 	}
 	return n;
 }
 
 /* Whether a job has an outcome to write now. */
 bool
-ToWrite(Job *j, TimestampTz now)
+JobDueToWrite(Job *j, TimestampTz now)
 {
 	return !j->dead && j->finished && j->next_at <= now;
 }
 
+/* Whether any job has an outcome to write now. */
+bool
+AnyJobDueToWrite(TimestampTz now)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, &WorkerJobs)
+		if (JobDueToWrite(dlist_container(Job, node, it.cur), now))
+		return true;
+	return false;
+}
 
 /*
- * Acts on what a finished job brought, in the current transaction: a
- * summary where the answer is good, a retry later where the request failed
- * and retries are left, a recorded failure otherwise.  A write that finds
- * the session's row held keeps the outcome and is tried again later (1, 2,
- * 4 ... s); no new request is paid for.
+ * Another transaction holds the row a job's outcome is for: write it again
+ * in 1, 2, 4, 8 s; after WRITE_TRIES, drop it and leave the session alone
+ * for a while.  No new request is paid for.
  */
 static void
-FinishJob(Job *j, TimestampTz now)
+WaitForHeldRow(Job *j, TimestampTz now, bool good)
 {
-	MemoryContext old = MemoryContextSwitchTo(j->attempt_cxt);
-	char	   *err = NULL;
-	int			code = 0;
-	bool		good;
+	SlotCount(&MySlot->retries, 1);
+	if (++j->write_waits < WRITE_TRIES)
+	{
+		int			wait_s = 1 << (j->write_waits - 1);
 
-	if (j->xfer)
-	{
-		/* what curl brought, as _llm_post would return it, or an error */
-		j->answer = NULL;
-		if (!InSubxact(TransferAnswerFn, j, &j->error, NULL))
-			j->answer = NULL;
-		LlmTransferFree(j->xfer);
-		j->xfer = NULL;
-		if (j->answer)
-			SlotRing(MySlot->lat, &MySlot->lat_n, JsonbInt(j->answer, "latency_ms", 0));
-	}
-	good = j->failure == NULL && j->answer != NULL &&
-		JsonbInt(j->answer, "status", 0) >= 200 && JsonbInt(j->answer, "status", 0) <= 299;
-	if (!good && j->failure == NULL && RetryLater(j, now))
-	{
-		MemoryContextSwitchTo(old);
+		SlotSetLastError(&j->id, psprintf("another transaction holds the session's row: its %s is written in %d s",
+										  good ? "summary" : "failure", wait_s));
+		j->next_at = now + (TimestampTz) wait_s * USECS_PER_SEC;
 		return;
 	}
+	/* given up: not requested again for a while */
+	SlotCount(&MySlot->failed, 1);
+	SlotSetLastError(&j->id, psprintf("another transaction held the session's row through %d tries: its %s was dropped, and it is looked at again in %d s",
+									  WRITE_TRIES, good ? "summary" : "failure", HOLD_OFF_SECONDS));
+	HoldOffSession(&j->id, HOLD_OFF_SECONDS);
+	QueueRecountPending = true;
+	MarkJobDead(j);
+}
 
-	switch (LockRowNowait(&j->id, &err))
+/* Writes a job's summary (its row locked), with _summary_finish's compare-and-set. */
+static void
+WriteSummary(Job *j, TimestampTz now)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	char	   *err = NULL;
+	int			code = 0;
+
+	values[0] = CStringGetTextDatum(j->plan);
+	values[1] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
+	/* total_ms: from the first request, retries included */
+	values[2] = CStringGetTextDatum(psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000)));
+	if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
+					 3, types, values, NULL, NULL, &err, &code))
+		CountSummaryWritten(j->queued_at, now);
+	else if (NotAFailure(code))
+		SlotSetLastError(&j->id, err);	/* planned again if still queued */
+	else
+		RecordFailure(&j->id, err);
+}
+
+/*
+ * Writes a finished job's outcome, a summary (good) or its failure, once
+ * its row is locked; a row held by another transaction is waited for
+ * (WaitForHeldRow).
+ */
+static void
+WriteOutcome(Job *j, TimestampTz now, bool good)
+{
+	char	   *err = NULL;
+
+	switch (LockSessionRowNowait(&j->id, &err))
 	{
 		case LOCK_OK:
 			break;
 		case LOCK_GONE:
 			/* the session was deleted meanwhile */
-			JobDone(j);
-			MemoryContextSwitchTo(old);
+			MarkJobDead(j);
 			return;
 		case LOCK_HELD:
-			SlotAdd(&MySlot->retries, 1);
-			if (++j->write_waits < WRITE_TRIES)
-			{
-				int			wait_s = 1 << (j->write_waits - 1);
-
-				SlotError(j->session, psprintf("another transaction holds the session's row: its %s is written in %d s",
-											   good ? "summary" : "failure", wait_s));
-				j->next_at = now + (TimestampTz) wait_s * USECS_PER_SEC;
-				MemoryContextSwitchTo(old);
-				return;
-			}
-			/* given up: not requested again for a while */
-			SlotAdd(&MySlot->failed, 1);
-			SlotError(j->session, psprintf("another transaction held the session's row through %d tries: its %s was dropped, and it is looked at again in %d s",
-										   WRITE_TRIES, good ? "summary" : "failure", HOLD_OFF_SECONDS));
-			HoldOff(&j->id, HOLD_OFF_SECONDS);
-			recount = true;
-			JobDone(j);
-			MemoryContextSwitchTo(old);
+			WaitForHeldRow(j, now, good);
 			return;
 		case LOCK_FAILED:
 			if (!good)
@@ -641,30 +685,26 @@ FinishJob(Job *j, TimestampTz now)
 			good = false;
 			break;
 	}
-
 	if (good)
-	{
-		Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-		Datum		values[3];
-
-		values[0] = CStringGetTextDatum(j->plan);
-		values[1] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
-		/* total_ms: from the first request, retries included */
-		values[2] = CStringGetTextDatum(psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000)));
-		if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
-						 3, types, values, NULL, &err, &code))
-		{
-			SlotAdd(&MySlot->done, 1);
-			SlotRing(MySlot->lag, &MySlot->lag_n, (now - j->queued_at) / 1000);
-		}
-		else if (NotAFailure(code))
-			SlotError(j->session, err);	/* planned again if still queued */
-		else
-			RecordFailure(&j->id, j->session, err);
-	}
+		WriteSummary(j, now);
 	else
-		RecordFailure(&j->id, j->session, j->failure);
-	JobDone(j);
+		RecordFailure(&j->id, j->failure);
+	MarkJobDead(j);
+}
+
+/*
+ * Acts on what a finished job brought, in the current transaction: a
+ * summary where the answer is good, a retry later where the request failed
+ * and retries are left, a recorded failure otherwise.
+ */
+static void
+FinishJob(Job *j, TimestampTz now)
+{
+	MemoryContext old = MemoryContextSwitchTo(j->attempt_cxt);
+	bool		good = TakeAnswer(j);
+
+	if (good || j->failure != NULL || !ScheduleRetry(j, now))
+		WriteOutcome(j, now, good);
 	MemoryContextSwitchTo(old);
 }
 
@@ -673,7 +713,7 @@ FinishJob(Job *j, TimestampTz now)
  * one session's held row or slow write holds back no other's.
  */
 void
-FinishJobs(void)
+WriteFinishedJobs(void)
 {
 	dlist_iter	it;
 	Job		  **ready;
@@ -681,12 +721,12 @@ FinishJobs(void)
 	int			i;
 	TimestampTz now = GetCurrentTimestamp();
 
-	ready = MemoryContextAlloc(LoopContext, sizeof(Job *) * (njobs + 1));
-	dlist_foreach(it, &jobs)
+	ready = MemoryContextAlloc(LoopContext, sizeof(Job *) * (NumWorkerJobs + 1));
+	dlist_foreach(it, &WorkerJobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
-		if (ToWrite(j, now))
+		if (JobDueToWrite(j, now))
 			ready[n++] = j;
 	}
 	for (i = 0; i < n; i++)
@@ -695,19 +735,6 @@ FinishJobs(void)
 		BeginWork("ctxwin: writing a summary");
 		FinishJob(ready[i], GetCurrentTimestamp());
 		EndWork();
-		AfterCommit();			/* frees ready[i] if it is done */
+		FreeDeadJobs();			/* frees ready[i] if it is done */
 	}
 }
-
-/* Whether any job has an outcome to write now. */
-bool
-HaveToWrite(TimestampTz now)
-{
-	dlist_iter	it;
-
-	dlist_foreach(it, &jobs)
-		if (ToWrite(dlist_container(Job, node, it.cur), now))
-		return true;
-	return false;
-}
-

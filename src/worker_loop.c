@@ -1,46 +1,35 @@
 /*
  * worker_loop.c
- *		The per-database worker: its main and its loop.
+ *		A database's worker: its main, its loop, and the transactions and
+ *		statements it runs.
+ *
+ * Each round of the loop writes what came back (a transaction per session),
+ * then in one transaction claims more and sets up their requests, which go
+ * out after it commits; then it runs the requests in flight and sleeps until
+ * the next sweep, the next job due, or a wake-up.
  */
 #include "postgres.h"
 
-#include <curl/curl.h>
 #include <signal.h>
 
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_database.h"
-#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
-#include "fmgr.h"
-#include "funcapi.h"
-#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lock.h"
 #include "storage/proc.h"
-#include "storage/procsignal.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
-#include "tcop/utility.h"
-#include "utils/acl.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
-#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
-#include "utils/uuid.h"
-#include "utils/varlena.h"
 
 #include "worker.h"
 
@@ -49,11 +38,20 @@ MemoryContext WorkerContext = NULL;
 MemoryContext LoopContext = NULL;	/* one round of the main loop */
 
 /* The earliest time this worker has to look at the queue again for. */
-TimestampTz retry_wake = PG_INT64_MAX;
+TimestampTz RetryWakeAt = PG_INT64_MAX;
 
 /* The queue's figures for worker_status are to be counted again. */
-bool recount = false;
+bool		QueueRecountPending = false;
 
+/* The next sweep of the queue (also brought forward by retries due). */
+static TimestampTz next_sweep = 0;
+
+/* The last claim may have left queued sessions: claim again at once. */
+static bool claim_more = false;
+
+/* Rows held by others: looked at again after 1, 2, 4 ... s (up to naptime). */
+static int	held_relook_ms = 0;
+static TimestampTz held_relook_at = 0;
 
 /*
  * The worker's statements run under ctxwin.worker_statement_timeout (the
@@ -67,6 +65,7 @@ ArmStatementTimeout(void)
 		enable_timeout_after(STATEMENT_TIMEOUT, ctxwin_worker_statement_timeout);
 }
 
+/* Stops the statement timer, forgetting a cancel it sent too late to matter. */
 void
 DisarmStatementTimeout(void)
 {
@@ -83,7 +82,7 @@ DisarmStatementTimeout(void)
  * NULL).
  */
 bool
-InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
+RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -121,62 +120,77 @@ InSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 	return ok;
 }
 
-typedef struct SqlCall
+/* A statement for SubxactQueryRun, and where its first row goes. */
+typedef struct SubxactQueryArgs
 {
 	const char *sql;
 	int			nargs;
 	Oid		   *types;
 	Datum	   *values;
-	char	  **result;			/* ncols of them */
 	int			ncols;
-	MemoryContext cxt;
-} SqlCall;
+	Datum	   *result;
+	bool	   *isnull;
+	MemoryContext cxt;			/* the caller's: result is copied there */
+} SubxactQueryArgs;
 
+/* Runs the statement; copies its first row's first ncols columns out. */
 static void
-SqlCallFn(void *arg)
+SubxactQueryRun(void *arg)
 {
-	SqlCall    *q = (SqlCall *) arg;
+	SubxactQueryArgs *q = (SubxactQueryArgs *) arg;
 	int			rc = SPI_execute_with_args(q->sql, q->nargs, q->types, q->values, NULL, false, 1);
+	int			i;
 
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
-	if (q->result && SPI_processed > 0 && SPI_tuptable)
+	if (SPI_processed == 0 || SPI_tuptable == NULL)
+		return;
+	for (i = 0; i < q->ncols; i++)
 	{
-		int			i;
+		Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, i);
+		Datum		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1,
+										  &q->isnull[i]);
+		MemoryContext old;
 
-		for (i = 0; i < q->ncols; i++)
-		{
-			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1);
-
-			q->result[i] = v ? MemoryContextStrdup(q->cxt, v) : NULL;
-		}
+		if (q->isnull[i])
+			continue;
+		old = MemoryContextSwitchTo(q->cxt);
+		if (att->attlen == -1)
+			q->result[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+		else
+			q->result[i] = datumCopy(value, att->attbyval, att->attlen);
+		MemoryContextSwitchTo(old);
 	}
 }
 
 /*
  * Runs one SQL statement with non-null arguments in a subtransaction.
- * Returns true and the first ncols columns of the first row (text, in the
- * caller's context, NULL for SQL NULL or no row) in result[]; on an error,
- * false with the message in *errmsg_out and its SQLSTATE in *sqlstate.
+ * Returns true and the first ncols columns of the first row in result[]
+ * (copied into the caller's context; isnull[] true for SQL NULL or no row);
+ * on an error, false with the message in *err and its SQLSTATE in *sqlstate.
  */
 bool
 SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
-				char **result, int ncols, char **errmsg_out, int *sqlstate)
+				int ncols, Datum *result, bool *isnull, char **err, int *sqlstate)
 {
-	SqlCall		q = {sql, nargs, types, values, result, ncols, CurrentMemoryContext};
+	SubxactQueryArgs q = {sql, nargs, types, values, ncols, result, isnull, CurrentMemoryContext};
 	int			i;
 
-	for (i = 0; result && i < ncols; i++)
-		result[i] = NULL;
-	return InSubxact(SqlCallFn, &q, errmsg_out, sqlstate);
+	for (i = 0; i < ncols; i++)
+	{
+		result[i] = (Datum) 0;
+		isnull[i] = true;
+	}
+	return RunInSubxact(SubxactQueryRun, &q, err, sqlstate);
 }
 
-/* SubxactQueryRow for one column. */
+/* SubxactQueryRow for one column, or none (result NULL). */
 bool
 SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
-			 char **result, char **errmsg_out, int *sqlstate)
+			 Datum *result, bool *isnull, char **err, int *sqlstate)
 {
-	return SubxactQueryRow(sql, nargs, types, values, result, 1, errmsg_out, sqlstate);
+	return SubxactQueryRow(sql, nargs, types, values, result ? 1 : 0, result, isnull,
+						   err, sqlstate);
 }
 
 /*
@@ -191,6 +205,8 @@ static WorkerState
 ExtensionState(void)
 {
 	static char logged[64] = "";
+	Datum		extversion;
+	bool		isnull;
 	char	   *version;
 
 	/*
@@ -205,9 +221,10 @@ ExtensionState(void)
 	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'ctxwin'",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		return WS_NO_EXTENSION;
-	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	if (version == NULL)
+	extversion = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
 		return WS_NO_EXTENSION;
+	version = TextDatumGetCString(extversion);
 	if (strcmp(version, CTXWIN_VERSION) == 0)
 	{
 		logged[0] = '\0';
@@ -234,6 +251,7 @@ ExtensionState(void)
 	return WS_VERSION_MISMATCH;
 }
 
+/* Starts a transaction with SPI connected and a snapshot, shown as activity. */
 void
 BeginWork(const char *activity)
 {
@@ -245,6 +263,7 @@ BeginWork(const char *activity)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
+/* Commits what BeginWork started, and reports the worker idle. */
 void
 EndWork(void)
 {
@@ -255,28 +274,11 @@ EndWork(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/* At the worker's exit: no longer wakeable; what was in flight is planned again next time. */
 static void
 WorkerShutdown(int code, Datum arg)
 {
-	dlist_mutable_iter it;
-
-	/* no longer wakeable; what was in flight is planned again next time */
-	if (multi)
-	{
-		dlist_foreach_modify(it, &jobs)
-		{
-			Job		   *j = dlist_container(Job, node, it.cur);
-
-			if (j->xfer)
-			{
-				curl_multi_remove_handle(multi, LlmTransferHandle(j->xfer));
-				LlmTransferFree(j->xfer);
-				j->xfer = NULL;
-			}
-		}
-		curl_multi_cleanup(multi);
-		multi = NULL;
-	}
+	TransfersShutdown();
 	if (MySlot)
 	{
 		SpinLockAcquire(&MySlot->mutex);
@@ -289,15 +291,11 @@ WorkerShutdown(int code, Datum arg)
 	}
 }
 
-void
-ctxwin_worker_main(Datum arg)
+/* Signals, the connection to slot slotno's database, the slot, and the multi handle. */
+static void
+WorkerInit(int slotno)
 {
-	int			slotno = DatumGetInt32(arg);
 	char		dbname[NAMEDATALEN];
-	TimestampTz next_sweep = 0;
-	bool		more = false;
-	int			held_relook_ms = 0;
-	TimestampTz held_relook_at = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -305,7 +303,7 @@ ctxwin_worker_main(Datum arg)
 
 	if (slotno < 0 || slotno >= MAX_DATABASES)
 		proc_exit(1);
-	MySlot = &shared->slots[slotno];
+	MySlot = &WorkerShmem->slots[slotno];
 	SpinLockAcquire(&MySlot->mutex);
 	strlcpy(dbname, MySlot->dbname, NAMEDATALEN);
 	SpinLockRelease(&MySlot->mutex);
@@ -327,25 +325,226 @@ ctxwin_worker_main(Datum arg)
 	before_shmem_exit(WorkerShutdown, (Datum) 0);
 
 	WorkerContext = AllocSetContextCreate(TopMemoryContext, "ctxwin worker", ALLOCSET_DEFAULT_SIZES);
-	EnsureCurl();
-	multi = curl_multi_init();
-	if (multi == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("could not create a libcurl multi handle")));
+	TransfersInit();
 	ereport(LOG, (errmsg("ctxwin worker started for database \"%s\"", dbname)));
+}
 
+/* Whether the job table has room for another claim. */
+static bool
+HaveRoom(void)
+{
+	return NumWorkerJobs < ctxwin_max_concurrent_requests;
+}
+
+/*
+ * After a claim that took less than it had room for, while rows others hold
+ * are due: look again after 1, 2, 4 ... s (up to naptime_ms), counted in
+ * looks, not in claims.  With none held, the count starts over.
+ */
+static void
+ScheduleHeldRowsRelook(TimestampTz now)
+{
+	if (!QueueHasHeldSessions())
+	{
+		held_relook_ms = 0;
+		held_relook_at = 0;
+		return;
+	}
+	if (held_relook_at <= now)
+	{
+		held_relook_ms = held_relook_ms == 0 ? 1000 :
+			Min(held_relook_ms * 2, ctxwin_naptime_ms);
+		held_relook_at = now + (TimestampTz) held_relook_ms * 1000;
+	}
+	RetryWakeAt = Min(RetryWakeAt, held_relook_at);
+}
+
+/* Claims as many queued sessions as the job table has room for (a sweep if due). */
+static void
+ClaimRound(TimestampTz now)
+{
+	bool		sweep = now >= next_sweep;
+	int			room = ctxwin_max_concurrent_requests - NumWorkerJobs;
+	int			progressed = 0;
+	int			offered;
+
+	if (sweep)
+		next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
+	offered = ClaimSessions(room, &progressed);
+	/* claim again at once only if that was not all */
+	claim_more = offered >= room && progressed > 0;
+	if (offered < room)
+		ScheduleHeldRowsRelook(now);
+	/* at sweeps, and when drained, so the status says so */
+	if (sweep || offered < room)
+		QueueRecountPending = true;
+}
+
+/* Counts the queue for worker_status if asked to, bringing the sweep forward to a retry due. */
+static void
+RecountQueueIfPending(void)
+{
+	TimestampTz next_retry = PG_INT64_MAX;
+
+	if (!QueueRecountPending)
+		return;
+	CountQueueForStatus(&next_retry);
+	if (next_retry < next_sweep)
+		next_sweep = next_retry;
+	QueueRecountPending = false;
+}
+
+/*
+ * With the extension here at our version, in the round's transaction:
+ * writes what came back (each in a transaction of its own), claims more,
+ * and sets up the requests due.
+ */
+static void
+ServeQueue(TimestampTz now, bool claim, bool to_write)
+{
+	if (to_write)
+	{
+		EndWork();
+		FreeDeadJobs();
+		WriteFinishedJobs();
+		BeginWork("ctxwin: compacting sessions");
+		/* there may be room again */
+		claim_more = claim = HaveRoom();
+	}
+	if (claim && HaveRoom())
+		ClaimRound(now);
+	RecountQueueIfPending();
+	StartTransfers(GetCurrentTimestamp());
+}
+
+/* Whether a job has an outcome to write now, or a request to send. */
+static void
+JobsDue(TimestampTz now, bool *to_write, bool *to_send)
+{
+	dlist_iter	it;
+
+	*to_write = false;
+	*to_send = false;
+	dlist_foreach(it, &WorkerJobs)
+	{
+		Job		   *j = dlist_container(Job, node, it.cur);
+
+		if (JobDueToWrite(j, now))
+			*to_write = true;
+		else if (JobDueToSend(j, now))
+			*to_send = true;
+	}
+}
+
+/* Marks every job dead: the extension is gone, or not at our version. */
+static void
+DropAllJobs(void)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, &WorkerJobs)
+		MarkJobDead(dlist_container(Job, node, it.cur));
+}
+
+/*
+ * The round's work in the database, if there is any: a claim (woken, or a
+ * sweep due, with room), answers to write, requests to send.  Returns what
+ * ExtensionState said, or WS_STARTING if it did not look.
+ */
+static WorkerState
+WorkRound(TimestampTz now)
+{
+	bool		claim;
+	bool		to_write;
+	bool		to_send;
+	WorkerState ext;
+
+	if (pg_atomic_exchange_u32(&MySlot->wake, 0) != 0)
+		claim_more = true;
+	claim = (claim_more || now >= next_sweep) && HaveRoom();
+	JobsDue(now, &to_write, &to_send);
+	if (!claim && !to_write && !to_send)
+		return WS_STARTING;
+
+	BeginWork("ctxwin: compacting sessions");
+	ext = ExtensionState();
+	if (ext != WS_IDLE)
+	{
+		/* not (or no longer) installed here, or not at our version: drop what we hold */
+		DropAllJobs();
+		next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
+		claim_more = false;
+	}
+	else
+		ServeQueue(now, claim, to_write);
+	EndWork();
+	FreeDeadJobs();
+	return ext;
+}
+
+/*
+ * When to look again: the next sweep, unless the job table is full (a
+ * sweep could claim nothing: waking for it would spin), and the next job
+ * to send or write.
+ */
+static TimestampTz
+NextWake(void)
+{
+	TimestampTz next_wake = HaveRoom() ? next_sweep : PG_INT64_MAX;
+	dlist_iter	it;
+
+	dlist_foreach(it, &WorkerJobs)
+	{
+		Job		   *j = dlist_container(Job, node, it.cur);
+
+		if (!j->dead && !j->xfer && j->next_at < next_wake)
+			next_wake = j->next_at;
+	}
+	return next_wake;
+}
+
+/* Shows in the slot what the worker does (ext: what ExtensionState said, if it looked). */
+static void
+PublishState(WorkerState ext)
+{
+	SpinLockAcquire(&MySlot->mutex);
+	if (ext == WS_NO_EXTENSION || ext == WS_VERSION_MISMATCH)
+		MySlot->state = ext;
+	else if (ext == WS_IDLE || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH))
+		MySlot->state = NumWorkerJobs > 0 ? WS_WORKING : WS_IDLE;
+	MySlot->in_flight = RequestsInFlight;
+	SpinLockRelease(&MySlot->mutex);
+}
+
+/*
+ * Sleeps until next_wake or a wake-up, on curl's sockets while requests are
+ * in flight; not at all with answers to write, or more queued and room.
+ */
+static void
+SleepUntil(TimestampTz next_wake)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		timeout_ms;
+
+	if (AnyJobDueToWrite(now) || (claim_more && HaveRoom()))
+		return;
+	timeout_ms = next_wake <= now ? 0 : (long) Min((next_wake - now) / 1000 + 1, 3600000L);
+	if (RequestsInFlight > 0)
+		WaitForTransfers(Min(timeout_ms, 50));	/* the latch is looked at every 50 ms */
+	else if (timeout_ms > 0)
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION);
+}
+
+/* A database's worker: compacts its queued sessions until told to stop. */
+void
+ctxwin_worker_main(Datum arg)
+{
+	WorkerInit(DatumGetInt32(arg));
 	for (;;)
 	{
-		TimestampTz now;
+		WorkerState ext;
 		TimestampTz next_wake;
-		bool		woken;
-		bool		claim;
-		bool		to_write = false;
-		bool		to_start = false;
-		long		timeout_ms;
-		dlist_iter	it;
-		WorkerState ext = WS_STARTING;	/* ExtensionState(); WS_STARTING: not looked */
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -357,150 +556,17 @@ ctxwin_worker_main(Datum arg)
 		LoopContext = AllocSetContextCreate(WorkerContext, "ctxwin worker loop", ALLOCSET_DEFAULT_SIZES);
 		MemoryContextSwitchTo(LoopContext);
 
-		now = GetCurrentTimestamp();
-		woken = pg_atomic_exchange_u32(&MySlot->wake, 0) != 0;
-		if (woken)
-			more = true;
-		claim = (more || now >= next_sweep) && njobs < ctxwin_max_concurrent_requests;
-		dlist_foreach(it, &jobs)
-		{
-			Job		   *j = dlist_container(Job, node, it.cur);
-
-			if (ToWrite(j, now))
-				to_write = true;
-			else if (ToSend(j, now))
-				to_start = true;
-		}
-
-		/*
-		 * Write what came back (a transaction per session), then one
-		 * transaction claims more and sets up the requests; they go out
-		 * after it commits.
-		 */
-		if (claim || to_write || to_start)
-		{
-			BeginWork("ctxwin: compacting sessions");
-			ext = ExtensionState();
-			if (ext != WS_IDLE)
-			{
-				/* not (or no longer) installed here, or not at our version: drop what we hold */
-				dlist_foreach(it, &jobs)
-					JobDone(dlist_container(Job, node, it.cur));
-				next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
-				more = false;
-			}
-			else
-			{
-				if (to_write)
-				{
-					EndWork();
-					AfterCommit();
-					FinishJobs();
-					BeginWork("ctxwin: compacting sessions");
-					/* there may be room again */
-					more = claim = njobs < ctxwin_max_concurrent_requests;
-				}
-				if (claim && njobs < ctxwin_max_concurrent_requests)
-				{
-					bool		sweep = now >= next_sweep;
-					int			room = ctxwin_max_concurrent_requests - njobs;
-					int			progressed = 0;
-					int			offered;
-
-					if (sweep)
-						next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
-					offered = ClaimSessions(room, &progressed);
-					/* claim again at once only if that was not all */
-					more = offered >= room && progressed > 0;
-					/*
-					 * Rows held by others: look again after 1, 2, 4 ... s
-					 * (up to naptime_ms), counted in looks, not in claims.
-					 */
-					if (offered < room)
-					{
-						if (!QueueHasHeld())
-						{
-							held_relook_ms = 0;
-							held_relook_at = 0;
-						}
-						else
-						{
-							if (held_relook_at <= now)
-							{
-								held_relook_ms = held_relook_ms == 0 ? 1000 :
-									Min(held_relook_ms * 2, ctxwin_naptime_ms);
-								held_relook_at = now + (TimestampTz) held_relook_ms * 1000;
-							}
-							retry_wake = Min(retry_wake, held_relook_at);
-						}
-					}
-					/* at sweeps, and when drained, so the status says so */
-					if (sweep || offered < room)
-						recount = true;
-				}
-				if (recount)
-				{
-					TimestampTz next_retry = PG_INT64_MAX;
-
-					CountQueue(&next_retry);
-					if (next_retry < next_sweep)
-						next_sweep = next_retry;
-					recount = false;
-				}
-				StartTransfers(GetCurrentTimestamp());
-			}
-			EndWork();
-			AfterCommit();
-		}
-		if (retry_wake < next_sweep)
-			next_sweep = retry_wake;
-		retry_wake = PG_INT64_MAX;
-
-		if (ninflight > 0)
-		{
-			int			running = 0;
-
-			curl_multi_perform(multi, &running);
-			CollectTransfers();
-		}
-
-		/*
-		 * When to look again: the next sweep, unless the job table is full
-		 * (a sweep could claim nothing: waking for it would spin), and the
-		 * next job to send or write.
-		 */
-		next_wake = njobs < ctxwin_max_concurrent_requests ? next_sweep : PG_INT64_MAX;
-		dlist_foreach(it, &jobs)
-		{
-			Job		   *j = dlist_container(Job, node, it.cur);
-
-			if (!j->dead && !j->xfer && j->next_at < next_wake)
-				next_wake = j->next_at;
-		}
-		SpinLockAcquire(&MySlot->mutex);
-		if (ext == WS_NO_EXTENSION || ext == WS_VERSION_MISMATCH)
-			MySlot->state = ext;
-		else if (ext == WS_IDLE || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH))
-			MySlot->state = njobs > 0 ? WS_WORKING : WS_IDLE;
-		MySlot->in_flight = ninflight;
-		SpinLockRelease(&MySlot->mutex);
+		ext = WorkRound(GetCurrentTimestamp());
+		if (RetryWakeAt < next_sweep)
+			next_sweep = RetryWakeAt;
+		RetryWakeAt = PG_INT64_MAX;
+		RunTransfers();
+		next_wake = NextWake();
+		PublishState(ext);
 
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextDelete(LoopContext);
 		LoopContext = NULL;
-
-		/* answers to write, or more queued and room: go round at once */
-		now = GetCurrentTimestamp();
-		if (HaveToWrite(now) || (more && njobs < ctxwin_max_concurrent_requests))
-			continue;
-		timeout_ms = next_wake <= now ? 0 : (long) Min((next_wake - now) / 1000 + 1, 3600000L);
-		if (ninflight > 0)
-		{
-			/* curl's sockets; the latch is looked at every 50 ms */
-			curl_multi_poll(multi, NULL, 0, (int) Min(timeout_ms, 50), NULL);
-		}
-		else if (timeout_ms > 0)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 timeout_ms, PG_WAIT_EXTENSION);
+		SleepUntil(next_wake);
 	}
 }

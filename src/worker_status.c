@@ -1,81 +1,65 @@
 /*
  * worker_status.c
- *		ctxwin_worker_status and the counters the worker keeps for it.
+ *		What the workers report: the counters and latency rings each keeps in
+ *		its slot, and _worker_status() (ctxwin_worker_status), which reads
+ *		them.
  */
 #include "postgres.h"
 
-#include <curl/curl.h>
-#include <signal.h>
-
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/xact.h"
-#include "catalog/pg_database.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "lib/ilist.h"
 #include "miscadmin.h"
-#include "pgstat.h"
-#include "postmaster/bgworker.h"
-#include "postmaster/interrupt.h"
-#include "storage/ipc.h"
-#include "storage/latch.h"
-#include "storage/lock.h"
-#include "storage/proc.h"
-#include "storage/procsignal.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
-#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
-#include "utils/jsonb.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
-#include "utils/varlena.h"
 
 #include "worker.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_worker_status);
 
+#define STATUS_COLUMNS 22
+
+/* The names of the WorkerStates, as worker_status() shows them. */
 static const char *const state_names[] = {
 	"stopped", "starting", "idle", "working", "no extension", "no such database", "paused",
 	"not accepting connections", "version mismatch"
 };
 
+/* Records this worker's last error, and the session it was about (or NULL). */
 void
-SlotError(const char *session, const char *msg)
+SlotSetLastError(const pg_uuid_t *session, const char *msg)
 {
 	SpinLockAcquire(&MySlot->mutex);
 	strlcpy(MySlot->last_error, msg, sizeof(MySlot->last_error));
-	strlcpy(MySlot->last_error_session, session ? session : "", sizeof(MySlot->last_error_session));
+	MySlot->last_error_has_session = session != NULL;
+	if (session)
+		MySlot->last_error_session = *session;
 	MySlot->last_error_at = GetCurrentTimestamp();
 	SpinLockRelease(&MySlot->mutex);
 }
 
+/* Adds n to one of this worker's counters (and shows its requests in flight). */
 void
-SlotAdd(int64 *counter, int64 n)
+SlotCount(int64 *counter, int64 n)
 {
 	SpinLockAcquire(&MySlot->mutex);
 	*counter += n;
-	MySlot->in_flight = ninflight;
+	MySlot->in_flight = RequestsInFlight;
 	SpinLockRelease(&MySlot->mutex);
 }
 
+/* Records a duration, ms, in one of this worker's rings (its last LATENCY_RING). */
 void
-SlotRing(int32 *ring, int *n, int64 ms)
+SlotRecordMs(int32 *ring, int *count, int64 ms)
 {
 	SpinLockAcquire(&MySlot->mutex);
-	ring[*n % LATENCY_RING] = (int32) Min(ms, PG_INT32_MAX);
-	(*n)++;
+	ring[*count % LATENCY_RING] = (int32) Min(ms, PG_INT32_MAX);
+	(*count)++;
 	SpinLockRelease(&MySlot->mutex);
 }
 
@@ -84,12 +68,16 @@ SlotRing(int32 *ring, int *n, int64 ms)
  * at sweeps and after failures: a count is not free on a long queue.
  */
 void
-CountQueue(TimestampTz *next_retry)
+CountQueueForStatus(TimestampTz *next_retry)
 {
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(ctxwin_max_failures)};
+	HeapTuple	row;
+	TupleDesc	desc;
 	bool		isnull;
 	Datum		retry;
+	int64		queue_depth;
+	int64		held_back;
 	int			rc;
 
 	ArmStatementTimeout();
@@ -100,21 +88,23 @@ CountQueue(TimestampTz *next_retry)
 	DisarmStatementTimeout();
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the compaction queue");
-	retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	retry = SPI_getbinval(row, desc, 3, &isnull);
 	if (!isnull && DatumGetTimestampTz(retry) < *next_retry)
 		*next_retry = DatumGetTimestampTz(retry);
+	queue_depth = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+	held_back = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+
 	SpinLockAcquire(&MySlot->mutex);
-	MySlot->queue_depth = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	MySlot->held_back = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	MySlot->queue_depth = queue_depth;
+	MySlot->held_back = held_back;
 	MySlot->last_sweep_at = GetCurrentTimestamp();
 	SpinLockRelease(&MySlot->mutex);
-	SPI_freetuptable(SPI_tuptable);
 }
 
-/* ---------------------------------------------------------------------------
- * Status
- * ------------------------------------------------------------------------- */
-
+/* qsort comparator of int32s. */
 static int
 cmp_int32(const void *a, const void *b)
 {
@@ -124,21 +114,69 @@ cmp_int32(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Percentile p (0-100) of a ring's values; NULL when empty. */
+/* Percentile p (0-100) of a ring's values; false when it is empty. */
 static bool
-Percentile(const int32 *ring, int n, double p, int32 *out)
+Percentile(const int32 *ring, int count, double p, int32 *out)
 {
-	int32		v[LATENCY_RING];
-	int			k = Min(n, LATENCY_RING);
+	int32		sorted[LATENCY_RING];
+	int			k = Min(count, LATENCY_RING);
 	int			idx;
 
 	if (k == 0)
 		return false;
-	memcpy(v, ring, sizeof(int32) * k);
-	qsort(v, k, sizeof(int32), cmp_int32);
+	memcpy(sorted, ring, sizeof(int32) * k);
+	qsort(sorted, k, sizeof(int32), cmp_int32);
 	idx = (int) ((p / 100.0) * (k - 1) + 0.5);
-	*out = v[Min(idx, k - 1)];
+	*out = sorted[Min(idx, k - 1)];
 	return true;
+}
+
+/* Puts a ring's percentile p in values[*col] (NULL when empty), and moves on. */
+static void
+PercentileColumn(const int32 *ring, int count, double p, Datum *values, bool *nulls, int *col)
+{
+	int32		ms = 0;
+
+	nulls[*col] = !Percentile(ring, count, p, &ms);
+	values[(*col)++] = Int32GetDatum(ms);
+}
+
+/* A slot's row of worker_status() (s: a copy, taken under its lock). */
+static void
+StatusRow(WorkerSlot *s, Datum *values, bool *nulls)
+{
+	int			col = 0;
+
+	memset(nulls, 0, sizeof(bool) * STATUS_COLUMNS);
+	values[col++] = CStringGetTextDatum(s->dbname);
+	values[col] = Int32GetDatum(s->pid);
+	nulls[col++] = s->pid == 0;
+	values[col++] = CStringGetTextDatum(state_names[s->state]);
+	values[col] = TimestampTzGetDatum(s->started_at);
+	nulls[col++] = s->started_at == 0 || s->pid == 0;
+	values[col++] = Int32GetDatum(s->restarts);
+	values[col++] = Int64GetDatum(s->queue_depth);
+	values[col++] = Int64GetDatum(s->held_back);
+	values[col++] = Int32GetDatum(s->pid ? s->in_flight : 0);
+	values[col++] = Int64GetDatum(s->requests);
+	values[col++] = Int64GetDatum(s->done);
+	values[col++] = Int64GetDatum(s->failed);
+	values[col++] = Int64GetDatum(s->retries);
+	values[col++] = Int64GetDatum(s->rate_limited);
+	PercentileColumn(s->latency_ms, s->latency_count, 50, values, nulls, &col);
+	PercentileColumn(s->latency_ms, s->latency_count, 95, values, nulls, &col);
+	PercentileColumn(s->latency_ms, s->latency_count, 99, values, nulls, &col);
+	PercentileColumn(s->lag_ms, s->lag_count, 50, values, nulls, &col);
+	PercentileColumn(s->lag_ms, s->lag_count, 95, values, nulls, &col);
+	values[col] = TimestampTzGetDatum(s->last_sweep_at);
+	nulls[col++] = s->last_sweep_at == 0;
+	values[col] = CStringGetTextDatum(s->last_error);
+	nulls[col++] = s->last_error[0] == '\0';
+	values[col] = UUIDPGetDatum(&s->last_error_session);
+	nulls[col++] = !s->last_error_has_session;
+	values[col] = TimestampTzGetDatum(s->last_error_at);
+	nulls[col++] = s->last_error_at == 0;
+	Assert(col == STATUS_COLUMNS);
 }
 
 /*
@@ -155,59 +193,23 @@ ctxwin_worker_status(PG_FUNCTION_ARGS)
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (shared == NULL)
+	if (WorkerShmem == NULL)
 		PG_RETURN_VOID();
 	for (i = 0; i < MAX_DATABASES; i++)
 	{
 		WorkerSlot	s;
-		Datum		v[22];
-		bool		nulls[22];
-		int32		p;
-		int			k = 0;
+		Datum		values[STATUS_COLUMNS];
+		bool		nulls[STATUS_COLUMNS];
 
-		SpinLockAcquire(&shared->slots[i].mutex);
-		memcpy(&s, &shared->slots[i], sizeof(WorkerSlot));
-		SpinLockRelease(&shared->slots[i].mutex);
+		SpinLockAcquire(&WorkerShmem->slots[i].mutex);
+		memcpy(&s, &WorkerShmem->slots[i], sizeof(WorkerSlot));
+		SpinLockRelease(&WorkerShmem->slots[i].mutex);
 		if (!s.in_use)
 			continue;
 		if (!all && (mydb == NULL || strcmp(s.dbname, mydb) != 0))
 			continue;
-		memset(nulls, 0, sizeof(nulls));
-		v[k++] = CStringGetTextDatum(s.dbname);
-		v[k] = Int32GetDatum(s.pid);
-		nulls[k++] = s.pid == 0;
-		v[k++] = CStringGetTextDatum(state_names[s.state]);
-		v[k] = TimestampTzGetDatum(s.started_at);
-		nulls[k++] = s.started_at == 0 || s.pid == 0;
-		v[k++] = Int32GetDatum(s.restarts);
-		v[k++] = Int64GetDatum(s.queue_depth);
-		v[k++] = Int64GetDatum(s.held_back);
-		v[k++] = Int32GetDatum(s.pid ? s.in_flight : 0);
-		v[k++] = Int64GetDatum(s.requests);
-		v[k++] = Int64GetDatum(s.done);
-		v[k++] = Int64GetDatum(s.failed);
-		v[k++] = Int64GetDatum(s.retries);
-		v[k++] = Int64GetDatum(s.rate_limited);
-		nulls[k] = !Percentile(s.lat, s.lat_n, 50, &p);
-		v[k++] = Int32GetDatum(p);
-		nulls[k] = !Percentile(s.lat, s.lat_n, 95, &p);
-		v[k++] = Int32GetDatum(p);
-		nulls[k] = !Percentile(s.lat, s.lat_n, 99, &p);
-		v[k++] = Int32GetDatum(p);
-		nulls[k] = !Percentile(s.lag, s.lag_n, 50, &p);
-		v[k++] = Int32GetDatum(p);
-		nulls[k] = !Percentile(s.lag, s.lag_n, 95, &p);
-		v[k++] = Int32GetDatum(p);
-		v[k] = TimestampTzGetDatum(s.last_sweep_at);
-		nulls[k++] = s.last_sweep_at == 0;
-		v[k] = CStringGetTextDatum(s.last_error);
-		nulls[k++] = s.last_error[0] == '\0';
-		v[k] = DirectFunctionCall1(uuid_in, CStringGetDatum(s.last_error_session[0] ? s.last_error_session : "00000000-0000-0000-0000-000000000000"));
-		nulls[k++] = s.last_error_session[0] == '\0';
-		v[k] = TimestampTzGetDatum(s.last_error_at);
-		nulls[k++] = s.last_error_at == 0;
-		Assert(k == 22);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+		StatusRow(&s, values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
 }
