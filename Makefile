@@ -15,7 +15,11 @@ OBJS = \
 	src/status.o \
 	src/rules.o \
 	src/llm.o \
-	src/worker.o \
+	src/launcher.o \
+	src/worker_loop.o \
+	src/worker_claim.o \
+	src/worker_transfer.o \
+	src/worker_status.o \
 	src/symbols_0_1.o \
 	src/bpe.o \
 	src/vocab_cl100k_base.o \
@@ -75,7 +79,7 @@ src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
 	mv $@.tmp $@
 
 # CTXWIN_VERSION comes from the control file: rebuild what uses it
-src/ctxwin.o src/llm.o src/worker.o: ctxwin.control
+src/ctxwin.o src/llm.o src/worker_loop.o: ctxwin.control
 src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
 src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
@@ -89,7 +93,11 @@ src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/rules.o: src/rules.c src/rules.h
 src/messages.o src/trigger.o: src/rules.h
 src/llm.o: src/llm.c src/ctxwin.h src/compat.h
-src/worker.o: src/worker.c src/ctxwin.h src/compat.h
+src/launcher.o: src/launcher.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_loop.o: src/worker_loop.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_claim.o: src/worker_claim.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_transfer.o: src/worker_transfer.c src/worker.h src/ctxwin.h src/compat.h
+src/worker_status.o: src/worker_status.c src/worker.h src/ctxwin.h src/compat.h
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
 CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c

@@ -84,6 +84,23 @@ AS 'MODULE_PATHNAME', 'ctxwin_llm_post'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 
+CREATE OR REPLACE FUNCTION ctxwin._compaction_failed(p_session uuid, p_error text)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'ctxwin_compaction_failed'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin._compaction_settle(p_session uuid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ctxwin_compaction_settle'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin._session_claimed(p_session uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_session_claimed'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
 -- The window and the status are C functions (src/window.c, src/format.c,
 -- src/status.c); the PL/pgSQL walk, packing, cut and Anthropic conversion
 -- they replace are gone.

@@ -1881,7 +1881,7 @@ COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
 -- text derived from the row.
 CREATE FUNCTION ctxwin._compaction_failed(p_session uuid, p_error text)
 RETURNS timestamptz
-AS 'MODULE_PATHNAME', 'compaction_failed'
+AS 'MODULE_PATHNAME', 'ctxwin_compaction_failed'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 
@@ -1896,7 +1896,7 @@ COMMENT ON FUNCTION ctxwin._compaction_failed(uuid, text) IS
 -- done unless the session really has nothing to summarize.
 CREATE FUNCTION ctxwin._compaction_settle(p_session uuid)
 RETURNS void
-AS 'MODULE_PATHNAME', 'compaction_settle'
+AS 'MODULE_PATHNAME', 'ctxwin_compaction_settle'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 
@@ -1907,7 +1907,7 @@ COMMENT ON FUNCTION ctxwin._compaction_settle(uuid) IS
 -- holds no row then, but a lock that SQL cannot take).
 CREATE FUNCTION ctxwin._session_claimed(p_session uuid)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'session_claimed'
+AS 'MODULE_PATHNAME', 'ctxwin_session_claimed'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS

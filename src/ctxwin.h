@@ -74,7 +74,7 @@ extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
 extern const CtxwinEncoding *CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
 
-/* worker.c: wake this database's worker when the transaction commits
+/* launcher.c: wake this database's worker when the transaction commits
  * (call when a session enters the compaction queue) */
 extern void CtxwinWorkerWake(void);
 extern void CtxwinWorkerRegister(void);
