@@ -172,3 +172,16 @@ RETURNS SETOF ctxwin.messages
 AS 'MODULE_PATHNAME', 'ctxwin_messages_after'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
+
+-- The system messages and a message as OpenAI JSON are made by the C code
+-- build_context uses (src/window.c, src/format.c), written once.
+CREATE OR REPLACE FUNCTION ctxwin.system_messages(system_prompt text, summary text, placement text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_system_messages'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+CREATE OR REPLACE FUNCTION ctxwin._message_json(role text, content text, name text, tool_call_id text,
+                                                tool_calls jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_message_json'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;

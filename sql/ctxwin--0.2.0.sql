@@ -380,21 +380,8 @@ SELECT pg_catalog.pg_extension_config_dump('ctxwin.flush_events', '');
 -- The system messages build_context sends before the conversation.
 CREATE FUNCTION ctxwin.system_messages(system_prompt text, summary text, placement text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE
-    WHEN coalesce(summary, '') = '' THEN
-        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
-             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
-    WHEN placement = 'message' THEN
-        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
-             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
-        || jsonb_build_array(jsonb_build_object('role', 'system',
-               'content', 'Summary of earlier conversation:' || E'\n' || summary))
-    ELSE jsonb_build_array(jsonb_build_object('role', 'system',
-             'content', concat_ws(E'\n\n', nullif(system_prompt, ''),
-                                  'Summary of earlier conversation:' || E'\n' || summary)))
-END;
+AS 'MODULE_PATHNAME', 'ctxwin_system_messages'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.system_messages(text, text, text) IS
 'The system messages that carry a session''s system prompt and summary, per summary_placement';
@@ -699,13 +686,8 @@ COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
 CREATE FUNCTION ctxwin._message_json(role text, content text, name text, tool_call_id text,
                                      tool_calls jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN jsonb_build_object('role', role)
-    || CASE WHEN content IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('content', content) END
-    || CASE WHEN name IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('name', name) END
-    || CASE WHEN tool_calls IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tool_calls', tool_calls) END
-    || CASE WHEN tool_call_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tool_call_id', tool_call_id) END;
+AS 'MODULE_PATHNAME', 'ctxwin_message_json'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';

@@ -16,6 +16,8 @@
 
 #include "window.h"
 
+PG_FUNCTION_INFO_V1(ctxwin_message_json);
+
 /* Pushes a key of an object being built. */
 static void
 PushKey(JsonbParseState **st, const char *key)
@@ -77,8 +79,11 @@ PushJsonbField(JsonbParseState **st, const char *key, Jsonb *jb)
 	pushJsonbValue(st, WJB_VALUE, &v);
 }
 
-/* A message as an OpenAI chat message object, absent fields left out. */
-static void
+/*
+ * A message as an OpenAI chat message object, absent fields left out;
+ * returns the object when it is the whole value being built.
+ */
+static JsonbValue *
 PushOpenAIMessage(JsonbParseState **st, const WindowMessage *m)
 {
 	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
@@ -91,7 +96,7 @@ PushOpenAIMessage(JsonbParseState **st, const WindowMessage *m)
 		PushJsonbField(st, "tool_calls", m->tool_calls);
 	if (m->tool_call_id)
 		PushTextField(st, "tool_call_id", m->tool_call_id);
-	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+	return pushJsonbValue(st, WJB_END_OBJECT, NULL);
 }
 
 /* The window as an array of OpenAI chat messages: system messages first. */
@@ -107,6 +112,39 @@ CtxwinWindowOpenAI(const Window *w)
 	for (i = 0; i < w->nmessages; i++)
 		PushOpenAIMessage(&st, &w->messages[i]);
 	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_ARRAY, NULL));
+}
+
+/* Messages as an array of OpenAI chat messages. */
+Jsonb *
+CtxwinMessagesOpenAI(const WindowMessage *m, int n)
+{
+	JsonbParseState *st = NULL;
+	int			i;
+
+	pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+	for (i = 0; i < n; i++)
+		PushOpenAIMessage(&st, &m[i]);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_ARRAY, NULL));
+}
+
+/*
+ * _message_json(role text, content text, name text, tool_call_id text,
+ *				 tool_calls jsonb) returns jsonb: one message as an OpenAI
+ * chat message object, absent (NULL) fields left out.
+ */
+Datum
+ctxwin_message_json(PG_FUNCTION_ARGS)
+{
+	WindowMessage m;
+	JsonbParseState *st = NULL;
+
+	memset(&m, 0, sizeof(m));
+	m.role = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	m.content = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
+	m.name = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	m.tool_call_id = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
+	m.tool_calls = PG_ARGISNULL(4) ? NULL : PG_GETARG_JSONB_P(4);
+	PG_RETURN_JSONB_P(JsonbValueToJsonb(PushOpenAIMessage(&st, &m)));
 }
 
 /*

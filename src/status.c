@@ -132,7 +132,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 	counts.messages = sv.message_count - sv.summary_through_id;
 	counts.tokens = UnsummarizedTokens(&sv);
 	counts.prompt_tokens = 0;
-	nsys = CtxwinSystemMessages(&sv, sys);
+	nsys = CtxwinSystemMessages(sv.system_prompt, sv.summary, sv.placement, sv.enc, sys);
 	for (i = 0; i < nsys; i++)
 		counts.prompt_tokens += sys[i].tokens;
 	firing = TriggersFiring(&sv.triggers, &counts);
@@ -193,7 +193,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 
 	/* the window build_context returns by default, or why there is none */
 	initStringInfo(&note);
-	window_ok = CtxwinWindowBuild(&sv, false, 0, &w);
+	window_ok = CtxwinWindowBuild(&sv, false, 0, false, &w);
 	if (window_ok)
 	{
 		SET(S_BUDGET, Int32GetDatum(w.budget));

@@ -33,9 +33,11 @@
 
 PG_FUNCTION_INFO_V1(ctxwin_build_context);
 PG_FUNCTION_INFO_V1(ctxwin_window);
+PG_FUNCTION_INFO_V1(ctxwin_system_messages);
 PG_FUNCTION_INFO_V1(ctxwin_window_walk);
 
 #define WALK_BATCH 64
+#define WALK_COUNT_BATCH 256
 
 /*
  * One batch of the walk: keyset pagination with a LIMIT, so every batch is
@@ -49,7 +51,24 @@ static const char *const walk_query =
 "AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
 "ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
 
+/*
+ * The same walk when only the window's size is wanted (context_status): a
+ * row's texts are read only when its stored count was made in another
+ * encoding than $4, the session's, and must be counted again.
+ */
+static const char *const walk_count_query =
+"SELECT id, role, "
+"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE content END, "
+"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE tool_calls END, "
+"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE tool_call_id END, "
+"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE name END, "
+"       token_count, token_encoding "
+"FROM ctxwin.messages WHERE session_id OPERATOR(pg_catalog.=) $1 "
+"AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
+"ORDER BY id DESC LIMIT " CppAsString2(WALK_COUNT_BATCH);
+
 static SPIPlanPtr walk_plan = NULL;
+static SPIPlanPtr walk_count_plan = NULL;
 
 /* Whether a text is NULL or empty. */
 static bool
@@ -58,63 +77,85 @@ TextEmpty(text *t)
 	return t == NULL || VARSIZE_ANY_EXHDR(t) == 0;
 }
 
-/* A system message with a content. */
+/* A system message with a content; its tokens counted if enc is given. */
 static void
 SystemMessage(const CtxwinEncoding *enc, WindowMessage *m, text *content)
 {
 	memset(m, 0, sizeof(*m));
 	m->role = "system";
 	m->content = content;
-	m->tokens = CtxwinMessageTokens(enc, m->role, content, NULL, NULL, NULL);
+	if (enc != NULL)
+		m->tokens = CtxwinMessageTokens(enc, m->role, content, NULL, NULL, NULL);
 }
 
 /*
- * The system messages that carry a session's system prompt and summary:
- * none, the prompt, the prompt with the summary appended ("system"
- * placement), or the prompt and the summary as a message of its own
- * ("message").  Returns how many, written to sys[0..1].
+ * The system messages that carry a system prompt and a summary: none, the
+ * prompt, the prompt with the summary appended (placement "system", or
+ * NULL), or the prompt and the summary as a message of its own
+ * ("message").  Returns how many, written to sys[0..1], with their tokens
+ * in enc (not counted if enc is NULL).
  */
 int
-CtxwinSystemMessages(const SessionView *sv, WindowMessage *sys)
+CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
+					 const CtxwinEncoding *enc, WindowMessage *sys)
 {
 	int			n = 0;
 	StringInfoData s;
 
-	if (TextEmpty(sv->summary))
+	if (TextEmpty(summary))
 	{
-		if (!TextEmpty(sv->system_prompt))
-			SystemMessage(sv->enc, &sys[n++], sv->system_prompt);
+		if (!TextEmpty(prompt))
+			SystemMessage(enc, &sys[n++], prompt);
 		return n;
 	}
 	initStringInfo(&s);
-	if (sv->placement != NULL && strcmp(sv->placement, "message") == 0)
+	if (placement != NULL && strcmp(placement, "message") == 0)
 	{
-		if (!TextEmpty(sv->system_prompt))
-			SystemMessage(sv->enc, &sys[n++], sv->system_prompt);
+		if (!TextEmpty(prompt))
+			SystemMessage(enc, &sys[n++], prompt);
 	}
-	else if (!TextEmpty(sv->system_prompt))
+	else if (!TextEmpty(prompt))
 	{
-		appendBinaryStringInfo(&s, VARDATA_ANY(sv->system_prompt), VARSIZE_ANY_EXHDR(sv->system_prompt));
+		appendBinaryStringInfo(&s, VARDATA_ANY(prompt), VARSIZE_ANY_EXHDR(prompt));
 		appendStringInfoString(&s, "\n\n");
 	}
 	appendStringInfoString(&s, "Summary of earlier conversation:\n");
-	appendBinaryStringInfo(&s, VARDATA_ANY(sv->summary), VARSIZE_ANY_EXHDR(sv->summary));
-	SystemMessage(sv->enc, &sys[n++], cstring_to_text_with_len(s.data, s.len));
+	appendBinaryStringInfo(&s, VARDATA_ANY(summary), VARSIZE_ANY_EXHDR(summary));
+	SystemMessage(enc, &sys[n++], cstring_to_text_with_len(s.data, s.len));
 	return n;
 }
 
 /*
+ * system_messages(system_prompt text, summary text, placement text) returns
+ * jsonb: CtxwinSystemMessages as OpenAI chat messages.
+ */
+Datum
+ctxwin_system_messages(PG_FUNCTION_ARGS)
+{
+	WindowMessage sys[2];
+	int			n;
+
+	n = CtxwinSystemMessages(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+							 PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
+							 PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2)),
+							 NULL, sys);
+	PG_RETURN_JSONB_P(CtxwinMessagesOpenAI(sys, n));
+}
+
+/*
  * Runs one batch of the walk: the newest WALK_BATCH messages with after <
- * id < below.  The backward scan of the primary key is the plan; without
+ * id < below (WALK_COUNT_BATCH of them, without their texts, for counts
+ * only: see walk_count_query).  The backward scan of the primary key is the plan; without
  * statistics (a table never analyzed, as after pg_restore) the planner
  * would rather sort the session's whole history, so sorts and bitmap scans
  * are off for the statement.
  */
-static void
-WalkBatch(Datum session, int64 after, int64 below)
+static int
+WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_in)
 {
-	Oid			types[3] = {UUIDOID, INT8OID, INT8OID};
-	Datum		args[3] = {session, Int64GetDatum(after), Int64GetDatum(below)};
+	Oid			types[4] = {UUIDOID, INT8OID, INT8OID, TEXTOID};
+	Datum		args[4] = {session, Int64GetDatum(after), Int64GetDatum(below), 0};
+	int			batch = counts_in ? WALK_COUNT_BATCH : WALK_BATCH;
 	int			nest = NewGUCNestLevel();
 	int			rc;
 
@@ -122,10 +163,18 @@ WalkBatch(Datum session, int64 after, int64 below)
 							 GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan, walk_query, 3, types), args, NULL, true, WALK_BATCH);
+	if (counts_in)
+	{
+		args[3] = CStringGetTextDatum(counts_in->name);
+		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_count_plan, walk_count_query, 4, types), args,
+							  NULL, true, batch);
+	}
+	else
+		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan, walk_query, 3, types), args, NULL, true, batch);
 	AtEOXact_GUC(true, nest);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading the messages of a session failed");
+	return batch;
 }
 
 /* A message row of the walk, copied into the current memory context. */
@@ -152,11 +201,12 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMess
 /*
  * Walks the messages after after_id, newest first, packing whole units into
  * room tokens.  Returns the messages read, newest first, in *rows (the
- * packed ones are the first walk->packed).
+ * packed ones are the first walk->packed); without their texts if
+ * counts_only.
  */
 static int
 Walk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-	 WindowMessage **rows)
+	 WindowMessage **rows, bool counts_only)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	int			n = 0,
@@ -169,8 +219,8 @@ Walk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
 	{
 		uint64		got,
 					i;
+		int			batch = WalkBatch(session, after_id, below, counts_only ? enc : NULL);
 
-		WalkBatch(session, after_id, below);
 		got = SPI_processed;
 		for (i = 0; i < got && more; i++)
 		{
@@ -191,7 +241,7 @@ Walk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
 			more = PackWalkPush(walk, strcmp(m->role, "tool") == 0, m->tokens);
 		}
 		SPI_freetuptable(SPI_tuptable);
-		if (got < WALK_BATCH)
+		if (got < batch)
 			more = false;
 	}
 	return n;
@@ -257,10 +307,12 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
  * Builds the window of a session within a budget (has_budget false: the
  * context window less the response reserve).  Returns false, with
  * w->error set, when the budget cannot hold it; the caller raises that as
- * invalid_parameter_value or reports it.  The caller has connected to SPI.
+ * invalid_parameter_value or reports it.  Without with_texts the messages
+ * carry no texts (only the window's size is wanted; the texts of a unit that
+ * must be cut are read all the same).  The caller has connected to SPI.
  */
 bool
-CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *w)
+CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool with_texts, Window *w)
 {
 	int64		b = has_budget ? budget : (int64) sv->context_window - sv->response_reserve;
 	int64		room;
@@ -278,7 +330,7 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *
 									sv->context_window, sv->response_reserve, sv->profile),
 						   NULL);
 
-	w->nsystem = CtxwinSystemMessages(sv, w->system);
+	w->nsystem = CtxwinSystemMessages(sv->system_prompt, sv->summary, sv->placement, sv->enc, w->system);
 	w->prompt_tokens = CTXWIN_LIST_OVERHEAD;
 	for (i = 0; i < w->nsystem; i++)
 		w->prompt_tokens += w->system[i].tokens;
@@ -289,7 +341,13 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *
 	room = b - w->prompt_tokens;
 
 	PackWalkInit(&walk, room);
-	nrows = Walk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows);
+	nrows = Walk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
+	if (walk.cut && !with_texts)
+	{
+		/* the unit to cut, with its texts */
+		PackWalkInit(&walk, room);
+		nrows = Walk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false);
+	}
 	if (walk.cut)
 	{
 		/* the unit is every message read: the walk stopped at its head */
@@ -346,7 +404,7 @@ ctxwin_build_context(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	CtxwinSessionRead(fcinfo->args[0], &sv);
-	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), &w))
+	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), true, &w))
 		CtxwinWindowRaise(&w);
 	/* the result outlives SPI's memory */
 	spicxt = MemoryContextSwitchTo(callcxt);
@@ -398,7 +456,7 @@ ctxwin_window(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	CtxwinSessionRead(fcinfo->args[0], &sv);
-	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), &w))
+	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), true, &w))
 		CtxwinWindowRaise(&w);
 	messages = CtxwinWindowOpenAI(&w);
 
@@ -465,7 +523,7 @@ ctxwin_window_walk(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PackWalkInit(&walk, PG_GETARG_INT32(2));
-	nrows = Walk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows);
+	nrows = Walk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false);
 
 	memset(&w, 0, sizeof(w));
 	w.nmessages = walk.packed;

@@ -80,12 +80,15 @@ extern void CtxwinSessionMustExist(NullableDatum id);
 extern void CtxwinSessionNotFound(Datum id);
 
 /* window.c */
-extern int	CtxwinSystemMessages(const SessionView *sv, WindowMessage *sys);
-extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, Window *w);
+extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
+								 const CtxwinEncoding *enc, WindowMessage *sys);
+extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool with_texts,
+							  Window *w);
 extern void CtxwinWindowRaise(const Window *w);
 
 /* format.c */
 extern Jsonb *CtxwinWindowOpenAI(const Window *w);
+extern Jsonb *CtxwinMessagesOpenAI(const WindowMessage *m, int n);
 extern Jsonb *CtxwinWindowAnthropic(const Window *w);
 
 #endif							/* CTXWIN_WINDOW_H */

@@ -253,21 +253,8 @@ SELECT pg_catalog.pg_extension_config_dump('ctxwin.flush_events', '');
 -- The system messages build_context sends before the conversation.
 CREATE FUNCTION ctxwin.system_messages(system_prompt text, summary text, placement text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE
-    WHEN coalesce(summary, '') = '' THEN
-        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
-             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
-    WHEN placement = 'message' THEN
-        CASE WHEN coalesce(system_prompt, '') = '' THEN '[]'::jsonb
-             ELSE jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt)) END
-        || jsonb_build_array(jsonb_build_object('role', 'system',
-               'content', 'Summary of earlier conversation:' || E'\n' || summary))
-    ELSE jsonb_build_array(jsonb_build_object('role', 'system',
-             'content', concat_ws(E'\n\n', nullif(system_prompt, ''),
-                                  'Summary of earlier conversation:' || E'\n' || summary)))
-END;
+AS 'MODULE_PATHNAME', 'ctxwin_system_messages'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.system_messages(text, text, text) IS
 'The system messages that carry a session''s system prompt and summary, per summary_placement';

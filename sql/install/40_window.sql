@@ -6,13 +6,8 @@
 CREATE FUNCTION ctxwin._message_json(role text, content text, name text, tool_call_id text,
                                      tool_calls jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN jsonb_build_object('role', role)
-    || CASE WHEN content IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('content', content) END
-    || CASE WHEN name IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('name', name) END
-    || CASE WHEN tool_calls IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tool_calls', tool_calls) END
-    || CASE WHEN tool_call_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tool_call_id', tool_call_id) END;
+AS 'MODULE_PATHNAME', 'ctxwin_message_json'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';
