@@ -9,6 +9,7 @@ OBJS = \
 	src/messages.o \
 	src/trigger.o \
 	src/session.o \
+	src/walk.o \
 	src/window.o \
 	src/history.o \
 	src/format.o \
@@ -85,6 +86,7 @@ src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
 src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
 src/messages.o: src/messages.c src/ctxwin.h src/compat.h
 src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
+src/walk.o: src/walk.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/session.o: src/session.c src/window.h src/ctxwin.h src/compat.h
 src/history.o: src/history.c src/window.h src/ctxwin.h src/compat.h

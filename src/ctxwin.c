@@ -16,6 +16,8 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/lsyscache.h"
+#include "utils/rls.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -82,6 +84,20 @@ CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	Datum		d = SPI_getbinval(tup, desc, col, isnull);
 
 	return *isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+/*
+ * Whether ctxwin's C code may read a table of its own directly (an index
+ * scan, no SQL) where the caller has the privilege: a plain table without
+ * row-level security for the caller, and no Citus, whose distributed
+ * tables must be read by a query.
+ */
+bool
+CtxwinDirectReadable(Oid relid)
+{
+	return get_rel_relkind(relid) == RELKIND_RELATION &&
+		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
+		GetConfigOption("citus.version", true, false) == NULL;
 }
 
 /*

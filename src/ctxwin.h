@@ -94,6 +94,9 @@ extern int	ctxwin_worker_statement_timeout;
  */
 extern int	ctxwin_bookkeeping_depth;
 
+/* ctxwin.c: whether C code may read one of ctxwin's tables without SQL */
+extern bool CtxwinDirectReadable(Oid relid);
+
 /* ctxwin.c: a query prepared once per backend, generic plan, kept */
 extern SPIPlanPtr CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes);
 

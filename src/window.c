@@ -7,8 +7,8 @@
  * The window is its system messages (prompt and summary, per
  * summary_placement), then the newest unsummarized messages that fit the
  * budget, in whole units: a message, or an assistant message with tool
- * calls together with the tool results that follow it.  The walk reads rows
- * newest first in batches and stops after the first unit that does not fit
+ * calls together with the tool results that follow it.  The walk (walk.c)
+ * reads rows newest first and stops after the first unit that does not fit
  * (PackWalkPush, rules.c): the rows read are O(window), whatever the length
  * of the history.  Only the newest unit is ever cut, in the middle of its
  * largest contents (CtxwinFitContents); older units that do not fit are
@@ -23,7 +23,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -35,40 +34,6 @@ PG_FUNCTION_INFO_V1(ctxwin_build_context);
 PG_FUNCTION_INFO_V1(ctxwin_window);
 PG_FUNCTION_INFO_V1(ctxwin_system_messages);
 PG_FUNCTION_INFO_V1(ctxwin_window_walk);
-
-#define WALK_BATCH 64
-#define WALK_COUNT_BATCH 256
-
-/*
- * One batch of the walk: keyset pagination with a LIMIT, so every batch is
- * a short backward index scan.  (An open cursor over the whole range lets
- * the planner sort every message of the session first: measured 120 ms on
- * a session of 100,000 messages, against 0.6 ms for 1,000.)
- */
-static const char *const walk_query =
-"SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id OPERATOR(pg_catalog.=) $1 "
-"AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
-"ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
-
-/*
- * The same walk when only the window's size is wanted (context_status): a
- * row's texts are read only when its stored count was made in another
- * encoding than $4, the session's, and must be counted again.
- */
-static const char *const walk_count_query =
-"SELECT id, role, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE content END, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE tool_calls END, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE tool_call_id END, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE name END, "
-"       token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id OPERATOR(pg_catalog.=) $1 "
-"AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
-"ORDER BY id DESC LIMIT " CppAsString2(WALK_COUNT_BATCH);
-
-static SPIPlanPtr walk_plan = NULL;
-static SPIPlanPtr walk_count_plan = NULL;
 
 /* Whether a text is NULL or empty. */
 static bool
@@ -140,111 +105,6 @@ ctxwin_system_messages(PG_FUNCTION_ARGS)
 							 PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2)),
 							 NULL, sys);
 	PG_RETURN_JSONB_P(CtxwinMessagesOpenAI(sys, n));
-}
-
-/*
- * Runs one batch of the walk: the newest WALK_BATCH messages with after <
- * id < below (WALK_COUNT_BATCH of them, without their texts, for counts
- * only: see walk_count_query).  The backward scan of the primary key is the plan; without
- * statistics (a table never analyzed, as after pg_restore) the planner
- * would rather sort the session's whole history, so sorts and bitmap scans
- * are off for the statement.
- */
-static int
-WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_in)
-{
-	Oid			types[4] = {UUIDOID, INT8OID, INT8OID, TEXTOID};
-	Datum		args[4] = {session, Int64GetDatum(after), Int64GetDatum(below), 0};
-	int			batch = counts_in ? WALK_COUNT_BATCH : WALK_BATCH;
-	int			nest = NewGUCNestLevel();
-	int			rc;
-
-	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	if (counts_in)
-	{
-		args[3] = CStringGetTextDatum(counts_in->name);
-		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_count_plan, walk_count_query, 4, types), args,
-							  NULL, true, batch);
-	}
-	else
-		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan, walk_query, 3, types), args, NULL, true, batch);
-	AtEOXact_GUC(true, nest);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading the messages of a session failed");
-	return batch;
-}
-
-/* A message row of the walk, copied into the current memory context. */
-static void
-ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMessage *m)
-{
-	char	   *tenc;
-
-	m->id = CtxwinColumnInt64(tup, desc, 1);
-	m->role = CtxwinColumnString(tup, desc, 2);
-	m->content = CtxwinColumnCopy(tup, desc, 3);
-	m->tool_calls = CtxwinColumnCopy(tup, desc, 4);
-	m->tool_call_id = CtxwinColumnCopy(tup, desc, 5);
-	m->name = CtxwinColumnCopy(tup, desc, 6);
-	tenc = CtxwinColumnString(tup, desc, 8);
-	/* the stored count, unless it was made in another encoding */
-	if (tenc != NULL && strcmp(tenc, enc->name) == 0)
-		m->tokens = CtxwinColumnInt32(tup, desc, 7, NULL);
-	else
-		m->tokens = CtxwinMessageTokens(enc, m->role, m->content, m->name,
-										m->tool_call_id, m->tool_calls);
-}
-
-/*
- * Walks the messages after after_id, newest first, packing whole units into
- * room tokens.  Returns the messages read, newest first, in *rows (the
- * packed ones are the first walk->packed); without their texts if
- * counts_only.
- */
-static int
-Walk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-	 WindowMessage **rows, bool counts_only)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	int			n = 0,
-				cap = 0;
-	int64		below = PG_INT64_MAX;
-	bool		more = true;
-
-	*rows = NULL;
-	while (more)
-	{
-		uint64		got,
-					i;
-		int			batch = WalkBatch(session, after_id, below, counts_only ? enc : NULL);
-
-		got = SPI_processed;
-		for (i = 0; i < got && more; i++)
-		{
-			MemoryContext old = MemoryContextSwitchTo(cxt);
-			WindowMessage *m;
-
-			CHECK_FOR_INTERRUPTS();
-			if (n == cap)
-			{
-				cap = cap ? cap * 2 : 128;
-				*rows = *rows ? repalloc(*rows, cap * sizeof(WindowMessage))
-					: palloc(cap * sizeof(WindowMessage));
-			}
-			m = &(*rows)[n++];
-			ReadMessage(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, enc, m);
-			MemoryContextSwitchTo(old);
-			below = m->id;
-			more = PackWalkPush(walk, strcmp(m->role, "tool") == 0, m->tokens);
-		}
-		SPI_freetuptable(SPI_tuptable);
-		if (got < batch)
-			more = false;
-	}
-	return n;
 }
 
 /* Sets the error a window reports instead of messages. */
@@ -341,12 +201,12 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool wit
 	room = b - w->prompt_tokens;
 
 	PackWalkInit(&walk, room);
-	nrows = Walk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
+	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
 	if (walk.cut && !with_texts)
 	{
 		/* the unit to cut, with its texts */
 		PackWalkInit(&walk, room);
-		nrows = Walk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false);
 	}
 	if (walk.cut)
 	{
@@ -523,7 +383,7 @@ ctxwin_window_walk(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PackWalkInit(&walk, PG_GETARG_INT32(2));
-	nrows = Walk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false);
+	nrows = CtxwinWalk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false);
 
 	memset(&w, 0, sizeof(w));
 	w.nmessages = walk.packed;

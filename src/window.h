@@ -79,6 +79,10 @@ extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
 extern void CtxwinSessionMustExist(NullableDatum id);
 extern void CtxwinSessionNotFound(Datum id);
 
+/* walk.c */
+extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
+					   WindowMessage **rows, bool counts_only);
+
 /* window.c */
 extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
 								 const CtxwinEncoding *enc, WindowMessage *sys);
