@@ -185,3 +185,63 @@ CREATE OR REPLACE FUNCTION ctxwin._message_json(role text, content text, name te
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_message_json'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- _bar is _progress_bar, a name that says what it draws; context_report
+-- calls it by its new name.
+CREATE FUNCTION ctxwin._progress_bar(pct numeric, width int DEFAULT 24)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN '[' || repeat('#', least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int)
+    || repeat('.', width - least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int) || ']';
+
+COMMENT ON FUNCTION ctxwin._progress_bar(numeric, int) IS 'A text progress bar for a percentage';
+
+CREATE OR REPLACE FUNCTION ctxwin.context_report(session uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    lines text[];
+BEGIN
+    SELECT * INTO c FROM ctxwin.context_status(session);
+    lines := ARRAY[
+        format('Session %s: profile %s, model %s (%s), window %s tokens',
+               c.session_id, c.profile, c.model, c.encoding, to_char(c.context_window, 'FM999,999,999')),
+        CASE WHEN c.trigger_ratio IS NULL
+             THEN format('  context   %s %6s%%  %s of %s tokens; ratio trigger off',
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'))
+             ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100::numeric)) END,
+        CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
+             ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._progress_bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
+                         c.max_messages_before_summary) END,
+        CASE WHEN c.max_tokens_before_summary IS NULL THEN '  tokens    trigger off'
+             ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
+                         to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
+        CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
+             ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
+                         c.summary_version, c.summary_tokens, c.summary_through_id,
+                         CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
+                              WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
+                              WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
+                              ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
+        format('  window    %s messages, %s tokens of a %s-token budget; %s dropped',
+               coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
+               to_char(c.budget, 'FM999,999,999'), coalesce(c.dropped_messages, 0)),
+        format('  compaction %s%s',
+               CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
+                    ELSE 'not due' END,
+               CASE WHEN c.queued_at IS NOT NULL THEN ', queued since ' || to_char(c.queued_at, 'YYYY-MM-DD HH24:MI:SS')
+                    ELSE '' END),
+        CASE WHEN c.last_error IS NOT NULL
+             THEN format('  last error (%s failures): %s', c.compaction_failures, c.last_error) END,
+        CASE WHEN c.note IS NOT NULL THEN '  note: ' || c.note END];
+    RETURN array_to_string(lines, E'\n');
+END $$;
+
+DROP FUNCTION ctxwin._bar(numeric, int);

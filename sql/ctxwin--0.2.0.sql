@@ -757,14 +757,14 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.context_status(uuid) IS
 'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages and the last compaction error';
 
-CREATE FUNCTION ctxwin._bar(pct numeric, width int DEFAULT 24)
+CREATE FUNCTION ctxwin._progress_bar(pct numeric, width int DEFAULT 24)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN '[' || repeat('#', least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int)
     || repeat('.', width - least(greatest(round(coalesce(pct, 0::numeric) * width::numeric / 100::numeric), 0), width)::int) || ']';
 
-COMMENT ON FUNCTION ctxwin._bar(numeric, int) IS 'A text progress bar for a percentage';
+COMMENT ON FUNCTION ctxwin._progress_bar(numeric, int) IS 'A text progress bar for a percentage';
 
 CREATE FUNCTION ctxwin.context_report(session uuid)
 RETURNS text
@@ -779,18 +779,18 @@ BEGIN
                c.session_id, c.profile, c.model, c.encoding, to_char(c.context_window, 'FM999,999,999')),
         CASE WHEN c.trigger_ratio IS NULL
              THEN format('  context   %s %6s%%  %s of %s tokens; ratio trigger off',
-                         ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
                          to_char(c.context_window, 'FM999,999,999'))
              ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
-                         ctxwin._bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
                          to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100::numeric)) END,
         CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
              ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
-                         ctxwin._bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
+                         ctxwin._progress_bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
                          c.max_messages_before_summary) END,
         CASE WHEN c.max_tokens_before_summary IS NULL THEN '  tokens    trigger off'
              ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
-                         ctxwin._bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
+                         ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
                          to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
         CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
              ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
