@@ -58,13 +58,16 @@ CTXWIN_BUILT_FOR := $(shell $(PG_CONFIG) --version)
 $(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
 .PHONY: FORCE
 
+# Committed, so that a reader (and PGXN) sees the whole script; test/layout.t
+# checks that it is what this rule makes.  (Without sql/install/ there is
+# nothing to make it from: the committed script is used as it is.)
+ifneq ($(SQL_AREAS),)
 all: $(SQL_INSTALL)
 
-# Committed, so that a reader (and PGXN) sees the whole script; test/layout.t
-# checks that it is what this rule makes.
 $(SQL_INSTALL): $(SQL_AREAS) scripts/build-sql.sh ctxwin.control
 	scripts/build-sql.sh $(EXTVERSION) $(SQL_AREAS) > $@.tmp
 	mv $@.tmp $@
+endif
 
 # Host tools run at build time; plain flags, never the server's.
 HOST_CC ?= cc
