@@ -12,6 +12,8 @@ OBJS = \
 	src/format.o \
 	src/status.o \
 	src/rules.o \
+	src/summary.o \
+	src/compact.o \
 	src/llm.o \
 	src/worker.o \
 	src/symbols_0_1.o \
@@ -83,6 +85,8 @@ src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/format.o: src/format.c src/window.h src/ctxwin.h src/compat.h
 src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/rules.o: src/rules.c src/rules.h
+src/summary.o: src/summary.c src/summary.h src/ctxwin.h src/compat.h
+src/compact.o: src/compact.c src/summary.h src/ctxwin.h src/compat.h
 src/messages.o src/trigger.o: src/rules.h
 src/llm.o: src/llm.c src/ctxwin.h src/compat.h
 src/worker.o: src/worker.c src/ctxwin.h src/compat.h
