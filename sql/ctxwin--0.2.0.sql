@@ -1675,6 +1675,8 @@ COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
  * unsummarized message is among the newest min_recent_messages or in an
  * unfinished tool group.  Without force, such a session leaves the
  * compaction queue (the next message that fires a trigger queues it again).
+ * In C (src/summary.c), with the cut, the trigger check and the request in
+ * SQL.
  */
 CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
 RETURNS jsonb
@@ -1690,7 +1692,8 @@ COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
  * LLM's answer, checks it and writes it with a compare-and-set (only if the
  * session's summary did not change since the plan), with its summaries row,
  * flush event and NOTIFY.  Raises, leaving everything as it was, for an
- * answer that must not become a summary.
+ * answer that must not become a summary.  In C (src/summary.c), with the
+ * extractive summarizer and the answer check (_llm_answer) in SQL.
  */
 CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
 RETURNS ctxwin.summaries
@@ -1701,6 +1704,8 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
 'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
 
+-- The plan, the LLM request (_llm_summarize) and the finish, in this
+-- backend and transaction.  In C (src/compact.c).
 CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
                                          instructions text DEFAULT NULL)
 RETURNS ctxwin.summaries
@@ -1753,6 +1758,9 @@ LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS
 'Whether the background worker has an LLM request in flight for a session';
 
+-- The queued sessions, oldest queued first, each summarized in a
+-- subtransaction of its own; a failure is recorded with _compaction_failed.
+-- In C (src/compact.c).
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_compact'

@@ -128,13 +128,7 @@ ctxwin_summarize_session(PG_FUNCTION_ARGS)
 	row = SummarizeSession(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
 						   !PG_ARGISNULL(1) && PG_GETARG_BOOL(1), PG_ARGISNULL(1),
 						   PG_GETARG_DATUM(2), PG_ARGISNULL(2), &isnull);
-	/* the result outlives SPI's memory */
-	if (!isnull)
-		row = SPI_datumTransfer(row, false, -1);
-	SPI_finish();
-	if (isnull)
-		PG_RETURN_NULL();
-	PG_RETURN_DATUM(row);
+	return SummaryReturn(fcinfo, row, isnull);
 }
 
 /* One session of compact: the session, and how many were summarized so far. */

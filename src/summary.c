@@ -26,7 +26,6 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/memutils.h"
@@ -233,6 +232,20 @@ SummaryTry(void (*body) (void *), void *arg)
 	}
 	PG_END_TRY();
 	return edata;
+}
+
+/*
+ * Ends an SQL entry point connected to SPI: its result d (if not isnull)
+ * copied out of SPI's memory into the caller's, which it outlives.
+ */
+Datum
+SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull)
+{
+	if (!isnull)
+		d = SPI_datumTransfer(d, false, -1);
+	SPI_finish();
+	fcinfo->isnull = isnull;
+	return isnull ? (Datum) 0 : d;
 }
 
 /* A value as PL/pgSQL's RAISE shows it: the text, or <NULL>. */
@@ -598,13 +611,7 @@ ctxwin_summary_plan(PG_FUNCTION_ARGS)
 	/* a NULL force is no force, as IF p_force reads it */
 	plan = SummaryPlan(PG_GETARG_DATUM(0), PG_ARGISNULL(0), !PG_ARGISNULL(1) && PG_GETARG_BOOL(1),
 					   PG_GETARG_DATUM(2), PG_ARGISNULL(2), &isnull, &strategy);
-	/* the result outlives SPI's memory */
-	if (!isnull)
-		plan = SPI_datumTransfer(plan, false, -1);
-	SPI_finish();
-	if (isnull)
-		PG_RETURN_NULL();
-	PG_RETURN_DATUM(plan);
+	return SummaryReturn(fcinfo, plan, isnull);
 }
 
 /* SQL: ctxwin._summary_finish(jsonb, jsonb) returns ctxwin.summaries. */
@@ -616,7 +623,5 @@ ctxwin_summary_finish(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	row = SummaryFinish(PG_GETARG_DATUM(0), PG_ARGISNULL(0), PG_GETARG_DATUM(1), PG_ARGISNULL(1));
-	row = SPI_datumTransfer(row, false, -1);
-	SPI_finish();
-	PG_RETURN_DATUM(row);
+	return SummaryReturn(fcinfo, row, false);
 }

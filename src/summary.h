@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/elog.h"
 
 #define SUMMARY_QUERY_MAX_ARGS 10
@@ -33,6 +34,9 @@ extern uint64 SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
 
 /* Runs body(arg) in a subtransaction, as a PL/pgSQL block with an exception handler does: NULL if it succeeded, else its error (rolled back). */
 extern ErrorData *SummaryTry(void (*body) (void *), void *arg);
+
+/* Ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
+extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
 
 /* A value as PL/pgSQL's RAISE shows it: the text, or <NULL>. */
 extern const char *SummaryShown(const char *s);

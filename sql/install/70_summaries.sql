@@ -547,6 +547,8 @@ COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
  * unsummarized message is among the newest min_recent_messages or in an
  * unfinished tool group.  Without force, such a session leaves the
  * compaction queue (the next message that fires a trigger queues it again).
+ * In C (src/summary.c), with the cut, the trigger check and the request in
+ * SQL.
  */
 CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
 RETURNS jsonb
@@ -562,7 +564,8 @@ COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
  * LLM's answer, checks it and writes it with a compare-and-set (only if the
  * session's summary did not change since the plan), with its summaries row,
  * flush event and NOTIFY.  Raises, leaving everything as it was, for an
- * answer that must not become a summary.
+ * answer that must not become a summary.  In C (src/summary.c), with the
+ * extractive summarizer and the answer check (_llm_answer) in SQL.
  */
 CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
 RETURNS ctxwin.summaries
@@ -573,6 +576,8 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
 'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
 
+-- The plan, the LLM request (_llm_summarize) and the finish, in this
+-- backend and transaction.  In C (src/compact.c).
 CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
                                          instructions text DEFAULT NULL)
 RETURNS ctxwin.summaries

@@ -38,6 +38,9 @@ LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS
 'Whether the background worker has an LLM request in flight for a session';
 
+-- The queued sessions, oldest queued first, each summarized in a
+-- subtransaction of its own; a failure is recorded with _compaction_failed.
+-- In C (src/compact.c).
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_compact'
