@@ -14,6 +14,7 @@ OBJS = \
 	src/rules.o \
 	src/summary.o \
 	src/compact.o \
+	src/summary_spi.o \
 	src/llm.o \
 	src/worker.o \
 	src/symbols_0_1.o \
@@ -87,6 +88,7 @@ src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/rules.o: src/rules.c src/rules.h
 src/summary.o: src/summary.c src/summary.h src/ctxwin.h src/compat.h
 src/compact.o: src/compact.c src/summary.h src/ctxwin.h src/compat.h
+src/summary_spi.o: src/summary_spi.c src/summary.h
 src/messages.o src/trigger.o: src/rules.h
 src/llm.o: src/llm.c src/ctxwin.h src/compat.h
 src/worker.o: src/worker.c src/ctxwin.h src/compat.h

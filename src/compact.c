@@ -61,10 +61,6 @@ static SummaryQuery next_q = {
 	3, {INT4OID, UUIDOID, TIMESTAMPTZOID}
 };
 
-static SummaryQuery claimed_q = {
-	"SELECT ctxwin._session_claimed($1)", 1, {UUIDOID}
-};
-
 static SummaryQuery failed_q = {
 	"SELECT ctxwin._compaction_failed($1, $2)", 2, {UUIDOID, TEXTOID}
 };
@@ -109,8 +105,7 @@ SummarizeSession(Datum session, bool session_null, bool force, bool force_null,
 
 		SummaryRun(&llm_q, &plan, NULL, &answer, &answer_null, 1);
 		args[0] = answer;
-		/* milliseconds, rounded as SQL rounds a numeric to an int */
-		args[1] = Int32GetDatum((int32) ((GetCurrentTimestamp() - t0 + 500) / 1000));
+		args[1] = Int32GetDatum(SummaryMsSince(t0));
 		SummaryRun(&total_q, args, answer_null ? "n " : "  ", &answer, &answer_null, 1);
 	}
 	return SummaryFinish(plan, false, answer, answer_null);
@@ -179,8 +174,6 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 	{
 		Datum		cols[2];	/* id, compaction_queued_at */
 		bool		colnulls[2];
-		Datum		claimed;
-		bool		claimed_null;
 		ErrorData  *edata;
 
 		CHECK_FOR_INTERRUPTS();
@@ -194,19 +187,20 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 		taken++;
 		one.session = args[1];
 		/* claimed by the worker between the look and the lock */
-		SummaryRun(&claimed_q, &one.session, NULL, &claimed, &claimed_null, 1);
-		if (claimed_null || !DatumGetBool(claimed))
+		if (!SummarySessionClaimed(one.session))
 		{
 			edata = SummaryTry(CompactSession, &one);
 			/* recorded, and the session stays queued for a later attempt */
 			if (edata != NULL)
 			{
 				Datum		fargs[2] = {one.session, (Datum) 0};
+				Datum		at;
+				bool		at_null;
 
 				if (edata->message != NULL)
 					fargs[1] = CStringGetTextDatum(edata->message);
 				SummaryRun(&failed_q, fargs, edata->message != NULL ? "  " : " n",
-						   &claimed, &claimed_null, 1);
+						   &at, &at_null, 1);
 			}
 		}
 		MemoryContextSwitchTo(cxt);

@@ -22,14 +22,11 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "ctxwin.h"
@@ -40,15 +37,14 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
 
 #define OP(o) "OPERATOR(pg_catalog." o ")"
 
+/* ' ' or 'n': a parameter's null flag as SPI takes it */
+#define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
+
 /* The session row, locked until the transaction ends. */
 static SummaryQuery lock_q = {
 	"SELECT x.summary_through_id, x.message_count, x.summary_version FROM ctxwin.sessions x "
 	"WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
 	1, {UUIDOID}
-};
-
-static SummaryQuery claimed_q = {
-	"SELECT ctxwin._session_claimed($1)", 1, {UUIDOID}
 };
 
 static SummaryQuery settings_q = {
@@ -147,128 +143,6 @@ static SummaryQuery notify_q = {
 	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
 };
 
-/*
- * Runs q (prepared and kept on first use) with args and nulls (' ' or 'n';
- * NULL: none is null): copies the first ncols columns of its first row
- * into the memory context current at the call, frees the rest, and returns
- * the number of rows.  Without a row, the columns are null.
- */
-uint64
-SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
-		   Datum *cols, bool *colnulls, int ncols)
-{
-	MemoryContext mcx = CurrentMemoryContext;
-	uint64		n;
-	int			rc,
-				i;
-
-	if (q->plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(q->sql, q->nargs, q->argtypes);
-
-		if (p == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s", q->sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(p) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		q->plan = p;
-	}
-	rc = SPI_execute_plan(q->plan, (Datum *) args, nulls, false, 0);
-	MemoryContextSwitchTo(mcx);
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s", q->sql, SPI_result_code_string(rc));
-	n = SPI_processed;
-	for (i = 0; i < ncols; i++)
-	{
-		colnulls[i] = true;
-		cols[i] = (Datum) 0;
-		if (n > 0)
-		{
-			Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, i);
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &colnulls[i]);
-
-			if (!colnulls[i])
-				cols[i] = datumCopy(d, att->attbyval, att->attlen);
-		}
-	}
-	if (SPI_tuptable != NULL)
-		SPI_freetuptable(SPI_tuptable);
-	return n;
-}
-
-/*
- * Runs body(arg) in a subtransaction of its own, as a PL/pgSQL block with
- * an EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
- * subtransaction committed), else its error, copied into the caller's
- * memory context, with the subtransaction rolled back.  Cancels and
- * assertion failures are raised again, as WHEN OTHERS does not catch them.
- */
-ErrorData *
-SummaryTry(void (*body) (void *), void *arg)
-{
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	/* the body runs in the caller's memory context */
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
-	{
-		body(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || edata->sqlerrcode == ERRCODE_ASSERT_FAILURE)
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
-	return edata;
-}
-
-/*
- * Ends an SQL entry point connected to SPI: its result d (if not isnull)
- * copied out of SPI's memory into the caller's, which it outlives.
- */
-Datum
-SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull)
-{
-	if (!isnull)
-		d = SPI_datumTransfer(d, false, -1);
-	SPI_finish();
-	fcinfo->isnull = isnull;
-	return isnull ? (Datum) 0 : d;
-}
-
-/* A value as PL/pgSQL's RAISE shows it: the text, or <NULL>. */
-const char *
-SummaryShown(const char *s)
-{
-	return s != NULL ? s : "<NULL>";
-}
-
-/* The uuid as text, or <NULL>. */
-const char *
-SummaryUuidText(Datum id, bool isnull)
-{
-	return isnull ? "<NULL>" : DatumGetCString(DirectFunctionCall1(uuid_out, id));
-}
-
-/* A text column as a C string, or NULL. */
-static char *
-TextOrNull(Datum d, bool isnull)
-{
-	return isnull ? NULL : TextDatumGetCString(d);
-}
-
 /* What LockSession reads: summary_through_id, message_count, summary_version. */
 typedef struct LockedSession
 {
@@ -310,17 +184,6 @@ LockSession(LockedSession *s)
 	return s->found > 0;
 }
 
-/* Whether the background worker has a request in flight for the session. */
-static bool
-SessionClaimed(Datum session)
-{
-	Datum		v;
-	bool		isnull;
-
-	SummaryRun(&claimed_q, &session, NULL, &v, &isnull, 1);
-	return !isnull && DatumGetBool(v);
-}
-
 /*
  * The plan of the next summary of a session: see the SQL declaration of
  * _summary_plan.  Returns it (a jsonb Datum in the current memory context)
@@ -355,7 +218,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	after = DatumGetInt64(s.cols[0]);
 	count = DatumGetInt64(s.cols[1]);
 	/* the worker holds no row while its request is in flight, but a claim */
-	if (SessionClaimed(session))
+	if (SummarySessionClaimed(session))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("session %s is being summarized by another backend", SummaryUuidText(session, false)),
@@ -371,7 +234,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	args[1] = s.cols[0];
 	args[2] = Int64GetDatum(count - (stnull[0] ? 0 : DatumGetInt32(st[0])));
 	nulls[0] = nulls[1] = ' ';
-	nulls[2] = stnull[0] ? 'n' : ' ';
+	nulls[2] = SPI_NULL(stnull[0]);
 	if (force)
 	{
 		SummaryRun(&cut_q, args, nulls, &through, &through_null, 1);
@@ -418,9 +281,9 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	args[6] = st[3];
 	args[7] = instructions;
 	memset(nulls, ' ', sizeof(nulls));
-	nulls[5] = stnull[2] ? 'n' : ' ';
-	nulls[6] = stnull[3] ? 'n' : ' ';
-	nulls[7] = instructions_null ? 'n' : ' ';
+	nulls[5] = SPI_NULL(stnull[2]);
+	nulls[6] = SPI_NULL(stnull[3]);
+	nulls[7] = SPI_NULL(instructions_null);
 	SummaryRun(&plan_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = false;
 	if (strcmp(*strategy, "extractive") == 0)
@@ -436,29 +299,162 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	args[2] = s.cols[0];
 	args[3] = through;
 	args[4] = instructions;
-	nulls[4] = instructions_null ? 'n' : ' ';
+	nulls[4] = SPI_NULL(instructions_null);
 	SummaryRun(&request_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = plan_null;
 	return plan;
 }
 
+/* The fields of a plan _summary_finish reads first, in this order (finish_args_q). */
+enum
+{
+	F_SESSION, F_STRATEGY, F_AFTER, F_THROUGH, F_ENCODING, F_MAX_TOKENS, F_NFIELDS
+};
+
+typedef struct FinishPlan
+{
+	Datum		plan;
+	bool		plan_null;
+	Datum		f[F_NFIELDS];
+	bool		fn[F_NFIELDS];
+	char	   *strategy;		/* or NULL */
+} FinishPlan;
+
+/* A new summary: its text, tokens, model, usage and latency in ms. */
+typedef struct NewSummary
+{
+	Datum		content,
+				tokens,
+				model,
+				usage,
+				latency;
+	bool		content_null,
+				tokens_null,
+				model_null,
+				usage_null,
+				latency_null;
+} NewSummary;
+
 /* Raises the error of a compare-and-set that found the session's summary changed. */
 pg_noreturn static void
-SummaryChanged(Datum session, bool session_null)
+SummaryChanged(const FinishPlan *fp)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 			 errmsg("the summary of session %s changed while it was being summarized",
-					SummaryUuidText(session, session_null)),
+					SummaryUuidText(fp->f[F_SESSION], fp->fn[F_SESSION])),
 			 errdetail("The new summary was discarded."),
 			 errhint("Call summarize_session again.")));
 }
 
-/* Milliseconds since t0, rounded as SQL rounds a numeric to an int. */
-static int32
-MillisecondsSince(TimestampTz t0)
+/*
+ * Makes the summary of the plan into ns: the extractive summary of its
+ * messages after the previous summary prev, or the content of the LLM's
+ * answer (checked by _llm_answer) after the plan's facts.
+ */
+static void
+MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool answer_null,
+			TimestampTz t0, NewSummary *ns)
 {
-	return (int32) ((GetCurrentTimestamp() - t0 + 500) / 1000);
+	if (fp->strategy != NULL && strcmp(fp->strategy, "extractive") == 0)
+	{
+		Datum		args[7] = {prev, fp->f[F_SESSION], fp->f[F_AFTER], fp->f[F_THROUGH],
+		fp->f[F_MAX_TOKENS], fp->f[F_ENCODING], fp->plan};
+		char		nulls[7] = {SPI_NULL(prev_null), SPI_NULL(fp->fn[F_SESSION]), SPI_NULL(fp->fn[F_AFTER]),
+			SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_MAX_TOKENS]), SPI_NULL(fp->fn[F_ENCODING]),
+		SPI_NULL(fp->plan_null)};
+
+		SummaryRun(&extractive_q, args, nulls, &ns->content, &ns->content_null, 1);
+		ns->latency = Int32GetDatum(SummaryMsSince(t0));
+		ns->latency_null = false;
+		ns->model_null = ns->usage_null = true;
+	}
+	else
+	{
+		Datum		args[2] = {fp->plan, answer};
+		char		nulls[2] = {SPI_NULL(fp->plan_null), SPI_NULL(answer_null)};
+		Datum		a[4];		/* content, model, usage, latency */
+		bool		an[4];
+
+		SummaryRun(&answer_q, args, nulls, a, an, 4);
+		ns->content = a[0];
+		ns->content_null = an[0];
+		ns->model = a[1];
+		ns->model_null = an[1];
+		ns->usage = a[2];
+		ns->usage_null = an[2];
+		ns->latency = a[3];
+		ns->latency_null = an[3];
+	}
+}
+
+/*
+ * Counts the tokens of a new summary into ns; raises for an empty one or
+ * one over the plan's max_tokens.
+ */
+static void
+CheckSummary(const FinishPlan *fp, NewSummary *ns)
+{
+	char	   *str = ns->content_null ? NULL : TextDatumGetCString(ns->content);
+	Datum		args[2] = {ns->content, fp->f[F_ENCODING]};
+	char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+
+	/* btrim(content) = '': spaces only */
+	if (str == NULL || str[strspn(str, " ")] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
+				 errdetail("The session was left unchanged.")));
+	SummaryRun(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
+	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] &&
+		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
+						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
+						DatumGetInt32(fp->f[F_MAX_TOKENS])),
+				 errdetail("The session was left unchanged.")));
+}
+
+/*
+ * Writes a checked summary: the compare-and-set of the session (only if
+ * nobody moved its summary point since the plan), the summaries row, the
+ * flush event and, unless ctxwin.flush_notify is off, the NOTIFY.  Returns
+ * the summaries row.
+ */
+static Datum
+WriteSummary(const FinishPlan *fp, const NewSummary *ns)
+{
+	Datum		cas[5] = {ns->content, fp->f[F_THROUGH], fp->f[F_SESSION], fp->f[F_AFTER], fp->plan};
+	char		casnulls[5] = {' ', SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_SESSION]),
+	SPI_NULL(fp->fn[F_AFTER]), SPI_NULL(fp->plan_null)};
+	Datum		version,
+				row;
+	bool		version_null,
+				row_null;
+
+	if (SummaryRun(&cas_q, cas, casnulls, &version, &version_null, 1) == 0)
+		SummaryChanged(fp);
+
+	{
+		/*
+		 * session, version, from_id, through_id: also the parameters of
+		 * flush_q and notify_q.  The lock query found the row by session and
+		 * after: neither is null.
+		 */
+		Datum		args[10] = {fp->f[F_SESSION], version, Int64GetDatum(DatumGetInt64(fp->f[F_AFTER]) + 1),
+			fp->f[F_THROUGH], ns->content, ns->tokens, fp->f[F_STRATEGY], ns->model, ns->usage,
+		ns->latency};
+		char		nulls[10] = {' ', ' ', ' ', SPI_NULL(fp->fn[F_THROUGH]), ' ', SPI_NULL(ns->tokens_null),
+			SPI_NULL(fp->fn[F_STRATEGY]), SPI_NULL(ns->model_null), SPI_NULL(ns->usage_null),
+		SPI_NULL(ns->latency_null)};
+
+		SummaryRun(&insert_q, args, nulls, &row, &row_null, 1);
+		SummaryRun(&flush_q, args, nulls, NULL, NULL, 0);
+		if (ctxwin_flush_notify)
+			SummaryRun(&notify_q, args, nulls, NULL, NULL, 0);
+	}
+	return row;
 }
 
 /*
@@ -471,131 +467,31 @@ Datum
 SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null)
 {
 	TimestampTz t0 = GetCurrentTimestamp();
-	Datum		p[6];			/* session, strategy, after, through, encoding,
-								 * max_tokens */
-	bool		pn[6];
-	char	   *strategy;
-	Datum		args[10];
-	char		nulls[10];
-	Datum		prev,
-				content,
-				model = (Datum) 0,
-				usage = (Datum) 0,
-				latency,
-				tokens,
-				version,
-				row;
-	bool		prev_null,
-				content_null,
-				model_null = true,
-				usage_null = true,
-				latency_null = false,
-				tokens_null,
-				version_null,
-				row_null;
-	char	   *text;
+	FinishPlan	fp = {.plan = plan,.plan_null = plan_null};
+	NewSummary	ns;
+	char		nulls[3] = {SPI_NULL(plan_null)};
+	Datum		args[3] = {plan};
+	Datum		prev;
+	bool		prev_null;
 
-	args[0] = plan;
-	nulls[0] = plan_null ? 'n' : ' ';
-	SummaryRun(&finish_args_q, args, nulls, p, pn, 6);
-	strategy = TextOrNull(p[1], pn[1]);
+	SummaryRun(&finish_args_q, args, nulls, fp.f, fp.fn, F_NFIELDS);
+	fp.strategy = fp.fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp.f[F_STRATEGY]);
 
 	/*
 	 * Locked since the plan, unless the LLM was called in between (the
 	 * worker): then a row another transaction holds is not waited for.
 	 */
-	args[0] = p[0];
-	args[1] = p[2];
+	args[0] = fp.f[F_SESSION];
+	args[1] = fp.f[F_AFTER];
 	args[2] = plan;
-	nulls[0] = pn[0] ? 'n' : ' ';
-	nulls[1] = pn[2] ? 'n' : ' ';
-	nulls[2] = plan_null ? 'n' : ' ';
+	nulls[0] = SPI_NULL(fp.fn[F_SESSION]);
+	nulls[1] = SPI_NULL(fp.fn[F_AFTER]);
+	nulls[2] = SPI_NULL(plan_null);
 	if (SummaryRun(&finish_lock_q, args, nulls, &prev, &prev_null, 1) == 0)
-		SummaryChanged(p[0], pn[0]);
-
-	if (strategy != NULL && strcmp(strategy, "extractive") == 0)
-	{
-		Datum		eargs[7] = {prev, p[0], p[2], p[3], p[5], p[4], plan};
-		char		enulls[7] = {prev_null ? 'n' : ' ', pn[0] ? 'n' : ' ', pn[2] ? 'n' : ' ',
-		pn[3] ? 'n' : ' ', pn[5] ? 'n' : ' ', pn[4] ? 'n' : ' ', plan_null ? 'n' : ' '};
-
-		SummaryRun(&extractive_q, eargs, enulls, &content, &content_null, 1);
-		latency = Int32GetDatum(MillisecondsSince(t0));
-	}
-	else
-	{
-		Datum		a[4];
-		bool		an[4];
-
-		args[0] = plan;
-		args[1] = answer;
-		nulls[0] = plan_null ? 'n' : ' ';
-		nulls[1] = answer_null ? 'n' : ' ';
-		SummaryRun(&answer_q, args, nulls, a, an, 4);
-		content = a[0];
-		content_null = an[0];
-		model = a[1];
-		model_null = an[1];
-		usage = a[2];
-		usage_null = an[2];
-		latency = a[3];
-		latency_null = an[3];
-	}
-	text = TextOrNull(content, content_null);
-	if (text == NULL || text[strspn(text, " ")] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("the %s summarizer returned an empty summary", SummaryShown(strategy)),
-				 errdetail("The session was left unchanged.")));
-	args[0] = content;
-	args[1] = p[4];
-	nulls[0] = ' ';
-	nulls[1] = pn[4] ? 'n' : ' ';
-	SummaryRun(&count_q, args, nulls, &tokens, &tokens_null, 1);
-	if (!tokens_null && !pn[5] && DatumGetInt32(tokens) > DatumGetInt32(p[5]))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
-						SummaryShown(strategy), DatumGetInt32(tokens), DatumGetInt32(p[5])),
-				 errdetail("The session was left unchanged.")));
-
-	/* compare-and-set: only if nobody moved the summary point meanwhile */
-	args[0] = content;
-	args[1] = p[3];
-	args[2] = p[0];
-	args[3] = p[2];
-	args[4] = plan;
-	nulls[0] = ' ';
-	nulls[1] = pn[3] ? 'n' : ' ';
-	nulls[2] = pn[0] ? 'n' : ' ';
-	nulls[3] = pn[2] ? 'n' : ' ';
-	nulls[4] = plan_null ? 'n' : ' ';
-	if (SummaryRun(&cas_q, args, nulls, &version, &version_null, 1) == 0)
-		SummaryChanged(p[0], pn[0]);
-
-	/* the lock query found the row by session and after: neither is null */
-	args[0] = p[0];
-	args[1] = version;
-	args[2] = Int64GetDatum(DatumGetInt64(p[2]) + 1);
-	args[3] = p[3];
-	args[4] = content;
-	args[5] = tokens;
-	args[6] = p[1];
-	args[7] = model;
-	args[8] = usage;
-	args[9] = latency;
-	memset(nulls, ' ', sizeof(nulls));
-	nulls[3] = pn[3] ? 'n' : ' ';
-	nulls[5] = tokens_null ? 'n' : ' ';
-	nulls[6] = pn[1] ? 'n' : ' ';
-	nulls[7] = model_null ? 'n' : ' ';
-	nulls[8] = usage_null ? 'n' : ' ';
-	nulls[9] = latency_null ? 'n' : ' ';
-	SummaryRun(&insert_q, args, nulls, &row, &row_null, 1);
-	SummaryRun(&flush_q, args, nulls, NULL, NULL, 0);
-	if (ctxwin_flush_notify)
-		SummaryRun(&notify_q, args, nulls, NULL, NULL, 0);
-	return row;
+		SummaryChanged(&fp);
+	MakeSummary(&fp, prev, prev_null, answer, answer_null, t0, &ns);
+	CheckSummary(&fp, &ns);
+	return WriteSummary(&fp, &ns);
 }
 
 /* SQL: ctxwin._summary_plan(uuid, boolean, text) returns jsonb. */

@@ -2,7 +2,7 @@
  * summary.h
  *		The two halves of a summary (src/summary.c), for the entry points that
  *		use them in one backend (src/compact.c), and the SPI helpers they
- *		share.  Every function here expects its caller to be connected to SPI.
+ *		share (src/summary_spi.c).  Every function here expects its caller to be connected to SPI.
  */
 #ifndef CTXWIN_SUMMARY_H
 #define CTXWIN_SUMMARY_H
@@ -12,6 +12,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/elog.h"
+#include "utils/timestamp.h"
 
 #define SUMMARY_QUERY_MAX_ARGS 10
 
@@ -38,11 +39,17 @@ extern ErrorData *SummaryTry(void (*body) (void *), void *arg);
 /* Ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
 extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
 
+/* Milliseconds since t0, rounded as SQL rounds a numeric to an int. */
+extern int32 SummaryMsSince(TimestampTz t0);
+
 /* A value as PL/pgSQL's RAISE shows it: the text, or <NULL>. */
 extern const char *SummaryShown(const char *s);
 
 /* The uuid as text, or <NULL>. */
 extern const char *SummaryUuidText(Datum id, bool isnull);
+
+/* Whether the background worker has an LLM request in flight for the session. */
+extern bool SummarySessionClaimed(Datum session);
 
 /* The plan of the next summary of a session (see _summary_plan), or (Datum) 0 with *isnull; *strategy: the plan's. */
 extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
