@@ -185,6 +185,51 @@ LockSession(LockedSession *s)
 }
 
 /*
+ * Where the next summary of a locked session ends: it covers the oldest
+ * unsummarized messages, keeping the newest min_recent_messages and tool
+ * groups whole; without force, only when a trigger fires.  Sets
+ * *through_null when there is nothing to summarize: with force, saying so
+ * (NOTICE); without, taking the session off the queue or looking at it
+ * again in a minute (_compaction_settle).
+ */
+static Datum
+PlanThrough(const LockedSession *s, Datum min_recent, bool min_recent_null, bool force,
+			bool *through_null)
+{
+	int64		after = DatumGetInt64(s->cols[0]);
+	int64		count = DatumGetInt64(s->cols[1]);
+	Datum		args[3] = {s->id, s->cols[0],
+	Int64GetDatum(count - (min_recent_null ? 0 : DatumGetInt32(min_recent)))};
+	char		nulls[3] = {' ', ' ', SPI_NULL(min_recent_null)};
+	Datum		through = (Datum) 0,
+				due;
+	bool		due_null;
+
+	*through_null = true;
+	if (force)
+	{
+		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
+		if (*through_null)
+			ereport(NOTICE,
+					(errmsg("session %s has nothing to summarize", SummaryUuidText(s->id, false)),
+					 errdetail("Its %lld unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).",
+							   (long long) (count - after),
+							   min_recent_null ? "" : psprintf("%d", DatumGetInt32(min_recent)))));
+		return through;
+	}
+	SummaryRun(&due_q, &s->id, NULL, &due, &due_null, 1);
+	if (!due_null && DatumGetBool(due))
+		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
+	/*
+	 * Off the queue, or, if its counters say it is due but its messages do
+	 * not (yet), looked at again in a minute.
+	 */
+	if (*through_null)
+		SummaryRun(&settle_q, &s->id, NULL, &due, &due_null, 1);
+	return through;
+}
+
+/*
  * The plan of the next summary of a session: see the SQL declaration of
  * _summary_plan.  Returns it (a jsonb Datum in the current memory context)
  * and its strategy, or sets *isnull when there is nothing to do.
@@ -199,10 +244,8 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	bool		stnull[4];
 	Datum		args[8];
 	char		nulls[8];
-	Datum		through = (Datum) 0;
-	bool		through_null = true;
-	int64		after,
-				count;
+	Datum		through;
+	bool		through_null;
 	Datum		plan;
 	bool		plan_null;
 
@@ -215,8 +258,6 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	 */
 	if (session_null || !LockSession(&s))
 		return (Datum) 0;
-	after = DatumGetInt64(s.cols[0]);
-	count = DatumGetInt64(s.cols[1]);
 	/* the worker holds no row while its request is in flight, but a claim */
 	if (SummarySessionClaimed(session))
 		ereport(ERROR,
@@ -225,47 +266,9 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 				 errhint("Try again when that summary is done.")));
 	SummaryRun(&settings_q, &session, NULL, st, stnull, 4);
 
-	/*
-	 * Cover the oldest unsummarized messages, keeping the newest
-	 * min_recent_messages and tool groups whole; without force, only when a
-	 * trigger fires.
-	 */
-	args[0] = session;
-	args[1] = s.cols[0];
-	args[2] = Int64GetDatum(count - (stnull[0] ? 0 : DatumGetInt32(st[0])));
-	nulls[0] = nulls[1] = ' ';
-	nulls[2] = SPI_NULL(stnull[0]);
-	if (force)
-	{
-		SummaryRun(&cut_q, args, nulls, &through, &through_null, 1);
-		if (through_null)
-		{
-			ereport(NOTICE,
-					(errmsg("session %s has nothing to summarize", SummaryUuidText(session, false)),
-					 errdetail("Its %lld unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).",
-							   (long long) (count - after),
-							   stnull[0] ? "" : psprintf("%d", DatumGetInt32(st[0])))));
-			return (Datum) 0;
-		}
-	}
-	else
-	{
-		Datum		due;
-		bool		due_null;
-
-		SummaryRun(&due_q, &session, NULL, &due, &due_null, 1);
-		if (!due_null && DatumGetBool(due))
-			SummaryRun(&cut_q, args, nulls, &through, &through_null, 1);
-		if (through_null)
-		{
-			/*
-			 * Off the queue, or, if its counters say it is due but its
-			 * messages do not (yet), looked at again in a minute.
-			 */
-			SummaryRun(&settle_q, &session, NULL, &due, &due_null, 1);
-			return (Datum) 0;
-		}
-	}
+	through = PlanThrough(&s, st[0], stnull[0], force, &through_null);
+	if (through_null)
+		return (Datum) 0;
 
 	if (!stnull[1])
 		*strategy = TextDatumGetCString(st[1]);
