@@ -15,6 +15,9 @@ OBJS = \
 	src/format.o \
 	src/status.o \
 	src/rules.o \
+	src/summary.o \
+	src/compact.o \
+	src/summary_spi.o \
 	src/llm.o \
 	src/launcher.o \
 	src/worker_loop.o \
@@ -96,6 +99,9 @@ src/history.o: src/history.c src/window.h src/ctxwin.h src/compat.h
 src/format.o: src/format.c src/window.h src/ctxwin.h src/compat.h
 src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/rules.o: src/rules.c src/rules.h
+src/summary.o: src/summary.c src/summary.h src/ctxwin.h src/compat.h
+src/compact.o: src/compact.c src/summary.h src/ctxwin.h src/compat.h
+src/summary_spi.o: src/summary_spi.c src/summary.h
 src/messages.o src/trigger.o: src/rules.h
 src/llm.o: src/llm.c src/ctxwin.h src/compat.h
 src/launcher.o: src/launcher.c src/worker.h src/ctxwin.h src/compat.h

@@ -245,3 +245,30 @@ BEGIN
 END $$;
 
 DROP FUNCTION ctxwin._bar(numeric, int);
+
+-- The summary plan and finish, summarize_session and compact in C
+-- (src/summary.c, src/compact.c); the pieces without policy stay SQL.
+CREATE OR REPLACE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_summary_plan'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
+RETURNS ctxwin.summaries
+AS 'MODULE_PATHNAME', 'ctxwin_summary_finish'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
+                                                    instructions text DEFAULT NULL)
+RETURNS ctxwin.summaries
+AS 'MODULE_PATHNAME', 'ctxwin_summarize_session'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_compact'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;

@@ -547,80 +547,14 @@ COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
  * unsummarized message is among the newest min_recent_messages or in an
  * unfinished tool group.  Without force, such a session leaves the
  * compaction queue (the next message that fires a trigger queues it again).
+ * In C (src/summary.c), with the cut, the trigger check and the request in
+ * SQL.
  */
 CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
 RETURNS jsonb
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s ctxwin.sessions;
-    st ctxwin.session_settings;
-    strategy text;
-    through bigint;
-    msgs jsonb;
-    plan jsonb;
-BEGIN
-    -- the session's row stays locked until this transaction ends: nobody
-    -- else summarizes or writes the session meanwhile, so no request is
-    -- paid for a summary whose write would wait.  A row another
-    -- transaction holds is not waited for.
-    BEGIN
-        SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session FOR NO KEY UPDATE NOWAIT;
-    EXCEPTION WHEN lock_not_available THEN
-        RAISE EXCEPTION 'session % is locked by another transaction', p_session
-            USING ERRCODE = 'lock_not_available',
-                  DETAIL = 'A transaction that writes or summarizes the session holds its row; no summary was requested.',
-                  HINT = 'Try again when that transaction ends.';
-    END;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    -- the worker holds no row while its request is in flight, but a claim
-    IF ctxwin._session_claimed(p_session) THEN
-        RAISE EXCEPTION 'session % is being summarized by another backend', p_session
-            USING ERRCODE = 'lock_not_available',
-                  HINT = 'Try again when that summary is done.';
-    END IF;
-    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
-    IF p_force THEN
-        -- cover the oldest unsummarized messages, keeping the newest
-        -- min_recent_messages and tool groups whole
-        through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
-        IF through IS NULL THEN
-            RAISE NOTICE 'session % has nothing to summarize', p_session
-                USING DETAIL = format('Its %s unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).',
-                                      s.message_count - s.summary_through_id, st.min_recent_messages);
-            RETURN NULL;
-        END IF;
-    ELSE
-        IF ctxwin._session_due(p_session) THEN
-            through := ctxwin._summary_cut(p_session, s.summary_through_id, s.message_count - st.min_recent_messages);
-        END IF;
-        IF through IS NULL THEN
-            -- off the queue, or, if its counters say it is due but its
-            -- messages do not (yet), looked at again in a minute
-            PERFORM ctxwin._compaction_settle(p_session);
-            RETURN NULL;
-        END IF;
-    END IF;
-
-    strategy := coalesce(st.summary_strategy,
-                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
-                              THEN 'llm' ELSE 'extractive' END);
-    plan := jsonb_build_object('session', p_session, 'strategy', strategy,
-                               'after', s.summary_through_id, 'through', through,
-                               'version', s.summary_version, 'encoding', st.encoding,
-                               'max_tokens', st.max_summary_tokens, 'instructions', p_instructions);
-    IF strategy = 'extractive' THEN
-        RETURN plan;
-    END IF;
-    IF coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') = 'extractive' THEN
-        RAISE EXCEPTION 'summary strategy "%" needs an LLM, and none is configured', strategy
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Set the profile''s summary_strategy to ''extractive'', or configure ctxwin.llm_provider.';
-    END IF;
-
-    RETURN plan || ctxwin._summary_request(p_session, s.summary_through_id, through, p_instructions);
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_summary_plan'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
 'What the next summary of a session covers and the LLM request that makes it; NULL when there is nothing to summarize';
@@ -630,119 +564,26 @@ COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
  * LLM's answer, checks it and writes it with a compare-and-set (only if the
  * session's summary did not change since the plan), with its summaries row,
  * flush event and NOTIFY.  Raises, leaving everything as it was, for an
- * answer that must not become a summary.
+ * answer that must not become a summary.  In C (src/summary.c), with the
+ * extractive summarizer and the answer check (_llm_answer) in SQL.
  */
 CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
 RETURNS ctxwin.summaries
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    sid uuid := plan ->> 'session';
-    strategy text := plan ->> 'strategy';
-    after bigint := (plan ->> 'after')::bigint;
-    through bigint := (plan ->> 'through')::bigint;
-    enc text := plan ->> 'encoding';
-    max_tokens int := (plan ->> 'max_tokens')::int;
-    prev text;
-    content text;
-    tokens int;
-    t0 timestamptz := clock_timestamp();
-    latency int;
-    v int;
-    a jsonb;
-    used_model text;
-    usage jsonb;
-    result ctxwin.summaries;
-BEGIN
-    -- locked since the plan, unless the LLM was called in between (the
-    -- worker): then a row another transaction holds is not waited for
-    SELECT x.conversation_summary INTO prev FROM ctxwin.sessions x
-    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
-    FOR NO KEY UPDATE NOWAIT;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
-            USING ERRCODE = 'serialization_failure',
-                  DETAIL = 'The new summary was discarded.',
-                  HINT = 'Call summarize_session again.';
-    END IF;
-    IF strategy = 'extractive' THEN
-        content := ctxwin.extractive_summary(prev, ctxwin._summary_messages(sid, after, through), max_tokens,
-                                             enc, plan ->> 'instructions');
-        latency := (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int;
-    ELSE
-        a := ctxwin._llm_answer(answer, (plan ->> 'answer_tokens')::int);
-        content := concat_ws(E'\n\n', plan ->> 'facts', a ->> 'content');
-        used_model := coalesce(a ->> 'model', plan ->> 'model');
-        usage := a -> 'usage';
-        latency := coalesce((answer ->> 'total_ms')::int, (a ->> 'latency_ms')::int);
-    END IF;
-    IF content IS NULL OR btrim(content) = '' THEN
-        RAISE EXCEPTION 'the % summarizer returned an empty summary', strategy
-            USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
-    END IF;
-    tokens := ctxwin.count_tokens(content, enc);
-    IF tokens > max_tokens THEN
-        RAISE EXCEPTION 'the % summarizer returned % tokens, over max_summary_tokens (%)', strategy, tokens, max_tokens
-            USING ERRCODE = 'data_exception', DETAIL = 'The session was left unchanged.';
-    END IF;
-
-    -- compare-and-set: only if nobody moved the summary point meanwhile.
-    -- The sessions trigger derives the rest: summary_version and
-    -- summary_updated_at, and the failures, retry time and last error cleared.
-    UPDATE ctxwin.sessions x
-    SET conversation_summary = content,
-        summary_through_id = through
-    WHERE x.id = sid AND x.summary_through_id = after AND x.summary_version = (plan ->> 'version')::int
-    RETURNING x.summary_version INTO v;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'the summary of session % changed while it was being summarized', sid
-            USING ERRCODE = 'serialization_failure',
-                  DETAIL = 'The new summary was discarded.',
-                  HINT = 'Call summarize_session again.';
-    END IF;
-
-    INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count,
-                                  strategy, model, usage, latency_ms)
-    VALUES (sid, v, after + 1, through, content, tokens, strategy, used_model, usage, latency)
-    RETURNING * INTO result;
-    INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
-    VALUES (sid, v, after + 1, through);
-    IF coalesce(current_setting('ctxwin.flush_notify', true), 'on') NOT IN ('off', 'false', '0') THEN
-        PERFORM pg_notify('ctxwin_flush', json_build_object('session_id', sid, 'id', v, 'from_id', after + 1,
-                                                            'through_id', through)::text);
-    END IF;
-    RETURN result;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_summary_finish'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
 'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
 
+-- The plan, the LLM request (_llm_summarize) and the finish, in this
+-- backend and transaction.  In C (src/compact.c).
 CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
                                          instructions text DEFAULT NULL)
 RETURNS ctxwin.summaries
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    plan jsonb;
-    answer jsonb;
-    t0 timestamptz;
-BEGIN
-    PERFORM ctxwin._session_must_exist(session);
-    IF force IS NULL THEN
-        RAISE EXCEPTION 'force must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- one summarizer per session at a time: _summary_plan locks the row
-    -- (refusing at once a row another transaction holds, or a session the
-    -- worker has a request in flight for) until this transaction ends
-    plan := ctxwin._summary_plan(session, force, instructions);
-    IF plan IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF plan ->> 'strategy' <> 'extractive' THEN
-        t0 := clock_timestamp();
-        answer := ctxwin._llm_summarize(plan);
-        answer := answer || jsonb_build_object('total_ms', (extract(epoch FROM clock_timestamp() - t0) * 1000::numeric)::int);
-    END IF;
-    RETURN ctxwin._summary_finish(plan, answer);
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_summarize_session'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
 'Summarizes the oldest unsummarized messages of a session now, in this backend (all but the newest min_recent_messages, tool groups whole); without force only when a trigger fires. Writes the session, a summaries row and a flush event in this transaction.';

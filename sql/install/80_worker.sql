@@ -38,54 +38,14 @@ LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS
 'Whether the background worker has an LLM request in flight for a session';
 
+-- The queued sessions, oldest queued first, each summarized in a
+-- subtransaction of its own; a failure is recorded with _compaction_failed.
+-- In C (src/compact.c).
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    sid uuid;
-    done int := 0;
-    taken int := 0;
-    r ctxwin.summaries;
-    max_failures int := coalesce(current_setting('ctxwin.max_failures', true), '3')::int;
-    last_at timestamptz;
-    last_id uuid;
-BEGIN
-    IF max_sessions IS NULL OR max_sessions <= 0 THEN
-        RAISE EXCEPTION 'max_sessions must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    WHILE taken < max_sessions LOOP
-        -- The oldest queued session after the last one taken that nobody
-        -- else holds, locked until this transaction ends: a row another
-        -- transaction holds is passed over, not waited for (SKIP LOCKED
-        -- looks further down the queue), and so is a session the worker
-        -- has a request in flight for.  One at a time: the rows not taken
-        -- yet stay free for others meanwhile.
-        SELECT x.id, x.compaction_queued_at INTO sid, last_at
-        FROM ctxwin.sessions x
-        WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < max_failures
-          AND (last_id IS NULL OR (x.compaction_queued_at, x.id) > (last_at, last_id))
-          AND NOT ctxwin._session_claimed(x.id)
-        ORDER BY x.compaction_queued_at, x.id
-        LIMIT 1
-        FOR NO KEY UPDATE SKIP LOCKED;
-        EXIT WHEN NOT FOUND;
-        last_id := sid;
-        taken := taken + 1;
-        -- claimed by the worker between the look and the lock
-        CONTINUE WHEN ctxwin._session_claimed(sid);
-        -- each session in a subtransaction of its own
-        BEGIN
-            r := ctxwin.summarize_session(sid, false);
-            IF r.session_id IS NOT NULL THEN
-                done := done + 1;
-            END IF;
-        EXCEPTION WHEN OTHERS THEN
-            -- recorded, and the session stays queued for a later attempt
-            PERFORM ctxwin._compaction_failed(sid, SQLERRM);
-        END;
-    END LOOP;
-    RETURN done;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_compact'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.compact(int) IS
 'Summarizes up to max_sessions queued sessions in this backend, oldest queued first; sessions whose row another transaction holds, that the worker is summarizing, or whose last ctxwin.max_failures compactions failed, are skipped. Returns how many were summarized.';

@@ -1,0 +1,61 @@
+/*
+ * summary.h
+ *		The two halves of a summary (src/summary.c), for the entry points that
+ *		use them in one backend (src/compact.c), and the SPI helpers they
+ *		share (src/summary_spi.c).  Every function here expects its caller to be connected to SPI.
+ */
+#ifndef CTXWIN_SUMMARY_H
+#define CTXWIN_SUMMARY_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/elog.h"
+#include "utils/timestamp.h"
+
+#define SUMMARY_QUERY_MAX_ARGS 10
+
+/*
+ * A query of the summary code: its text and parameter types, prepared on
+ * first use and kept for the life of the backend (PostgreSQL replans it
+ * after DDL).  Every name in it is schema-qualified.
+ */
+typedef struct SummaryQuery
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[SUMMARY_QUERY_MAX_ARGS];
+	SPIPlanPtr	plan;
+} SummaryQuery;
+
+/* Runs q; the first row's first ncols columns copied into the current memory context.  Returns the row count. */
+extern uint64 SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
+						 Datum *cols, bool *colnulls, int ncols);
+
+/* Runs body(arg) in a subtransaction, as a PL/pgSQL block with an exception handler does: NULL if it succeeded, else its error (rolled back). */
+extern ErrorData *SummaryTry(void (*body) (void *), void *arg);
+
+/* Ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
+extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
+
+/* Milliseconds since t0, rounded as SQL rounds a numeric to an int. */
+extern int32 SummaryMsSince(TimestampTz t0);
+
+/* A value as PL/pgSQL's RAISE shows it: the text, or <NULL>. */
+extern const char *SummaryShown(const char *s);
+
+/* The uuid as text, or <NULL>. */
+extern const char *SummaryUuidText(Datum id, bool isnull);
+
+/* Whether the background worker has an LLM request in flight for the session. */
+extern bool SummarySessionClaimed(Datum session);
+
+/* The plan of the next summary of a session (see _summary_plan), or (Datum) 0 with *isnull; *strategy: the plan's. */
+extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
+						 bool instructions_null, bool *isnull, const char **strategy);
+
+/* Makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
+extern Datum SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null);
+
+#endif							/* CTXWIN_SUMMARY_H */
