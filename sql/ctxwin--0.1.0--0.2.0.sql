@@ -272,3 +272,149 @@ RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_compact'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
+
+-- The defaults of ctxwin.llm_max_retries and ctxwin.llm_model are the C
+-- settings' own: these functions run only from the library's C code, which
+-- defines the settings, so they no longer repeat the defaults.
+CREATE OR REPLACE FUNCTION ctxwin._llm_summarize(plan jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := (plan ->> 'session')::uuid;
+    through bigint := (plan ->> 'through')::bigint;
+    s record;
+    req jsonb;
+    body jsonb;
+    r jsonb;
+    status int;
+    nxt jsonb;
+    failures int := 0;
+    rate_waits int := 0;
+    requests int := 0;
+    retries int := current_setting('ctxwin.llm_max_retries')::int;
+    last_err text;
+BEGIN
+    IF sid IS NULL OR NOT ctxwin._caller_sees_session(sid) THEN
+        RAISE EXCEPTION 'session % does not exist', coalesce(sid::text, 'NULL')
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF (plan ->> 'after')::bigint IS DISTINCT FROM s.summary_through_id OR through IS NULL
+       OR through <= s.summary_through_id OR through > s.message_count THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A plan covers messages after the session''s summary_through_id, up to its newest message.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    req := ctxwin._summary_request(sid, s.summary_through_id, through, left(plan ->> 'instructions', 2000));
+    IF (req ->> 'through')::bigint IS DISTINCT FROM through THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The messages of the plan do not fit one summary request.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
+                                req ->> 'model');
+    LOOP
+        requests := requests + 1;
+        BEGIN
+            r := ctxwin._llm_post(body);
+        EXCEPTION WHEN connection_failure THEN
+            last_err := SQLERRM;
+            r := NULL;
+        END;
+        status := (r ->> 'status')::int;
+        IF status BETWEEN 200 AND 299 THEN
+            RETURN r || jsonb_build_object('requests', requests);
+        END IF;
+        IF r IS NOT NULL THEN
+            last_err := ctxwin._llm_error_text(r);
+        END IF;
+        nxt := ctxwin._llm_next_try(status, r ->> 'retry_after', failures, rate_waits, retries);
+        IF (nxt ->> 'refused')::boolean THEN
+            RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF NOT (nxt ->> 'retry')::boolean THEN
+            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF (nxt ->> 'charged')::boolean THEN
+            failures := failures + 1;
+        ELSE
+            rate_waits := rate_waits + 1;
+        END IF;
+        PERFORM pg_sleep((nxt ->> 'wait')::float8);
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model'));
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', st.max_summary_tokens)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - st.max_summary_tokens - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
+            CHECK FOR INTERRUPTS;
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+                                      'prompt', prompt, 'model', model);
+END $$;

@@ -17,6 +17,7 @@
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/rls.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -98,6 +99,45 @@ CtxwinDirectReadable(Oid relid)
 	return get_rel_relkind(relid) == RELKIND_RELATION &&
 		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
 		GetConfigOption("citus.version", true, false) == NULL;
+}
+
+/*
+ * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
+ * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
+ * subtransaction released), else its error, copied into the caller's
+ * memory context, with the subtransaction rolled back.  fn runs in the
+ * caller's memory context and resource owner's subtransaction; at_end (if
+ * not NULL) runs first on either way out, before the subtransaction ends.
+ */
+ErrorData *
+CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		if (at_end)
+			at_end();
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		if (at_end)
+			at_end();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return edata;
 }
 
 /*

@@ -97,6 +97,9 @@ extern int	ctxwin_bookkeeping_depth;
 /* ctxwin.c: whether C code may read one of ctxwin's tables without SQL */
 extern bool CtxwinDirectReadable(Oid relid);
 
+/* ctxwin.c: fn(arg) in a subtransaction; its error (copied), or NULL */
+extern ErrorData *CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void));
+
 /* ctxwin.c: a query prepared once per backend, generic plan, kept */
 extern SPIPlanPtr CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes);
 

@@ -21,6 +21,8 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "ctxwin.h"
+
 #include "summary.h"
 
 static SummaryQuery claimed_q = {
@@ -42,17 +44,8 @@ SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
 	int			rc,
 				i;
 
-	if (q->plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare(q->sql, q->nargs, q->argtypes);
-
-		if (p == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s", q->sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(p) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		q->plan = p;
-	}
-	rc = SPI_execute_plan(q->plan, (Datum *) args, nulls, false, 0);
+	rc = SPI_execute_plan(CtxwinKeptPlan(&q->plan, q->sql, q->nargs, q->argtypes),
+						  (Datum *) args, nulls, false, 0);
 	MemoryContextSwitchTo(mcx);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s", q->sql, SPI_result_code_string(rc));
@@ -85,32 +78,11 @@ SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
 ErrorData *
 SummaryTry(void (*body) (void *), void *arg)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
+	ErrorData  *edata = CtxwinInSubxact(body, arg, NULL);
 
-	BeginInternalSubTransaction(NULL);
-	/* the body runs in the caller's memory context */
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
-	{
-		body(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || edata->sqlerrcode == ERRCODE_ASSERT_FAILURE)
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
+	if (edata != NULL &&
+		(edata->sqlerrcode == ERRCODE_QUERY_CANCELED || edata->sqlerrcode == ERRCODE_ASSERT_FAILURE))
+		ReThrowError(edata);
 	return edata;
 }
 

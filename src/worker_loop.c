@@ -84,40 +84,17 @@ DisarmStatementTimeout(void)
 bool
 RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
+	ErrorData  *e;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
 	ArmStatementTimeout();
-	PG_TRY();
-	{
-		fn(arg);
-		DisarmStatementTimeout();
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *e;
-
-		DisarmStatementTimeout();
-		MemoryContextSwitchTo(cxt);
-		e = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		*err = pstrdup(e->message ? e->message : "unknown error");
-		if (sqlstate)
-			*sqlstate = e->sqlerrcode;
-		FreeErrorData(e);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	e = CtxwinInSubxact(fn, arg, DisarmStatementTimeout);
+	if (e == NULL)
+		return true;
+	*err = pstrdup(e->message ? e->message : "unknown error");
+	if (sqlstate)
+		*sqlstate = e->sqlerrcode;
+	FreeErrorData(e);
+	return false;
 }
 
 /* A statement for SubxactQueryRun, and where its first row goes. */

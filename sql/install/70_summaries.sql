@@ -220,7 +220,7 @@ DECLARE
     failures int := 0;
     rate_waits int := 0;
     requests int := 0;
-    retries int := coalesce(current_setting('ctxwin.llm_max_retries', true), '3')::int;
+    retries int := current_setting('ctxwin.llm_max_retries')::int;
     last_err text;
 BEGIN
     IF sid IS NULL OR NOT ctxwin._caller_sees_session(sid) THEN
@@ -493,7 +493,7 @@ BEGIN
                               THEN 'llm' ELSE 'extractive' END);
     -- the request must fit the summary model's window, which may be smaller
     -- than the session's (a model ctxwin.models does not know: the session's)
-    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model', true), 'gpt-4o-mini');
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model'));
     SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
     FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
     summary_window := coalesce(summary_window, st.context_window);
