@@ -418,3 +418,7 @@ BEGIN
     RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
                                       'prompt', prompt, 'model', model);
 END $$;
+
+-- Whether a session argument names a session is checked in C
+-- (src/session.c), by every function that takes one.
+DROP FUNCTION ctxwin._session_must_exist(uuid);

@@ -653,20 +653,6 @@ COMMENT ON FUNCTION ctxwin._messages_guard() IS
 CREATE TRIGGER messages_guard BEFORE UPDATE OR DELETE ON ctxwin.messages
     FOR EACH ROW EXECUTE FUNCTION ctxwin._messages_guard();
 
-CREATE FUNCTION ctxwin._session_must_exist(p_session uuid) RETURNS void
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF p_session IS NULL THEN
-        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = p_session) THEN
-        RAISE EXCEPTION 'session % does not exist', p_session USING ERRCODE = 'no_data_found';
-    END IF;
-END $$;
-
-COMMENT ON FUNCTION ctxwin._session_must_exist(uuid) IS
-'Raises no_data_found for a session id that names no session';
-
 CREATE FUNCTION ctxwin.messages_after(session uuid, after_id bigint DEFAULT NULL)
 RETURNS SETOF ctxwin.messages
 AS 'MODULE_PATHNAME', 'ctxwin_messages_after'

@@ -26,15 +26,12 @@
 
 #include "ctxwin.h"
 #include "summary.h"
+#include "window.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_summarize_session);
 PG_FUNCTION_INFO_V1(ctxwin_compact);
 
 #define OP(o) "OPERATOR(pg_catalog." o ")"
-
-static SummaryQuery must_exist_q = {
-	"SELECT ctxwin._session_must_exist($1)", 1, {UUIDOID}
-};
 
 static SummaryQuery llm_q = {
 	"SELECT ctxwin._llm_summarize($1)", 1, {JSONBOID}
@@ -75,14 +72,12 @@ SummarizeSession(Datum session, bool session_null, bool force, bool force_null,
 				 Datum instructions, bool instructions_null, bool *isnull)
 {
 	Datum		plan,
-				answer = (Datum) 0,
-				v;
+				answer = (Datum) 0;
 	bool		plan_null,
-				answer_null = true,
-				v_null;
+				answer_null = true;
 	const char *strategy;
 
-	SummaryRun(&must_exist_q, &session, session_null ? "n" : " ", &v, &v_null, 1);
+	CtxwinSessionMustExist((NullableDatum) {.value = session, .isnull = session_null});
 	if (force_null)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
