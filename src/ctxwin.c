@@ -1,10 +1,13 @@
 /*
  * ctxwin.c
- *		Module entry point.
+ *		Module entry point, settings, and the helpers every file shares.
  *
  * ctxwin manages the context window of LLM conversations stored in
- * PostgreSQL.  This file declares the module; the SQL-callable functions live
- * with the code they expose (tokenizer.c for token counting).
+ * PostgreSQL.  This file declares the module and its settings, the library
+ * version checks, and the small helpers the other files share: columns of
+ * an SPI row, kept plans, a subtransaction, whether a table may be read
+ * without SQL.  The SQL-callable functions live with the code they expose
+ * (src/MAP.md lists them).
  */
 #include "postgres.h"
 
