@@ -101,34 +101,43 @@
 PG_FUNCTION_INFO_V1(ctxwin_messages_insert);
 
 /*
- * The session row, locked (FOR NO KEY UPDATE: the lock orders concurrent
- * inserts into one session, so ids follow commit order).
+ * The columns of a session's row the insert trigger reads, the key first;
+ * the row is locked FOR NO KEY UPDATE (the lock orders concurrent inserts
+ * into one session, so ids follow commit order).  Read and locked directly
+ * (see LockSessionDirect) where the table is DirectReadable, else by
+ * session_lock_query.
  */
-static const char *const lock_query =
-"SELECT x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
-"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, "
-"       x.compaction_queued_at IS NOT NULL, "
-"       x.compaction_queued_at IS NULL OR x.compaction_failures OPERATOR(pg_catalog.>) 0 "
-"           OR x.compaction_retry_at IS NOT NULL, "
-"       x.profile "
+static const char *const session_cols[] = {
+	"id", "message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
+	"prompt_tokens", "count_encoding", "pending_tool_calls", "profile",
+	"compaction_queued_at", "compaction_failures", "compaction_retry_at"
+};
+
+/* indexes into session_cols */
+typedef enum SessionColumn
+{
+	SC_ID,
+	SC_MESSAGE_COUNT,
+	SC_TOKEN_COUNT,
+	SC_UNSUMMARIZED_MESSAGES,
+	SC_UNSUMMARIZED_TOKENS,
+	SC_PROMPT_TOKENS,
+	SC_COUNT_ENCODING,
+	SC_PENDING_TOOL_CALLS,
+	SC_PROFILE,
+	SC_QUEUED_AT,
+	SC_FAILURES,
+	SC_RETRY_AT,
+	SC_NCOLUMNS
+} SessionColumn;
+
+static const char *const session_lock_query =
+"SELECT x.id, x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
+"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.profile, "
+"       x.compaction_queued_at, x.compaction_failures, x.compaction_retry_at "
 "FROM ctxwin.sessions x "
 "WHERE x.id OPERATOR(pg_catalog.=) $1 "
 "FOR NO KEY UPDATE OF x";
-
-/* columns of lock_query */
-enum
-{
-	L_MESSAGE_COUNT = 1,
-	L_TOKEN_COUNT,
-	L_UNSUMMARIZED_MESSAGES,
-	L_UNSUMMARIZED_TOKENS,
-	L_PROMPT_TOKENS,
-	L_COUNT_ENCODING,
-	L_PENDING_TOOL_CALLS,
-	L_QUEUED,
-	L_WAKE,						/* not queued, or queued but failing */
-	L_PROFILE
-};
 
 /*
  * The settings of the session's profile and model.  Read by primary key
@@ -171,7 +180,7 @@ static const char *const model_cols[] = {"name", "encoding", "context_window"};
  * The counters of a session whose counters are in another encoding than its
  * model's now (its profile or the profile's model changed, or it was
  * restored so): recounted in the new one.  The row is locked by
- * lock_query, so it is the row that query read.
+ * LockSession, so it is the row that it read.
  */
 static const char *const recount_query =
 "SELECT ctxwin._unsummarized_tokens(x.id, x.summary_through_id, $2), "
@@ -200,7 +209,7 @@ static const char *const update_query =
 "WHERE id OPERATOR(pg_catalog.=) $1";
 
 /* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
-static SPIPlanPtr lock_plan = NULL;
+static SPIPlanPtr session_lock_plan = NULL;
 static SPIPlanPtr settings_plan = NULL;
 static SPIPlanPtr recount_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
@@ -223,33 +232,20 @@ KeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDe
 }
 
 /*
- * The row of a ctxwin table (profiles, models) whose primary key, a text,
- * is key: the columns cols (cols[0] is the key) into vals and nulls,
- * copied.  False if there is none.  The caller has checked that the table
- * is DirectReadable; the privileges are checked here as the
- * executor checks them for a query that reads these columns: SELECT on the
- * table, or else on each of the columns.
+ * The attribute numbers of cols in rel, after the privilege check the
+ * executor makes for a query that reads them: SELECT on the table, or else
+ * on each of the columns.
  */
-static bool
-FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int ncols,
-		 Datum *vals, bool *nulls)
+static void
+ReadableColumns(Relation rel, const char *const *cols, int ncols, AttrNumber *attnos)
 {
-	Relation	rel = table_open(relid, AccessShareLock);
-	TupleDesc	desc = RelationGetDescr(rel);
-	AttrNumber	attnos[8];
+	Oid			relid = RelationGetRelid(rel);
 	Oid			userid = GetUserId();
-	Oid			indexid;
-	Relation	index;
-	ScanKeyData skey;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	bool		found;
 	int			i;
 
-	Assert(ncols <= lengthof(attnos));
 	for (i = 0; i < ncols; i++)
 	{
-		attnos[i] = SPI_fnumber(desc, cols[i]);
+		attnos[i] = SPI_fnumber(RelationGetDescr(rel), cols[i]);
 		if (attnos[i] <= 0)
 			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
 	}
@@ -260,35 +256,140 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 				aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
 							   RelationGetRelationName(rel));
 	}
+}
 
-	indexid = RelationGetPrimaryKeyIndex_compat(rel);
+/* The primary key index of rel, opened: it must be its column attno alone. */
+static Relation
+OpenPrimaryKey(Relation rel, AttrNumber attno)
+{
+	Oid			indexid = RelationGetPrimaryKeyIndex_compat(rel);
+	Relation	index;
+
 	if (!OidIsValid(indexid))
 		elog(ERROR, "%s has no primary key", RelationGetRelationName(rel));
 	index = index_open(indexid, AccessShareLock);
-	if (index->rd_index->indnatts != 1 || index->rd_index->indkey.values[0] != attnos[0])
-		elog(ERROR, "the primary key of %s is not its column \"%s\"",
-			 RelationGetRelationName(rel), cols[0]);
+	if (index->rd_index->indnatts != 1 || index->rd_index->indkey.values[0] != attno)
+		elog(ERROR, "the primary key of %s is not its column \"%s\"", RelationGetRelationName(rel),
+			 NameStr(TupleDescAttr(RelationGetDescr(rel), attno - 1)->attname));
+	return index;
+}
+
+/*
+ * The row of rel whose primary key (index) equals key, by the equality
+ * function eqproc, as snapshot sees it, into slot.  False if there is none.
+ */
+static bool
+FetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot, RegProcedure eqproc, Datum key,
+				  TupleTableSlot *slot)
+{
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	bool		found;
+
 	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(key));
-	slot = table_slot_create(rel, NULL);
+						   index->rd_indcollation[0], eqproc, key);
 	scan = index_beginscan_compat(rel, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	if (found)
-	{
-		for (i = 0; i < ncols; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, attnos[i] - 1);
-			Datum		d = slot_getattr(slot, attnos[i], &nulls[i]);
-
-			vals[i] = nulls[i] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
-		}
-	}
 	index_endscan(scan);
+	return found;
+}
+
+/* The columns attnos of the row in slot, copied into the current memory context. */
+static void
+SlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols, Datum *vals, bool *nulls)
+{
+	int			i;
+
+	for (i = 0; i < ncols; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(slot->tts_tupleDescriptor, attnos[i] - 1);
+		Datum		d = slot_getattr(slot, attnos[i], &nulls[i]);
+
+		vals[i] = nulls[i] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
+	}
+}
+
+/*
+ * The row of a ctxwin table (profiles, models) whose primary key, a text,
+ * is key: the columns cols (cols[0] is the key) into vals and nulls,
+ * copied.  False if there is none.  The caller has checked that the table
+ * is DirectReadable; the privileges are checked as the executor checks them
+ * for a query that reads these columns.
+ */
+static bool
+FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int ncols,
+		 Datum *vals, bool *nulls)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	AttrNumber	attnos[8];
+	Relation	index;
+	TupleTableSlot *slot;
+	bool		found;
+
+	Assert(ncols <= lengthof(attnos));
+	ReadableColumns(rel, cols, ncols, attnos);
+	index = OpenPrimaryKey(rel, attnos[0]);
+	slot = table_slot_create(rel, NULL);
+	found = FetchByPrimaryKey(rel, index, snapshot, F_TEXTEQ, PointerGetDatum(key), slot);
+	if (found)
+		SlotColumns(slot, attnos, ncols, vals, nulls);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);
 	table_close(rel, NoLock);
 	return found;
+}
+
+/*
+ * Locks the row in slot FOR NO KEY UPDATE as SELECT ... FOR NO KEY UPDATE
+ * (nodeLockRows.c) does: at READ COMMITTED a row updated since the snapshot
+ * is locked in its newest version, put in slot, if that still has the key;
+ * at REPEATABLE READ and SERIALIZABLE such a row is a serialization
+ * failure.  False if the row is gone (or was changed by this command).
+ */
+static bool
+LockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot snapshot, AttrNumber keyattno,
+				 Datum key)
+{
+	ItemPointerData tid = slot->tts_tid;
+	TM_FailureData tmfd;
+	TM_Result	res;
+	bool		isnull;
+
+	res = table_tuple_lock(rel, &tid, snapshot, slot, GetCurrentCommandId(true),
+						   LockTupleNoKeyExclusive, LockWaitBlock,
+						   IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+						   &tmfd);
+	switch (res)
+	{
+		case TM_Ok:
+			if (tmfd.traversed)
+			{
+				/* the newest version: its key may have changed */
+				Datum		newkey = slot_getattr(slot, keyattno, &isnull);
+
+				return !isnull && DatumGetBool(DirectFunctionCall2(uuid_eq, newkey, key));
+			}
+			return true;
+		case TM_SelfModified:
+			return false;
+		case TM_Updated:
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			if (res == TM_Deleted)
+				return false;
+			elog(ERROR, "unexpected table_tuple_lock status: %u", res);
+			break;
+		case TM_Invisible:
+			elog(ERROR, "attempted to lock invisible tuple");
+			break;
+		default:
+			elog(ERROR, "unrecognized table_tuple_lock status: %u", res);
+	}
+	return false;				/* keep the compiler quiet */
 }
 
 /*
@@ -972,32 +1073,97 @@ CtxwinTriggerInit(void)
 	RegisterSubXactCallback(PendingSubXactCallback, NULL);
 }
 
+/*
+ * A session's row (session_cols), locked, read directly from the table and
+ * its primary key.  The privileges are checked as the executor checks them
+ * for session_lock_query: SELECT on the columns read, and, for FOR NO KEY
+ * UPDATE, UPDATE on the table or any of its columns.  As for SPI's query,
+ * the command counter is advanced first, so the row is seen as changed by
+ * the statement so far.  False if there is no such row.
+ */
+static bool
+LockSessionDirect(Oid relid, Datum session_id, Datum *vals, bool *nulls)
+{
+	Relation	rel = table_open(relid, RowShareLock);
+	Oid			userid = GetUserId();
+	AttrNumber	attnos[SC_NCOLUMNS];
+	Relation	index;
+	Snapshot	snapshot;
+	TupleTableSlot *slot;
+	bool		found;
+
+	ReadableColumns(rel, session_cols, SC_NCOLUMNS, attnos);
+	if (pg_class_aclcheck(relid, userid, ACL_UPDATE) != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relid, userid, ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
+					   RelationGetRelationName(rel));
+	index = OpenPrimaryKey(rel, attnos[SC_ID]);
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	slot = table_slot_create(rel, NULL);
+	found = FetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot) &&
+		LockRowForUpdate(rel, slot, snapshot, attnos[SC_ID], session_id);
+	if (found)
+		SlotColumns(slot, attnos, SC_NCOLUMNS, vals, nulls);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * A session's row (session_cols), locked, into vals and nulls: directly
+ * where ctxwin.sessions is DirectReadable, else by session_lock_query.
+ * False if there is no such row.  Needs SPI.
+ */
+static bool
+LockSession(Datum session_id, Datum *vals, bool *nulls)
+{
+	Oid			sessions = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
+	TupleDesc	desc;
+	HeapTuple	row;
+	int			i;
+
+	if (!OidIsValid(sessions))
+		elog(ERROR, "ctxwin.sessions is missing");
+	if (DirectReadable(sessions))
+		return LockSessionDirect(sessions, session_id, vals, nulls);
+	row = KeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
+	if (row == NULL)
+		return false;
+	for (i = 0; i < SC_NCOLUMNS; i++)
+		vals[i] = SPI_getbinval(row, desc, i + 1, &nulls[i]);
+	return true;
+}
+
 /* Reads a session's row, locked, into counters in pending_cxt.  Needs SPI. */
 static bool
 ReadSession(Datum session_id, Counters *c)
 {
-	TupleDesc	desc;
-	HeapTuple	row = KeptPlanRow(&lock_plan, lock_query, UUIDOID, session_id, &desc);
-	Datum		d;
-	bool		isnull;
+	Datum		vals[SC_NCOLUMNS];
+	bool		nulls[SC_NCOLUMNS];
 
-	if (row == NULL)
+	if (!LockSession(session_id, vals, nulls))
 		return false;
+	/* NOT NULL columns, but for count_encoding, pending_tool_calls and the times */
+	if (nulls[SC_MESSAGE_COUNT] || nulls[SC_TOKEN_COUNT] || nulls[SC_UNSUMMARIZED_MESSAGES] ||
+		nulls[SC_UNSUMMARIZED_TOKENS] || nulls[SC_PROMPT_TOKENS] || nulls[SC_PROFILE] ||
+		nulls[SC_FAILURES])
+		elog(ERROR, "unexpected NULL in the counters of session %s", UuidText(session_id));
 	memset(c, 0, sizeof(*c));
-	/* NOT NULL columns, but for count_encoding and pending_tool_calls */
-	c->message_count = DatumGetInt64(SPI_getbinval(row, desc, L_MESSAGE_COUNT, &isnull));
-	c->token_count = DatumGetInt64(SPI_getbinval(row, desc, L_TOKEN_COUNT, &isnull));
-	c->unsummarized_messages = DatumGetInt64(SPI_getbinval(row, desc, L_UNSUMMARIZED_MESSAGES, &isnull));
-	c->unsummarized_tokens = DatumGetInt64(SPI_getbinval(row, desc, L_UNSUMMARIZED_TOKENS, &isnull));
-	c->prompt_tokens = DatumGetInt32(SPI_getbinval(row, desc, L_PROMPT_TOKENS, &isnull));
-	d = SPI_getbinval(row, desc, L_COUNT_ENCODING, &isnull);
-	c->count_encoding = isnull ? NULL : CopyText(DatumGetTextPP(d));
-	d = SPI_getbinval(row, desc, L_PENDING_TOOL_CALLS, &isnull);
-	c->pending = isnull ? NULL : CopyArray(DatumGetArrayTypeP(d));
-	c->queued = DatumGetBool(SPI_getbinval(row, desc, L_QUEUED, &isnull));
-	c->wake_next = DatumGetBool(SPI_getbinval(row, desc, L_WAKE, &isnull));
-	d = SPI_getbinval(row, desc, L_PROFILE, &isnull);
-	c->profile = CopyText(DatumGetTextPP(d));
+	c->message_count = DatumGetInt64(vals[SC_MESSAGE_COUNT]);
+	c->token_count = DatumGetInt64(vals[SC_TOKEN_COUNT]);
+	c->unsummarized_messages = DatumGetInt64(vals[SC_UNSUMMARIZED_MESSAGES]);
+	c->unsummarized_tokens = DatumGetInt64(vals[SC_UNSUMMARIZED_TOKENS]);
+	c->prompt_tokens = DatumGetInt32(vals[SC_PROMPT_TOKENS]);
+	c->count_encoding = nulls[SC_COUNT_ENCODING] ? NULL : CopyText(DatumGetTextPP(vals[SC_COUNT_ENCODING]));
+	c->pending = nulls[SC_PENDING_TOOL_CALLS] ? NULL :
+		CopyArray(DatumGetArrayTypeP(vals[SC_PENDING_TOOL_CALLS]));
+	c->profile = CopyText(DatumGetTextPP(vals[SC_PROFILE]));
+	c->queued = !nulls[SC_QUEUED_AT];
+	/* not queued, or queued but failing: its next queueing message wakes the worker */
+	c->wake_next = !c->queued || DatumGetInt32(vals[SC_FAILURES]) > 0 || !nulls[SC_RETRY_AT];
 	return true;
 }
 
