@@ -8,6 +8,9 @@ OBJS = \
 	src/tokenizer.o \
 	src/messages.o \
 	src/trigger.o \
+	src/counters.o \
+	src/session_read.o \
+	src/sessions_guard.o \
 	src/session.o \
 	src/window.o \
 	src/history.o \
