@@ -10,6 +10,7 @@ OBJS = \
 	src/trigger.o \
 	src/counters.o \
 	src/session_read.o \
+	src/session_write.o \
 	src/sessions_guard.o \
 	src/session.o \
 	src/window.o \

@@ -243,6 +243,11 @@ CtxwinCountersWrite(PendingSession *e)
 		return;
 	}
 
+	if (CtxwinWriteSessionDirect(UUIDPGetDatum(&id), &c))
+	{
+		FreeCounters(&c);
+		return;
+	}
 	args[0] = UUIDPGetDatum(&id);
 	args[1] = Int64GetDatum(c.message_count);
 	args[2] = Int64GetDatum(c.token_count);

@@ -143,8 +143,8 @@ ReadableColumns(Relation rel, const char *const *cols, int ncols, AttrNumber *at
 }
 
 /* The primary key index of rel, opened: it must be its column attno alone. */
-static Relation
-OpenPrimaryKey(Relation rel, AttrNumber attno)
+Relation
+CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno)
 {
 	Oid			indexid = RelationGetPrimaryKeyIndex_compat(rel);
 	Relation	index;
@@ -162,8 +162,8 @@ OpenPrimaryKey(Relation rel, AttrNumber attno)
  * The row of rel whose primary key (index) equals key, by the equality
  * function eqproc, as snapshot sees it, into slot.  False if there is none.
  */
-static bool
-FetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot, RegProcedure eqproc, Datum key,
+bool
+CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot, RegProcedure eqproc, Datum key,
 				  TupleTableSlot *slot)
 {
 	ScanKeyData skey;
@@ -213,9 +213,9 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 
 	Assert(ncols <= lengthof(attnos));
 	ReadableColumns(rel, cols, ncols, attnos);
-	index = OpenPrimaryKey(rel, attnos[0]);
+	index = CtxwinOpenPrimaryKey(rel, attnos[0]);
 	slot = table_slot_create(rel, NULL);
-	found = FetchByPrimaryKey(rel, index, snapshot, F_TEXTEQ, PointerGetDatum(key), slot);
+	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_TEXTEQ, PointerGetDatum(key), slot);
 	if (found)
 		SlotColumns(slot, attnos, ncols, vals, nulls);
 	ExecDropSingleTupleTableSlot(slot);
@@ -283,8 +283,8 @@ LockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot snapshot, AttrNumb
  * this backend (whose tables' rows live in shards that only its planner
  * finds).  Otherwise they are read with a query.
  */
-static bool
-DirectReadable(Oid relid)
+bool
+CtxwinDirectReadable(Oid relid)
 {
 	return get_rel_relkind(relid) == RELKIND_RELATION &&
 		!has_subclass(relid) &&
@@ -313,7 +313,7 @@ CtxwinReadSettings(text *profile, Settings *st)
 	if (!OidIsValid(profiles) || !OidIsValid(models))
 		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
 
-	if (!DirectReadable(profiles) || !DirectReadable(models))
+	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
 	{
 		TupleDesc	desc;
 		HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
@@ -380,11 +380,11 @@ LockSessionDirect(Oid relid, Datum session_id, Datum *vals, bool *nulls)
 		pg_attribute_aclcheck_all(relid, userid, ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
 					   RelationGetRelationName(rel));
-	index = OpenPrimaryKey(rel, attnos[SC_ID]);
+	index = CtxwinOpenPrimaryKey(rel, attnos[SC_ID]);
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	slot = table_slot_create(rel, NULL);
-	found = FetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot) &&
+	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot) &&
 		LockRowForUpdate(rel, slot, snapshot, attnos[SC_ID], session_id);
 	if (found)
 		SlotColumns(slot, attnos, SC_NCOLUMNS, vals, nulls);
@@ -410,7 +410,7 @@ CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls)
 
 	if (!OidIsValid(sessions))
 		elog(ERROR, "ctxwin.sessions is missing");
-	if (DirectReadable(sessions))
+	if (CtxwinDirectReadable(sessions))
 		return LockSessionDirect(sessions, session_id, vals, nulls);
 	row = KeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
 	if (row == NULL)

@@ -9,8 +9,10 @@
 
 #include "postgres.h"
 
+#include "executor/tuptable.h"
 #include "utils/array.h"
 #include "utils/rel.h"
+#include "utils/snapshot.h"
 #include "utils/uuid.h"
 
 #include "ctxwin.h"
@@ -91,6 +93,10 @@ typedef enum SessionColumn
 /* session_read.c: a session's row, locked, and its profile's settings */
 extern bool CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls);
 extern bool CtxwinReadSettings(text *profile, Settings *st);
+extern bool CtxwinDirectReadable(Oid relid);
+extern Relation CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno);
+extern bool CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot,
+									RegProcedure eqproc, Datum key, TupleTableSlot *slot);
 extern void CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding *enc,
 								 int64 *unsummarized_tokens, int32 *prompt_tokens);
 
@@ -101,6 +107,9 @@ extern void CtxwinCountersTouch(PendingSession *e);
 extern void CtxwinCountersSetEncoding(PendingSession *e, text *encoding);
 extern void CtxwinCountersSetPending(PendingSession *e, ArrayType *pending);
 extern void CtxwinCountersWrite(PendingSession *e);
+
+/* session_write.c: a session's counters written to its row directly */
+extern bool CtxwinWriteSessionDirect(Datum session_id, const Counters *c);
 extern bool CtxwinFrameIsOpen(void);
 extern void CtxwinFrameOpen(void);
 extern void CtxwinFrameClose(void);
