@@ -82,6 +82,7 @@ static int *frame_levels = NULL;	/* nesting level of each open frame */
 static int	nframes = 0;
 static int	maxframes = 0;
 
+/* Makes the memory context, the table and the frame stack of this transaction, once. */
 static void
 EnsurePending(void)
 {
@@ -111,6 +112,7 @@ CtxwinCountersFind(Datum session_id)
 	return hash_search(pending_sessions, DatumGetUUIDP(session_id), HASH_FIND, NULL);
 }
 
+/* Forgets a session's entry (its counters freed by the caller). */
 static void
 RemovePending(PendingSession *e)
 {
@@ -148,6 +150,7 @@ CopyArray(ArrayType *a)
 	return r;
 }
 
+/* Frees what counters point to, and clears the pointers. */
 static void
 FreeCounters(Counters *c)
 {
@@ -162,6 +165,7 @@ FreeCounters(Counters *c)
 	c->profile = NULL;
 }
 
+/* A copy of counters, with copies of what they point to, in pending_cxt. */
 static void
 CopyCounters(Counters *dst, const Counters *src)
 {
@@ -171,6 +175,7 @@ CopyCounters(Counters *dst, const Counters *src)
 	dst->profile = CopyText(src->profile);
 }
 
+/* Frees a session's counters and every saved level of them. */
 static void
 FreeSaved(PendingSession *e)
 {
@@ -334,81 +339,93 @@ CtxwinFrameClose(void)
 }
 
 /*
- * The end of a subtransaction: an abort brings back the counters of the
- * level below and closes the frames opened in it; a commit hands its
- * counters to the level below.
+ * The abort of a subtransaction at nesting level `level`: the frames opened
+ * in it are closed, and every session's counters are as they were below it
+ * (a session first read in it is forgotten).
  */
+static void
+SubXactAbort(int level)
+{
+	HASH_SEQ_STATUS seq;
+	PendingSession *e;
+
+	while (nframes > 0 && frame_levels[nframes - 1] >= level)
+		nframes--;
+	hash_seq_init(&seq, pending_sessions);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		if (e->level < level)
+			continue;
+		while (e->saved && e->saved->level >= level)
+		{
+			SavedCounters *s = e->saved;
+
+			e->saved = s->next;
+			FreeCounters(&s->c);
+			pfree(s);
+		}
+		if (e->saved == NULL)
+		{
+			/* first read at this level: forget it */
+			FreeCounters(&e->c);
+			RemovePending(e);
+		}
+		else
+		{
+			SavedCounters *s = e->saved;
+
+			FreeCounters(&e->c);
+			e->c = s->c;
+			e->level = s->level;
+			e->saved = s->next;
+			pfree(s);
+		}
+	}
+}
+
+/*
+ * The commit of a subtransaction at nesting level `level`: its frames and
+ * counters belong to the level below.
+ */
+static void
+SubXactCommit(int level)
+{
+	HASH_SEQ_STATUS seq;
+	PendingSession *e;
+	int			i;
+
+	for (i = 0; i < nframes; i++)
+		if (frame_levels[i] >= level)
+			frame_levels[i] = level - 1;
+	hash_seq_init(&seq, pending_sessions);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		if (e->level < level)
+			continue;
+		e->level = level - 1;
+		if (e->saved && e->saved->level >= level - 1)
+		{
+			/* the parent's own earlier values are ours now */
+			SavedCounters *s = e->saved;
+
+			e->saved = s->next;
+			FreeCounters(&s->c);
+			pfree(s);
+		}
+	}
+}
+
+/* The end of a subtransaction: see SubXactAbort and SubXactCommit. */
 static void
 PendingSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 					   SubTransactionId parentSubid, void *arg)
 {
-	HASH_SEQ_STATUS seq;
-	PendingSession *e;
-	int			level;
-
-	if (pending_sessions == NULL ||
-		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+	if (pending_sessions == NULL)
 		return;
-	level = GetCurrentTransactionNestLevel();
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		while (nframes > 0 && frame_levels[nframes - 1] >= level)
-			nframes--;
-		hash_seq_init(&seq, pending_sessions);
-		while ((e = hash_seq_search(&seq)) != NULL)
-		{
-			if (e->level < level)
-				continue;
-			while (e->saved && e->saved->level >= level)
-			{
-				SavedCounters *s = e->saved;
-
-				e->saved = s->next;
-				FreeCounters(&s->c);
-				pfree(s);
-			}
-			if (e->saved == NULL)
-			{
-				/* first read at this level: forget it */
-				FreeCounters(&e->c);
-				RemovePending(e);
-			}
-			else
-			{
-				SavedCounters *s = e->saved;
-
-				FreeCounters(&e->c);
-				e->c = s->c;
-				e->level = s->level;
-				e->saved = s->next;
-				pfree(s);
-			}
-		}
-	}
-	else
-	{
-		int			i;
-
-		for (i = 0; i < nframes; i++)
-			if (frame_levels[i] >= level)
-				frame_levels[i] = level - 1;
-		hash_seq_init(&seq, pending_sessions);
-		while ((e = hash_seq_search(&seq)) != NULL)
-		{
-			if (e->level < level)
-				continue;
-			e->level = level - 1;
-			if (e->saved && e->saved->level >= level - 1)
-			{
-				/* the parent's own earlier values are ours now */
-				SavedCounters *s = e->saved;
-
-				e->saved = s->next;
-				FreeCounters(&s->c);
-				pfree(s);
-			}
-		}
-	}
+		SubXactAbort(GetCurrentTransactionNestLevel());
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		SubXactCommit(GetCurrentTransactionNestLevel());
 }
 
 /*
@@ -458,6 +475,7 @@ PendingXactCallback(XactEvent event, void *arg)
 	}
 }
 
+/* Registers the transaction callbacks (at library load). */
 void
 CtxwinTriggerInit(void)
 {
@@ -554,62 +572,42 @@ CtxwinFrameIsOpen(void)
 	return nframes > 0;
 }
 
-/*
- * An UPDATE of a session whose counters a statement in progress holds in
- * memory (a statement it nests in inserted messages into it): the counters
- * go into the row, and the next message reads the row again.  The writer's
- * own change of the failures, the retry time or the queue stands.  Called
- * by the guard of ctxwin.sessions; returns the row to write.
- */
-HeapTuple
-CtxwinCountersMerge(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+/* The columns of a merge: the counters, then those a message resets unless the writer set them. */
+static const char *const merged_cols[] = {
+	"message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
+	"prompt_tokens", "count_encoding", "pending_tool_calls", "updated_at",
+	"compaction_failures", "compaction_retry_at", "compaction_queued_at"
+};
+enum
 {
-	/* the counters, then the columns a message resets unless the writer set them */
-	static const char *const cols[] = {
-		"message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
-		"prompt_tokens", "count_encoding", "pending_tool_calls", "updated_at",
-		"compaction_failures", "compaction_retry_at", "compaction_queued_at"
-	};
-	enum
-	{
-		MERGE_FAILURES = 8, MERGE_RETRY_AT, MERGE_QUEUED_AT
-	};
-	TupleDesc	desc = RelationGetDescr(rel);
-	bool		isnull;
-	Datum		id;
-	PendingSession *e;
-	int			attnos[lengthof(cols)];
-	Datum		vals[lengthof(cols)];
-	bool		nulls[lengthof(cols)];
+	MERGE_FAILURES = 8, MERGE_RETRY_AT, MERGE_QUEUED_AT
+};
+
+/* newtup with the counters of c merged in (see CtxwinCountersMerge). */
+static HeapTuple
+MergedRow(const Counters *c, TupleDesc desc, HeapTuple oldtup, HeapTuple newtup)
+{
+	int			attnos[lengthof(merged_cols)];
+	Datum		vals[lengthof(merged_cols)];
+	bool		nulls[lengthof(merged_cols)];
 	int			n = MERGE_FAILURES;
 	int			i;
 
-	if (pending_sessions == NULL || hash_get_num_entries(pending_sessions) == 0)
-		return newtup;
-	id = heap_getattr(oldtup, SPI_fnumber(desc, "id"), desc, &isnull);
-	e = isnull ? NULL : CtxwinCountersFind(id);
-	if (e == NULL || e->c.stale)
-		return newtup;
-	CtxwinCountersTouch(e);
-	e->c.stale = true;
-	if (!e->c.counted)
-		return newtup;
-
-	for (i = 0; i < lengthof(cols); i++)
-		if ((attnos[i] = SPI_fnumber(desc, cols[i])) <= 0)
-			elog(ERROR, "ctxwin.sessions has no column \"%s\"", cols[i]);
+	for (i = 0; i < lengthof(merged_cols); i++)
+		if ((attnos[i] = SPI_fnumber(desc, merged_cols[i])) <= 0)
+			elog(ERROR, "ctxwin.sessions has no column \"%s\"", merged_cols[i]);
 	memset(nulls, 0, sizeof(nulls));
-	vals[0] = Int64GetDatum(e->c.message_count);
-	vals[1] = Int64GetDatum(e->c.token_count);
-	vals[2] = Int64GetDatum(e->c.unsummarized_messages);
-	vals[3] = Int64GetDatum(e->c.unsummarized_tokens);
-	vals[4] = Int32GetDatum(e->c.prompt_tokens);
-	vals[5] = PointerGetDatum(e->c.count_encoding);
-	nulls[5] = e->c.count_encoding == NULL;
-	vals[6] = PointerGetDatum(e->c.pending);
-	nulls[6] = e->c.pending == NULL;
+	vals[0] = Int64GetDatum(c->message_count);
+	vals[1] = Int64GetDatum(c->token_count);
+	vals[2] = Int64GetDatum(c->unsummarized_messages);
+	vals[3] = Int64GetDatum(c->unsummarized_tokens);
+	vals[4] = Int32GetDatum(c->prompt_tokens);
+	vals[5] = PointerGetDatum(c->count_encoding);
+	nulls[5] = c->count_encoding == NULL;
+	vals[6] = PointerGetDatum(c->pending);
+	nulls[6] = c->pending == NULL;
 	vals[7] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	for (i = MERGE_FAILURES; i < lengthof(cols); i++)
+	for (i = MERGE_FAILURES; i < lengthof(merged_cols); i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, attnos[i] - 1);
 		bool		onull,
@@ -628,12 +626,40 @@ CtxwinCountersMerge(Relation rel, HeapTuple oldtup, HeapTuple newtup)
 		}
 		else
 		{
-			if (!e->c.queue_set || !onull)
+			if (!c->queue_set || !onull)
 				continue;
 			vals[n] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 		}
 		attnos[n++] = attnos[i];
 	}
-	e->c.counted = false;
 	return heap_modify_tuple_by_cols(newtup, desc, n, attnos, vals, nulls);
+}
+
+/*
+ * An UPDATE of a session whose counters a statement in progress holds in
+ * memory (a statement it nests in inserted messages into it): the counters
+ * go into the row, and the next message reads the row again.  The writer's
+ * own change of the failures, the retry time or the queue stands.  Called
+ * by the guard of ctxwin.sessions; returns the row to write.
+ */
+HeapTuple
+CtxwinCountersMerge(Relation rel, HeapTuple oldtup, HeapTuple newtup)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	bool		isnull;
+	Datum		id;
+	PendingSession *e;
+
+	if (pending_sessions == NULL || hash_get_num_entries(pending_sessions) == 0)
+		return newtup;
+	id = heap_getattr(oldtup, SPI_fnumber(desc, "id"), desc, &isnull);
+	e = isnull ? NULL : CtxwinCountersFind(id);
+	if (e == NULL || e->c.stale)
+		return newtup;
+	CtxwinCountersTouch(e);
+	e->c.stale = true;
+	if (!e->c.counted)
+		return newtup;
+	e->c.counted = false;
+	return MergedRow(&e->c, desc, oldtup, newtup);
 }

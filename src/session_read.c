@@ -292,6 +292,27 @@ CtxwinDirectReadable(Oid relid)
 		GetConfigOption("citus.version", true, false) == NULL;
 }
 
+/* The settings of a profile and its model, by settings_query; false if none.  Needs SPI. */
+static bool
+SettingsByQuery(text *profile, Settings *st)
+{
+	TupleDesc	desc;
+	HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
+								  PointerGetDatum(profile), &desc);
+	bool		isnull;
+
+	if (row == NULL)
+		return false;
+	st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
+	st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+	st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
+	st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
+	st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
+	st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
+	st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
+	return true;
+}
+
 /*
  * The settings of a profile and its model, as of a snapshot taken now (as
  * the statement that follows the lock would see them).  False if there is
@@ -314,23 +335,7 @@ CtxwinReadSettings(text *profile, Settings *st)
 		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
 
 	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
-	{
-		TupleDesc	desc;
-		HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
-									  PointerGetDatum(profile), &desc);
-		bool		isnull;
-
-		if (row == NULL)
-			return false;
-		st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
-		st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
-		st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
-		st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
-		st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
-		st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
-		st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
-		return true;
-	}
+		return SettingsByQuery(profile, st);
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	found = FetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&

@@ -240,52 +240,39 @@ UpdateRow(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, TupleTableSl
 }
 
 /*
- * Writes a session's counters to its row directly, if that is what the
- * UPDATE would do (see the top of the file).  True if done, including when
- * the row is gone (the statement deleted the session after its messages:
- * the UPDATE finds no row either); false: the caller runs the UPDATE.
+ * Whether the write of counters may be made directly on rel, whose columns
+ * written_cols are attnos, as far as the table and the user go (the row's
+ * own conditions are checked once it is read).
  */
-bool
-CtxwinWriteSessionDirect(Datum session_id, const Counters *c)
+static bool
+DirectWritable(Relation rel, AttrNumber *attnos)
 {
-	Oid			relid = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
-	Relation	rel;
-	AttrNumber	attnos[WC_NCOLUMNS];
-	EState	   *estate;
-	ResultRelInfo *rri;
-	Relation	index;
-	Snapshot	snapshot;
-	TupleTableSlot *slot;
-	TupleTableSlot *newslot;
-	bool		done = false;
+	Oid			relid = RelationGetRelid(rel);
 	int			i;
 
-	if (!OidIsValid(relid) || !CtxwinDirectReadable(relid) ||
-		pg_class_aclmask(relid, GetUserId(), ACL_SELECT | ACL_UPDATE, ACLMASK_ALL) !=
-		(ACL_SELECT | ACL_UPDATE))
-		return false;
-	rel = table_open(relid, RowExclusiveLock);
 	for (i = 0; i < WC_NCOLUMNS; i++)
 		if ((attnos[i] = SPI_fnumber(RelationGetDescr(rel), written_cols[i])) <= 0)
 			elog(ERROR, "ctxwin.sessions has no column \"%s\"", written_cols[i]);
-	if (!TriggersIdle(rel, false) ||
-		(RelationGetDescr(rel)->constr && RelationGetDescr(rel)->constr->has_generated_stored))
-	{
-		table_close(rel, NoLock);
-		return false;
-	}
-	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
+	return CtxwinDirectReadable(relid) &&
+		pg_class_aclmask(relid, GetUserId(), ACL_SELECT | ACL_UPDATE, ACLMASK_ALL) ==
+		(ACL_SELECT | ACL_UPDATE) &&
+		TriggersIdle(rel, false) &&
+		!(RelationGetDescr(rel)->constr && RelationGetDescr(rel)->constr->has_generated_stored);
+}
 
-	estate = CreateExecutorState();
-	estate->es_output_cid = GetCurrentCommandId(true);
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
-	index = CtxwinOpenPrimaryKey(rel, attnos[WC_ID]);
-	CommandCounterIncrement();
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	slot = table_slot_create(rel, NULL);
-	newslot = table_slot_create(rel, NULL);
+/*
+ * Writes the counters c to the row of session_id, found with snapshot,
+ * where it meets the conditions of the row (indexes, triggers, constraints).
+ * True if done, or if the row is gone.
+ */
+static bool
+WriteRow(ResultRelInfo *rri, EState *estate, Relation index, Snapshot snapshot,
+		 const AttrNumber *attnos, Datum session_id, const Counters *c)
+{
+	Relation	rel = rri->ri_RelationDesc;
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	TupleTableSlot *newslot = table_slot_create(rel, NULL);
+	bool		done = false;
 
 	if (!CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot))
 		done = true;
@@ -304,9 +291,50 @@ CtxwinWriteSessionDirect(Datum session_id, const Counters *c)
 			done = true;
 		}
 	}
-
 	ExecDropSingleTupleTableSlot(newslot);
 	ExecDropSingleTupleTableSlot(slot);
+	return done;
+}
+
+/*
+ * Writes a session's counters to its row directly, if that is what the
+ * UPDATE would do (see the top of the file).  True if done, including when
+ * the row is gone (the statement deleted the session after its messages:
+ * the UPDATE finds no row either); false: the caller runs the UPDATE.
+ */
+bool
+CtxwinWriteSessionDirect(Datum session_id, const Counters *c)
+{
+	Oid			relid = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
+	Relation	rel;
+	AttrNumber	attnos[WC_NCOLUMNS];
+	EState	   *estate;
+	ResultRelInfo *rri;
+	Relation	index;
+	Snapshot	snapshot;
+	bool		done;
+
+	if (!OidIsValid(relid))
+		return false;
+	rel = table_open(relid, RowExclusiveLock);
+	if (!DirectWritable(rel, attnos))
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
+
+	estate = CreateExecutorState();
+	estate->es_output_cid = GetCurrentCommandId(true);
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	index = CtxwinOpenPrimaryKey(rel, attnos[WC_ID]);
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+
+	done = WriteRow(rri, estate, index, snapshot, attnos, session_id, c);
+
 	UnregisterSnapshot(snapshot);
 	index_close(index, NoLock);
 	ExecCloseIndices(rri);
