@@ -221,9 +221,10 @@ TextDatumOrNull(text *t, char *null)
 
 /*
  * Writes a session's counters (the row is locked since they were read) and
- * forgets them.  Taken out of the table first: statements the UPDATE fires
- * (triggers on sessions) that count messages of the session read the row
- * it wrote.  Needs SPI connected.
+ * forgets them: directly where the UPDATE would do no more
+ * (CtxwinWriteSessionDirect), else by update_query.  Taken out of the table
+ * first: statements the UPDATE fires (triggers on sessions) that count
+ * messages of the session read the row it wrote.  Needs SPI connected.
  */
 void
 CtxwinCountersWrite(PendingSession *e)

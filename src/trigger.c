@@ -9,8 +9,8 @@
  * statement for a session locks the session row and reads its counters
  * (session_read.c); every message reads its profile's settings, advances
  * the counters in memory, and the end of the statement writes each
- * session's row once (counters.c), with the counters as they would be
- * after the same messages inserted one by one.  The checks, token
+ * session's row once (counters.c, session_write.c), with the counters as
+ * they would be after the same messages inserted one by one.  The checks, token
  * counting, the tool call protocol and the summary trigger rule
  * (SessionQueues, rules.c) run in C, with the semantics of the SQL they
  * replace.

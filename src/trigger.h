@@ -2,7 +2,7 @@
  * trigger.h
  *		The insert trigger of ctxwin.messages and the guard of
  *		ctxwin.sessions: what their files share (trigger.c, counters.c,
- *		session_read.c, sessions_guard.c).
+ *		session_read.c, session_write.c, sessions_guard.c).
  */
 #ifndef CTXWIN_TRIGGER_H
 #define CTXWIN_TRIGGER_H
