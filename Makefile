@@ -8,6 +8,10 @@ OBJS = \
 	src/tokenizer.o \
 	src/messages.o \
 	src/trigger.o \
+	src/counters.o \
+	src/session_read.o \
+	src/session_write.o \
+	src/sessions_guard.o \
 	src/session.o \
 	src/walk.o \
 	src/window.o \

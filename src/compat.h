@@ -28,6 +28,7 @@
 #endif
 
 #include "access/genam.h"
+#include "access/tableam.h"
 #include "common/jsonapi.h"
 #include "fmgr.h"
 #include "utils/acl.h"
@@ -141,6 +142,24 @@ get_guc_variables_compat(int *num_vars)
 #else
 #define index_beginscan_compat(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * Whether a table AM's update needs new index entries, and inserting them
+ * (PostgreSQL 16 told summarizing indexes apart, and ExecInsertIndexTuples
+ * took whether only those get entries).
+ */
+#if PG_VERSION_NUM >= 160000
+typedef TU_UpdateIndexes CtxwinUpdateIndexes;
+#define CTXWIN_NO_INDEX_UPDATE TU_None
+#define ExecInsertIndexTuples_compat(rri, slot, estate, update_indexes) \
+	ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL, \
+						  (update_indexes) == TU_Summarizing)
+#else
+typedef bool CtxwinUpdateIndexes;
+#define CTXWIN_NO_INDEX_UPDATE false
+#define ExecInsertIndexTuples_compat(rri, slot, estate, update_indexes) \
+	ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL)
 #endif
 
 #endif							/* CTXWIN_COMPAT_H */

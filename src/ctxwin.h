@@ -113,7 +113,7 @@ extern TimestampTz CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col,
 /* ctxwin.c: compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);
 
-/* trigger.c: registers the transaction callbacks of the insert trigger */
+/* counters.c: registers the transaction callbacks of the insert trigger */
 extern void CtxwinTriggerInit(void);
 
 /* messages.c */

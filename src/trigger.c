@@ -3,53 +3,17 @@
  *		The insert trigger of ctxwin.messages: validates, numbers and counts a
  *		message, keeps its session's counters and queues the session for
  *		compaction when a summary trigger fires.  It never calls the network.
- *		Also the guard of ctxwin.sessions: the columns ctxwin maintains are
- *		written by ctxwin, or by the table's owner (a restore).
  *
- * It runs on every message insert, so it is written in C.  The first
- * message of a statement for a session locks the session row (one SQL
- * statement, FOR NO KEY UPDATE, as a query: PostgreSQL then handles
- * concurrent updates of the row at every isolation level) and reads its
- * counters into backend memory; every message reads its profile and model
- * by two primary key lookups (a join in SQL costs a hash join per message:
- * about 20 us) and advances the counters in memory; at the end of the
- * statement one UPDATE writes each session's row, with the counters as
- * they would be after the same messages inserted one by one.
- *
- * Why at the end of the statement: every UPDATE of a row makes a new
- * version of it, and in one transaction each lookup of the row walks the
- * versions the transaction made, so one UPDATE per message made a
- * statement of n messages cost O(n^2) (bench/window, measurement 4:
- * 32,000 messages in 28 s; now 0.4 s).  The statement is known by a BEFORE and an AFTER STATEMENT trigger
- * calling the same function: a "frame" is opened by the first and closed
- * by the second, which writes the sessions counted under it.  A row that
- * arrives with no frame open (a statement trigger disabled, a partition
- * inserted into directly: partitions get the row trigger only) writes its
- * session at once, as every row did before.
- *
- * What the memory holds is right only as long as the row is not changed
- * meanwhile by somebody else, and nobody else can: the row is locked.
- * Within the transaction:
- *	- statements nested in the statement (a function it calls, another
- *	  table's trigger) that insert messages find the counters in memory; a
- *	  session first counted by a nested statement is written by it;
- *	- a nested UPDATE of the session row (a trigger that touches the
- *	  session's metadata, a summary written meanwhile) gets the counters
- *	  merged into it by the sessions guard, and the next message reads the
- *	  row again;
- *	- a subtransaction that aborts takes back what it counted (the
- *	  counters of each nesting level are kept until it ends), and frames
- *	  opened in it are closed;
- *	- a transaction that would commit with counters not written (the AFTER
- *	  STATEMENT trigger disabled alone) is refused.
- * Until the statement ends, the session row read by anything within the
- * statement shows its counters from before it.
- *
- * The queries are prepared once per backend and kept, with generic plans
- * (PostgreSQL replans them after DDL, so DROP and CREATE EXTENSION in one
- * backend work).  The rest (checks, token counting, the tool call
- * protocol, the summary trigger arithmetic) runs in C, with the semantics
- * of the SQL it replaces.
+ * It runs on every message insert, so it is written in C, one step per
+ * function (MessageRow calls them in order).  The first message of a
+ * statement for a session locks the session row and reads its counters
+ * (session_read.c); every message reads its profile's settings, advances
+ * the counters in memory, and the end of the statement writes each
+ * session's row once (counters.c, session_write.c), with the counters as
+ * they would be after the same messages inserted one by one.  The checks, token
+ * counting, the tool call protocol and the summary trigger rule
+ * (SessionQueues, rules.c) run in C, with the semantics of the SQL they
+ * replace.
  *
  * search_path: the functions have no SET clause (a SET clause costs a GUC
  * save and restore on every row).  They resolve no name through
@@ -59,334 +23,104 @@
  */
 #include "postgres.h"
 
-#include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/relscan.h"
-#include "access/stratnum.h"
-#include "access/table.h"
-#include "access/tableam.h"
-#include "access/xact.h"
-#include "catalog/namespace.h"
-#include "catalog/objectaddress.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
-#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "common/int.h"
-#include "executor/executor.h"
 #include "executor/spi.h"
-#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/fmgroids.h"
-#include "utils/guc.h"
-#include "utils/hsearch.h"
 #include "utils/jsonb.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/relcache.h"
-#include "utils/rls.h"
-#include "utils/snapmgr.h"
-#include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "ctxwin.h"
+#include "trigger.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_messages_insert);
 
-/*
- * The session row, locked (FOR NO KEY UPDATE: the lock orders concurrent
- * inserts into one session, so ids follow commit order).
- */
-static const char *const lock_query =
-"SELECT x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
-"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, "
-"       x.compaction_queued_at IS NOT NULL, "
-"       x.compaction_queued_at IS NULL OR x.compaction_failures OPERATOR(pg_catalog.>) 0 "
-"           OR x.compaction_retry_at IS NOT NULL, "
-"       x.profile "
-"FROM ctxwin.sessions x "
-"WHERE x.id OPERATOR(pg_catalog.=) $1 "
-"FOR NO KEY UPDATE OF x";
-
-/* columns of lock_query */
-enum
+/* The attribute numbers of the columns of ctxwin.messages the trigger reads or sets. */
+typedef struct MessageColumns
 {
-	L_MESSAGE_COUNT = 1,
-	L_TOKEN_COUNT,
-	L_UNSUMMARIZED_MESSAGES,
-	L_UNSUMMARIZED_TOKENS,
-	L_PROMPT_TOKENS,
-	L_COUNT_ENCODING,
-	L_PENDING_TOOL_CALLS,
-	L_QUEUED,
-	L_WAKE,						/* not queued, or queued but failing */
-	L_PROFILE
-};
+	int			session_id;
+	int			id;
+	int			role;
+	int			content;
+	int			tool_calls;
+	int			tool_call_id;
+	int			name;
+	int			token_count;
+	int			token_encoding;
+} MessageColumns;
 
-/*
- * The settings of the session's profile and model.  Read by primary key
- * lookups (see FetchRow), or, when either table cannot be read so (see
- * DirectReadable), by this query: then row-level security policies apply
- * as they would to it, and Citus finds the rows.
- */
-static const char *const settings_query =
-"SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
-"       p.max_messages_before_summary, p.max_tokens_before_summary, "
-"       p.min_recent_messages, p.summary_placement "
-"FROM ctxwin.profiles p "
-"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
-"WHERE p.name OPERATOR(pg_catalog.=) $1";
-
-/* What the trigger needs of a profile and its model. */
-typedef struct Settings
+/* A new message as its row gives it; NULL pointers are SQL NULLs. */
+typedef struct NewMessage
 {
-	text	   *encoding;
-	int32		context_window;
-	bool		ratio_null;
-	float4		trigger_ratio;
-	bool		max_messages_null;
-	int32		max_messages;
-	bool		max_tokens_null;
-	int32		max_tokens;
-	int32		min_recent;
-	Datum		placement;
-	bool		placement_null;
-} Settings;
+	Datum		session_id;
+	bool		session_null;
+	text	   *role;
+	Jsonb	   *tool_calls;
+	text	   *tool_call_id;
+	/* supplied only by a restore (the table's owner) */
+	bool		has_id;
+	int64		id;
+	bool		has_token_count;
+	bool		has_token_encoding;
+} NewMessage;
 
-/* the columns read, in the order of settings_query's where they match */
-static const char *const profile_cols[] = {
-	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
-	"max_tokens_before_summary", "min_recent_messages", "summary_placement"
-};
-static const char *const model_cols[] = {"name", "encoding", "context_window"};
-
-/*
- * The counters of a session whose counters are in another encoding than its
- * model's now (its profile or the profile's model changed, or it was
- * restored so): recounted in the new one.  The row is locked by
- * lock_query, so it is the row that query read.
- */
-static const char *const recount_query =
-"SELECT ctxwin._unsummarized_tokens(x.id, x.summary_through_id, $2), "
-"       ctxwin.messages_tokens(ctxwin.system_messages(x.system_prompt, x.conversation_summary, $3), $2) "
-"FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) $1";
-
-/*
- * A session's counters after the statement's messages (which also reset
- * the failures and the retry time of the compaction circuit breaker).  The
- * row is locked since the counters were read: the values are absolute.
- */
-static const char *const update_query =
-"UPDATE ctxwin.sessions "
-"SET message_count = $2, "
-"    token_count = $3, "
-"    unsummarized_messages = $4, "
-"    unsummarized_tokens = $5, "
-"    prompt_tokens = $6, "
-"    count_encoding = $7, "
-"    pending_tool_calls = $8, "
-"    compaction_failures = 0, "
-"    compaction_retry_at = NULL, "
-"    compaction_queued_at = CASE WHEN $9 THEN coalesce(compaction_queued_at, pg_catalog.now()) "
-"                                ELSE compaction_queued_at END, "
-"    updated_at = pg_catalog.now() "
-"WHERE id OPERATOR(pg_catalog.=) $1";
-
-/* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
-static SPIPlanPtr lock_plan = NULL;
-static SPIPlanPtr settings_plan = NULL;
-static SPIPlanPtr recount_plan = NULL;
-static SPIPlanPtr update_plan = NULL;
-
-/*
- * The first row of a kept one-parameter query (see CtxwinKeptPlan), or NULL if it
- * finds none; *desc is its descriptor.
- */
-static HeapTuple
-KeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
+/* A message counted: its id and tokens, and its session's counters after it. */
+typedef struct MessageCount
 {
-	int			rc = SPI_execute_plan(CtxwinKeptPlan(plan, query, 1, &argtype), &arg, NULL, false, 1);
+	int64		id;
+	int32		tokens;
+	text	   *encoding;		/* the encoding of tokens and the counters */
+	ArrayType  *pending;		/* pending_tool_calls; NULL: SQL NULL */
+	int64		unsummarized_messages;
+	int64		unsummarized_tokens;
+	int32		prompt_tokens;
+	bool		queue;			/* a summary trigger fires */
+} MessageCount;
 
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return NULL;
-	*desc = SPI_tuptable->tupdesc;
-	return SPI_tuptable->vals[0];
+/* a + b, or the error bigint addition gives. */
+static int64
+AddInt64(int64 a, int64 b)
+{
+	int64		r;
+
+	if (unlikely(pg_add_s64_overflow(a, b, &r)))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range")));
+	return r;
 }
 
-/*
- * The row of a ctxwin table (profiles, models) whose primary key, a text,
- * is key: the columns cols (cols[0] is the key) into vals and nulls,
- * copied.  False if there is none.  The caller has checked that the table
- * is DirectReadable; the privileges are checked here as the
- * executor checks them for a query that reads these columns: SELECT on the
- * table, or else on each of the columns.
- */
-static bool
-FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int ncols,
-		 Datum *vals, bool *nulls)
+/* The text of a uuid. */
+char *
+CtxwinUuidText(Datum id)
 {
-	Relation	rel = table_open(relid, AccessShareLock);
-	TupleDesc	desc = RelationGetDescr(rel);
-	AttrNumber	attnos[8];
-	Oid			userid = GetUserId();
-	Oid			indexid;
-	Relation	index;
-	ScanKeyData skey;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	bool		found;
-	int			i;
-
-	Assert(ncols <= lengthof(attnos));
-	for (i = 0; i < ncols; i++)
-	{
-		attnos[i] = SPI_fnumber(desc, cols[i]);
-		if (attnos[i] <= 0)
-			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
-	}
-	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
-	{
-		for (i = 0; i < ncols; i++)
-			if (pg_attribute_aclcheck(relid, attnos[i], userid, ACL_SELECT) != ACLCHECK_OK)
-				aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
-							   RelationGetRelationName(rel));
-	}
-
-	indexid = RelationGetPrimaryKeyIndex_compat(rel);
-	if (!OidIsValid(indexid))
-		elog(ERROR, "%s has no primary key", RelationGetRelationName(rel));
-	index = index_open(indexid, AccessShareLock);
-	if (index->rd_index->indnatts != 1 || index->rd_index->indkey.values[0] != attnos[0])
-		elog(ERROR, "the primary key of %s is not its column \"%s\"",
-			 RelationGetRelationName(rel), cols[0]);
-	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(key));
-	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan_compat(rel, index, snapshot, 1, 0);
-	index_rescan(scan, &skey, 1, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	if (found)
-	{
-		for (i = 0; i < ncols; i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, attnos[i] - 1);
-			Datum		d = slot_getattr(slot, attnos[i], &nulls[i]);
-
-			vals[i] = nulls[i] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
-		}
-	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, NoLock);
-	table_close(rel, NoLock);
-	return found;
+	return DatumGetCString(DirectFunctionCall1(uuid_out, id));
 }
 
-/*
- * Whether the rows of a ctxwin table may be read directly from its heap and
- * primary key: a plain table without row-level security in effect, and no
- * Citus in this backend (whose tables' rows live in shards that only its
- * planner finds).  Otherwise the settings are read with a query.
- */
-static bool
-DirectReadable(Oid relid)
+/* Whether the current user owns a table (superusers own every table). */
+bool
+CtxwinOwnsTable(Relation rel)
 {
-	return get_rel_relkind(relid) == RELKIND_RELATION &&
-		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
-		GetConfigOption("citus.version", true, false) == NULL;
+	return object_ownercheck(RelationRelationId, RelationGetRelid(rel), GetUserId());
 }
 
-/*
- * The settings of a profile and its model, as of a snapshot taken now (as
- * the statement that follows the lock would see them).  False if there is
- * no such profile or model.
- */
-static bool
-ReadSettings(text *profile, Settings *st)
+/* Whether two texts are equal byte for byte. */
+bool
+CtxwinTextsEqual(text *a, text *b)
 {
-	Oid			nsp = get_namespace_oid("ctxwin", false);
-	Oid			profiles = get_relname_relid("profiles", nsp);
-	Oid			models = get_relname_relid("models", nsp);
-	Datum		pv[lengthof(profile_cols)];
-	bool		pn[lengthof(profile_cols)];
-	Datum		mv[lengthof(model_cols)];
-	bool		mn[lengthof(model_cols)];
-	Snapshot	snapshot;
-	bool		found;
-
-	if (!OidIsValid(profiles) || !OidIsValid(models))
-		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
-
-	if (!DirectReadable(profiles) || !DirectReadable(models))
-	{
-		TupleDesc	desc;
-		HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
-									  PointerGetDatum(profile), &desc);
-		bool		isnull;
-
-		if (row == NULL)
-			return false;
-		st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
-		st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
-		st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
-		st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
-		st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
-		st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
-		st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
-		return true;
-	}
-
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	found = FetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
-		!pn[1] &&
-		FetchRow(models, DatumGetTextPP(pv[1]), snapshot, model_cols, lengthof(model_cols), mv, mn);
-	UnregisterSnapshot(snapshot);
-	if (!found)
-		return false;
-	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
-	if (mn[1] || mn[2] || pn[6])
-		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
-	st->encoding = DatumGetTextPP(mv[1]);
-	st->context_window = DatumGetInt32(pn[2] ? mv[2] : pv[2]);
-	st->ratio_null = pn[3];
-	st->trigger_ratio = pn[3] ? 0 : DatumGetFloat4(pv[3]);
-	st->max_messages_null = pn[4];
-	st->max_messages = pn[4] ? 0 : DatumGetInt32(pv[4]);
-	st->max_tokens_null = pn[5];
-	st->max_tokens = pn[5] ? 0 : DatumGetInt32(pv[5]);
-	st->min_recent = DatumGetInt32(pv[6]);
-	st->placement = pv[7];
-	st->placement_null = pn[7];
-	return true;
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
-/* Attribute number of a column of ctxwin.messages. */
-static int
-Column(TupleDesc desc, const char *name)
-{
-	int			attno = SPI_fnumber(desc, name);
-
-	if (attno <= 0)
-		elog(ERROR, "ctxwin.messages has no column \"%s\"", name);
-	return attno;
-}
-
-/* A column of a row as a datum; *isnull says whether it is NULL. */
-static Datum
-Get(HeapTuple tup, TupleDesc desc, int attno, bool *isnull)
-{
-	return heap_getattr(tup, attno, desc, isnull);
-}
-
+/* Whether a text equals a C string. */
 static bool
 TextEquals(text *a, const char *b)
 {
@@ -395,12 +129,22 @@ TextEquals(text *a, const char *b)
 	return VARSIZE_ANY_EXHDR(a) == len && memcmp(VARDATA_ANY(a), b, len) == 0;
 }
 
-static bool
-TextsEqual(text *a, text *b)
+pg_noreturn static void NoSession(Datum session_id);
+
+/* The error of a message whose session does not exist (or has no profile or model). */
+static void
+NoSession(Datum session_id)
 {
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+	ereport(ERROR,
+			(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+			 errmsg("session %s does not exist", CtxwinUuidText(session_id)),
+			 errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.")));
 }
+
+/* ------------------------------------------------------------------------
+ * The tool call protocol
+ * ------------------------------------------------------------------------
+ */
 
 /*
  * The value of key "id" of one element of tool_calls, as the ->> operator
@@ -499,568 +243,90 @@ AnswersPending(ArrayType *pending, text *tool_call_id)
 			CHECK_FOR_INTERRUPTS();
 		if (nulls[i])
 			any_null = true;
-		else if (TextsEqual(DatumGetTextPP(elems[i]), tool_call_id))
+		else if (CtxwinTextsEqual(DatumGetTextPP(elems[i]), tool_call_id))
 			return true;
 	}
 	return any_null;
 }
 
-static int64
-AddInt64(int64 a, int64 b)
-{
-	int64		r;
-
-	if (unlikely(pg_add_s64_overflow(a, b, &r)))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("bigint out of range")));
-	return r;
-}
-
-pg_noreturn static void NoSession(Datum session_id);
-
-static void
-NoSession(Datum session_id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
-			 errmsg("session %s does not exist",
-					DatumGetCString(DirectFunctionCall1(uuid_out, session_id))),
-			 errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.")));
-}
-
-static char *
-UuidText(Datum id)
-{
-	return DatumGetCString(DirectFunctionCall1(uuid_out, id));
-}
-
-/* Whether the current user owns a table (superusers own every table). */
-static bool
-OwnsTable(Relation rel)
-{
-	return object_ownercheck(RelationRelationId, RelationGetRelid(rel), GetUserId());
-}
 
 /* ------------------------------------------------------------------------
- * Counters kept in memory for the statement (see the top of the file)
+ * A message, step by step
  * ------------------------------------------------------------------------
  */
 
-/* What a session's row holds, or will once the statement ends. */
-typedef struct Counters
+/* The attribute number of a column of ctxwin.messages. */
+static int
+MessageColumn(TupleDesc desc, const char *name)
 {
-	int64		message_count;
-	int64		token_count;
-	int64		unsummarized_messages;
-	int64		unsummarized_tokens;
-	int32		prompt_tokens;
-	text	   *count_encoding;	/* NULL: SQL NULL */
-	ArrayType  *pending;		/* pending_tool_calls; NULL: SQL NULL */
-	text	   *profile;
-	bool		queued;			/* compaction_queued_at is (or will be) set */
-	bool		wake_next;		/* a message that queues it next wakes the
-								 * worker */
-	bool		queue_set;		/* a message counted here queued it */
-	bool		counted;		/* messages counted here: the row must be
-								 * written */
-	bool		stale;			/* the row changed since it was read: read it
-								 * again */
-} Counters;
+	int			attno = SPI_fnumber(desc, name);
 
-/* The counters as they were at a lower transaction nesting level. */
-typedef struct SavedCounters
-{
-	Counters	c;
-	int			level;
-	struct SavedCounters *next;
-} SavedCounters;
+	if (attno <= 0)
+		elog(ERROR, "ctxwin.messages has no column \"%s\"", name);
+	return attno;
+}
 
-typedef struct PendingSession
-{
-	pg_uuid_t	id;				/* hash key */
-	Counters	c;
-	int			level;			/* nesting level c was set at */
-	SavedCounters *saved;		/* the lower levels' values, newest first */
-	int			frame;			/* the frame (statement) that writes it */
-} PendingSession;
-
-/*
- * All of it lives in a child of TopTransactionContext, so it goes with the
- * transaction; the pointers are reset by the transaction callback.
- */
-static MemoryContext pending_cxt = NULL;
-static HTAB *pending_sessions = NULL;
-static int *frame_levels = NULL;	/* nesting level of each open frame */
-static int	nframes = 0;
-static int	maxframes = 0;
-
+/* The attribute numbers of the columns the trigger reads or sets. */
 static void
-EnsurePending(void)
+MessageColumnsOf(TupleDesc desc, MessageColumns *cols)
 {
-	HASHCTL		ctl;
-
-	if (pending_cxt != NULL)
-		return;
-	pending_cxt = AllocSetContextCreate(TopTransactionContext, "ctxwin session counters",
-										ALLOCSET_SMALL_SIZES);
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(pg_uuid_t);
-	ctl.entrysize = sizeof(PendingSession);
-	ctl.hcxt = pending_cxt;
-	pending_sessions = hash_create("ctxwin session counters", 16, &ctl,
-								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	maxframes = 8;
-	frame_levels = MemoryContextAlloc(pending_cxt, sizeof(int) * maxframes);
-	nframes = 0;
+	cols->session_id = MessageColumn(desc, "session_id");
+	cols->id = MessageColumn(desc, "id");
+	cols->role = MessageColumn(desc, "role");
+	cols->content = MessageColumn(desc, "content");
+	cols->tool_calls = MessageColumn(desc, "tool_calls");
+	cols->tool_call_id = MessageColumn(desc, "tool_call_id");
+	cols->name = MessageColumn(desc, "name");
+	cols->token_count = MessageColumn(desc, "token_count");
+	cols->token_encoding = MessageColumn(desc, "token_encoding");
 }
 
-static PendingSession *
-FindPending(Datum session_id)
-{
-	if (pending_sessions == NULL)
-		return NULL;
-	return hash_search(pending_sessions, DatumGetUUIDP(session_id), HASH_FIND, NULL);
-}
-
-static void
-RemovePending(PendingSession *e)
-{
-	pg_uuid_t	key = e->id;
-
-	(void) hash_search(pending_sessions, &key, HASH_REMOVE, NULL);
-}
-
-/* A copy of a text in pending_cxt, with a 4-byte header. */
+/* A text column of a row, or NULL. */
 static text *
-CopyText(text *t)
+TextColumn(HeapTuple tup, TupleDesc desc, int attno)
 {
-	text	   *r;
-	size_t		len;
-
-	if (t == NULL)
-		return NULL;
-	len = VARSIZE_ANY_EXHDR(t);
-	r = MemoryContextAlloc(pending_cxt, VARHDRSZ + len);
-	SET_VARSIZE(r, VARHDRSZ + len);
-	memcpy(VARDATA(r), VARDATA_ANY(t), len);
-	return r;
-}
-
-/* A copy of a datum of the pending_tool_calls (text[]) in pending_cxt. */
-static ArrayType *
-CopyArray(ArrayType *a)
-{
-	ArrayType  *r;
-
-	if (a == NULL)
-		return NULL;
-	r = MemoryContextAlloc(pending_cxt, VARSIZE(a));
-	memcpy(r, a, VARSIZE(a));
-	return r;
-}
-
-static void
-FreeCounters(Counters *c)
-{
-	if (c->count_encoding)
-		pfree(c->count_encoding);
-	if (c->pending)
-		pfree(c->pending);
-	if (c->profile)
-		pfree(c->profile);
-	c->count_encoding = NULL;
-	c->pending = NULL;
-	c->profile = NULL;
-}
-
-static void
-CopyCounters(Counters *dst, const Counters *src)
-{
-	*dst = *src;
-	dst->count_encoding = CopyText(src->count_encoding);
-	dst->pending = CopyArray(src->pending);
-	dst->profile = CopyText(src->profile);
-}
-
-static void
-FreeSaved(PendingSession *e)
-{
-	while (e->saved)
-	{
-		SavedCounters *s = e->saved;
-
-		e->saved = s->next;
-		FreeCounters(&s->c);
-		pfree(s);
-	}
-	FreeCounters(&e->c);
-}
-
-/*
- * Before a change of a session's counters: keep their values of a lower
- * nesting level, for an abort of this one to bring back.
- */
-static void
-Touch(PendingSession *e)
-{
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (e->level < level)
-	{
-		SavedCounters *s = MemoryContextAlloc(pending_cxt, sizeof(SavedCounters));
-
-		CopyCounters(&s->c, &e->c);
-		s->level = e->level;
-		s->next = e->saved;
-		e->saved = s;
-		e->level = level;
-	}
-}
-
-/* A text as an SPI argument: the datum, and its flag in SPI's nulls. */
-static Datum
-TextDatumOrNull(text *t, char *null)
-{
-	*null = t ? ' ' : 'n';
-	return PointerGetDatum(t);
-}
-
-/*
- * Writes a session's counters (the row is locked since they were read) and
- * forgets them.  Taken out of the table first: statements the UPDATE fires
- * (triggers on sessions) that count messages of the session read the row
- * it wrote.  Needs SPI connected.
- */
-static void
-WritePending(PendingSession *e)
-{
-	Counters	c = e->c;		/* its memory stays until freed below */
-	pg_uuid_t	id = e->id;
-	Oid			argtypes[9] = {UUIDOID, INT8OID, INT8OID, INT8OID, INT8OID, INT4OID,
-	TEXTOID, TEXTARRAYOID, BOOLOID};
-	Datum		args[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	int			rc;
-
-	/* saved counters of lower levels: none (the frame's level is the lowest) */
-	e->c.count_encoding = NULL;
-	e->c.pending = NULL;
-	e->c.profile = NULL;
-	FreeSaved(e);
-	RemovePending(e);
-	if (!c.counted)
-	{
-		FreeCounters(&c);
-		return;
-	}
-
-	args[0] = UUIDPGetDatum(&id);
-	args[1] = Int64GetDatum(c.message_count);
-	args[2] = Int64GetDatum(c.token_count);
-	args[3] = Int64GetDatum(c.unsummarized_messages);
-	args[4] = Int64GetDatum(c.unsummarized_tokens);
-	args[5] = Int32GetDatum(c.prompt_tokens);
-	args[6] = TextDatumOrNull(c.count_encoding, &nulls[6]);
-	args[7] = c.pending ? PointerGetDatum(c.pending) : (Datum) 0;
-	nulls[7] = c.pending ? ' ' : 'n';
-	args[8] = BoolGetDatum(c.queue_set);
-
-	ctxwin_bookkeeping_depth++;
-	PG_TRY();
-	{
-		rc = SPI_execute_plan(CtxwinKeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
-							  false, 0);
-	}
-	PG_FINALLY();
-	{
-		ctxwin_bookkeeping_depth--;
-	}
-	PG_END_TRY();
-	/* 0 rows: the session was deleted by the statement after its messages */
-	if (rc != SPI_OK_UPDATE || SPI_processed > 1)
-		elog(ERROR, "updating the counters of session %s failed", UuidText(UUIDPGetDatum(&id)));
-	FreeCounters(&c);
-}
-
-/*
- * Opens a frame (BEFORE INSERT FOR EACH STATEMENT): the sessions counted
- * from now on are written when it closes.
- */
-static void
-FrameOpen(void)
-{
-	EnsurePending();
-	if (nframes == maxframes)
-	{
-		maxframes *= 2;
-		frame_levels = repalloc(frame_levels, sizeof(int) * maxframes);
-	}
-	frame_levels[nframes++] = GetCurrentTransactionNestLevel();
-}
-
-/*
- * Closes the innermost frame (AFTER INSERT FOR EACH STATEMENT): writes the
- * sessions counted under it (or under frames inside it that were left
- * open).
- */
-static void
-FrameClose(void)
-{
-	HASH_SEQ_STATUS seq;
-	PendingSession *e;
-	pg_uuid_t  *ids;
-	int			n = 0,
-				i;
-	int			frame;
-
-	if (nframes == 0)
-		return;					/* opened before this transaction's
-								 * frames were reset, or never */
-	frame = nframes;
-	ids = palloc(sizeof(pg_uuid_t) * Max(hash_get_num_entries(pending_sessions), 1));
-	hash_seq_init(&seq, pending_sessions);
-	while ((e = hash_seq_search(&seq)) != NULL)
-		if (e->frame >= frame)
-			ids[n++] = e->id;
-	if (n > 0)
-	{
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		for (i = 0; i < n; i++)
-		{
-			/* (what a write fires may have written it already) */
-			e = FindPending(UUIDPGetDatum(&ids[i]));
-			if (e != NULL && e->frame >= frame)
-				WritePending(e);
-		}
-		SPI_finish();
-	}
-	pfree(ids);
-	nframes = frame - 1;
-}
-
-/*
- * The end of a subtransaction: an abort brings back the counters of the
- * level below and closes the frames opened in it; a commit hands its
- * counters to the level below.
- */
-static void
-PendingSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	HASH_SEQ_STATUS seq;
-	PendingSession *e;
-	int			level;
-
-	if (pending_sessions == NULL ||
-		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
-		return;
-	level = GetCurrentTransactionNestLevel();
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		while (nframes > 0 && frame_levels[nframes - 1] >= level)
-			nframes--;
-		hash_seq_init(&seq, pending_sessions);
-		while ((e = hash_seq_search(&seq)) != NULL)
-		{
-			if (e->level < level)
-				continue;
-			while (e->saved && e->saved->level >= level)
-			{
-				SavedCounters *s = e->saved;
-
-				e->saved = s->next;
-				FreeCounters(&s->c);
-				pfree(s);
-			}
-			if (e->saved == NULL)
-			{
-				/* first read at this level: forget it */
-				FreeCounters(&e->c);
-				RemovePending(e);
-			}
-			else
-			{
-				SavedCounters *s = e->saved;
-
-				FreeCounters(&e->c);
-				e->c = s->c;
-				e->level = s->level;
-				e->saved = s->next;
-				pfree(s);
-			}
-		}
-	}
-	else
-	{
-		int			i;
-
-		for (i = 0; i < nframes; i++)
-			if (frame_levels[i] >= level)
-				frame_levels[i] = level - 1;
-		hash_seq_init(&seq, pending_sessions);
-		while ((e = hash_seq_search(&seq)) != NULL)
-		{
-			if (e->level < level)
-				continue;
-			e->level = level - 1;
-			if (e->saved && e->saved->level >= level - 1)
-			{
-				/* the parent's own earlier values are ours now */
-				SavedCounters *s = e->saved;
-
-				e->saved = s->next;
-				FreeCounters(&s->c);
-				pfree(s);
-			}
-		}
-	}
-}
-
-/*
- * The end of the transaction: counters never written (the AFTER STATEMENT
- * trigger was disabled, alone) refuse the commit; then everything goes with
- * TopTransactionContext.
- */
-static void
-PendingXactCallback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PARALLEL_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
-			if (pending_sessions != NULL)
-			{
-				HASH_SEQ_STATUS seq;
-				PendingSession *e;
-
-				hash_seq_init(&seq, pending_sessions);
-				while ((e = hash_seq_search(&seq)) != NULL)
-				{
-					if (!e->c.counted)
-						continue;
-					hash_seq_term(&seq);
-					ereport(ERROR,
-							(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-							 errmsg("the counters of session %s were not written",
-									UuidText(UUIDPGetDatum(&e->id))),
-							 errdetail("Messages were inserted into ctxwin.messages while its trigger messages_insert_end was disabled."),
-							 errhint("Enable the triggers of ctxwin.messages: ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_end.")));
-				}
-			}
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			pending_cxt = NULL;
-			pending_sessions = NULL;
-			frame_levels = NULL;
-			nframes = 0;
-			maxframes = 0;
-			break;
-	}
-}
-
-void
-CtxwinTriggerInit(void)
-{
-	RegisterXactCallback(PendingXactCallback, NULL);
-	RegisterSubXactCallback(PendingSubXactCallback, NULL);
-}
-
-/* Reads a session's row, locked, into counters in pending_cxt.  Needs SPI. */
-static bool
-ReadSession(Datum session_id, Counters *c)
-{
-	TupleDesc	desc;
-	HeapTuple	row = KeptPlanRow(&lock_plan, lock_query, UUIDOID, session_id, &desc);
-	Datum		d;
 	bool		isnull;
+	Datum		d = heap_getattr(tup, attno, desc, &isnull);
 
-	if (row == NULL)
-		return false;
-	memset(c, 0, sizeof(*c));
-	/* NOT NULL columns, but for count_encoding and pending_tool_calls */
-	c->message_count = DatumGetInt64(SPI_getbinval(row, desc, L_MESSAGE_COUNT, &isnull));
-	c->token_count = DatumGetInt64(SPI_getbinval(row, desc, L_TOKEN_COUNT, &isnull));
-	c->unsummarized_messages = DatumGetInt64(SPI_getbinval(row, desc, L_UNSUMMARIZED_MESSAGES, &isnull));
-	c->unsummarized_tokens = DatumGetInt64(SPI_getbinval(row, desc, L_UNSUMMARIZED_TOKENS, &isnull));
-	c->prompt_tokens = DatumGetInt32(SPI_getbinval(row, desc, L_PROMPT_TOKENS, &isnull));
-	d = SPI_getbinval(row, desc, L_COUNT_ENCODING, &isnull);
-	c->count_encoding = isnull ? NULL : CopyText(DatumGetTextPP(d));
-	d = SPI_getbinval(row, desc, L_PENDING_TOOL_CALLS, &isnull);
-	c->pending = isnull ? NULL : CopyArray(DatumGetArrayTypeP(d));
-	c->queued = DatumGetBool(SPI_getbinval(row, desc, L_QUEUED, &isnull));
-	c->wake_next = DatumGetBool(SPI_getbinval(row, desc, L_WAKE, &isnull));
-	d = SPI_getbinval(row, desc, L_PROFILE, &isnull);
-	c->profile = CopyText(DatumGetTextPP(d));
-	return true;
+	return isnull ? NULL : DatumGetTextPP(d);
+}
+
+/* The fields of a new row the checks and the numbering need. */
+static void
+ReadMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, NewMessage *m)
+{
+	bool		isnull;
+	Datum		d;
+
+	m->session_id = heap_getattr(tup, cols->session_id, desc, &m->session_null);
+	m->role = TextColumn(tup, desc, cols->role);
+	d = heap_getattr(tup, cols->tool_calls, desc, &isnull);
+	m->tool_calls = isnull ? NULL : DatumGetJsonbP(d);
+	m->tool_call_id = TextColumn(tup, desc, cols->tool_call_id);
+	d = heap_getattr(tup, cols->id, desc, &isnull);
+	m->has_id = !isnull;
+	m->id = isnull ? 0 : DatumGetInt64(d);
+	(void) heap_getattr(tup, cols->token_count, desc, &isnull);
+	m->has_token_count = !isnull;
+	(void) heap_getattr(tup, cols->token_encoding, desc, &isnull);
+	m->has_token_encoding = !isnull;
 }
 
 /*
- * One message (BEFORE INSERT FOR EACH ROW).
+ * The checks of a row alone: a session, a role, and ids and token counts
+ * left to ctxwin (only a restore, by the table's owner, brings its own:
+ * refused rather than ignored, so that a program that means them learns
+ * they are not taken).
  */
-static Datum
-MessageRow(TriggerData *trigdata, MemoryContext callcxt)
+static void
+CheckMessage(Relation rel, const NewMessage *m)
 {
-	HeapTuple	tup;
-	TupleDesc	desc;
-	int			a_session,
-				a_id,
-				a_role,
-				a_content,
-				a_tool_calls,
-				a_tool_call_id,
-				a_name,
-				a_token_count,
-				a_token_encoding;
-	Datum		session_id;
-	bool		isnull;
-	text	   *role;
-	bool		has_id;
-	bool		count_null,
-				encoding_null;
-	int64		id = 0;
-	Datum		d;
-	PendingSession *e;
-	bool		have_settings = false;
-	Settings	st;
-	int64		message_count;
-	int64		um;
-	int64		ut;
-	int32		pt;
-	int32		token_count;
-	text	   *encoding;
-	const CtxwinEncoding *enc;
-	Jsonb	   *tool_calls = NULL;
-	text	   *tool_call_id = NULL;
-	Datum		pend = (Datum) 0;
-	bool		pend_null = true;
-	bool		queue;
+	text	   *role = m->role;
 
-	tup = trigdata->tg_trigtuple;
-	desc = RelationGetDescr(trigdata->tg_relation);
-	a_session = Column(desc, "session_id");
-	a_id = Column(desc, "id");
-	a_role = Column(desc, "role");
-	a_content = Column(desc, "content");
-	a_tool_calls = Column(desc, "tool_calls");
-	a_tool_call_id = Column(desc, "tool_call_id");
-	a_name = Column(desc, "name");
-	a_token_count = Column(desc, "token_count");
-	a_token_encoding = Column(desc, "token_encoding");
-
-	session_id = Get(tup, desc, a_session, &isnull);
-	if (isnull)
+	if (m->session_null)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
 				 errmsg("session_id must not be null")));
-	d = Get(tup, desc, a_role, &isnull);
-	role = isnull ? NULL : DatumGetTextPP(d);
 	if (role == NULL ||
 		!(TextEquals(role, "system") || TextEquals(role, "user") ||
 		  TextEquals(role, "assistant") || TextEquals(role, "tool")))
@@ -1068,183 +334,245 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 				(errcode(ERRCODE_CHECK_VIOLATION),
 				 errmsg("invalid message role \"%s\"", role ? text_to_cstring(role) : "NULL"),
 				 errhint("A role is one of system, user, assistant and tool.")));
-	d = Get(tup, desc, a_id, &isnull);
-	has_id = !isnull;
-	if (has_id)
-		id = DatumGetInt64(d);
-	(void) Get(tup, desc, a_token_count, &count_null);
-	(void) Get(tup, desc, a_token_encoding, &encoding_null);
-
-	/*
-	 * Ids and token counts are ctxwin's: only a restore (the table's owner)
-	 * brings its own.  Refused rather than ignored, so that a program that
-	 * means them learns they are not taken.
-	 */
-	if ((has_id || !count_null || !encoding_null) && !OwnsTable(trigdata->tg_relation))
+	if ((m->has_id || m->has_token_count || m->has_token_encoding) && !CtxwinOwnsTable(rel))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to write column \"%s\" of ctxwin.messages",
-						has_id ? "id" : !count_null ? "token_count" : "token_encoding"),
+						m->has_id ? "id" : m->has_token_count ? "token_count" : "token_encoding"),
 				 errdetail("ctxwin numbers messages and counts their tokens; only the owner of ctxwin.messages (a restore, for one) may supply id, token_count and token_encoding."),
 				 errhint("Leave id, token_count and token_encoding out.")));
+}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+/*
+ * The session's counters: in memory since the statement read them, or read
+ * now, locked, with the settings of its profile (*have_settings says they
+ * were read; as in a join, no profile or model for it is no session).
+ */
+static PendingSession *
+SessionCounters(Datum session_id, Settings *st, bool *have_settings)
+{
+	PendingSession *e = CtxwinCountersFind(session_id);
 
-	/* the session's counters: in memory since the statement read them, or read now */
-	e = FindPending(session_id);
-	if (e == NULL || e->c.stale)
+	*have_settings = false;
+	if (e != NULL && !e->c.stale)
+		return e;
+	e = CtxwinCountersRead(session_id, e);
+	if (e == NULL || !CtxwinReadSettings(e->c.profile, st))
+		NoSession(session_id);
+	*have_settings = true;
+	return e;
+}
+
+/*
+ * The checks of a supplied id (a restore).  True if the row is one a
+ * restore replays: its session was restored with its counters, which
+ * count it already.
+ */
+static bool
+IsReplayedRow(const NewMessage *m, const PendingSession *e)
+{
+	int64		message_count = e->c.message_count;
+
+	if (!m->has_id)
+		return false;
+	if (m->id <= message_count)
 	{
-		Counters	c;
-
-		EnsurePending();
-		if (!ReadSession(session_id, &c))
-			NoSession(session_id);
-		/* (as in a join, no profile or model for it is no session) */
-		if (!ReadSettings(c.profile, &st))
-		{
-			FreeCounters(&c);
-			NoSession(session_id);
-		}
-		have_settings = true;
-		if (e == NULL)
-		{
-			bool		found;
-
-			e = hash_search(pending_sessions, DatumGetUUIDP(session_id), HASH_ENTER, &found);
-			Assert(!found);
-			e->level = GetCurrentTransactionNestLevel();
-			e->saved = NULL;
-			e->frame = nframes;
-		}
-		else
-		{
-			Touch(e);
-			FreeCounters(&e->c);
-		}
-		e->c = c;
-	}
-	message_count = e->c.message_count;
-
-	if (has_id && id <= message_count)
-	{
-		/* a restore replays rows whose session was restored with its counters */
-		if (count_null || encoding_null)
+		if (!m->has_token_count || !m->has_token_encoding)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNIQUE_VIOLATION),
-					 errmsg("message id " INT64_FORMAT " is taken in session %s", id, UuidText(session_id)),
+					 errmsg("message id " INT64_FORMAT " is taken in session %s",
+							m->id, CtxwinUuidText(m->session_id)),
 					 errhint("Leave id out: ctxwin numbers the messages of a session.")));
-		if (nframes == 0)
-			WritePending(e);
-		SPI_finish();
-		return PointerGetDatum(tup);
+		return true;
 	}
-	if (has_id && id != AddInt64(message_count, 1))
+	if (m->id != AddInt64(message_count, 1))
 		ereport(ERROR,
 				(errcode(ERRCODE_CHECK_VIOLATION),
 				 errmsg("message id " INT64_FORMAT " is not the next id of session %s (" INT64_FORMAT ")",
-						id, UuidText(session_id), message_count + 1),
+						m->id, CtxwinUuidText(m->session_id), message_count + 1),
 				 errhint("Leave id out: ctxwin numbers the messages of a session.")));
-	if (!have_settings && !ReadSettings(e->c.profile, &st))
-		NoSession(session_id);
+	return false;
+}
 
-	/*
-	 * The tool call protocol: results answer the calls of the newest
-	 * assistant message with tool_calls, each at most once.
-	 */
-	d = Get(tup, desc, a_tool_calls, &isnull);
-	if (!isnull)
-		tool_calls = DatumGetJsonbP(d);
-	d = Get(tup, desc, a_tool_call_id, &isnull);
-	if (!isnull)
-		tool_call_id = DatumGetTextPP(d);
-	if (tool_calls)
+/*
+ * The tool call protocol: results answer the calls of the newest assistant
+ * message with tool_calls, each at most once.  Returns the session's
+ * pending calls after the message (NULL: none, SQL NULL).
+ */
+static ArrayType *
+PendingAfter(const NewMessage *m, const PendingSession *e)
+{
+	if (m->tool_calls)
 	{
-		if (!TextEquals(role, "assistant"))
+		if (!TextEquals(m->role, "assistant"))
 			ereport(ERROR,
 					(errcode(ERRCODE_CHECK_VIOLATION),
 					 errmsg("only assistant messages can have tool_calls")));
-		pend = PendingCalls(tool_calls);
-		pend_null = false;
+		return DatumGetArrayTypeP(PendingCalls(m->tool_calls));
 	}
-	else if (TextEquals(role, "tool"))
+	if (!TextEquals(m->role, "tool"))
+		return NULL;
+	if (m->tool_call_id == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("a tool message needs a tool_call_id")));
+	if (e->c.pending == NULL || !AnswersPending(e->c.pending, m->tool_call_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+				 errmsg("tool result \"%s\" answers no pending tool call",
+						text_to_cstring(m->tool_call_id)),
+				 errdetail("A tool message must follow the assistant message whose tool_calls include its tool_call_id, and answer each call once.")));
+	/* array_remove itself, for its exact semantics (and errors) */
+	return DatumGetArrayTypeP(OidFunctionCall2Coll(F_ARRAY_REMOVE, DEFAULT_COLLATION_OID,
+												   PointerGetDatum(e->c.pending),
+												   PointerGetDatum(m->tool_call_id)));
+}
+
+/* The tokens of the message, as message_tokens() counts them, capped to an int. */
+static int32
+MessageTokens(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const NewMessage *m,
+			  const CtxwinEncoding *enc)
+{
+	int64		n = CtxwinMessageTokens(enc, text_to_cstring(m->role),
+										TextColumn(tup, desc, cols->content),
+										TextColumn(tup, desc, cols->name),
+										m->tool_call_id, m->tool_calls);
+
+	return (int32) Min(n, PG_INT32_MAX);
+}
+
+/*
+ * The session's unsummarized and prompt tokens before the message, in the
+ * encoding in effect now: the counters kept, or, if they were kept in
+ * another encoding, recounted.
+ */
+static void
+TokensInEncoding(const PendingSession *e, Datum session_id, const Settings *st,
+				 const CtxwinEncoding *enc, MessageCount *mc)
+{
+	if (e->c.count_encoding != NULL && CtxwinTextsEqual(e->c.count_encoding, st->encoding))
 	{
-		if (tool_call_id == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_NOT_NULL_VIOLATION),
-					 errmsg("a tool message needs a tool_call_id")));
-		if (e->c.pending == NULL || !AnswersPending(e->c.pending, tool_call_id))
-			ereport(ERROR,
-					(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
-					 errmsg("tool result \"%s\" answers no pending tool call",
-							text_to_cstring(tool_call_id)),
-					 errdetail("A tool message must follow the assistant message whose tool_calls include its tool_call_id, and answer each call once.")));
-		/* array_remove itself, for its exact semantics (and errors) */
-		pend = OidFunctionCall2Coll(F_ARRAY_REMOVE, DEFAULT_COLLATION_OID,
-									PointerGetDatum(e->c.pending), PointerGetDatum(tool_call_id));
-		pend_null = false;
+		mc->unsummarized_tokens = e->c.unsummarized_tokens;
+		mc->prompt_tokens = e->c.prompt_tokens;
 	}
+	else
+		CtxwinRecountSession(session_id, st, enc, &mc->unsummarized_tokens, &mc->prompt_tokens);
+}
 
-	/* the message's id, encoding and tokens */
-	id = AddInt64(message_count, 1);
-	encoding = st.encoding;
-	enc = CtxwinEncodingArg(encoding);
+/* Whether a summary trigger fires (NULL: off), beyond the newest min_recent. */
+static bool
+SummaryTriggerFires(const Settings *st, const MessageCount *mc)
+{
+	TriggerSettings ts = {
+		.max_messages_on = !st->max_messages_null, .max_messages = st->max_messages,
+		.max_tokens_on = !st->max_tokens_null, .max_tokens = st->max_tokens,
+		.ratio_on = !st->ratio_null, .ratio = st->trigger_ratio,
+		.context_window = st->context_window, .min_recent = st->min_recent
+	};
+	TriggerCounts tc = {
+		.messages = mc->unsummarized_messages, .tokens = mc->unsummarized_tokens,
+		.prompt_tokens = mc->prompt_tokens
+	};
+
+	return SessionQueues(&ts, &tc);
+}
+
+/*
+ * Counts a message: the checks of the tool call protocol, its id, its
+ * tokens, the session's counters after it and whether it queues the
+ * session.
+ */
+static void
+CountMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const NewMessage *m,
+			 const PendingSession *e, const Settings *st, MessageCount *mc)
+{
+	const CtxwinEncoding *enc;
+
+	mc->pending = PendingAfter(m, e);
+	mc->id = AddInt64(e->c.message_count, 1);
+	mc->encoding = st->encoding;
+	enc = CtxwinEncodingArg(st->encoding);
+	mc->tokens = MessageTokens(tup, desc, cols, m, enc);
+	TokensInEncoding(e, m->session_id, st, enc, mc);
+	mc->unsummarized_messages = AddInt64(e->c.unsummarized_messages, 1);
+	mc->unsummarized_tokens = AddInt64(mc->unsummarized_tokens, mc->tokens);
+	mc->queue = SummaryTriggerFires(st, mc);
+}
+
+/* The session's counters after the message, in memory. */
+static void
+AdvanceCounters(PendingSession *e, const MessageCount *mc)
+{
+	CtxwinCountersTouch(e);
+	e->c.token_count = AddInt64(e->c.token_count, mc->tokens);
+	CtxwinCountersSetEncoding(e, mc->encoding);
+	CtxwinCountersSetPending(e, mc->pending);
+	e->c.message_count = mc->id;
+	e->c.unsummarized_messages = mc->unsummarized_messages;
+	e->c.unsummarized_tokens = mc->unsummarized_tokens;
+	e->c.prompt_tokens = mc->prompt_tokens;
+	e->c.queued |= mc->queue;
+	e->c.queue_set |= mc->queue;
+	/* the message resets the failures and the retry time */
+	e->c.wake_next = !e->c.queued;
+	e->c.counted = true;
+}
+
+/* The new row with its id, token count and encoding, in memory context cxt. */
+static HeapTuple
+NumberedRow(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const MessageCount *mc,
+			MemoryContext cxt)
+{
+	int			attnos[3] = {cols->id, cols->token_count, cols->token_encoding};
+	Datum		vals[3];
+	bool		nulls[3] = {false, false, false};
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	vals[0] = Int64GetDatum(mc->id);
+	vals[1] = Int32GetDatum(mc->tokens);
+	vals[2] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->encoding),
+													   VARSIZE_ANY_EXHDR(mc->encoding)));
+	tup = heap_modify_tuple_by_cols(tup, desc, 3, attnos, vals, nulls);
+	MemoryContextSwitchTo(old);
+	return tup;
+}
+
+/*
+ * One message (BEFORE INSERT FOR EACH ROW): checked, numbered and counted;
+ * its session's counters advanced, and written now if no statement frame
+ * is open.  Returns the row to insert, in memory context callcxt.
+ */
+static HeapTuple
+MessageRow(TriggerData *trigdata, MemoryContext callcxt)
+{
+	Relation	rel = trigdata->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	HeapTuple	tup = trigdata->tg_trigtuple;
+	MessageColumns cols;
+	NewMessage	m;
+	PendingSession *e;
+	Settings	st;
+	bool		have_settings;
+	MessageCount mc;
+
+	MessageColumnsOf(desc, &cols);
+	ReadMessage(tup, desc, &cols, &m);
+	CheckMessage(rel, &m);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	e = SessionCounters(m.session_id, &st, &have_settings);
+	if (IsReplayedRow(&m, e))
 	{
-		text	   *content = NULL,
-				   *name = NULL;
-		int64		n;
-
-		d = Get(tup, desc, a_content, &isnull);
-		if (!isnull)
-			content = DatumGetTextPP(d);
-		d = Get(tup, desc, a_name, &isnull);
-		if (!isnull)
-			name = DatumGetTextPP(d);
-		n = CtxwinMessageTokens(enc, text_to_cstring(role), content, name, tool_call_id, tool_calls);
-		token_count = (int32) Min(n, PG_INT32_MAX);
+		if (!CtxwinFrameIsOpen())
+			CtxwinCountersWrite(e);
+		SPI_finish();
+		return tup;
 	}
+	if (!have_settings && !CtxwinReadSettings(e->c.profile, &st))
+		NoSession(m.session_id);
 
-	/* counters are kept in the encoding in effect now */
-	ut = e->c.unsummarized_tokens;
-	pt = e->c.prompt_tokens;
-	if (e->c.count_encoding == NULL || !TextsEqual(e->c.count_encoding, encoding))
-	{
-		Oid			argtypes[3] = {UUIDOID, TEXTOID, TEXTOID};
-		Datum		args[3];
-		char		nulls[3] = {' ', ' ', st.placement_null ? 'n' : ' '};
-		int			rc;
-
-		/* (the messages the statement inserted so far are visible to it) */
-		args[0] = session_id;
-		args[1] = PointerGetDatum(encoding);
-		args[2] = st.placement;
-		rc = SPI_execute_plan(CtxwinKeptPlan(&recount_plan, recount_query, 3, argtypes), args, nulls,
-							  false, 1);
-		if (rc != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "recounting the tokens of session %s failed", UuidText(session_id));
-		/* both are sums or coalesced: never NULL */
-		ut = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		if (isnull)
-			elog(ERROR, "unsummarized tokens of session are NULL");
-		pt = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-		if (isnull)
-			elog(ERROR, "prompt tokens of session are NULL");
-	}
-	um = AddInt64(e->c.unsummarized_messages, 1);
-	ut = AddInt64(ut, token_count);
-
-	/* a summary trigger fires (NULL: off), beyond the newest min_recent */
-	{
-		TriggerSettings ts = {
-			.max_messages_on = !st.max_messages_null, .max_messages = st.max_messages,
-			.max_tokens_on = !st.max_tokens_null, .max_tokens = st.max_tokens,
-			.ratio_on = !st.ratio_null, .ratio = st.trigger_ratio,
-			.context_window = st.context_window, .min_recent = st.min_recent
-		};
-		TriggerCounts tc = {.messages = um, .tokens = ut, .prompt_tokens = pt};
-
-		queue = SessionQueues(&ts, &tc);
-	}
+	CountMessage(tup, desc, &cols, &m, e, &st, &mc);
 
 	/*
 	 * Wake the worker (at commit) when the session enters the queue, or when
@@ -1252,53 +580,15 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 	 * message resets: a new message makes a failing session due again.  A
 	 * session queued and due already is no news to the worker.
 	 */
-	if (queue && e->c.wake_next)
+	if (mc.queue && e->c.wake_next)
 		CtxwinWorkerWake();
+	AdvanceCounters(e, &mc);
+	if (!CtxwinFrameIsOpen())
+		CtxwinCountersWrite(e);
 
-	/* the counters after the message */
-	Touch(e);
-	{
-		int64		tokens = AddInt64(e->c.token_count, token_count);
-
-		if (e->c.count_encoding == NULL || !TextsEqual(e->c.count_encoding, encoding))
-		{
-			if (e->c.count_encoding)
-				pfree(e->c.count_encoding);
-			e->c.count_encoding = CopyText(encoding);
-		}
-		if (e->c.pending)
-			pfree(e->c.pending);
-		e->c.pending = pend_null ? NULL : CopyArray(DatumGetArrayTypeP(pend));
-		e->c.message_count = id;
-		e->c.token_count = tokens;
-		e->c.unsummarized_messages = um;
-		e->c.unsummarized_tokens = ut;
-		e->c.prompt_tokens = pt;
-		e->c.queued |= queue;
-		e->c.queue_set |= queue;
-		/* the message resets the failures and the retry time */
-		e->c.wake_next = !e->c.queued;
-		e->c.counted = true;
-	}
-	if (nframes == 0)
-		WritePending(e);
-
-	/* the new row, in the caller's memory */
-	{
-		int			cols[3] = {a_id, a_token_count, a_token_encoding};
-		Datum		vals[3];
-		bool		nulls[3] = {false, false, false};
-		MemoryContext spicxt = MemoryContextSwitchTo(callcxt);
-
-		vals[0] = Int64GetDatum(id);
-		vals[1] = Int32GetDatum(token_count);
-		vals[2] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(encoding),
-														   VARSIZE_ANY_EXHDR(encoding)));
-		tup = heap_modify_tuple_by_cols(tup, desc, 3, cols, vals, nulls);
-		MemoryContextSwitchTo(spicxt);
-	}
+	tup = NumberedRow(tup, desc, &cols, &mc, callcxt);
 	SPI_finish();
-	return PointerGetDatum(tup);
+	return tup;
 }
 
 /*
@@ -1318,265 +608,12 @@ ctxwin_messages_insert(PG_FUNCTION_ARGS)
 	if (TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
 	{
 		if (TRIGGER_FIRED_BEFORE(trigdata->tg_event))
-			FrameOpen();
+			CtxwinFrameOpen();
 		else
-			FrameClose();
+			CtxwinFrameClose();
 		return PointerGetDatum(NULL);
 	}
 	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event))
 		elog(ERROR, "ctxwin._messages_insert() must be a BEFORE trigger FOR EACH ROW");
-	return MessageRow(trigdata, CurrentMemoryContext);
-}
-
-/* ------------------------------------------------------------------------
- * The guard of ctxwin.sessions
- * ------------------------------------------------------------------------
- */
-
-/* The columns ctxwin maintains, and their value in a new row. */
-typedef enum
-{
-	NEW_ZERO,					/* 0 */
-	NEW_NULL,					/* NULL */
-	NEW_NOW						/* now(): the transaction's start */
-} NewValue;
-
-static const struct
-{
-	const char *name;
-	NewValue	value;
-}			protected_cols[] =
-{
-	{"message_count", NEW_ZERO},
-	{"token_count", NEW_ZERO},
-	{"unsummarized_messages", NEW_ZERO},
-	{"unsummarized_tokens", NEW_ZERO},
-	{"prompt_tokens", NEW_ZERO},
-	{"summary_tokens", NEW_ZERO},
-	{"summary_version", NEW_ZERO},
-	{"summary_updated_at", NEW_NULL},
-	{"count_encoding", NEW_NULL},
-	{"pending_tool_calls", NEW_NULL},
-	{"compaction_queued_at", NEW_NULL},
-	{"compaction_retry_at", NEW_NULL},
-	{"compaction_failures", NEW_ZERO},
-	{"last_error", NEW_NULL},
-	{"last_error_at", NEW_NULL},
-	{"created_at", NEW_NOW},
-	{"updated_at", NEW_NOW}
-};
-
-/* Whether a value of a new row is the column's default. */
-static bool
-IsNewValue(Form_pg_attribute att, Datum d, bool isnull, NewValue v)
-{
-	switch (v)
-	{
-		case NEW_NULL:
-			return isnull;
-		case NEW_ZERO:
-			if (isnull)
-				return false;
-			if (att->atttypid == INT8OID)
-				return DatumGetInt64(d) == 0;
-			if (att->atttypid == INT4OID)
-				return DatumGetInt32(d) == 0;
-			elog(ERROR, "unexpected type of ctxwin.sessions.%s", NameStr(att->attname));
-			break;
-		case NEW_NOW:
-			if (isnull || att->atttypid != TIMESTAMPTZOID)
-				return false;
-			return DatumGetTimestampTz(d) == GetCurrentTransactionStartTimestamp();
-	}
-	return false;
-}
-
-/*
- * Refuses the write of a column ctxwin maintains, unless ctxwin's C code
- * writes it or the current user owns the table: an UPDATE that changes it,
- * an INSERT that gives it another value than its default.
- */
-static void
-CheckProtected(Relation rel, HeapTuple oldtup, HeapTuple newtup)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	int			i;
-
-	for (i = 0; i < lengthof(protected_cols); i++)
-	{
-		int			attno = SPI_fnumber(desc, protected_cols[i].name);
-		Form_pg_attribute att;
-		Datum		nv;
-		bool		nnull;
-		bool		same;
-
-		if (attno <= 0)
-			elog(ERROR, "ctxwin.sessions has no column \"%s\"", protected_cols[i].name);
-		att = TupleDescAttr(desc, attno - 1);
-		nv = heap_getattr(newtup, attno, desc, &nnull);
-		if (oldtup == NULL)
-			same = IsNewValue(att, nv, nnull, protected_cols[i].value);
-		else
-		{
-			bool		onull;
-			Datum		ov = heap_getattr(oldtup, attno, desc, &onull);
-
-			same = nnull == onull &&
-				(nnull || datum_image_eq(ov, nv, att->attbyval, att->attlen));
-		}
-		if (same)
-			continue;
-		if (OwnsTable(rel))
-			return;
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to write column \"%s\" of ctxwin.sessions",
-						protected_cols[i].name),
-				 errdetail("ctxwin maintains this column; only the owner of ctxwin.sessions (a restore, for one) may write it."),
-				 errhint("Applications write profile, system_prompt, metadata, conversation_summary and summary_through_id of a session, and leave the rest to ctxwin.")));
-	}
-}
-
-/*
- * An UPDATE of a session whose counters a statement in progress holds in
- * memory (a statement it nests in inserted messages into it): the counters
- * go into the row, and the next message reads the row again.  The writer's
- * own change of the failures, the retry time or the queue stands.
- */
-static HeapTuple
-MergePending(Relation rel, HeapTuple oldtup, HeapTuple newtup)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	bool		isnull;
-	Datum		id = heap_getattr(oldtup, SPI_fnumber(desc, "id"), desc, &isnull);
-	PendingSession *e = isnull ? NULL : FindPending(id);
-
-	if (e == NULL || e->c.stale)
-		return newtup;
-	Touch(e);
-	e->c.stale = true;
-	if (e->c.counted)
-	{
-		static const char *const cols[] = {
-			"message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
-			"prompt_tokens", "count_encoding", "pending_tool_calls", "updated_at",
-			"compaction_failures", "compaction_retry_at", "compaction_queued_at"
-		};
-		int			attnos[lengthof(cols)];
-		Datum		vals[lengthof(cols)];
-		bool		nulls[lengthof(cols)];
-		int			n = 8;
-		int			i;
-
-		for (i = 0; i < lengthof(cols); i++)
-			if ((attnos[i] = SPI_fnumber(desc, cols[i])) <= 0)
-				elog(ERROR, "ctxwin.sessions has no column \"%s\"", cols[i]);
-		memset(nulls, 0, sizeof(nulls));
-		vals[0] = Int64GetDatum(e->c.message_count);
-		vals[1] = Int64GetDatum(e->c.token_count);
-		vals[2] = Int64GetDatum(e->c.unsummarized_messages);
-		vals[3] = Int64GetDatum(e->c.unsummarized_tokens);
-		vals[4] = Int32GetDatum(e->c.prompt_tokens);
-		vals[5] = PointerGetDatum(e->c.count_encoding);
-		nulls[5] = e->c.count_encoding == NULL;
-		vals[6] = PointerGetDatum(e->c.pending);
-		nulls[6] = e->c.pending == NULL;
-		vals[7] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-		for (i = 8; i < lengthof(cols); i++)
-		{
-			Form_pg_attribute att = TupleDescAttr(desc, attnos[i] - 1);
-			bool		onull,
-						nnull;
-			Datum		ov = heap_getattr(oldtup, attnos[i], desc, &onull);
-			Datum		nv = heap_getattr(newtup, attnos[i], desc, &nnull);
-
-			if (onull != nnull || (!nnull && !datum_image_eq(ov, nv, att->attbyval, att->attlen)))
-				continue;		/* the writer's */
-			if (i == 8)
-				vals[n] = Int32GetDatum(0);
-			else if (i == 9)
-			{
-				vals[n] = (Datum) 0;
-				nulls[n] = true;
-			}
-			else
-			{
-				if (!e->c.queue_set || !onull)
-					continue;
-				vals[n] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-			}
-			attnos[n++] = attnos[i];
-		}
-		newtup = heap_modify_tuple_by_cols(newtup, desc, n, attnos, vals, nulls);
-		e->c.counted = false;
-	}
-	return newtup;
-}
-
-PG_FUNCTION_INFO_V1(ctxwin_should_queue);
-
-/*
- * _should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
- *				 max_messages int, max_tokens int, ratio real,
- *				 context_window int, min_recent int) returns boolean
- *
- * SessionQueues (rules.c) for the SQL that keeps the queue (the sessions
- * and settings triggers, the worker's due check): a NULL trigger is off; a
- * NULL count, window or min_recent gives NULL.
- */
-Datum
-ctxwin_should_queue(PG_FUNCTION_ARGS)
-{
-	TriggerSettings ts;
-	TriggerCounts tc;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(6) || PG_ARGISNULL(7))
-		PG_RETURN_NULL();
-	tc.messages = PG_GETARG_INT64(0);
-	tc.tokens = PG_GETARG_INT64(1);
-	tc.prompt_tokens = PG_GETARG_INT64(2);
-	ts.max_messages_on = !PG_ARGISNULL(3);
-	ts.max_messages = ts.max_messages_on ? PG_GETARG_INT32(3) : 0;
-	ts.max_tokens_on = !PG_ARGISNULL(4);
-	ts.max_tokens = ts.max_tokens_on ? PG_GETARG_INT32(4) : 0;
-	ts.ratio_on = !PG_ARGISNULL(5);
-	ts.ratio = ts.ratio_on ? PG_GETARG_FLOAT4(5) : 0;
-	ts.context_window = PG_GETARG_INT32(6);
-	ts.min_recent = PG_GETARG_INT32(7);
-	PG_RETURN_BOOL(SessionQueues(&ts, &tc));
-}
-
-PG_FUNCTION_INFO_V1(ctxwin_sessions_guard);
-
-/*
- * ctxwin._sessions_guard(), BEFORE INSERT OR UPDATE FOR EACH ROW on
- * ctxwin.sessions, before the triggers that derive columns (its name sorts
- * first): sees the row as its writer wrote it.
- */
-Datum
-ctxwin_sessions_guard(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	HeapTuple	oldtup = NULL;
-	HeapTuple	newtup;
-
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "ctxwin._sessions_guard() must be called as a trigger");
-	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
-		elog(ERROR, "ctxwin._sessions_guard() must be a BEFORE trigger FOR EACH ROW");
-	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		newtup = trigdata->tg_trigtuple;
-	else if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-	{
-		oldtup = trigdata->tg_trigtuple;
-		newtup = trigdata->tg_newtuple;
-	}
-	else
-		elog(ERROR, "ctxwin._sessions_guard() must be an INSERT or UPDATE trigger");
-
-	if (ctxwin_bookkeeping_depth == 0)
-		CheckProtected(trigdata->tg_relation, oldtup, newtup);
-	if (oldtup != NULL && pending_sessions != NULL && hash_get_num_entries(pending_sessions) > 0)
-		newtup = MergePending(trigdata->tg_relation, oldtup, newtup);
-	return PointerGetDatum(newtup);
+	return PointerGetDatum(MessageRow(trigdata, CurrentMemoryContext));
 }

@@ -1,0 +1,479 @@
+/*
+ * session_read.c
+ *		Reads for the insert trigger of ctxwin.messages: a session's row,
+ *		locked, the settings of its profile and model, and its counters
+ *		recounted in another encoding.
+ *
+ * The session row and the settings are read on every message, so they are
+ * read directly from the tables' heaps and primary keys (a query costs an
+ * executor start and run, about 6 us for the lock, and a join in SQL a
+ * hash join per message: about 20 us), with the privilege checks and the
+ * concurrency rules the queries have.  Where a table cannot be read so
+ * (see DirectReadable) the same rows are read by a query, kept prepared
+ * with a generic plan (see CtxwinKeptPlan): row-level security policies
+ * then apply as they would to it, and Citus finds the rows.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/objectaddress.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+
+#include "trigger.h"
+#include "window.h"
+
+/* The columns of a session's row the insert trigger reads (SessionColumn), the key first. */
+static const char *const session_cols[SC_NCOLUMNS] = {
+	"id", "message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
+	"prompt_tokens", "count_encoding", "pending_tool_calls", "profile",
+	"compaction_queued_at", "compaction_failures", "compaction_retry_at"
+};
+
+/* The same, locked, where ctxwin.sessions is not DirectReadable. */
+static const char *const session_lock_query =
+"SELECT x.id, x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
+"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.profile, "
+"       x.compaction_queued_at, x.compaction_failures, x.compaction_retry_at "
+"FROM ctxwin.sessions x "
+"WHERE x.id OPERATOR(pg_catalog.=) $1 "
+"FOR NO KEY UPDATE OF x";
+
+/* The columns of profiles and models read for the settings, the key first. */
+static const char *const profile_cols[] = {
+	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
+	"max_tokens_before_summary", "min_recent_messages", "summary_placement"
+};
+enum
+{
+	P_NAME, P_MODEL, P_WINDOW, P_RATIO, P_MAX_MESSAGES, P_MAX_TOKENS, P_MIN_RECENT, P_PLACEMENT
+};
+static const char *const model_cols[] = {"name", "encoding", "context_window"};
+enum
+{
+	M_NAME, M_ENCODING, M_WINDOW
+};
+
+/* The settings, where profiles or models is not DirectReadable. */
+static const char *const settings_query =
+"SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
+"       p.max_messages_before_summary, p.max_tokens_before_summary, "
+"       p.min_recent_messages, p.summary_placement "
+"FROM ctxwin.profiles p "
+"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
+"WHERE p.name OPERATOR(pg_catalog.=) $1";
+
+/*
+ * What a recount reads of a session: its unsummarized tokens counted in an
+ * encoding ($2; the messages the statement inserted so far are visible to
+ * it), its system prompt and summary.
+ */
+static const char *const recount_query =
+"SELECT ctxwin._unsummarized_tokens(x.id, x.summary_through_id, $2), "
+"       x.system_prompt, x.conversation_summary "
+"FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) $1";
+
+/* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
+static SPIPlanPtr session_lock_plan = NULL;
+static SPIPlanPtr settings_plan = NULL;
+static SPIPlanPtr recount_plan = NULL;
+
+/*
+ * The first row of a kept one-parameter query (see CtxwinKeptPlan), or NULL if it
+ * finds none; *desc is its descriptor.
+ */
+static HeapTuple
+KeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
+{
+	int			rc = SPI_execute_plan(CtxwinKeptPlan(plan, query, 1, &argtype), &arg, NULL, false, 1);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+	*desc = SPI_tuptable->tupdesc;
+	return SPI_tuptable->vals[0];
+}
+
+/*
+ * The attribute numbers of cols in rel, after the privilege check the
+ * executor makes for a query that reads them: SELECT on the table, or else
+ * on each of the columns.
+ */
+static void
+ReadableColumns(Relation rel, const char *const *cols, int ncols, AttrNumber *attnos)
+{
+	Oid			relid = RelationGetRelid(rel);
+	Oid			userid = GetUserId();
+	int			i;
+
+	for (i = 0; i < ncols; i++)
+	{
+		attnos[i] = SPI_fnumber(RelationGetDescr(rel), cols[i]);
+		if (attnos[i] <= 0)
+			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
+	}
+	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
+	{
+		for (i = 0; i < ncols; i++)
+			if (pg_attribute_aclcheck(relid, attnos[i], userid, ACL_SELECT) != ACLCHECK_OK)
+				aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
+							   RelationGetRelationName(rel));
+	}
+}
+
+/* The primary key index of rel, opened: it must be its column attno alone. */
+Relation
+CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno)
+{
+	Oid			indexid = RelationGetPrimaryKeyIndex_compat(rel);
+	Relation	index;
+
+	if (!OidIsValid(indexid))
+		elog(ERROR, "%s has no primary key", RelationGetRelationName(rel));
+	index = index_open(indexid, AccessShareLock);
+	if (index->rd_index->indnatts != 1 || index->rd_index->indkey.values[0] != attno)
+		elog(ERROR, "the primary key of %s is not its column \"%s\"", RelationGetRelationName(rel),
+			 NameStr(TupleDescAttr(RelationGetDescr(rel), attno - 1)->attname));
+	return index;
+}
+
+/*
+ * The row of rel whose primary key (index) equals key, by the equality
+ * function eqproc, as snapshot sees it, into slot.  False if there is none.
+ */
+bool
+CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot, RegProcedure eqproc, Datum key,
+				  TupleTableSlot *slot)
+{
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	bool		found;
+
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], eqproc, key);
+	scan = index_beginscan_compat(rel, index, snapshot, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+/* The columns attnos of the row in slot, copied into the current memory context. */
+static void
+SlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols, Datum *vals, bool *nulls)
+{
+	int			i;
+
+	for (i = 0; i < ncols; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(slot->tts_tupleDescriptor, attnos[i] - 1);
+		Datum		d = slot_getattr(slot, attnos[i], &nulls[i]);
+
+		vals[i] = nulls[i] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
+	}
+}
+
+/*
+ * The row of a ctxwin table (profiles, models) whose primary key, a text,
+ * is key: the columns cols (cols[0] is the key) into vals and nulls,
+ * copied.  False if there is none.  The caller has checked that the table
+ * is DirectReadable; the privileges are checked as the executor checks them
+ * for a query that reads these columns.
+ */
+static bool
+FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int ncols,
+		 Datum *vals, bool *nulls)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	AttrNumber	attnos[8];
+	Relation	index;
+	TupleTableSlot *slot;
+	bool		found;
+
+	Assert(ncols <= lengthof(attnos));
+	ReadableColumns(rel, cols, ncols, attnos);
+	index = CtxwinOpenPrimaryKey(rel, attnos[0]);
+	slot = table_slot_create(rel, NULL);
+	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_TEXTEQ, PointerGetDatum(key), slot);
+	if (found)
+		SlotColumns(slot, attnos, ncols, vals, nulls);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * Locks the row in slot FOR NO KEY UPDATE as SELECT ... FOR NO KEY UPDATE
+ * (nodeLockRows.c) does: at READ COMMITTED a row updated since the snapshot
+ * is locked in its newest version, put in slot, if that still has the key;
+ * at REPEATABLE READ and SERIALIZABLE such a row is a serialization
+ * failure.  False if the row is gone (or was changed by this command).
+ */
+static bool
+LockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot snapshot, AttrNumber keyattno,
+				 Datum key)
+{
+	ItemPointerData tid = slot->tts_tid;
+	TM_FailureData tmfd;
+	TM_Result	res;
+	bool		isnull;
+
+	res = table_tuple_lock(rel, &tid, snapshot, slot, GetCurrentCommandId(true),
+						   LockTupleNoKeyExclusive, LockWaitBlock,
+						   IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+						   &tmfd);
+	switch (res)
+	{
+		case TM_Ok:
+			if (tmfd.traversed)
+			{
+				/* the newest version: its key may have changed */
+				Datum		newkey = slot_getattr(slot, keyattno, &isnull);
+
+				return !isnull && DatumGetBool(DirectFunctionCall2(uuid_eq, newkey, key));
+			}
+			return true;
+		case TM_SelfModified:
+			return false;
+		case TM_Updated:
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			if (res == TM_Deleted)
+				return false;
+			elog(ERROR, "unexpected table_tuple_lock status: %u", res);
+			break;
+		case TM_Invisible:
+			elog(ERROR, "attempted to lock invisible tuple");
+			break;
+		default:
+			elog(ERROR, "unrecognized table_tuple_lock status: %u", res);
+	}
+	return false;				/* keep the compiler quiet */
+}
+
+/*
+ * Whether the rows of a ctxwin table may be read directly from its heap and
+ * primary key: a plain table without row-level security in effect, without
+ * tables inheriting from it (a query reads theirs too), and no Citus in
+ * this backend (whose tables' rows live in shards that only its planner
+ * finds).  Otherwise they are read with a query.
+ */
+bool
+CtxwinDirectReadable(Oid relid)
+{
+	return get_rel_relkind(relid) == RELKIND_RELATION &&
+		!has_subclass(relid) &&
+		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
+		GetConfigOption("citus.version", true, false) == NULL;
+}
+
+/* The settings of a profile and its model, by settings_query; false if none.  Needs SPI. */
+static bool
+SettingsByQuery(text *profile, Settings *st)
+{
+	TupleDesc	desc;
+	HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
+								  PointerGetDatum(profile), &desc);
+	bool		isnull;
+
+	if (row == NULL)
+		return false;
+	st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
+	st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+	st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
+	st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
+	st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
+	st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
+	st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
+	return true;
+}
+
+/*
+ * The settings of a profile and its model, as of a snapshot taken now (as
+ * the statement that follows the lock would see them).  False if there is
+ * no such profile or model.
+ */
+bool
+CtxwinReadSettings(text *profile, Settings *st)
+{
+	Oid			nsp = get_namespace_oid("ctxwin", false);
+	Oid			profiles = get_relname_relid("profiles", nsp);
+	Oid			models = get_relname_relid("models", nsp);
+	Datum		pv[lengthof(profile_cols)];
+	bool		pn[lengthof(profile_cols)];
+	Datum		mv[lengthof(model_cols)];
+	bool		mn[lengthof(model_cols)];
+	Snapshot	snapshot;
+	bool		found;
+
+	if (!OidIsValid(profiles) || !OidIsValid(models))
+		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
+
+	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
+		return SettingsByQuery(profile, st);
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	found = FetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
+		!pn[P_MODEL] &&
+		FetchRow(models, DatumGetTextPP(pv[P_MODEL]), snapshot, model_cols, lengthof(model_cols), mv, mn);
+	UnregisterSnapshot(snapshot);
+	if (!found)
+		return false;
+	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
+	if (mn[M_ENCODING] || mn[M_WINDOW] || pn[P_MIN_RECENT])
+		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
+	st->encoding = DatumGetTextPP(mv[M_ENCODING]);
+	st->context_window = DatumGetInt32(pn[P_WINDOW] ? mv[M_WINDOW] : pv[P_WINDOW]);
+	st->ratio_null = pn[P_RATIO];
+	st->trigger_ratio = pn[P_RATIO] ? 0 : DatumGetFloat4(pv[P_RATIO]);
+	st->max_messages_null = pn[P_MAX_MESSAGES];
+	st->max_messages = pn[P_MAX_MESSAGES] ? 0 : DatumGetInt32(pv[P_MAX_MESSAGES]);
+	st->max_tokens_null = pn[P_MAX_TOKENS];
+	st->max_tokens = pn[P_MAX_TOKENS] ? 0 : DatumGetInt32(pv[P_MAX_TOKENS]);
+	st->min_recent = DatumGetInt32(pv[P_MIN_RECENT]);
+	st->placement = pv[P_PLACEMENT];
+	st->placement_null = pn[P_PLACEMENT];
+	return true;
+}
+
+/*
+ * A session's row (session_cols), locked, read directly from the table and
+ * its primary key.  The privileges are checked as the executor checks them
+ * for session_lock_query: SELECT on the columns read, and, for FOR NO KEY
+ * UPDATE, UPDATE on the table or any of its columns.  As for SPI's query,
+ * the command counter is advanced first, so the row is seen as changed by
+ * the statement so far.  False if there is no such row.
+ */
+static bool
+LockSessionDirect(Oid relid, Datum session_id, Datum *vals, bool *nulls)
+{
+	Relation	rel = table_open(relid, RowShareLock);
+	Oid			userid = GetUserId();
+	AttrNumber	attnos[SC_NCOLUMNS];
+	Relation	index;
+	Snapshot	snapshot;
+	TupleTableSlot *slot;
+	bool		found;
+
+	ReadableColumns(rel, session_cols, SC_NCOLUMNS, attnos);
+	if (pg_class_aclcheck(relid, userid, ACL_UPDATE) != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relid, userid, ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
+					   RelationGetRelationName(rel));
+	index = CtxwinOpenPrimaryKey(rel, attnos[SC_ID]);
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	slot = table_slot_create(rel, NULL);
+	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot) &&
+		LockRowForUpdate(rel, slot, snapshot, attnos[SC_ID], session_id);
+	if (found)
+		SlotColumns(slot, attnos, SC_NCOLUMNS, vals, nulls);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * A session's row (session_cols), locked, into vals and nulls: directly
+ * where ctxwin.sessions is DirectReadable, else by session_lock_query.
+ * False if there is no such row.  Needs SPI.
+ */
+bool
+CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls)
+{
+	Oid			sessions = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
+	TupleDesc	desc;
+	HeapTuple	row;
+	int			i;
+
+	if (!OidIsValid(sessions))
+		elog(ERROR, "ctxwin.sessions is missing");
+	if (CtxwinDirectReadable(sessions))
+		return LockSessionDirect(sessions, session_id, vals, nulls);
+	row = KeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
+	if (row == NULL)
+		return false;
+	for (i = 0; i < SC_NCOLUMNS; i++)
+		vals[i] = SPI_getbinval(row, desc, i + 1, &nulls[i]);
+	return true;
+}
+
+/*
+ * A session's counters recounted in the encoding of its model now (its
+ * counters are in another: its profile or the profile's model changed, or
+ * it was restored so): its unsummarized tokens, and its prompt tokens, the
+ * tokens of the system messages that carry its prompt and summary
+ * (CtxwinSystemMessages), as ctxwin.messages_tokens(ctxwin.system_messages(
+ * ...)) counts them.  The row is locked by CtxwinLockSession, so it is the
+ * row that read.  Needs SPI.
+ */
+void
+CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding *enc,
+					 int64 *unsummarized_tokens, int32 *prompt_tokens)
+{
+	Oid			argtypes[2] = {UUIDOID, TEXTOID};
+	Datum		args[2] = {session_id, PointerGetDatum(st->encoding)};
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		d;
+	text	   *prompt,
+			   *summary;
+	WindowMessage sys[2];
+	int			nsys,
+				i;
+	int64		tokens = 0;
+
+	if (SPI_execute_plan(CtxwinKeptPlan(&recount_plan, recount_query, 2, argtypes), args, NULL,
+						 false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "recounting the tokens of session %s failed", CtxwinUuidText(session_id));
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	/* a sum, coalesced: never NULL */
+	*unsummarized_tokens = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+	if (isnull)
+		elog(ERROR, "unsummarized tokens of session are NULL");
+	d = SPI_getbinval(row, desc, 2, &isnull);
+	prompt = isnull ? NULL : DatumGetTextPP(d);
+	d = SPI_getbinval(row, desc, 3, &isnull);
+	summary = isnull ? NULL : DatumGetTextPP(d);
+
+	nsys = CtxwinSystemMessages(prompt, summary,
+								st->placement_null ? NULL : TextDatumGetCString(st->placement),
+								enc, sys);
+	/* each message's count an int, as count_message_tokens gives it; their sum an int */
+	for (i = 0; i < nsys; i++)
+		tokens += Min(sys[i].tokens, PG_INT32_MAX);
+	if (tokens > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("integer out of range")));
+	*prompt_tokens = (int32) tokens;
+}
