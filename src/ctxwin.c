@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -91,15 +92,18 @@ CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 }
 
 /*
- * Whether ctxwin's C code may read a table of its own directly (an index
- * scan, no SQL) where the caller has the privilege: a plain table without
- * row-level security for the caller, and no Citus, whose distributed
- * tables must be read by a query.
+ * Whether the rows of a ctxwin table may be read directly from its heap and
+ * primary key (where the caller has the privilege): a plain table without
+ * row-level security in effect, without tables inheriting from it (a query
+ * reads theirs too), and no Citus in this backend (whose tables' rows live
+ * in shards that only its planner finds).  Otherwise they are read with a
+ * query.
  */
 bool
 CtxwinDirectReadable(Oid relid)
 {
 	return get_rel_relkind(relid) == RELKIND_RELATION &&
+		!has_subclass(relid) &&
 		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
 		GetConfigOption("citus.version", true, false) == NULL;
 }

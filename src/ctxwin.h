@@ -110,6 +110,9 @@ extern int32 CtxwinColumnInt32(HeapTuple tup, TupleDesc desc, int col, bool *on)
 extern int64 CtxwinColumnInt64(HeapTuple tup, TupleDesc desc, int col);
 extern TimestampTz CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
 
+/* session.c: the error of a session id that names no session */
+pg_noreturn extern void CtxwinSessionNotFound(Datum id, bool inserting);
+
 /* ctxwin.c: compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);
 

@@ -45,14 +45,21 @@ SessionArgNotNull(NullableDatum arg)
 				 errmsg("session id must not be null")));
 }
 
-/* Raises the error of a session id that names no session (the caller may see). */
+/*
+ * Raises the error of a session id that names no session (the caller may
+ * see).  One message, two SQLSTATEs by what names it: a message inserted
+ * for it violates the foreign key of ctxwin.messages (23503, as
+ * PostgreSQL's own check says it, so that an ORM reports an integrity
+ * error), while a function's argument finds no data (P0002).
+ */
 void
-CtxwinSessionNotFound(Datum id)
+CtxwinSessionNotFound(Datum id, bool inserting)
 {
 	ereport(ERROR,
-			(errcode(ERRCODE_NO_DATA_FOUND),
+			(errcode(inserting ? ERRCODE_FOREIGN_KEY_VIOLATION : ERRCODE_NO_DATA_FOUND),
 			 errmsg("session %s does not exist",
-					DatumGetCString(DirectFunctionCall1(uuid_out, id)))));
+					DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+			 inserting ? errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.") : 0));
 }
 
 /*
@@ -75,7 +82,7 @@ CtxwinSessionRead(NullableDatum arg, SessionView *sv)
 		!= SPI_OK_SELECT)
 		elog(ERROR, "reading a session failed");
 	if (SPI_processed == 0)
-		CtxwinSessionNotFound(id);
+		CtxwinSessionNotFound(id, false);
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	{
@@ -134,6 +141,6 @@ CtxwinSessionMustExist(NullableDatum id)
 						 true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "looking up a session failed");
 	if (SPI_processed == 0)
-		CtxwinSessionNotFound(id.value);
+		CtxwinSessionNotFound(id.value, false);
 	SPI_freetuptable(SPI_tuptable);
 }

@@ -276,22 +276,6 @@ LockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot snapshot, AttrNumb
 	return false;				/* keep the compiler quiet */
 }
 
-/*
- * Whether the rows of a ctxwin table may be read directly from its heap and
- * primary key: a plain table without row-level security in effect, without
- * tables inheriting from it (a query reads theirs too), and no Citus in
- * this backend (whose tables' rows live in shards that only its planner
- * finds).  Otherwise they are read with a query.
- */
-bool
-CtxwinDirectReadable(Oid relid)
-{
-	return get_rel_relkind(relid) == RELKIND_RELATION &&
-		!has_subclass(relid) &&
-		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
-		GetConfigOption("citus.version", true, false) == NULL;
-}
-
 /* The settings of a profile and its model, by settings_query; false if none.  Needs SPI. */
 static bool
 SettingsByQuery(text *profile, Settings *st)

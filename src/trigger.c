@@ -129,18 +129,6 @@ TextEquals(text *a, const char *b)
 	return VARSIZE_ANY_EXHDR(a) == len && memcmp(VARDATA_ANY(a), b, len) == 0;
 }
 
-pg_noreturn static void NoSession(Datum session_id);
-
-/* The error of a message whose session does not exist (or has no profile or model). */
-static void
-NoSession(Datum session_id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
-			 errmsg("session %s does not exist", CtxwinUuidText(session_id)),
-			 errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.")));
-}
-
 /* ------------------------------------------------------------------------
  * The tool call protocol
  * ------------------------------------------------------------------------
@@ -358,7 +346,7 @@ SessionCounters(Datum session_id, Settings *st, bool *have_settings)
 		return e;
 	e = CtxwinCountersRead(session_id, e);
 	if (e == NULL || !CtxwinReadSettings(e->c.profile, st))
-		NoSession(session_id);
+		CtxwinSessionNotFound(session_id, true);
 	*have_settings = true;
 	return e;
 }
@@ -570,7 +558,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 		return tup;
 	}
 	if (!have_settings && !CtxwinReadSettings(e->c.profile, &st))
-		NoSession(m.session_id);
+		CtxwinSessionNotFound(m.session_id, true);
 
 	CountMessage(tup, desc, &cols, &m, e, &st, &mc);
 

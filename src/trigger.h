@@ -93,7 +93,6 @@ typedef enum SessionColumn
 /* session_read.c: a session's row, locked, and its profile's settings */
 extern bool CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls);
 extern bool CtxwinReadSettings(text *profile, Settings *st);
-extern bool CtxwinDirectReadable(Oid relid);
 extern Relation CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno);
 extern bool CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot,
 									RegProcedure eqproc, Datum key, TupleTableSlot *slot);

@@ -77,7 +77,6 @@ typedef struct Window
 /* session.c */
 extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
 extern void CtxwinSessionMustExist(NullableDatum id);
-extern void CtxwinSessionNotFound(Datum id);
 
 /* walk.c */
 extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
