@@ -422,3 +422,177 @@ END $$;
 -- Whether a session argument names a session is checked in C
 -- (src/session.c), by every function that takes one.
 DROP FUNCTION ctxwin._session_must_exist(uuid);
+
+-- Whether a trigger fires for a session now is counted by context_status's
+-- C code (src/status.c).
+CREATE OR REPLACE FUNCTION ctxwin._session_due(p_session uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_session_due'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+-- Where a summary may end (never inside a tool group) is one rule,
+-- SummaryMayEnd in src/rules.c, used by the sessions guard, the summary's
+-- cut and its fit to the request (written three times before).
+CREATE FUNCTION ctxwin._summary_may_end(has_tool_calls boolean, next_role text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_summary_may_end'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._summary_may_end(boolean, text) IS
+'Whether a summary may end at a message with or without tool calls followed by a message of next_role (NULL: none)';
+
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
+        IF NEW.summary_through_id < OLD.summary_through_id THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group (_summary_may_end)
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT max(m.id) FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
+    WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
+    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
+                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;

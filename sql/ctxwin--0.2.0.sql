@@ -448,6 +448,18 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real, int, int) IS
 'Whether a session with these unsummarized messages and tokens belongs in the compaction queue under these settings';
 
+-- Whether a summary may end at a message, given whether it has tool calls
+-- and the role of the message after it (NULL: none): never inside a tool
+-- group.  The rule is SummaryMayEnd in src/rules.c; the guard below, the
+-- summary's cut and its fit to the request use it.
+CREATE FUNCTION ctxwin._summary_may_end(has_tool_calls boolean, next_role text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_summary_may_end'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._summary_may_end(boolean, text) IS
+'Whether a summary may end at a message with or without tool calls followed by a message of next_role (NULL: none)';
+
 -- Keeps a session's derived columns right when its prompt, summary, summary
 -- point or profile change, and guards the summary point.
 CREATE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
@@ -480,13 +492,12 @@ BEGIN
                 NEW.summary_through_id, NEW.message_count
                 USING ERRCODE = 'check_violation';
         END IF;
-        -- never inside a tool group: the next message is no tool result, and
-        -- an assistant message with tool calls is summarized with its results
+        -- never inside a tool group (_summary_may_end)
         SELECT m.role INTO nxt FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
         SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
-        IF nxt.role = 'tool' OR (coalesce(cur.has_calls, false) AND nxt.role IS NULL) THEN
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
             RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
                 USING ERRCODE = 'check_violation',
                       DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
@@ -1430,8 +1441,7 @@ COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
 'Status and message of an LLM error answer, for errors and last_error';
 
 -- The newest message id a summary may end at: at most target, after the
--- current summary point, and not inside a tool group (the next message is no
--- tool result; an assistant message with calls is followed by a message).
+-- current summary point, and not inside a tool group (_summary_may_end).
 CREATE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
 RETURNS bigint
 LANGUAGE sql STABLE
@@ -1440,37 +1450,19 @@ RETURN (
     SELECT max(m.id) FROM ctxwin.messages m
     LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
     WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
-      AND coalesce(nx.role, '') <> 'tool'
-      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL));
+      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
 
 COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
 'The last message id at or before a target where a summary may end without splitting a tool group';
 
 -- Whether a summary trigger fires for a session now: context_status's
--- will_trigger, without its walk of the window.  Counts in the encoding in
--- effect now (the counters' own if the model did not change since).
+-- will_trigger, without the window (src/status.c).  Counts in the encoding
+-- in effect now (the counters' own if the model did not change since).
 CREATE FUNCTION ctxwin._session_due(p_session uuid)
 RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s ctxwin.sessions;
-    st ctxwin.session_settings;
-    ut bigint;
-BEGIN
-    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = p_session;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
-    ut := CASE WHEN s.count_encoding = st.encoding THEN s.unsummarized_tokens
-               ELSE ctxwin._unsummarized_tokens(s.id, s.summary_through_id, st.encoding) END;
-    -- min_recent -1: whether a trigger fires, whatever the newest messages
-    RETURN ctxwin._should_queue(s.message_count - s.summary_through_id, ut,
-                                ctxwin.messages_tokens(ctxwin.system_messages(s.system_prompt, s.conversation_summary,
-                                                                              st.summary_placement), st.encoding),
-                                st.max_messages_before_summary, st.max_tokens_before_summary,
-                                st.trigger_ratio, st.context_window, -1);
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_session_due'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fires for the session now';
 
@@ -1517,8 +1509,7 @@ BEGIN
     LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
                                  AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
     WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
-      AND coalesce(nx.role, '') <> 'tool'
-      AND NOT (m.tool_calls IS NOT NULL AND nx.id IS NULL);
+      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
     IF first_cut IS NULL THEN
         RETURN NULL;
     END IF;

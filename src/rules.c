@@ -47,6 +47,20 @@ SessionQueues(const TriggerSettings *s, const TriggerCounts *c)
 	return c->messages > s->min_recent && TriggersFiring(s, c) != 0;
 }
 
+/*
+ * Whether a summary may end at a message: never inside a tool group, so the
+ * next message is no tool result (it would lose the call it answers), and
+ * an assistant message with tool calls is not the last (its results are
+ * summarized with it).
+ */
+bool
+SummaryMayEnd(bool has_tool_calls, bool next_exists, bool next_is_tool)
+{
+	if (next_exists)
+		return !next_is_tool;
+	return !has_tool_calls;
+}
+
 /* A walk with room tokens for messages. */
 void
 PackWalkInit(PackWalk *w, int64_t room)

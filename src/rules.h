@@ -47,6 +47,9 @@ extern int64_t ContextTokens(const TriggerCounts *c);
 extern unsigned TriggersFiring(const TriggerSettings *s, const TriggerCounts *c);
 extern bool SessionQueues(const TriggerSettings *s, const TriggerCounts *c);
 
+/* Whether a summary may end at a message, given the message after it. */
+extern bool SummaryMayEnd(bool has_tool_calls, bool next_exists, bool next_is_tool);
+
 /*
  * The walk of a window: messages pushed newest first, packed in whole
  * units (a message, or an assistant message with the tool results that

@@ -70,19 +70,30 @@ CtxwinSessionNotFound(Datum id, bool inserting)
 void
 CtxwinSessionRead(NullableDatum arg, SessionView *sv)
 {
-	Datum		id = arg.value;
+	SessionArgNotNull(arg);
+	if (!CtxwinSessionFind(arg.value, sv))
+		CtxwinSessionNotFound(arg.value, false);
+}
+
+/*
+ * Reads a session and its settings, as the caller, into sv, allocated in
+ * the current memory context; false if there is no such session (that the
+ * caller may see).  The caller has connected to SPI.
+ */
+bool
+CtxwinSessionFind(Datum id, SessionView *sv)
+{
 	Oid			types[1] = {UUIDOID};
 	MemoryContext cxt = CurrentMemoryContext;
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		on;
 
-	SessionArgNotNull(arg);
 	if (SPI_execute_plan(CtxwinKeptPlan(&session_plan, session_query, 1, types), &id, NULL, true, 1)
 		!= SPI_OK_SELECT)
 		elog(ERROR, "reading a session failed");
 	if (SPI_processed == 0)
-		CtxwinSessionNotFound(id, false);
+		return false;
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	{
@@ -125,6 +136,7 @@ CtxwinSessionRead(NullableDatum arg, SessionView *sv)
 		MemoryContextSwitchTo(old);
 	}
 	SPI_freetuptable(SPI_tuptable);
+	return true;
 }
 
 /*

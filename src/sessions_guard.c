@@ -3,7 +3,8 @@
  *		The guard of ctxwin.sessions: the columns ctxwin maintains are
  *		written by ctxwin, or by the table's owner (a restore); an UPDATE of
  *		a session whose counters a statement holds in memory gets them merged
- *		in.  Also _should_queue(), the summary trigger rule for SQL.
+ *		in.  Also _should_queue() and _summary_may_end(), two rules of
+ *		rules.c for SQL.
  */
 #include "postgres.h"
 
@@ -153,6 +154,29 @@ ctxwin_should_queue(PG_FUNCTION_ARGS)
 	ts.context_window = PG_GETARG_INT32(6);
 	ts.min_recent = PG_GETARG_INT32(7);
 	PG_RETURN_BOOL(SessionQueues(&ts, &tc));
+}
+
+PG_FUNCTION_INFO_V1(ctxwin_summary_may_end);
+
+/*
+ * _summary_may_end(has_tool_calls boolean, next_role text) returns boolean:
+ * SummaryMayEnd (rules.c) for SQL, given whether the message has tool
+ * calls and the role of the message after it (NULL: none).
+ */
+Datum
+ctxwin_summary_may_end(PG_FUNCTION_ARGS)
+{
+	bool		has_tool_calls = !PG_ARGISNULL(0) && PG_GETARG_BOOL(0);
+	bool		next_exists = !PG_ARGISNULL(1);
+	bool		next_is_tool = false;
+
+	if (next_exists)
+	{
+		text	   *role = PG_GETARG_TEXT_PP(1);
+
+		next_is_tool = VARSIZE_ANY_EXHDR(role) == 4 && memcmp(VARDATA_ANY(role), "tool", 4) == 0;
+	}
+	PG_RETURN_BOOL(SummaryMayEnd(has_tool_calls, next_exists, next_is_tool));
 }
 
 PG_FUNCTION_INFO_V1(ctxwin_sessions_guard);

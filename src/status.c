@@ -1,7 +1,8 @@
 /*
  * status.c
  *		context_status: where a session stands against each summary
- *		trigger, its summary, its window and its last compaction error.
+ *		trigger, its summary, its window and its last compaction error; and
+ *		_session_due, whether a trigger fires for it now.
  */
 #include "postgres.h"
 
@@ -17,6 +18,7 @@
 #include "window.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_context_status);
+PG_FUNCTION_INFO_V1(ctxwin_session_due);
 
 /* The columns of context_status's result, in order. */
 enum
@@ -87,6 +89,58 @@ UnsummarizedTokens(const SessionView *sv)
 	return isnull ? 0 : n;
 }
 
+/*
+ * Where a session stands against its triggers: its unsummarized messages
+ * and tokens (in the encoding in effect now) and the tokens of its system
+ * messages.
+ */
+void
+CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts)
+{
+	WindowMessage sys[2];
+	int			nsys,
+				i;
+
+	counts->messages = sv->message_count - sv->summary_through_id;
+	counts->tokens = UnsummarizedTokens(sv);
+	counts->prompt_tokens = 0;
+	nsys = CtxwinSystemMessages(sv->system_prompt, sv->summary, sv->placement, sv->enc, sys);
+	for (i = 0; i < nsys; i++)
+		counts->prompt_tokens += sys[i].tokens;
+}
+
+/*
+ * Whether a summary trigger fires for a session now (context_status's
+ * will_trigger, without the window); false for no session.  The caller has
+ * connected to SPI.
+ */
+bool
+CtxwinSessionDue(Datum id)
+{
+	SessionView sv;
+	TriggerCounts counts;
+
+	if (!CtxwinSessionFind(id, &sv))
+		return false;
+	CtxwinSessionCounts(&sv, &counts);
+	return TriggersFiring(&sv.triggers, &counts) != 0;
+}
+
+/* _session_due(session uuid) returns boolean: CtxwinSessionDue (false for NULL). */
+Datum
+ctxwin_session_due(PG_FUNCTION_ARGS)
+{
+	bool		due;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_BOOL(false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	due = CtxwinSessionDue(PG_GETARG_DATUM(0));
+	SPI_finish();
+	PG_RETURN_BOOL(due);
+}
+
 /* Appends a sentence to the note, separated by a space. */
 static void
 AddNote(StringInfo note, const char *sentence)
@@ -109,7 +163,6 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 	Datum		values[S_NCOLUMNS];
 	bool		nulls[S_NCOLUMNS];
 	SessionView sv;
-	WindowMessage sys[2];
 	TriggerCounts counts;
 	unsigned	firing;
 	Datum		names[3];
@@ -117,8 +170,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 	StringInfoData note;
 	Window		w;
 	bool		window_ok;
-	int			nsys,
-				i;
+	int			i;
 	MemoryContext callcxt = CurrentMemoryContext;
 	HeapTuple	result;
 
@@ -129,12 +181,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	CtxwinSessionRead(fcinfo->args[0], &sv);
 
-	counts.messages = sv.message_count - sv.summary_through_id;
-	counts.tokens = UnsummarizedTokens(&sv);
-	counts.prompt_tokens = 0;
-	nsys = CtxwinSystemMessages(sv.system_prompt, sv.summary, sv.placement, sv.enc, sys);
-	for (i = 0; i < nsys; i++)
-		counts.prompt_tokens += sys[i].tokens;
+	CtxwinSessionCounts(&sv, &counts);
 	firing = TriggersFiring(&sv.triggers, &counts);
 
 #define SET(col, datum) (values[col] = (datum), nulls[col] = false)

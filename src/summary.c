@@ -16,7 +16,7 @@
  * those of _summary_request), or NULL; the finish writes nothing unless the
  * session's summary is still the one the plan saw.  The pieces that hold no
  * policy stay SQL and are called through SPI with kept plans: the cut
- * (_summary_cut), the trigger check (_session_due), the request
+ * (_summary_cut), the trigger check (CtxwinSessionDue, status.c), the request
  * (_summary_request), the extractive summarizer and the answer check
  * (_llm_answer).  Every name in the queries is schema-qualified.
  */
@@ -31,6 +31,7 @@
 
 #include "ctxwin.h"
 #include "summary.h"
+#include "window.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_summary_plan);
 PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
@@ -55,10 +56,6 @@ static SummaryQuery settings_q = {
 
 static SummaryQuery cut_q = {
 	"SELECT ctxwin._summary_cut($1, $2, $3)", 3, {UUIDOID, INT8OID, INT8OID}
-};
-
-static SummaryQuery due_q = {
-	"SELECT ctxwin._session_due($1)", 1, {UUIDOID}
 };
 
 static SummaryQuery settle_q = {
@@ -217,8 +214,7 @@ PlanThrough(const LockedSession *s, Datum min_recent, bool min_recent_null, bool
 							   min_recent_null ? "" : psprintf("%d", DatumGetInt32(min_recent)))));
 		return through;
 	}
-	SummaryRun(&due_q, &s->id, NULL, &due, &due_null, 1);
-	if (!due_null && DatumGetBool(due))
+	if (CtxwinSessionDue(s->id))
 		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
 	/*
 	 * Off the queue, or, if its counters say it is due but its messages do

@@ -76,6 +76,7 @@ typedef struct Window
 
 /* session.c */
 extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
+extern bool CtxwinSessionFind(Datum id, SessionView *sv);
 extern void CtxwinSessionMustExist(NullableDatum id);
 
 /* walk.c */
@@ -88,6 +89,10 @@ extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placeme
 extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool with_texts,
 							  Window *w);
 extern void CtxwinWindowRaise(const Window *w);
+
+/* status.c */
+extern void CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts);
+extern bool CtxwinSessionDue(Datum id);
 
 /* format.c */
 extern Jsonb *CtxwinWindowOpenAI(const Window *w);

@@ -100,6 +100,13 @@ CheckTriggers(void)
 	ok(Queues(Settings(3, -1, -1, 1000, 6), 7, 0, 0), "7 messages over a min_recent of 6 queue");
 	ok(Queues(Settings(3, -1, -1, 1000, -1), 3, 0, 0), "min_recent -1: whether a trigger fires at all");
 	ok(!Queues(off, 1000, 1000000, 0), "no trigger, no queue");
+
+	/* where a summary may end: never inside a tool group */
+	ok(SummaryMayEnd(false, true, false), "a summary may end before a user or assistant message");
+	ok(!SummaryMayEnd(false, true, true), "... never before a tool result (its call would be summarized without it)");
+	ok(!SummaryMayEnd(true, true, true), "... nor at an assistant message whose results follow");
+	ok(SummaryMayEnd(false, false, false), "... at the newest message when it calls no tool");
+	ok(!SummaryMayEnd(true, false, false), "... but not at a newest message whose tool calls are unanswered");
 }
 
 /*

@@ -27,6 +27,18 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real, int, int) IS
 'Whether a session with these unsummarized messages and tokens belongs in the compaction queue under these settings';
 
+-- Whether a summary may end at a message, given whether it has tool calls
+-- and the role of the message after it (NULL: none): never inside a tool
+-- group.  The rule is SummaryMayEnd in src/rules.c; the guard below, the
+-- summary's cut and its fit to the request use it.
+CREATE FUNCTION ctxwin._summary_may_end(has_tool_calls boolean, next_role text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_summary_may_end'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._summary_may_end(boolean, text) IS
+'Whether a summary may end at a message with or without tool calls followed by a message of next_role (NULL: none)';
+
 -- Keeps a session's derived columns right when its prompt, summary, summary
 -- point or profile change, and guards the summary point.
 CREATE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
@@ -59,13 +71,12 @@ BEGIN
                 NEW.summary_through_id, NEW.message_count
                 USING ERRCODE = 'check_violation';
         END IF;
-        -- never inside a tool group: the next message is no tool result, and
-        -- an assistant message with tool calls is summarized with its results
+        -- never inside a tool group (_summary_may_end)
         SELECT m.role INTO nxt FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
         SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
-        IF nxt.role = 'tool' OR (coalesce(cur.has_calls, false) AND nxt.role IS NULL) THEN
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
             RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
                 USING ERRCODE = 'check_violation',
                       DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
