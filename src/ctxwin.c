@@ -147,6 +147,13 @@ CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
 	return edata;
 }
 
+/* A uuid as text, for a message. */
+char *
+CtxwinUuidText(Datum id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, id));
+}
+
 /*
  * A query prepared once per backend with a generic plan (ctxwin's queries
  * do not depend on their values) and kept; *plan caches it.  The caller

@@ -16,6 +16,7 @@
 #include "executor/spi.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include "bpe.h"
 #include "compat.h"
@@ -112,6 +113,12 @@ extern TimestampTz CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col,
 
 /* session.c: the error of a session id that names no session */
 pg_noreturn extern void CtxwinSessionNotFound(Datum id, bool inserting);
+
+/* ctxwin.c: a uuid as text, for a message */
+extern char *CtxwinUuidText(Datum id);
+
+/* worker_claim.c: whether the worker has a request in flight for a session */
+extern bool CtxwinSessionClaimed(const pg_uuid_t *id);
 
 /* ctxwin.c: compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);

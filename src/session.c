@@ -58,7 +58,7 @@ CtxwinSessionNotFound(Datum id, bool inserting)
 	ereport(ERROR,
 			(errcode(inserting ? ERRCODE_FOREIGN_KEY_VIOLATION : ERRCODE_NO_DATA_FOUND),
 			 errmsg("session %s does not exist",
-					DatumGetCString(DirectFunctionCall1(uuid_out, id))),
+					CtxwinUuidText(id)),
 			 inserting ? errhint("Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.") : 0));
 }
 

@@ -25,10 +25,6 @@
 
 #include "summary.h"
 
-static SummaryQuery claimed_q = {
-	"SELECT ctxwin._session_claimed($1)", 1, {UUIDOID}
-};
-
 /*
  * Runs q (prepared and kept on first use) with args and nulls (' ' or 'n';
  * NULL: none is null): copies the first ncols columns of its first row
@@ -121,16 +117,12 @@ SummaryShown(const char *s)
 const char *
 SummaryUuidText(Datum id, bool isnull)
 {
-	return isnull ? "<NULL>" : DatumGetCString(DirectFunctionCall1(uuid_out, id));
+	return isnull ? "<NULL>" : CtxwinUuidText(id);
 }
 
 /* Whether the background worker has a request in flight for the session. */
 bool
 SummarySessionClaimed(Datum session)
 {
-	Datum		v;
-	bool		isnull;
-
-	SummaryRun(&claimed_q, &session, NULL, &v, &isnull, 1);
-	return !isnull && DatumGetBool(v);
+	return CtxwinSessionClaimed(DatumGetUUIDP(session));
 }

@@ -98,13 +98,6 @@ AddInt64(int64 a, int64 b)
 	return r;
 }
 
-/* The text of a uuid. */
-char *
-CtxwinUuidText(Datum id)
-{
-	return DatumGetCString(DirectFunctionCall1(uuid_out, id));
-}
-
 /* Whether the current user owns a table (superusers own every table). */
 bool
 CtxwinOwnsTable(Relation rel)

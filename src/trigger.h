@@ -115,7 +115,6 @@ extern void CtxwinFrameClose(void);
 extern HeapTuple CtxwinCountersMerge(Relation rel, HeapTuple oldtup, HeapTuple newtup);
 
 /* trigger.c: small helpers the files share */
-extern char *CtxwinUuidText(Datum id);
 extern bool CtxwinOwnsTable(Relation rel);
 extern bool CtxwinTextsEqual(text *a, text *b);
 

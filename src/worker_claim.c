@@ -94,18 +94,24 @@ SetClaimLockTag(LOCKTAG *tag, const pg_uuid_t *id)
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, w[0] ^ w[2], w[1] ^ w[3], CLAIM_LOCK_FIELD4);
 }
 
-/* _session_claimed(uuid): whether the worker has a request in flight for it. */
-Datum
-ctxwin_session_claimed(PG_FUNCTION_ARGS)
+/* Whether the worker has a request in flight for a session (it holds the claim). */
+bool
+CtxwinSessionClaimed(const pg_uuid_t *id)
 {
-	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
 	LOCKTAG		tag;
 
 	SetClaimLockTag(&tag, id);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		PG_RETURN_BOOL(true);
+		return true;
 	LockRelease(&tag, ExclusiveLock, false);
-	PG_RETURN_BOOL(false);
+	return false;
+}
+
+/* _session_claimed(uuid): CtxwinSessionClaimed. */
+Datum
+ctxwin_session_claimed(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(CtxwinSessionClaimed(PG_GETARG_UUID_P(0)));
 }
 
 /*
@@ -234,13 +240,6 @@ ReleaseClaim(const pg_uuid_t *id)
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
-/* A session id as text, for a message. */
-static char *
-SessionText(const pg_uuid_t *id)
-{
-	return DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id)));
-}
-
 /* Leaves a session alone for a while (not claimed before then). */
 static void
 HoldOffSession(const pg_uuid_t *id, int seconds)
@@ -313,7 +312,7 @@ static void
 FailureNotRecorded(const pg_uuid_t *id, const char *err)
 {
 	ereport(LOG,
-			(errmsg("ctxwin worker could not record the failure of session %s: %s", SessionText(id), err)));
+			(errmsg("ctxwin worker could not record the failure of session %s: %s", CtxwinUuidText(UUIDPGetDatum(id)), err)));
 	HoldOffSession(id, HOLD_OFF_SECONDS);
 }
 
