@@ -99,6 +99,49 @@ PushOpenAIMessage(JsonbParseState **st, const WindowMessage *m)
 	return pushJsonbValue(st, WJB_END_OBJECT, NULL);
 }
 
+/* Pushes key: a bigint (JSON null when null). */
+static void
+PushInt64Field(JsonbParseState **st, const char *key, int64 v, bool null)
+{
+	JsonbValue	jv;
+
+	PushKey(st, key);
+	if (null)
+		jv.type = jbvNull;
+	else
+	{
+		jv.type = jbvNumeric;
+		jv.val.numeric = DatumGetNumeric(DirectFunctionCall1(int8_numeric, Int64GetDatum(v)));
+	}
+	pushJsonbValue(st, WJB_VALUE, &jv);
+}
+
+/*
+ * The window with what context_status reports of it: {"messages" (OpenAI
+ * form), "tokens", "budget", "encoding", "first_id", "window_messages",
+ * "dropped_messages", "cut"}.
+ */
+Jsonb *
+CtxwinWindowReport(const Window *w, const char *encoding)
+{
+	JsonbParseState *st = NULL;
+	JsonbValue	cut;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushJsonbField(&st, "messages", CtxwinWindowOpenAI(w));
+	PushInt64Field(&st, "tokens", w->tokens, false);
+	PushInt64Field(&st, "budget", w->budget, false);
+	PushCStringField(&st, "encoding", encoding);
+	PushInt64Field(&st, "first_id", w->first_id, w->nmessages == 0);
+	PushInt64Field(&st, "window_messages", w->window_messages, false);
+	PushInt64Field(&st, "dropped_messages", w->dropped_messages, false);
+	PushKey(&st, "cut");
+	cut.type = jbvBool;
+	cut.val.boolean = w->cut;
+	pushJsonbValue(&st, WJB_VALUE, &cut);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
+
 /* The window as an array of OpenAI chat messages: system messages first. */
 Jsonb *
 CtxwinWindowOpenAI(const Window *w)

@@ -35,6 +35,8 @@ PG_FUNCTION_INFO_V1(ctxwin_window);
 PG_FUNCTION_INFO_V1(ctxwin_system_messages);
 PG_FUNCTION_INFO_V1(ctxwin_window_walk);
 
+static WindowMessage *OldestFirst(const WindowMessage *rows, int n);
+
 /* Whether a text is NULL or empty. */
 static bool
 TextEmpty(text *t)
@@ -216,11 +218,8 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool wit
 	}
 	else
 	{
-		/* rows[0 .. packed) newest first: sent oldest first */
 		w->nmessages = walk.packed;
-		w->messages = palloc(Max(walk.packed, 1) * sizeof(WindowMessage));
-		for (i = 0; i < walk.packed; i++)
-			w->messages[i] = rows[walk.packed - 1 - i];
+		w->messages = OldestFirst(rows, walk.packed);
 		room -= walk.used;
 	}
 	w->tokens = b - room;
@@ -228,6 +227,18 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool wit
 	w->window_messages = w->nmessages > 0 ? sv->message_count - w->first_id + 1 : 0;
 	w->dropped_messages = sv->message_count - sv->summary_through_id - w->window_messages;
 	return true;
+}
+
+/* The first n rows of a walk (newest first), in the order they are sent. */
+static WindowMessage *
+OldestFirst(const WindowMessage *rows, int n)
+{
+	WindowMessage *out = palloc(Max(n, 1) * sizeof(WindowMessage));
+	int			i;
+
+	for (i = 0; i < n; i++)
+		out[i] = rows[n - 1 - i];
+	return out;
 }
 
 /* Raises the error of a window the budget cannot hold. */
@@ -239,6 +250,18 @@ CtxwinWindowRaise(const Window *w)
 			 errmsg_internal("%s", w->error),
 			 w->error_detail ? errdetail_internal("%s", w->error_detail) : 0,
 			 w->error_hint ? errhint("%s", w->error_hint) : 0));
+}
+
+/*
+ * The window of the session and budget arguments of fcinfo (args 0 and 1),
+ * or its error raised.  The caller has connected to SPI.
+ */
+static void
+WindowOfArgs(FunctionCallInfo fcinfo, SessionView *sv, Window *w)
+{
+	CtxwinSessionRead(fcinfo->args[0], sv);
+	if (!CtxwinWindowBuild(sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), true, w))
+		CtxwinWindowRaise(w);
 }
 
 /*
@@ -254,7 +277,6 @@ ctxwin_build_context(PG_FUNCTION_ARGS)
 	Window		w;
 	Jsonb	   *result;
 	MemoryContext callcxt = CurrentMemoryContext;
-	MemoryContext spicxt;
 
 	if (format == NULL || (!anthropic && strcmp(format, "openai") != 0))
 		ereport(ERROR,
@@ -263,92 +285,32 @@ ctxwin_build_context(PG_FUNCTION_ARGS)
 				 errhint("Valid formats are openai and anthropic.")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinSessionRead(fcinfo->args[0], &sv);
-	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), true, &w))
-		CtxwinWindowRaise(&w);
+	WindowOfArgs(fcinfo, &sv, &w);
 	/* the result outlives SPI's memory */
-	spicxt = MemoryContextSwitchTo(callcxt);
+	MemoryContextSwitchTo(callcxt);
 	result = anthropic ? CtxwinWindowAnthropic(&w) : CtxwinWindowOpenAI(&w);
-	MemoryContextSwitchTo(spicxt);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }
 
-/* Pushes key: a bigint (JSON null when null). */
-static void
-PushInt64Field(JsonbParseState **st, const char *key, int64 v, bool null)
-{
-	JsonbValue	k,
-				jv;
-
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	pushJsonbValue(st, WJB_KEY, &k);
-	if (null)
-		jv.type = jbvNull;
-	else
-	{
-		jv.type = jbvNumeric;
-		jv.val.numeric = DatumGetNumeric(DirectFunctionCall1(int8_numeric, Int64GetDatum(v)));
-	}
-	pushJsonbValue(st, WJB_VALUE, &jv);
-}
-
 /*
  * _window(session uuid, budget int) returns jsonb: the window with what
- * context_status reports of it: {"messages" (OpenAI form), "tokens",
- * "budget", "encoding", "first_id", "window_messages", "dropped_messages",
- * "cut"}.  For tests and for a person looking into a window.
+ * context_status reports of it (CtxwinWindowReport).  For tests and for a
+ * person looking into a window.
  */
 Datum
 ctxwin_window(PG_FUNCTION_ARGS)
 {
 	SessionView sv;
 	Window		w;
-	JsonbParseState *st = NULL;
-	JsonbValue	k,
-				v;
-	Jsonb	   *messages;
 	Jsonb	   *result;
 	MemoryContext callcxt = CurrentMemoryContext;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinSessionRead(fcinfo->args[0], &sv);
-	if (!CtxwinWindowBuild(&sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), true, &w))
-		CtxwinWindowRaise(&w);
-	messages = CtxwinWindowOpenAI(&w);
-
+	WindowOfArgs(fcinfo, &sv, &w);
 	MemoryContextSwitchTo(callcxt);
-	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	k.type = jbvString;
-	k.val.string.val = "messages";
-	k.val.string.len = strlen("messages");
-	pushJsonbValue(&st, WJB_KEY, &k);
-	v.type = jbvBinary;
-	v.val.binary.data = &messages->root;
-	v.val.binary.len = VARSIZE(messages) - VARHDRSZ;
-	pushJsonbValue(&st, WJB_VALUE, &v);
-	PushInt64Field(&st, "tokens", w.tokens, false);
-	PushInt64Field(&st, "budget", w.budget, false);
-	k.val.string.val = "encoding";
-	k.val.string.len = strlen("encoding");
-	pushJsonbValue(&st, WJB_KEY, &k);
-	v.type = jbvString;
-	v.val.string.val = sv.encoding_name;
-	v.val.string.len = strlen(sv.encoding_name);
-	pushJsonbValue(&st, WJB_VALUE, &v);
-	PushInt64Field(&st, "first_id", w.first_id, w.nmessages == 0);
-	PushInt64Field(&st, "window_messages", w.window_messages, false);
-	PushInt64Field(&st, "dropped_messages", w.dropped_messages, false);
-	k.val.string.val = "cut";
-	k.val.string.len = strlen("cut");
-	pushJsonbValue(&st, WJB_KEY, &k);
-	v.type = jbvBool;
-	v.val.boolean = w.cut;
-	pushJsonbValue(&st, WJB_VALUE, &v);
-	result = JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+	result = CtxwinWindowReport(&w, sv.encoding_name);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }
@@ -371,10 +333,9 @@ ctxwin_window_walk(PG_FUNCTION_ARGS)
 	PackWalk	walk;
 	WindowMessage *rows;
 	int			nrows;
-	Window		w;
+	WindowMessage *packed;
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
-	int			i;
 	MemoryContext callcxt = CurrentMemoryContext;
 	HeapTuple	result;
 
@@ -385,18 +346,14 @@ ctxwin_window_walk(PG_FUNCTION_ARGS)
 	PackWalkInit(&walk, PG_GETARG_INT32(2));
 	nrows = CtxwinWalk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false);
 
-	memset(&w, 0, sizeof(w));
-	w.nmessages = walk.packed;
-	w.messages = palloc(Max(walk.packed, 1) * sizeof(WindowMessage));
-	for (i = 0; i < walk.packed; i++)
-		w.messages[i] = rows[walk.packed - 1 - i];
-	values[0] = Int64GetDatum(walk.packed > 0 ? w.messages[0].id : 0);
+	packed = OldestFirst(rows, walk.packed);
+	values[0] = Int64GetDatum(walk.packed > 0 ? packed[0].id : 0);
 	nulls[0] = (walk.packed == 0);
 	values[1] = Int64GetDatum(walk.cut ? rows[nrows - 1].id : 0);
 	nulls[1] = !walk.cut;
 	values[2] = Int32GetDatum((int32) walk.used);
 	MemoryContextSwitchTo(callcxt);
-	values[3] = JsonbPGetDatum(CtxwinWindowOpenAI(&w));
+	values[3] = JsonbPGetDatum(CtxwinMessagesOpenAI(packed, walk.packed));
 	result = heap_form_tuple(resdesc, values, nulls);
 	SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(result));

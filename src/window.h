@@ -97,6 +97,7 @@ extern bool CtxwinSessionDue(Datum id);
 /* format.c */
 extern Jsonb *CtxwinWindowOpenAI(const Window *w);
 extern Jsonb *CtxwinMessagesOpenAI(const WindowMessage *m, int n);
+extern Jsonb *CtxwinWindowReport(const Window *w, const char *encoding);
 extern Jsonb *CtxwinWindowAnthropic(const Window *w);
 
 #endif							/* CTXWIN_WINDOW_H */
