@@ -6,7 +6,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(56);
+SELECT plan(63);
 
 -- a profile with small numbers so triggers and budgets are easy to reach
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -208,6 +208,20 @@ SELECT is((SELECT count(*) FROM budgets, LATERAL jsonb_array_elements(
 SELECT throws_ok($$SELECT ctxwin.build_context('10000000-0000-0000-0000-0000000000ff')$$, 'P0002',
                  'session 10000000-0000-0000-0000-0000000000ff does not exist', 'unknown session');
 SELECT throws_ok($$SELECT ctxwin.build_context(NULL)$$, '22004', 'session id must not be null', 'NULL session');
+-- one message, two SQLSTATEs: a function's argument finds no data; a
+-- message inserted for no session violates the foreign key
+SELECT throws_ok($$SELECT * FROM ctxwin.context_status('10000000-0000-0000-0000-0000000000ff')$$, 'P0002',
+                 'session 10000000-0000-0000-0000-0000000000ff does not exist', 'context_status: unknown session');
+SELECT throws_ok($$SELECT * FROM ctxwin.messages_after('10000000-0000-0000-0000-0000000000ff')$$, 'P0002',
+                 'session 10000000-0000-0000-0000-0000000000ff does not exist', 'messages_after: unknown session');
+SELECT throws_ok($$SELECT * FROM ctxwin.messages_after(NULL)$$, '22004', 'session id must not be null',
+                 'messages_after: NULL session');
+SELECT throws_ok($$SELECT * FROM ctxwin.context_status(NULL)$$, '22004', 'session id must not be null',
+                 'context_status: NULL session');
+SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('10000000-0000-0000-0000-0000000000ff', 'user', 'x')$$,
+                 '23503', 'session 10000000-0000-0000-0000-0000000000ff does not exist', 'insert into an unknown session');
+SELECT is(ctxwin._session_due('10000000-0000-0000-0000-0000000000ff'), false, '_session_due of no session: false');
+SELECT is(ctxwin._session_due(NULL), false, '_session_due of NULL: false');
 SELECT throws_ok($$SELECT ctxwin.build_context('10000000-0000-0000-0000-000000000001', -5)$$, '22023',
                  'token budget must be greater than zero', 'negative budget');
 SELECT throws_ok($$SELECT ctxwin.build_context('10000000-0000-0000-0000-000000000001', 100, 'xml')$$, '22023',
