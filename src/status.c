@@ -63,6 +63,8 @@ Percent(Datum part, Datum whole)
 	return DirectFunctionCall2(numeric_round, p, Int32GetDatum(1));
 }
 
+static SPIPlanPtr recount_plan = NULL;
+
 /*
  * Tokens of the unsummarized messages in the session's encoding: the
  * counter, unless it was kept in another encoding (the model changed
@@ -81,8 +83,9 @@ UnsummarizedTokens(const SessionView *sv)
 	args[0] = sv->id;
 	args[1] = Int64GetDatum(sv->summary_through_id);
 	args[2] = CStringGetTextDatum(sv->encoding_name);
-	if (SPI_execute_with_args("SELECT ctxwin._unsummarized_tokens($1, $2, $3)", 3, types, args,
-							  NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (SPI_execute_plan(CtxwinKeptPlan(&recount_plan, "SELECT ctxwin._unsummarized_tokens($1, $2, $3)",
+										3, types), args, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
 		elog(ERROR, "recounting the unsummarized tokens of a session failed");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_freetuptable(SPI_tuptable);
