@@ -231,6 +231,7 @@ CtxwinCountersWrite(PendingSession *e)
 {
 	Counters	c = e->c;		/* its memory stays until freed below */
 	pg_uuid_t	id = e->id;
+	ItemPointerData tid = e->tid;
 	Oid			argtypes[9] = {UUIDOID, INT8OID, INT8OID, INT8OID, INT8OID, INT4OID,
 	TEXTOID, TEXTARRAYOID, BOOLOID};
 	Datum		args[9];
@@ -249,7 +250,7 @@ CtxwinCountersWrite(PendingSession *e)
 		return;
 	}
 
-	if (CtxwinWriteSessionDirect(UUIDPGetDatum(&id), &c))
+	if (CtxwinWriteSessionDirect(UUIDPGetDatum(&id), &c, &tid, false))
 	{
 		FreeCounters(&c);
 		return;
@@ -280,6 +281,24 @@ CtxwinCountersWrite(PendingSession *e)
 	if (rc != SPI_OK_UPDATE || SPI_processed > 1)
 		elog(ERROR, "updating the counters of session %s failed", CtxwinUuidText(UUIDPGetDatum(&id)));
 	FreeCounters(&c);
+}
+
+/*
+ * Writes the counters of a session read without a lock (CtxwinCountersRead
+ * with lock false) to the very version of its row that was read, which
+ * locks it as the read would have: the common single-message insert so
+ * takes one row operation instead of a lock and an update.  False if that
+ * version changed since (a concurrent update), or if the write cannot be
+ * made directly: the caller then reads the row again, locked, and counts
+ * the message again.  The entry stays, with nothing left to write.
+ */
+bool
+CtxwinCountersWriteAhead(PendingSession *e)
+{
+	if (!CtxwinWriteSessionDirect(UUIDPGetDatum(&e->id), &e->c, &e->tid, true))
+		return false;
+	e->c.counted = false;
+	return true;
 }
 
 /*
@@ -484,14 +503,17 @@ CtxwinTriggerInit(void)
 	RegisterSubXactCallback(PendingSubXactCallback, NULL);
 }
 
-/* A session's row, locked, into counters in pending_cxt; false if there is none.  Needs SPI. */
+/*
+ * A session's row, locked unless lock is false, into counters in
+ * pending_cxt; false if there is none.  Needs SPI.
+ */
 static bool
-ReadSession(Datum session_id, Counters *c)
+ReadSession(Datum session_id, bool lock, Counters *c, ItemPointer tid)
 {
 	Datum		vals[SC_NCOLUMNS];
 	bool		nulls[SC_NCOLUMNS];
 
-	if (!CtxwinLockSession(session_id, vals, nulls))
+	if (!CtxwinReadSession(session_id, lock, vals, nulls, tid))
 		return false;
 	/* NOT NULL columns, but for count_encoding, pending_tool_calls and the times */
 	if (nulls[SC_MESSAGE_COUNT] || nulls[SC_TOKEN_COUNT] || nulls[SC_UNSUMMARIZED_MESSAGES] ||
@@ -515,17 +537,19 @@ ReadSession(Datum session_id, Counters *c)
 }
 
 /*
- * Reads a session's counters from its row, locked: into e, whose counters
- * are stale, or into a new entry if e is NULL.  Returns the entry, or NULL
- * if the session does not exist.  Needs SPI.
+ * Reads a session's counters from its row, locked (unless lock is false:
+ * see CtxwinCountersWriteAhead): into e, whose counters are stale, or into
+ * a new entry if e is NULL.  Returns the entry, or NULL if the session
+ * does not exist.  Needs SPI.
  */
 PendingSession *
-CtxwinCountersRead(Datum session_id, PendingSession *e)
+CtxwinCountersRead(Datum session_id, PendingSession *e, bool lock)
 {
 	Counters	c;
+	ItemPointerData tid;
 
 	EnsurePending();
-	if (!ReadSession(session_id, &c))
+	if (!ReadSession(session_id, lock, &c, &tid))
 		return NULL;
 	if (e == NULL)
 	{
@@ -543,6 +567,7 @@ CtxwinCountersRead(Datum session_id, PendingSession *e)
 		FreeCounters(&e->c);
 	}
 	e->c = c;
+	e->tid = tid;
 	return e;
 }
 

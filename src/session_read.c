@@ -30,6 +30,7 @@
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -195,6 +196,80 @@ SlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols, Datum *va
 }
 
 /*
+ * Where the rows of profiles and models were found last, by table and key:
+ * a hint, checked on use (FetchHinted), that spares the index search of a
+ * profile and its model on every message.  Keys longer than the slot are
+ * not kept.
+ */
+typedef struct RowHint
+{
+	Oid			relid;			/* InvalidOid: free */
+	int			keylen;
+	char		key[NAMEDATALEN];
+	ItemPointerData tid;
+} RowHint;
+
+static RowHint row_hints[16];
+static int	row_hint_next = 0;
+
+static RowHint *
+FindHint(Oid relid, text *key)
+{
+	int			len = VARSIZE_ANY_EXHDR(key);
+	int			i;
+
+	for (i = 0; i < lengthof(row_hints); i++)
+		if (row_hints[i].relid == relid && row_hints[i].keylen == len &&
+			memcmp(row_hints[i].key, VARDATA_ANY(key), len) == 0)
+			return &row_hints[i];
+	return NULL;
+}
+
+static void
+SetHint(Oid relid, text *key, ItemPointer tid)
+{
+	RowHint    *h = FindHint(relid, key);
+	int			len = VARSIZE_ANY_EXHDR(key);
+
+	if (h == NULL)
+	{
+		if (len > sizeof(h->key))
+			return;
+		h = &row_hints[row_hint_next];
+		row_hint_next = (row_hint_next + 1) % lengthof(row_hints);
+		h->relid = relid;
+		h->keylen = len;
+		memcpy(h->key, VARDATA_ANY(key), len);
+	}
+	h->tid = *tid;
+}
+
+/*
+ * The row at the hinted place of rel's row with primary key (column
+ * keyattno) key, into slot, if it is there: a version snapshot sees, of
+ * that key.  The primary key being unique, it is then the row the index
+ * would find.
+ */
+static bool
+FetchHinted(Relation rel, AttrNumber keyattno, text *key, Snapshot snapshot, TupleTableSlot *slot)
+{
+	RowHint    *h = FindHint(RelationGetRelid(rel), key);
+	ItemPointerData tid;
+	bool		isnull;
+	Datum		d;
+
+	if (h == NULL)
+		return false;
+	tid = h->tid;
+	/* VACUUM may have truncated the table since */
+	if (ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel) ||
+		!table_tuple_fetch_row_version(rel, &tid, snapshot, slot))
+		return false;
+	d = slot_getattr(slot, keyattno, &isnull);
+	return !isnull && CtxwinTextsEqual(DatumGetTextPP(d), key);
+}
+
+/*
  * The row of a ctxwin table (profiles, models) whose primary key, a text,
  * is key: the columns cols (cols[0] is the key) into vals and nulls,
  * copied.  False if there is none.  The caller has checked that the table
@@ -207,19 +282,25 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	AttrNumber	attnos[8];
-	Relation	index;
 	TupleTableSlot *slot;
 	bool		found;
 
 	Assert(ncols <= lengthof(attnos));
 	ReadableColumns(rel, cols, ncols, attnos);
-	index = CtxwinOpenPrimaryKey(rel, attnos[0]);
 	slot = table_slot_create(rel, NULL);
-	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_TEXTEQ, PointerGetDatum(key), slot);
+	found = FetchHinted(rel, attnos[0], key, snapshot, slot);
+	if (!found)
+	{
+		Relation	index = CtxwinOpenPrimaryKey(rel, attnos[0]);
+
+		found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_TEXTEQ, PointerGetDatum(key), slot);
+		index_close(index, NoLock);
+		if (found)
+			SetHint(relid, key, &slot->tts_tid);
+	}
 	if (found)
 		SlotColumns(slot, attnos, ncols, vals, nulls);
 	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, NoLock);
 	table_close(rel, NoLock);
 	return found;
 }
@@ -346,15 +427,18 @@ CtxwinReadSettings(text *profile, Settings *st)
 }
 
 /*
- * A session's row (session_cols), locked, read directly from the table and
- * its primary key.  The privileges are checked as the executor checks them
- * for session_lock_query: SELECT on the columns read, and, for FOR NO KEY
- * UPDATE, UPDATE on the table or any of its columns.  As for SPI's query,
- * the command counter is advanced first, so the row is seen as changed by
- * the statement so far.  False if there is no such row.
+ * A session's row (session_cols), read directly from the table and its
+ * primary key, and locked unless lock is false (the caller then updates
+ * that very version, or reads it again locked).  The privileges are
+ * checked as the executor checks them for session_lock_query: SELECT on
+ * the columns read, and, for FOR NO KEY UPDATE, UPDATE on the table or any
+ * of its columns.  As for SPI's query, the command counter is advanced
+ * first, so the row is seen as changed by the statement so far.  False if
+ * there is no such row.
  */
 static bool
-LockSessionDirect(Oid relid, Datum session_id, Datum *vals, bool *nulls)
+ReadSessionDirect(Oid relid, Datum session_id, bool lock, Datum *vals, bool *nulls,
+				  ItemPointer tid)
 {
 	Relation	rel = table_open(relid, RowShareLock);
 	Oid			userid = GetUserId();
@@ -374,9 +458,12 @@ LockSessionDirect(Oid relid, Datum session_id, Datum *vals, bool *nulls)
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	slot = table_slot_create(rel, NULL);
 	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot) &&
-		LockRowForUpdate(rel, slot, snapshot, attnos[SC_ID], session_id);
+		(!lock || LockRowForUpdate(rel, slot, snapshot, attnos[SC_ID], session_id));
 	if (found)
+	{
 		SlotColumns(slot, attnos, SC_NCOLUMNS, vals, nulls);
+		*tid = slot->tts_tid;
+	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
 	index_close(index, NoLock);
@@ -385,12 +472,13 @@ LockSessionDirect(Oid relid, Datum session_id, Datum *vals, bool *nulls)
 }
 
 /*
- * A session's row (session_cols), locked, into vals and nulls: directly
- * where ctxwin.sessions is DirectReadable, else by session_lock_query.
- * False if there is no such row.  Needs SPI.
+ * A session's row (session_cols) into vals and nulls, and where it is into
+ * tid: directly where ctxwin.sessions is DirectReadable, locked unless lock
+ * is false, else by session_lock_query, locked (tid then invalid).  False
+ * if there is no such row.  Needs SPI.
  */
 bool
-CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls)
+CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls, ItemPointer tid)
 {
 	Oid			sessions = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
 	TupleDesc	desc;
@@ -400,7 +488,8 @@ CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls)
 	if (!OidIsValid(sessions))
 		elog(ERROR, "ctxwin.sessions is missing");
 	if (CtxwinDirectReadable(sessions))
-		return LockSessionDirect(sessions, session_id, vals, nulls);
+		return ReadSessionDirect(sessions, session_id, lock, vals, nulls, tid);
+	ItemPointerSetInvalid(tid);
 	row = KeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
 	if (row == NULL)
 		return false;
@@ -415,7 +504,7 @@ CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls)
  * it was restored so): its unsummarized tokens, and its prompt tokens, the
  * tokens of the system messages that carry its prompt and summary
  * (CtxwinSystemMessages), as ctxwin.messages_tokens(ctxwin.system_messages(
- * ...)) counts them.  The row is locked by CtxwinLockSession, so it is the
+ * ...)) counts them.  The row is locked by CtxwinReadSession, so it is the
  * row that read.  Needs SPI.
  */
 void

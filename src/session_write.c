@@ -38,12 +38,16 @@
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "trigger.h"
 
@@ -69,6 +73,29 @@ typedef enum WrittenColumn
 	WC_UPDATED_AT,
 	WC_NCOLUMNS
 } WrittenColumn;
+
+/*
+ * What the write needs to know of ctxwin.sessions that changes only with
+ * its definition, found once and kept until its relcache entry, a
+ * function or a schema changes (FactsInvalidate): the relation, its
+ * columns, whether its triggers and indexes let a write be made directly,
+ * and its CHECK constraints parsed, planned and compiled (ExecRelCheck
+ * does that on every statement).
+ */
+typedef struct SessionsFacts
+{
+	Oid			relid;			/* InvalidOid: not known yet */
+	AttrNumber	attnos[WC_NCOLUMNS];
+	bool		triggers_idle;	/* TriggersIdle(rel, false) */
+	bool		triggers_idle_ours; /* TriggersIdle(rel, true) */
+	bool		generated;		/* a stored generated column */
+	bool		indexes_immediate;	/* IndexesImmediate */
+	List	   *checks;			/* of ExprState, of the planned expressions */
+} SessionsFacts;
+
+static SessionsFacts facts;
+static MemoryContext facts_cxt = NULL;	/* the checks' */
+static uint64 facts_invalidations = 0;
 
 /* Whether a function is ctxwin's of that name. */
 static bool
@@ -121,20 +148,24 @@ TriggersIdle(Relation rel, bool written_by_us)
 	return true;
 }
 
-/* Whether the indexes opened for rri take their entries at once, as the UPDATE would. */
+/* Whether the indexes of rel take their entries at once, as the UPDATE would (no exclusion constraint, none deferred). */
 static bool
-IndexesImmediate(ResultRelInfo *rri)
+IndexesImmediate(Relation rel)
 {
-	int			i;
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	bool		immediate = true;
 
-	for (i = 0; i < rri->ri_NumIndices; i++)
+	foreach(lc, indexes)
 	{
-		Relation	index = rri->ri_IndexRelationDescs[i];
+		Relation	index = index_open(lfirst_oid(lc), RowExclusiveLock);
 
-		if (!index->rd_index->indimmediate || rri->ri_IndexRelationInfo[i]->ii_ExclusionOps != NULL)
-			return false;
+		if (!index->rd_index->indimmediate || index->rd_index->indisexclusion)
+			immediate = false;
+		index_close(index, NoLock);
 	}
-	return true;
+	list_free(indexes);
+	return immediate;
 }
 
 /*
@@ -147,6 +178,7 @@ MeetsConstraints(Relation rel, TupleTableSlot *slot, EState *estate)
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
 	ExprContext *econtext = GetPerTupleExprContext(estate);
 	MemoryContext old;
+	ListCell   *lc;
 	bool		met = true;
 	int			i;
 
@@ -159,9 +191,12 @@ MeetsConstraints(Relation rel, TupleTableSlot *slot, EState *estate)
 				return false;
 	econtext->ecxt_scantuple = slot;
 	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	for (i = 0; i < constr->num_check && met; i++)
-		met = ExecCheck(ExecPrepareCheck(list_make1(stringToNode(constr->check[i].ccbin)), estate),
-						econtext);
+	foreach(lc, facts.checks)
+	{
+		met = ExecCheck((ExprState *) lfirst(lc), econtext);
+		if (!met)
+			break;
+	}
 	MemoryContextSwitchTo(old);
 	return met;
 }
@@ -205,13 +240,15 @@ WriteValues(TupleTableSlot *old, const AttrNumber *attnos, const Counters *c, Tu
 }
 
 /*
- * Updates the row of slot (found with snapshot, locked by this transaction)
- * to the row in newslot, and its indexes; nothing if this command changed
- * the row already (as the UPDATE skips it).
+ * Updates the row of slot (found with snapshot) to the row in newslot, and
+ * its indexes; nothing if this command changed the row already (as the
+ * UPDATE skips it).  If exact, the row is not locked yet: false if it was
+ * changed by another transaction since it was read.  Else it is locked by
+ * this transaction, and nobody else changes it.
  */
-static void
+static bool
 UpdateRow(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, TupleTableSlot *newslot,
-		  Snapshot snapshot)
+		  Snapshot snapshot, bool exact)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	TM_FailureData tmfd;
@@ -226,57 +263,203 @@ UpdateRow(ResultRelInfo *rri, EState *estate, TupleTableSlot *slot, TupleTableSl
 		case TM_Ok:
 			break;
 		case TM_SelfModified:
+			if (exact)
+				return false;
 			if (tmfd.cmax != estate->es_output_cid)
 				ereport(ERROR,
 						(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
 						 errmsg("tuple to be updated was already modified by an operation triggered by the current command")));
-			return;
+			return true;
+		case TM_Updated:
+		case TM_Deleted:
+			if (exact)
+				return false;
+			/* FALLTHROUGH */
 		default:
-			/* the row is locked by this transaction: nobody else changes it */
 			elog(ERROR, "unexpected table_tuple_update status: %u", res);
 	}
 	if (update_indexes != CTXWIN_NO_INDEX_UPDATE)
+	{
+		/* opened only now: a HOT update, the common case, needs none */
+		ExecOpenIndices(rri, false);
 		(void) ExecInsertIndexTuples_compat(rri, newslot, estate, update_indexes);
+	}
+	return true;
 }
 
 /*
- * Whether the write of counters may be made directly on rel, whose columns
- * written_cols are attnos, as far as the table and the user go (the row's
- * own conditions are checked once it is read).
+ * Forgets the facts (a relcache, function or schema invalidation; it may
+ * come while FactsOf is finding them, which then tries again).
+ */
+static void
+FactsInvalidate(void)
+{
+	facts.relid = InvalidOid;
+	facts_invalidations++;
+}
+
+static void
+FactsRelcacheCallback(Datum arg, Oid relid)
+{
+	/* while the facts are being found, any relation's counts */
+	if (relid == InvalidOid || relid == facts.relid || !OidIsValid(facts.relid))
+		FactsInvalidate();
+}
+
+static void
+FactsSyscacheCallback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	FactsInvalidate();
+}
+
+/*
+ * The CHECK constraints of ctxwin.sessions (their node strings, copied),
+ * planned and compiled, in a new memory context under CacheMemoryContext.
+ */
+static List *
+CompiledChecks(List *ccbins, MemoryContext *cxt)
+{
+	MemoryContext old;
+	List	   *checks = NIL;
+	ListCell   *lc;
+
+	*cxt = AllocSetContextCreate(CacheMemoryContext, "ctxwin sessions checks", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(*cxt);
+	foreach(lc, ccbins)
+	{
+		Expr	   *expr = expression_planner((Expr *) stringToNode((char *) lfirst(lc)));
+
+		checks = lappend(checks, ExecInitCheck(list_make1(expr), NULL));
+	}
+	MemoryContextSwitchTo(old);
+	return checks;
+}
+
+/* The facts of ctxwin.sessions, found now if not known; false if there is no such table. */
+static bool
+FactsOf(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(FactsRelcacheCallback, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, FactsSyscacheCallback, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, FactsSyscacheCallback, (Datum) 0);
+		registered = true;
+	}
+	while (!OidIsValid(facts.relid))
+	{
+		uint64		invalidations = facts_invalidations;
+		SessionsFacts f;
+		Oid			relid;
+		Relation	rel;
+		TupleConstr *constr;
+		List	   *ccbins = NIL;
+		MemoryContext cxt;
+		int			i;
+
+		relid = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
+		if (!OidIsValid(relid))
+			return false;
+		rel = table_open(relid, RowExclusiveLock);
+		for (i = 0; i < WC_NCOLUMNS; i++)
+			if ((f.attnos[i] = SPI_fnumber(RelationGetDescr(rel), written_cols[i])) <= 0)
+				elog(ERROR, "ctxwin.sessions has no column \"%s\"", written_cols[i]);
+		f.triggers_idle = TriggersIdle(rel, false);
+		f.triggers_idle_ours = TriggersIdle(rel, true);
+		f.indexes_immediate = IndexesImmediate(rel);
+		constr = RelationGetDescr(rel)->constr;
+		f.generated = constr != NULL && constr->has_generated_stored;
+		for (i = 0; constr != NULL && i < constr->num_check; i++)
+			ccbins = lappend(ccbins, pstrdup(constr->check[i].ccbin));
+		table_close(rel, NoLock);
+		f.checks = CompiledChecks(ccbins, &cxt);
+		if (invalidations != facts_invalidations)
+		{
+			/* invalidated meanwhile: what was found may be stale */
+			MemoryContextDelete(cxt);
+			continue;
+		}
+		if (facts_cxt != NULL)
+			MemoryContextDelete(facts_cxt);
+		facts_cxt = cxt;
+		f.relid = relid;
+		facts = f;
+	}
+	return true;
+}
+
+/*
+ * Whether the write of counters may be made directly on rel, as far as the
+ * table and the user go (the row's own conditions are checked once it is
+ * read).
  */
 static bool
-DirectWritable(Relation rel, AttrNumber *attnos)
+DirectWritable(Relation rel)
 {
 	Oid			relid = RelationGetRelid(rel);
-	int			i;
 
-	for (i = 0; i < WC_NCOLUMNS; i++)
-		if ((attnos[i] = SPI_fnumber(RelationGetDescr(rel), written_cols[i])) <= 0)
-			elog(ERROR, "ctxwin.sessions has no column \"%s\"", written_cols[i]);
-	return CtxwinDirectReadable(relid) &&
+	return facts.triggers_idle && !facts.generated && facts.indexes_immediate &&
+		CtxwinDirectReadable(relid) &&
 		pg_class_aclmask(relid, GetUserId(), ACL_SELECT | ACL_UPDATE, ACLMASK_ALL) ==
-		(ACL_SELECT | ACL_UPDATE) &&
-		TriggersIdle(rel, false) &&
-		!(RelationGetDescr(rel)->constr && RelationGetDescr(rel)->constr->has_generated_stored);
+		(ACL_SELECT | ACL_UPDATE);
+}
+
+/*
+ * The session's row as snapshot sees it, into slot: at tid, where the
+ * session was read, if that version is still the one the snapshot sees
+ * (if the row is locked, nothing else can have changed it since; an
+ * update by this transaction makes it invisible), else, unless exact (the
+ * version read must be the one updated), found by the primary key.  False
+ * if there is none.
+ */
+static bool
+FetchSession(Relation rel, Snapshot snapshot, ItemPointer tid, bool exact, Datum session_id,
+			 TupleTableSlot *slot)
+{
+	Relation	index;
+	bool		found;
+
+	if (ItemPointerIsValid(tid))
+	{
+		ItemPointerData t = *tid;
+
+		if (table_tuple_fetch_row_version(rel, &t, snapshot, slot))
+		{
+			bool		isnull;
+			Datum		key = slot_getattr(slot, facts.attnos[WC_ID], &isnull);
+
+			if (!isnull && DatumGetBool(DirectFunctionCall2(uuid_eq, key, session_id)))
+				return true;
+		}
+	}
+	if (exact)
+		return false;
+	index = CtxwinOpenPrimaryKey(rel, facts.attnos[WC_ID]);
+	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot);
+	index_close(index, NoLock);
+	return found;
 }
 
 /*
  * Writes the counters c to the row of session_id, found with snapshot,
- * where it meets the conditions of the row (indexes, triggers, constraints).
- * True if done, or if the row is gone.
+ * where it meets the conditions of the row (triggers, constraints), and
+ * puts the new version's place into tid.  True if done, or, unless exact,
+ * if the row is gone.
  */
 static bool
-WriteRow(ResultRelInfo *rri, EState *estate, Relation index, Snapshot snapshot,
-		 const AttrNumber *attnos, Datum session_id, const Counters *c)
+WriteRow(ResultRelInfo *rri, EState *estate, Snapshot snapshot, ItemPointer tid, bool exact,
+		 Datum session_id, const Counters *c)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	TupleTableSlot *newslot = table_slot_create(rel, NULL);
 	bool		done = false;
 
-	if (!CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot))
-		done = true;
-	else if (IndexesImmediate(rri))
+	if (!FetchSession(rel, snapshot, tid, exact, session_id, slot))
+		done = !exact;
+	else
 	{
 		bool		should_free;
 		HeapTuple	old = ExecFetchSlotHeapTuple(slot, false, &should_free);
@@ -284,11 +467,12 @@ WriteRow(ResultRelInfo *rri, EState *estate, Relation index, Snapshot snapshot,
 
 		if (should_free)
 			heap_freetuple(old);
-		WriteValues(slot, attnos, c, newslot);
-		if ((!written_by_us || TriggersIdle(rel, true)) && MeetsConstraints(rel, newslot, estate))
+		WriteValues(slot, facts.attnos, c, newslot);
+		if ((!written_by_us || facts.triggers_idle_ours) && MeetsConstraints(rel, newslot, estate))
 		{
-			UpdateRow(rri, estate, slot, newslot, snapshot);
-			done = true;
+			done = UpdateRow(rri, estate, slot, newslot, snapshot, exact);
+			if (done)
+				*tid = newslot->tts_tid;
 		}
 	}
 	ExecDropSingleTupleTableSlot(newslot);
@@ -297,27 +481,47 @@ WriteRow(ResultRelInfo *rri, EState *estate, Relation index, Snapshot snapshot,
 }
 
 /*
- * Writes a session's counters to its row directly, if that is what the
- * UPDATE would do (see the top of the file).  True if done, including when
- * the row is gone (the statement deleted the session after its messages:
- * the UPDATE finds no row either); false: the caller runs the UPDATE.
+ * Whether a write of counters to ctxwin.sessions can be made directly, as
+ * far as the table and the user go (CtxwinWriteSessionDirect may still
+ * find that the row cannot).
  */
 bool
-CtxwinWriteSessionDirect(Datum session_id, const Counters *c)
+CtxwinSessionsWritableDirect(void)
 {
-	Oid			relid = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
 	Relation	rel;
-	AttrNumber	attnos[WC_NCOLUMNS];
+	bool		writable;
+
+	if (!FactsOf())
+		return false;
+	rel = table_open(facts.relid, RowExclusiveLock);
+	writable = DirectWritable(rel);
+	table_close(rel, NoLock);
+	return writable;
+}
+
+/*
+ * Writes a session's counters to its row directly, if that is what the
+ * UPDATE would do (see the top of the file); tid: where the row was read
+ * (invalid: not known), set to where the new version is.  If exact, the
+ * row is not locked yet and the version at tid must be the one updated.
+ * True if done, including, unless exact, when the row is gone (the
+ * statement deleted the session after its messages: the UPDATE finds no
+ * row either); false: the caller runs the UPDATE, or, if exact, reads the
+ * row again, locked.
+ */
+bool
+CtxwinWriteSessionDirect(Datum session_id, const Counters *c, ItemPointer tid, bool exact)
+{
+	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *rri;
-	Relation	index;
 	Snapshot	snapshot;
 	bool		done;
 
-	if (!OidIsValid(relid))
+	if (!FactsOf())
 		return false;
-	rel = table_open(relid, RowExclusiveLock);
-	if (!DirectWritable(rel, attnos))
+	rel = table_open(facts.relid, RowExclusiveLock);
+	if (!DirectWritable(rel))
 	{
 		table_close(rel, NoLock);
 		return false;
@@ -328,15 +532,12 @@ CtxwinWriteSessionDirect(Datum session_id, const Counters *c)
 	estate->es_output_cid = GetCurrentCommandId(true);
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
-	index = CtxwinOpenPrimaryKey(rel, attnos[WC_ID]);
 	CommandCounterIncrement();
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 
-	done = WriteRow(rri, estate, index, snapshot, attnos, session_id, c);
+	done = WriteRow(rri, estate, snapshot, tid, exact, session_id, c);
 
 	UnregisterSnapshot(snapshot);
-	index_close(index, NoLock);
 	ExecCloseIndices(rri);
 	FreeExecutorState(estate);
 	table_close(rel, NoLock);

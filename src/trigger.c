@@ -326,18 +326,19 @@ CheckMessage(Relation rel, const NewMessage *m)
 
 /*
  * The session's counters: in memory since the statement read them, or read
- * now, locked, with the settings of its profile (*have_settings says they
- * were read; as in a join, no profile or model for it is no session).
+ * now, locked unless lock is false, with the settings of its profile
+ * (*have_settings says they were read; as in a join, no profile or model
+ * for it is no session).
  */
 static PendingSession *
-SessionCounters(Datum session_id, Settings *st, bool *have_settings)
+SessionCounters(Datum session_id, bool lock, Settings *st, bool *have_settings)
 {
 	PendingSession *e = CtxwinCountersFind(session_id);
 
 	*have_settings = false;
 	if (e != NULL && !e->c.stale)
 		return e;
-	e = CtxwinCountersRead(session_id, e);
+	e = CtxwinCountersRead(session_id, e, lock);
 	if (e == NULL || !CtxwinReadSettings(e->c.profile, st))
 		CtxwinSessionNotFound(session_id, true);
 	*have_settings = true;
@@ -519,9 +520,23 @@ NumberedRow(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const Mes
 }
 
 /*
+ * Whether the session's row may be read without a lock and written with
+ * the message's counters at once (CtxwinCountersWriteAhead): for the
+ * first message of a session in a transaction, not a restore's, where the
+ * write can be made directly.
+ */
+static bool
+MayWriteAhead(const NewMessage *m)
+{
+	return !m->has_id && CtxwinCountersFind(m->session_id) == NULL &&
+		CtxwinSessionsWritableDirect();
+}
+
+/*
  * One message (BEFORE INSERT FOR EACH ROW): checked, numbered and counted;
  * its session's counters advanced, and written now if no statement frame
- * is open.  Returns the row to insert, in memory context callcxt.
+ * is open, or if its row was read without a lock.  Returns the row to
+ * insert, in memory context callcxt.
  */
 static HeapTuple
 MessageRow(TriggerData *trigdata, MemoryContext callcxt)
@@ -534,6 +549,8 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 	PendingSession *e;
 	Settings	st;
 	bool		have_settings;
+	bool		ahead;
+	bool		wake;
 	MessageCount mc;
 
 	MessageColumnsOf(desc, &cols);
@@ -542,28 +559,38 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	e = SessionCounters(m.session_id, &st, &have_settings);
-	if (IsReplayedRow(&m, e))
+	ahead = MayWriteAhead(&m);
+	for (;;)
 	{
-		if (!CtxwinFrameIsOpen())
-			CtxwinCountersWrite(e);
-		SPI_finish();
-		return tup;
+		e = SessionCounters(m.session_id, !ahead, &st, &have_settings);
+		if (IsReplayedRow(&m, e))
+		{
+			if (!CtxwinFrameIsOpen())
+				CtxwinCountersWrite(e);
+			SPI_finish();
+			return tup;
+		}
+		if (!have_settings && !CtxwinReadSettings(e->c.profile, &st))
+			CtxwinSessionNotFound(m.session_id, true);
+
+		CountMessage(tup, desc, &cols, &m, e, &st, &mc);
+
+		/*
+		 * Wake the worker (at commit) when the session enters the queue, or
+		 * when it was queued with failed compactions or a retry time, which
+		 * this message resets: a new message makes a failing session due
+		 * again.  A session queued and due already is no news to the worker.
+		 */
+		wake = mc.queue && e->c.wake_next;
+		AdvanceCounters(e, &mc);
+		if (!ahead || CtxwinCountersWriteAhead(e))
+			break;
+		/* the row changed since it was read: read it again, locked, and count again */
+		e->c.stale = true;
+		ahead = false;
 	}
-	if (!have_settings && !CtxwinReadSettings(e->c.profile, &st))
-		CtxwinSessionNotFound(m.session_id, true);
-
-	CountMessage(tup, desc, &cols, &m, e, &st, &mc);
-
-	/*
-	 * Wake the worker (at commit) when the session enters the queue, or when
-	 * it was queued with failed compactions or a retry time, which this
-	 * message resets: a new message makes a failing session due again.  A
-	 * session queued and due already is no news to the worker.
-	 */
-	if (mc.queue && e->c.wake_next)
+	if (wake)
 		CtxwinWorkerWake();
-	AdvanceCounters(e, &mc);
 	if (!CtxwinFrameIsOpen())
 		CtxwinCountersWrite(e);
 

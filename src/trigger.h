@@ -54,6 +54,8 @@ typedef struct PendingSession
 	int			level;			/* nesting level c was set at */
 	SavedCounters *saved;		/* the lower levels' values, newest first */
 	int			frame;			/* the frame (statement) that writes it */
+	ItemPointerData tid;		/* where the row was locked (invalid: not
+								 * known) */
 } PendingSession;
 
 /* What the insert trigger needs of a profile and its model. */
@@ -91,7 +93,8 @@ typedef enum SessionColumn
 } SessionColumn;
 
 /* session_read.c: a session's row, locked, and its profile's settings */
-extern bool CtxwinLockSession(Datum session_id, Datum *vals, bool *nulls);
+extern bool CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls,
+							  ItemPointer tid);
 extern bool CtxwinReadSettings(text *profile, Settings *st);
 extern Relation CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno);
 extern bool CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot,
@@ -101,14 +104,17 @@ extern void CtxwinRecountSession(Datum session_id, const Settings *st, const Ctx
 
 /* counters.c: the counters of the sessions a statement inserts into */
 extern PendingSession *CtxwinCountersFind(Datum session_id);
-extern PendingSession *CtxwinCountersRead(Datum session_id, PendingSession *e);
+extern PendingSession *CtxwinCountersRead(Datum session_id, PendingSession *e, bool lock);
+extern bool CtxwinCountersWriteAhead(PendingSession *e);
 extern void CtxwinCountersTouch(PendingSession *e);
 extern void CtxwinCountersSetEncoding(PendingSession *e, text *encoding);
 extern void CtxwinCountersSetPending(PendingSession *e, ArrayType *pending);
 extern void CtxwinCountersWrite(PendingSession *e);
 
 /* session_write.c: a session's counters written to its row directly */
-extern bool CtxwinWriteSessionDirect(Datum session_id, const Counters *c);
+extern bool CtxwinWriteSessionDirect(Datum session_id, const Counters *c, ItemPointer tid,
+									 bool exact);
+extern bool CtxwinSessionsWritableDirect(void);
 extern bool CtxwinFrameIsOpen(void);
 extern void CtxwinFrameOpen(void);
 extern void CtxwinFrameClose(void);

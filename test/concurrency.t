@@ -32,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-plan 29
+plan 31
 
 q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
 q -d "$db" >/dev/null <<'SQL'
@@ -398,5 +398,29 @@ is "$(echo $(cat "$tmp/first") $(cat "$tmp/second"))" "$((n + 1)) $((n + 2)) $((
 	"and takes the ids after it, in commit order"
 is "$(q -d "$db" -c "SELECT message_count = $n + 6 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
 	FROM ctxwin.sessions WHERE id = sess(5)")" "t" "with the counters of both"
+
+# An insert reads its session's row without a lock and writes the counters
+# to the version it read; when an application's UPDATE of the session
+# (here its metadata) commits in between, the insert reads the row again
+# and counts again: the update is kept and the counters are right.  The
+# same when that update rolls back instead.
+for end in COMMIT ROLLBACK; do
+	n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
+	PGAPPNAME=ctxwin_t_app q -d "$db" -c "BEGIN" \
+		-c "UPDATE ctxwin.sessions SET metadata = '{\"end\": \"$end\"}' WHERE id = sess(5)" \
+		-c "SELECT pg_sleep(2)" -c "$end" >/dev/null 2>&1 &
+	first=$!
+	for _ in $(seq 1 100); do
+		[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_app' AND query LIKE '%pg_sleep%'")" = 1 ] && break
+		sleep 0.05
+	done
+	got=$(q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'after $end') RETURNING id" 2>&1)
+	wait $first
+	# the rolled-back update leaves the metadata the committed one set
+	want='{"end": "COMMIT"}'
+	is "$got|$(q -d "$db" -c "SELECT metadata::text, message_count = $n + 1 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
+		FROM ctxwin.sessions WHERE id = sess(5)")" "$((n + 1))|$want|t" \
+		"an insert that waited for an update of its session ($end) takes the next id, keeps the update's outcome, and counts right"
+done
 
 done_testing

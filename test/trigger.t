@@ -32,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-plan 40
+plan 41
 cleanup
 q -d postgres -c "CREATE DATABASE $db" -c "CREATE ROLE $role" -c "CREATE ROLE $app" -c "CREATE ROLE $owner" \
 	-c "CREATE ROLE $admin" >/dev/null
@@ -312,7 +312,7 @@ is "$(q -d "$db" -c "SELECT string_agg(public.state(public.sid('c', k)), E'\n' O
 is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions WHERE id IN (public.sid('a', 1), public.sid('a', 2), public.sid('a', 3))
 	AND compaction_queued_at IS NOT NULL AND compaction_failures = 0 AND compaction_retry_at IS NULL")|$(echo "$want" | cut -d' ' -f6 | sort -u | tr '\n' ' ')" \
 	"3|o200k_base " "(the three got queued, their failures and retry time reset, and session 3 recounted)"
-is "$upd" "3" "the statement wrote each session's row once (174 messages, 3 updates)"
+is "$upd" "6" "the statement wrote each session's row twice, not once per message (174 messages: its first message's write, and the statement's end)"
 
 # Errors: a statement that fails halfway, alone or rolled back to a
 # savepoint, leaves no trace; the next message takes the next id.
@@ -410,15 +410,20 @@ is "$(q -d "$db" -c "SELECT count(*), count(*) FILTER (WHERE content LIKE 'Logge
 
 # The statement triggers: without the one that opens the statement, each
 # row writes its session at once; without the one that writes the
-# counters, the transaction cannot commit (rather than lose them).
+# counters, a statement whose counters are not all written (its first
+# message of a session writes them at once) cannot commit (rather than
+# lose them).
 q -d "$db" -c "ALTER TABLE ctxwin.messages DISABLE TRIGGER messages_insert_begin" \
 	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$w', 'user', 'Row by row ' || i FROM generate_series(1, 10) i" \
 	-c "ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_begin" >/dev/null
 is "$(consistent "$w")" "t" "without messages_insert_begin the rows write their session one by one"
 like "$(q -d "$db" -c "ALTER TABLE ctxwin.messages DISABLE TRIGGER messages_insert_end" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Lost?')" 2>&1)" \
-	"the counters of session $w were not written" "without messages_insert_end the commit is refused"
-q -d "$db" -c "ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_end" >/dev/null
+	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Lost?'), ('$w', 'user', 'Lost too?')" 2>&1)" \
+	"the counters of session $w were not written" "without messages_insert_end a statement's second message cannot commit"
 is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = '$w'")|$(consistent "$w")" "80|t" "and nothing was lost"
+q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Kept')" >/dev/null
+q -d "$db" -c "ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_end" >/dev/null
+is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = '$w'")|$(consistent "$w")" "81|t" \
+	"a statement of one message wrote its counters with it: it commits, counted"
 
 done_testing
