@@ -28,11 +28,11 @@ s=00000000-0000-4000-8000-0000000000a1
 cleanup() {
 	q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
 		-c "DROP ROLE IF EXISTS $role" -c "DROP ROLE IF EXISTS $app" -c "DROP ROLE IF EXISTS $owner" \
-		-c "DROP ROLE IF EXISTS $admin" >/dev/null 2>&1
+		-c "DROP ROLE IF EXISTS $admin" -c "DROP DATABASE IF EXISTS ${db}_hints WITH (FORCE)" >/dev/null 2>&1
 }
 trap cleanup EXIT
 
-plan 41
+plan 42
 cleanup
 q -d postgres -c "CREATE DATABASE $db" -c "CREATE ROLE $role" -c "CREATE ROLE $app" -c "CREATE ROLE $owner" \
 	-c "CREATE ROLE $admin" >/dev/null
@@ -79,6 +79,41 @@ SQL
 is "$out" "1|o200k_base
 1|o200k_base|t" "DROP and CREATE EXTENSION in one backend: inserts and recounts go on working"
 
+# The profile and model rows are fetched where they were found last while
+# that version is the visible one: in one backend, a message is counted
+# with the model its profile has now, and a place beyond the end of a
+# table VACUUM truncated is not read.
+q -d postgres -c "CREATE DATABASE ${db}_hints" >/dev/null
+out=$(q -d "${db}_hints" 2>&1 <<SQL
+CREATE EXTENSION ctxwin;
+INSERT INTO ctxwin.sessions (id) VALUES ('00000000-0000-4000-8000-0000000000f1');
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f1', 'user', 'One.');
+UPDATE ctxwin.profiles SET model = 'gpt-4' WHERE name = 'default';
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f1', 'user', 'Two.');
+UPDATE ctxwin.profiles SET model = 'gpt-4o' WHERE name = 'default';
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f1', 'user', 'Three.');
+SELECT string_agg(token_encoding, ' ' ORDER BY id) FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-0000000000f1';
+INSERT INTO ctxwin.profiles (name, model) SELECT 'pad ' || i, 'gpt-4o' FROM generate_series(1, 400) i;
+INSERT INTO ctxwin.profiles (name, model) VALUES ('last', 'gpt-4');
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('00000000-0000-4000-8000-0000000000f2', 'last');
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f2', 'user', 'Far.');
+SELECT (ctid::text::point)[0] > 0 FROM ctxwin.profiles WHERE name = 'last';
+DELETE FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-0000000000f2';
+DELETE FROM ctxwin.profiles WHERE name LIKE 'pad %' OR name = 'last';
+VACUUM ctxwin.profiles;
+SELECT pg_relation_size('ctxwin.profiles') = current_setting('block_size')::int;
+INSERT INTO ctxwin.profiles (name, model) VALUES ('last', 'gpt-4o');
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('00000000-0000-4000-8000-0000000000f2', 'last');
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f2', 'user', 'Near.');
+SELECT string_agg(content || ' ' || token_encoding, ', ' ORDER BY id) FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-0000000000f2';
+SQL
+)
+is "$out" "o200k_base cl100k_base o200k_base
+t
+t
+Near. o200k_base" "in one backend each message is counted with its profile's model as it is now, also after VACUUM shortened ctxwin.profiles"
+q -d postgres -c "DROP DATABASE ${db}_hints WITH (FORCE)" >/dev/null
+
 # Privileges: what the trigger reads of profiles and models needs SELECT on
 # them (or on the columns it reads), as the query it replaces did.
 q -d "$db" >/dev/null <<SQL
@@ -119,7 +154,7 @@ q -d "$db" -c "DROP POLICY show ON ctxwin.models" -c "ALTER TABLE ctxwin.models 
 
 # --- who writes what ---------------------------------------------------------
 # The README's grants to an application role.
-b1=00000000-0000-4000-8000-0000000000b1
+b1=00000000-0000-4000-8000-0000000000f1
 q -d "$db" >/dev/null <<SQL
 GRANT USAGE ON SCHEMA ctxwin TO $app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $app;
@@ -172,7 +207,7 @@ out=$(q -d "$db" 2>&1 <<SQL
 SET ROLE $app;
 INSERT INTO ctxwin.sessions (id, profile, system_prompt, conversation_summary, metadata, summary_through_id,
                              message_count, created_at)
-VALUES ('00000000-0000-4000-8000-0000000000b2', 'other', 'Be brief.', 'Nothing yet.', '{"user": 7}', 0, 0, now());
+VALUES ('00000000-0000-4000-8000-0000000000f2', 'other', 'Be brief.', 'Nothing yet.', '{"user": 7}', 0, 0, now());
 INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$b1', 'user', 'Eleven'), ('$b1', 'assistant', 'Twelve');
 UPDATE ctxwin.sessions SET profile = 'other', system_prompt = 'You help more.', metadata = '{"tag": "x"}' WHERE id = '$b1';
 UPDATE ctxwin.sessions SET conversation_summary = 'The first four.', summary_through_id = 4 WHERE id = '$b1';
