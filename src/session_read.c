@@ -36,6 +36,7 @@
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
@@ -117,6 +118,69 @@ KeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDe
 }
 
 /*
+ * The attribute numbers of the column lists read (session_cols,
+ * profile_cols, model_cols), by table, found once and kept until the
+ * table's relcache entry is invalidated.
+ */
+typedef struct ColumnNumbers
+{
+	Oid			relid;			/* InvalidOid: free */
+	const char *const *cols;
+	AttrNumber	attnos[SC_NCOLUMNS];
+} ColumnNumbers;
+
+static ColumnNumbers column_numbers[4];
+
+static void
+ColumnNumbersCallback(Datum arg, Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(column_numbers); i++)
+		if (relid == InvalidOid || column_numbers[i].relid == relid)
+			column_numbers[i].relid = InvalidOid;
+}
+
+/* The attribute numbers of cols in rel, into attnos. */
+static void
+ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, AttrNumber *attnos)
+{
+	static bool registered = false;
+	Oid			relid = RelationGetRelid(rel);
+	ColumnNumbers *free_slot = NULL;
+	int			i;
+
+	Assert(ncols <= SC_NCOLUMNS);
+	for (i = 0; i < lengthof(column_numbers); i++)
+	{
+		if (column_numbers[i].relid == relid && column_numbers[i].cols == cols)
+		{
+			memcpy(attnos, column_numbers[i].attnos, sizeof(AttrNumber) * ncols);
+			return;
+		}
+		if (!OidIsValid(column_numbers[i].relid))
+			free_slot = &column_numbers[i];
+	}
+	for (i = 0; i < ncols; i++)
+	{
+		attnos[i] = SPI_fnumber(RelationGetDescr(rel), cols[i]);
+		if (attnos[i] <= 0)
+			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
+	}
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(ColumnNumbersCallback, (Datum) 0);
+		registered = true;
+	}
+	if (free_slot != NULL)
+	{
+		free_slot->cols = cols;
+		memcpy(free_slot->attnos, attnos, sizeof(AttrNumber) * ncols);
+		free_slot->relid = relid;
+	}
+}
+
+/*
  * The attribute numbers of cols in rel, after the privilege check the
  * executor makes for a query that reads them: SELECT on the table, or else
  * on each of the columns.
@@ -128,12 +192,7 @@ ReadableColumns(Relation rel, const char *const *cols, int ncols, AttrNumber *at
 	Oid			userid = GetUserId();
 	int			i;
 
-	for (i = 0; i < ncols; i++)
-	{
-		attnos[i] = SPI_fnumber(RelationGetDescr(rel), cols[i]);
-		if (attnos[i] <= 0)
-			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
-	}
+	ColumnNumbersOf(rel, cols, ncols, attnos);
 	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
 	{
 		for (i = 0; i < ncols; i++)

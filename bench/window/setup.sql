@@ -121,6 +121,16 @@ CREATE TABLE plain_messages (LIKE ctxwin.messages INCLUDING DEFAULTS INCLUDING C
                              INCLUDING INDEXES);
 ALTER TABLE plain_messages ALTER id ADD GENERATED ALWAYS AS IDENTITY;
 
+-- The floor of measurement 3 (insert_floor.sql): copies of ctxwin's sessions
+-- and messages, without triggers, messages with the foreign key to their
+-- session, holding the same 100 sessions.
+CREATE TABLE bench.floor_sessions (LIKE ctxwin.sessions INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+                                   INCLUDING INDEXES);
+INSERT INTO bench.floor_sessions SELECT x.* FROM ctxwin.sessions x JOIN bench.insert_sessions USING (id);
+CREATE TABLE bench.floor_messages (LIKE ctxwin.messages INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+                                   INCLUDING INDEXES,
+                                   FOREIGN KEY (session_id) REFERENCES bench.floor_sessions (id));
+
 -- Measurement 1, server side: the time of each of n calls of build_context
 -- (after `warm` calls that fill the caches), from clock_timestamp() around
 -- the call, so it excludes the client, the protocol and the jsonb output.
