@@ -1,5 +1,5 @@
--- Measurement 3, the floor: the least any design with ctxwin's contract does
--- per message, written by hand as one statement: the session row updated
+-- Measurement 3, by hand: what ctxwin's contract asks of an insert (but
+-- counting tokens), written as one SQL statement: the session row updated
 -- (the next id, counters, updated_at; the row lock that keeps the ids of a
 -- session gapless and in commit order) and the message inserted with that
 -- id and a foreign key to its session, into copies of ctxwin's tables
