@@ -7,14 +7,14 @@
 \set s random(1, 100)
 \set p random(1, 100)
 WITH s AS (
-    UPDATE bench.floor_sessions x
+    UPDATE bench.sql_sessions x
     SET message_count = x.message_count + 1, token_count = x.token_count + 110,
         unsummarized_messages = x.unsummarized_messages + 1,
         unsummarized_tokens = x.unsummarized_tokens + 110, updated_at = now()
     FROM bench.insert_sessions i
     WHERE i.k = :s AND x.id = i.id
     RETURNING x.id, x.message_count)
-INSERT INTO bench.floor_messages (session_id, id, role, content, token_count, token_encoding)
+INSERT INTO bench.sql_messages (session_id, id, role, content, token_count, token_encoding)
 SELECT s.id, s.message_count, 'user', p.content, 110, 'o200k_base'
 FROM s, bench.payloads p
 WHERE p.k = :p;

@@ -131,12 +131,12 @@ ALTER TABLE plain_fk_messages ALTER id ADD GENERATED ALWAYS AS IDENTITY;
 -- The same work by hand, for measurement 3 (insert_sql.sql): copies of ctxwin's sessions
 -- and messages, without triggers, messages with the foreign key to their
 -- session, holding the same 100 sessions.
-CREATE TABLE bench.floor_sessions (LIKE ctxwin.sessions INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+CREATE TABLE bench.sql_sessions (LIKE ctxwin.sessions INCLUDING DEFAULTS INCLUDING CONSTRAINTS
                                    INCLUDING INDEXES);
-INSERT INTO bench.floor_sessions SELECT x.* FROM ctxwin.sessions x JOIN bench.insert_sessions USING (id);
-CREATE TABLE bench.floor_messages (LIKE ctxwin.messages INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+INSERT INTO bench.sql_sessions SELECT x.* FROM ctxwin.sessions x JOIN bench.insert_sessions USING (id);
+CREATE TABLE bench.sql_messages (LIKE ctxwin.messages INCLUDING DEFAULTS INCLUDING CONSTRAINTS
                                    INCLUDING INDEXES,
-                                   FOREIGN KEY (session_id) REFERENCES bench.floor_sessions (id));
+                                   FOREIGN KEY (session_id) REFERENCES bench.sql_sessions (id));
 
 -- Measurement 1, server side: the time of each of n calls of build_context
 -- (after `warm` calls that fill the caches), from clock_timestamp() around
