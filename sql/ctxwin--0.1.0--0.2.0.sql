@@ -596,3 +596,31 @@ BEGIN
                             first_cut);
     END LOOP;
 END $$;
+
+-- Cache-stable windows: a profile's window policy, its low-water mark and
+-- how long the provider keeps a prompt cache.  The profiles a database has
+-- keep the window they had (sliding): an update does not change what is
+-- sent to the LLM.  New profiles are stable.
+ALTER TABLE ctxwin.profiles
+    ADD COLUMN window_policy text NOT NULL DEFAULT 'sliding' CHECK (window_policy IN ('stable', 'sliding')),
+    ADD COLUMN window_low_water real NOT NULL DEFAULT 0.6
+        CHECK (window_low_water > 0::real AND window_low_water < 1::real),
+    ADD COLUMN cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval);
+ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'stable';
+COMMENT ON COLUMN ctxwin.profiles.window_policy IS
+'stable: the window keeps its first message while the messages fit, then jumps to window_low_water of the budget (prompt caches hit); sliding: the newest messages that fit';
+COMMENT ON COLUMN ctxwin.profiles.window_low_water IS
+'Share of the budget a stable window fills after a jump';
+COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
+'How long the provider keeps a prompt cache: a summary due under a stable window waits for a jump, or for the session to be idle this long';
+CREATE OR REPLACE VIEW ctxwin.session_settings WITH (security_invoker = true) AS
+SELECT s.id AS session_id, s.profile, p.model, m.encoding,
+       coalesce(p.context_window, m.context_window) AS context_window,
+       p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
+       p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
+       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement,
+       p.window_policy, p.window_low_water, p.cache_ttl
+FROM ctxwin.sessions s
+JOIN ctxwin.profiles p ON p.name = s.profile
+JOIN ctxwin.models m ON m.name = p.model;
+

@@ -161,11 +161,21 @@ CREATE TABLE ctxwin.profiles (
     summary_prompt text,
     summary_placement text NOT NULL DEFAULT 'system'
         CHECK (summary_placement IN ('system', 'message')),
-    builtin boolean NOT NULL DEFAULT false
+    builtin boolean NOT NULL DEFAULT false,
+    window_policy text NOT NULL DEFAULT 'stable' CHECK (window_policy IN ('stable', 'sliding')),
+    window_low_water real NOT NULL DEFAULT 0.6
+        CHECK (window_low_water > 0::real AND window_low_water < 1::real),
+    cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval)
 );
 
 COMMENT ON TABLE ctxwin.profiles IS
 'Per-agent settings: model, window, summary triggers (NULL: off), recent messages kept, response reserve and summary settings';
+COMMENT ON COLUMN ctxwin.profiles.window_policy IS
+'stable: the window keeps its first message while the messages fit, then jumps to window_low_water of the budget (prompt caches hit); sliding: the newest messages that fit';
+COMMENT ON COLUMN ctxwin.profiles.window_low_water IS
+'Share of the budget a stable window fills after a jump';
+COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
+'How long the provider keeps a prompt cache: a summary due under a stable window waits for a jump, or for the session to be idle this long';
 
 CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -406,7 +416,8 @@ SELECT s.id AS session_id, s.profile, p.model, m.encoding,
        coalesce(p.context_window, m.context_window) AS context_window,
        p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
        p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
-       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement
+       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement,
+       p.window_policy, p.window_low_water, p.cache_ttl
 FROM ctxwin.sessions s
 JOIN ctxwin.profiles p ON p.name = s.profile
 JOIN ctxwin.models m ON m.name = p.model;

@@ -151,3 +151,39 @@ PackFitLevel(const int64_t *tokens, const int64_t *least, int n, int64_t room)
 	}
 	return lo;
 }
+
+/*
+ * A stable window (window_policy 'stable') starts where the previous
+ * request started while everything since then still fits, so that each
+ * request begins with the bytes of the previous one and the provider's
+ * prompt cache serves them.  Only when the messages would no longer fit
+ * does the start jump forward, to where the window fills no more than the
+ * low-water mark, and stays there again.
+ *
+ * The start is a pure function of the messages since the summary: with
+ * positions counted in tokens from the first of them, it is the first
+ * whole unit at or after k * stride, where stride = room - low (the
+ * tokens between two jumps) and k = ceil((total - room) / stride), the
+ * fewest jumps that make the newest messages fit.  While total grows and
+ * the window from k * stride still fits (k fixed), the start stays; when
+ * total passes room + k * stride, k grows and the window starts again
+ * with about low tokens.  So two servers that
+ * read the same rows build the same window, with no state kept anywhere.
+ *
+ * Returns the room the walk packs into: the window holds the units whose
+ * start is at or after k * stride, the newest total - k * stride tokens,
+ * which is never more than room.  While everything fits (total <= room) it
+ * is room, as for a sliding window.
+ */
+int64_t
+StableRoom(int64_t total, int64_t room, int64_t low)
+{
+	int64_t		stride;
+
+	if (low < 0)
+		low = 0;
+	stride = room - low;
+	if (total <= room || stride <= 0)
+		return room;
+	return total - ((total - room + stride - 1) / stride) * stride;
+}

@@ -70,6 +70,13 @@ extern void PackWalkInit(PackWalk *w, int64_t room);
 extern bool PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens);
 
 /*
+ * The room a stable window packs its messages into (window_policy
+ * 'stable'): total, the tokens of every message since the summary; room,
+ * what the budget leaves them; low, their share of the low-water mark.
+ */
+extern int64_t StableRoom(int64_t total, int64_t room, int64_t low);
+
+/*
  * Cutting the newest unit: each content capped at one level, never below
  * the least it can cost (its omission marker alone).
  */

@@ -24,7 +24,8 @@ static const char *const session_query =
 "       st.summary_placement, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
 "       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
 "       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
-"       st.max_tokens_before_summary, st.min_recent_messages "
+"       st.max_tokens_before_summary, st.min_recent_messages, st.window_policy, "
+"       st.window_low_water "
 "FROM ctxwin.sessions s "
 "JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
 "WHERE s.id OPERATOR(pg_catalog.=) $1";
@@ -132,6 +133,12 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 		sv->triggers.max_tokens_on = on;
 		sv->triggers.min_recent = CtxwinColumnInt32(tup, desc, 22, NULL);
 		sv->triggers.context_window = sv->context_window;
+		{
+			char	   *policy = CtxwinColumnString(tup, desc, 23);
+
+			sv->stable = policy != NULL && strcmp(policy, "stable") == 0;
+			sv->low_water = DatumGetFloat4(SPI_getbinval(tup, desc, 24, &on));
+		}
 		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
 		MemoryContextSwitchTo(old);
 	}

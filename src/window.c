@@ -17,6 +17,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -166,6 +168,23 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
 }
 
 /*
+ * The room a window's messages pack into: for a stable window, the
+ * StableRoom (rules.c) of the session's unsummarized tokens, with the
+ * low-water mark window_low_water of the budget b (less the prompt's
+ * tokens, as room is); for a sliding window, or while the session's
+ * counters are in another encoding than its model's (until the next
+ * message recounts them), room.
+ */
+static int64
+StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room)
+{
+	if (!sv->stable || sv->count_encoding == NULL ||
+		strcmp(sv->count_encoding, sv->encoding_name) != 0)
+		return room;
+	return StableRoom(sv->unsummarized_tokens, room, (int64) floor(sv->low_water * b) - prompt_tokens);
+}
+
+/*
  * Builds the window of a session within a budget (has_budget false: the
  * context window less the response reserve).  Returns false, with
  * w->error set, when the budget cannot hold it; the caller raises that as
@@ -178,6 +197,7 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool wit
 {
 	int64		b = has_budget ? budget : (int64) sv->context_window - sv->response_reserve;
 	int64		room;
+	int64		stable_room;
 	PackWalk	walk;
 	WindowMessage *rows;
 	int			nrows;
@@ -201,9 +221,16 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool wit
 									   (long long) b, (long long) w->prompt_tokens),
 						   NULL, "Give a larger budget, or shorten the system prompt.");
 	room = b - w->prompt_tokens;
+	stable_room = StableWindowRoom(sv, b, w->prompt_tokens, room);
 
-	PackWalkInit(&walk, room);
+	PackWalkInit(&walk, stable_room);
 	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
+	if (walk.cut && stable_room < room)
+	{
+		/* the newest unit alone is over the stable room: as a sliding window */
+		PackWalkInit(&walk, room);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
+	}
 	if (walk.cut && !with_texts)
 	{
 		/* the unit to cut, with its texts */

@@ -40,6 +40,8 @@ typedef struct SessionView
 	TimestampTz last_error_at;
 	bool		last_error_at_null;
 	TriggerSettings triggers;
+	bool		stable;			/* window_policy 'stable' */
+	float4		low_water;		/* window_low_water */
 } SessionView;
 
 /* A chat message of a window; NULL fields are absent. */

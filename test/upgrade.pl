@@ -143,7 +143,8 @@ my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', s), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', m), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
        (SELECT string_agg(format('%s', x), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', p), E'\n' ORDER BY p.name) FROM ctxwin.profiles p),
+       (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl']), E'\n' ORDER BY p.name)
+        FROM ctxwin.profiles p),
        (SELECT string_agg(format('%s', o), E'\n' ORDER BY o.name) FROM ctxwin.models o)
 SQL
 my $contexts_before = q_up($contexts_sql);
@@ -156,6 +157,9 @@ is(q_up("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 is(q_up($contexts_sql), $contexts_before, 'build_context and context_status answer as before the update');
 is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
+is(q_up("SELECT string_agg(DISTINCT window_policy, ' ') FROM ctxwin.profiles") . '|'
+	  . q_up("INSERT INTO ctxwin.profiles (name) VALUES ('after the update') RETURNING window_policy"),
+	'sliding|stable', 'the profiles of before keep their sliding window; a new profile gets the stable one');
 ok( $node->poll_query_until(
 		'up', "SELECT compaction_queued_at IS NULL AND summary_through_id > 0 FROM ctxwin.sessions "
 		  . "WHERE id = '00000000-0000-4000-8000-000000000003'"),

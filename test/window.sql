@@ -8,10 +8,12 @@ CREATE EXTENSION ctxwin;
 
 SELECT plan(63);
 
--- a profile with small numbers so triggers and budgets are easy to reach
+-- a profile with small numbers so triggers and budgets are easy to reach,
+-- and the sliding window (the newest messages that fit; test/stable.sql
+-- checks the stable one)
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
-                             trigger_ratio, min_recent_messages, response_reserve)
-VALUES ('t', 'gpt-4o', 10, 500, 0.8, 2, 100);
+                             trigger_ratio, min_recent_messages, response_reserve, window_policy)
+VALUES ('t', 'gpt-4o', 10, 500, 0.8, 2, 100, 'sliding');
 INSERT INTO ctxwin.sessions (id, profile, system_prompt)
 VALUES ('10000000-0000-0000-0000-000000000001', 't', 'You are a careful assistant.');
 

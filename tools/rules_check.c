@@ -270,6 +270,69 @@ CheckCut(int cases)
 	ok(bad_order == 0, "the largest contents are cut first: none cut is smaller than one left whole");
 }
 
+/*
+ * StableRoom on generated conversations: messages appended one by one, the
+ * window's start (total - room given) checked after each against the
+ * rule's promises: never over the room; everything while it fits; the
+ * start never moves back, and moves only when the window would not fit
+ * any more, to a window of no more than the low-water mark (plus the
+ * newest message, which may cross it).
+ */
+static void
+CheckStable(int cases)
+{
+	int			over = 0,
+				not_all = 0,
+				back = 0,
+				early = 0,
+				high = 0,
+				jumps = 0;
+	int			c;
+
+	for (c = 0; c < cases; c++)
+	{
+		int64_t		room = 1 + RandUpTo(20000);
+		int64_t		low = RandUpTo(room + 10) - 5;	/* also < 0 and >= room */
+		int64_t		total = 0,
+					start = 0;
+		int			i,
+					n = 1 + (int) RandUpTo(200);
+
+		for (i = 0; i < n; i++)
+		{
+			int64_t		msg = RandUpTo(room / 4 + 1);
+			int64_t		r,
+						s;
+
+			total += msg;
+			r = StableRoom(total, room, low);
+			s = total - r;
+			if (r > room)
+				over++;
+			if (total <= room && r != room)
+				not_all++;
+			if (s < start && total > room)
+				back++;
+			if (total > room && s != start && total - start <= room && start > 0)
+				early++;
+			if (total > room && s != start)
+			{
+				jumps++;
+				if (low < room && low >= 0 && total - s > low + msg)
+					high++;
+			}
+			if (total > room)
+				start = s;
+		}
+	}
+	ok(over == 0, "a stable window never packs into more than the room");
+	ok(not_all == 0, "while every message fits, a stable window holds them all");
+	ok(back == 0, "the start of a stable window never moves back");
+	ok(early == 0, "the start moves only when the window would not fit any more");
+	ok(high == 0, "after a jump the window holds at most the low-water mark and the newest message");
+	ok(jumps > cases / 10, "the generated conversations make the window jump");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -278,6 +341,7 @@ main(int argc, char **argv)
 	CheckTriggers();
 	CheckPacking(cases);
 	CheckCut(cases);
+	CheckStable(cases / 10);
 	printf("1..%d\n", test_no);
 	return failures ? 1 : 0;
 }
