@@ -129,7 +129,7 @@ tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/stand
 
 # The policy's pure functions (src/rules.c) on boundary and generated cases.
 tools/rules_check: tools/rules_check.c src/rules.c src/rules.h
-	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/rules.c
+	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/rules.c -lm
 
 check-core: tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 	tools/rules_check

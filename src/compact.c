@@ -53,7 +53,7 @@ static SummaryQuery next_q = {
 	"SELECT x.id, x.compaction_queued_at FROM ctxwin.sessions x "
 	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 "
 	"AND ($2 IS NULL OR (x.compaction_queued_at, x.id) " OP(">") " ($3, $2)) "
-	"AND NOT ctxwin._session_claimed(x.id) "
+	"AND NOT ctxwin._session_claimed(x.id) AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
 	"ORDER BY x.compaction_queued_at, x.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED",
 	3, {INT4OID, UUIDOID, TIMESTAMPTZOID}
 };

@@ -3,6 +3,8 @@
  *		The summary triggers and the packing of a window, as pure functions
  *		(see rules.h); every caller, in the server or in tools/, uses these.
  */
+#include <math.h>
+
 #include "rules.h"
 
 /*
@@ -186,4 +188,29 @@ StableRoom(int64_t total, int64_t room, int64_t low)
 	if (total <= room || stride <= 0)
 		return room;
 	return total - ((total - room + stride - 1) / stride) * stride;
+}
+
+/*
+ * A new summary changes the beginning of every request after it: under a
+ * stable window it would throw away the provider's warm cache of the
+ * current one.  So a summary that a trigger makes due waits until the
+ * beginning changes anyway, or until the cache is cold:
+ *	- the window nears its jump: the context (prompt, summary and messages
+ *	  since it, context_tokens) reaches halfway from the low-water mark to
+ *	  the budget, which leaves the summary time to be written before the
+ *	  window would have to jump by itself (the summary then is the jump);
+ *	- the session has been idle for the cache's lifetime (ttl_ms; 0: never
+ *	  waits).
+ * A sliding window changes its beginning every turn: its summaries never
+ * wait.
+ */
+bool
+SummaryWaits(bool stable, int64_t context_tokens, int64_t budget, double low_water,
+			 int64_t idle_ms, int64_t ttl_ms)
+{
+	int64_t		low = (int64_t) floor(low_water * (double) budget);
+
+	if (!stable || idle_ms >= ttl_ms || budget <= 0)
+		return false;
+	return context_tokens < budget - (budget - low) / 2;
 }

@@ -77,6 +77,14 @@ extern bool PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens);
 extern int64_t StableRoom(int64_t total, int64_t room, int64_t low);
 
 /*
+ * Whether a summary that is due waits, under a stable window, for the
+ * window to near its jump or for the session to be idle past the
+ * provider's cache lifetime.
+ */
+extern bool SummaryWaits(bool stable, int64_t context_tokens, int64_t budget, double low_water,
+						 int64_t idle_ms, int64_t ttl_ms);
+
+/*
  * Cutting the newest unit: each content capped at one level, never below
  * the least it can cost (its omission marker alone).
  */

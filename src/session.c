@@ -24,8 +24,9 @@ static const char *const session_query =
 "       st.summary_placement, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
 "       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
 "       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
-"       st.max_tokens_before_summary, st.min_recent_messages, st.window_policy, "
-"       st.window_low_water "
+"       st.max_tokens_before_summary, st.min_recent_messages, "
+"       pg_catalog.to_jsonb(st) OPERATOR(pg_catalog.->>) 'window_policy', "
+"       (pg_catalog.to_jsonb(st) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
 "FROM ctxwin.sessions s "
 "JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
 "WHERE s.id OPERATOR(pg_catalog.=) $1";
@@ -136,8 +137,12 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 		{
 			char	   *policy = CtxwinColumnString(tup, desc, 23);
 
+			bool		isnull;
+			Datum		d = SPI_getbinval(tup, desc, 24, &isnull);
+
+			/* NULL: a database still at 0.1.0, whose windows slide */
 			sv->stable = policy != NULL && strcmp(policy, "stable") == 0;
-			sv->low_water = DatumGetFloat4(SPI_getbinval(tup, desc, 24, &on));
+			sv->low_water = isnull ? 0.6 : DatumGetFloat4(d);
 		}
 		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
 		MemoryContextSwitchTo(old);

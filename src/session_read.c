@@ -64,11 +64,13 @@ static const char *const session_lock_query =
 /* The columns of profiles and models read for the settings, the key first. */
 static const char *const profile_cols[] = {
 	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
-	"max_tokens_before_summary", "min_recent_messages", "summary_placement"
+	"max_tokens_before_summary", "min_recent_messages", "summary_placement", "response_reserve",
+	"window_policy", "window_low_water"
 };
 enum
 {
-	P_NAME, P_MODEL, P_WINDOW, P_RATIO, P_MAX_MESSAGES, P_MAX_TOKENS, P_MIN_RECENT, P_PLACEMENT
+	P_NAME, P_MODEL, P_WINDOW, P_RATIO, P_MAX_MESSAGES, P_MAX_TOKENS, P_MIN_RECENT, P_PLACEMENT,
+	P_RESERVE, P_POLICY, P_LOW_WATER
 };
 static const char *const model_cols[] = {"name", "encoding", "context_window"};
 enum
@@ -80,7 +82,9 @@ enum
 static const char *const settings_query =
 "SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
 "       p.max_messages_before_summary, p.max_tokens_before_summary, "
-"       p.min_recent_messages, p.summary_placement "
+"       p.min_recent_messages, p.summary_placement, p.response_reserve, "
+"       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_policy', "
+"       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
 "FROM ctxwin.profiles p "
 "JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
 "WHERE p.name OPERATOR(pg_catalog.=) $1";
@@ -141,7 +145,17 @@ ColumnNumbersCallback(Datum arg, Oid relid)
 			column_numbers[i].relid = InvalidOid;
 }
 
-/* The attribute numbers of cols in rel, into attnos. */
+/*
+ * Whether a column may be missing: one that 0.2.0 added, which a database
+ * still at 0.1.0 (before ALTER EXTENSION UPDATE) lacks; it reads as NULL.
+ */
+static bool
+OptionalColumn(const char *name)
+{
+	return strcmp(name, "window_policy") == 0 || strcmp(name, "window_low_water") == 0;
+}
+
+/* The attribute numbers of cols in rel, into attnos (InvalidAttrNumber: an OptionalColumn missing). */
 static void
 ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, AttrNumber *attnos)
 {
@@ -164,7 +178,9 @@ ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, AttrNumber *at
 	for (i = 0; i < ncols; i++)
 	{
 		attnos[i] = SPI_fnumber(RelationGetDescr(rel), cols[i]);
-		if (attnos[i] <= 0)
+		if (attnos[i] <= 0 && OptionalColumn(cols[i]))
+			attnos[i] = InvalidAttrNumber;
+		else if (attnos[i] <= 0)
 			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
 	}
 	if (!registered)
@@ -196,7 +212,8 @@ ReadableColumns(Relation rel, const char *const *cols, int ncols, AttrNumber *at
 	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
 	{
 		for (i = 0; i < ncols; i++)
-			if (pg_attribute_aclcheck(relid, attnos[i], userid, ACL_SELECT) != ACLCHECK_OK)
+			if (attnos[i] != InvalidAttrNumber &&
+				pg_attribute_aclcheck(relid, attnos[i], userid, ACL_SELECT) != ACLCHECK_OK)
 				aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
 							   RelationGetRelationName(rel));
 	}
@@ -247,9 +264,17 @@ SlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols, Datum *va
 
 	for (i = 0; i < ncols; i++)
 	{
-		Form_pg_attribute att = TupleDescAttr(slot->tts_tupleDescriptor, attnos[i] - 1);
-		Datum		d = slot_getattr(slot, attnos[i], &nulls[i]);
+		Form_pg_attribute att;
+		Datum		d;
 
+		if (attnos[i] == InvalidAttrNumber)
+		{
+			vals[i] = (Datum) 0;
+			nulls[i] = true;
+			continue;
+		}
+		att = TupleDescAttr(slot->tts_tupleDescriptor, attnos[i] - 1);
+		d = slot_getattr(slot, attnos[i], &nulls[i]);
 		vals[i] = nulls[i] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
 	}
 }
@@ -340,7 +365,7 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 		 Datum *vals, bool *nulls)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
-	AttrNumber	attnos[8];
+	AttrNumber	attnos[SC_NCOLUMNS];
 	TupleTableSlot *slot;
 	bool		found;
 
@@ -424,6 +449,7 @@ SettingsByQuery(text *profile, Settings *st)
 	HeapTuple	row = KeptPlanRow(&settings_plan, settings_query, TEXTOID,
 								  PointerGetDatum(profile), &desc);
 	bool		isnull;
+	Datum		d;
 
 	if (row == NULL)
 		return false;
@@ -434,6 +460,11 @@ SettingsByQuery(text *profile, Settings *st)
 	st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
 	st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
 	st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
+	st->response_reserve = DatumGetInt32(SPI_getbinval(row, desc, 8, &isnull));
+	d = SPI_getbinval(row, desc, 9, &isnull);
+	st->stable = !isnull && strcmp(TextDatumGetCString(d), "stable") == 0;
+	d = SPI_getbinval(row, desc, 10, &isnull);
+	st->low_water = isnull ? 0.6 : DatumGetFloat4(d);
 	return true;
 }
 
@@ -469,7 +500,7 @@ CtxwinReadSettings(text *profile, Settings *st)
 	if (!found)
 		return false;
 	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
-	if (mn[M_ENCODING] || mn[M_WINDOW] || pn[P_MIN_RECENT])
+	if (mn[M_ENCODING] || mn[M_WINDOW] || pn[P_MIN_RECENT] || pn[P_RESERVE])
 		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
 	st->encoding = DatumGetTextPP(mv[M_ENCODING]);
 	st->context_window = DatumGetInt32(pn[P_WINDOW] ? mv[M_WINDOW] : pv[P_WINDOW]);
@@ -482,6 +513,10 @@ CtxwinReadSettings(text *profile, Settings *st)
 	st->min_recent = DatumGetInt32(pv[P_MIN_RECENT]);
 	st->placement = pv[P_PLACEMENT];
 	st->placement_null = pn[P_PLACEMENT];
+	st->response_reserve = DatumGetInt32(pv[P_RESERVE]);
+	/* NULL: a database still at 0.1.0, whose windows slide */
+	st->stable = !pn[P_POLICY] && strcmp(TextDatumGetCString(pv[P_POLICY]), "stable") == 0;
+	st->low_water = pn[P_LOW_WATER] ? 0.6 : DatumGetFloat4(pv[P_LOW_WATER]);
 	return true;
 }
 

@@ -14,6 +14,7 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/timestamp.h"
 
@@ -154,6 +155,46 @@ ctxwin_should_queue(PG_FUNCTION_ARGS)
 	ts.context_window = PG_GETARG_INT32(6);
 	ts.min_recent = PG_GETARG_INT32(7);
 	PG_RETURN_BOOL(SessionQueues(&ts, &tc));
+}
+
+PG_FUNCTION_INFO_V1(ctxwin_summary_waits);
+
+/*
+ * An interval in milliseconds, a month as 30 days and a day as 24 hours
+ * (as EXTRACT(epoch FROM ...) counts them), within +-2^62 (an infinite
+ * interval is the bound).
+ */
+static int64
+IntervalMs(const Interval *iv)
+{
+	double		ms = (double) iv->time / 1000.0 + (double) iv->day * 86400000.0 +
+		(double) iv->month * 30.0 * 86400000.0;
+	double		bound = (double) (INT64CONST(1) << 62);
+
+	return (int64) Max(Min(ms, bound), -bound);
+}
+
+/*
+ * _summary_waits(context_tokens bigint, window_policy text, budget int,
+ *				  low_water real, idle interval, cache_ttl interval) returns
+ *				  boolean
+ *
+ * SummaryWaits (rules.c) for the SQL that takes the compaction queue (the
+ * worker's claim and compact()): whether a queued session's summary waits
+ * for its stable window to near its jump or for the provider's cache to
+ * go cold.  NULL arguments give NULL.
+ */
+Datum
+ctxwin_summary_waits(PG_FUNCTION_ARGS)
+{
+	Interval   *idle = PG_GETARG_INTERVAL_P(4);
+	Interval   *ttl = PG_GETARG_INTERVAL_P(5);
+	int64		idle_ms = IntervalMs(idle);
+	int64		ttl_ms = IntervalMs(ttl);
+
+	PG_RETURN_BOOL(SummaryWaits(strcmp(text_to_cstring(PG_GETARG_TEXT_PP(1)), "stable") == 0,
+								PG_GETARG_INT64(0), PG_GETARG_INT32(2), PG_GETARG_FLOAT4(3),
+								idle_ms, ttl_ms));
 }
 
 PG_FUNCTION_INFO_V1(ctxwin_summary_may_end);

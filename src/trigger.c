@@ -460,6 +460,24 @@ SummaryTriggerFires(const Settings *st, const MessageCount *mc)
 }
 
 /*
+ * Whether the message ends the wait of a due summary under a stable window
+ * (SummaryWaits, rules.c): the context nears the budget with it and did
+ * not before.  (Waiting for the cache to go cold ends with no message: the
+ * worker's sweeps find those.)
+ */
+static bool
+SummaryWaitEnds(const Settings *st, const PendingSession *e, const MessageCount *mc)
+{
+	int64		budget = (int64) st->context_window - st->response_reserve;
+	int64		before = e->c.unsummarized_tokens + e->c.prompt_tokens + CTXWIN_LIST_OVERHEAD;
+	int64		after = mc->unsummarized_tokens + mc->prompt_tokens + CTXWIN_LIST_OVERHEAD;
+
+	return st->stable &&
+		SummaryWaits(true, before, budget, st->low_water, 0, 1) &&
+		!SummaryWaits(true, after, budget, st->low_water, 0, 1);
+}
+
+/*
  * Counts a message: the checks of the tool call protocol, its id, its
  * tokens, the session's counters after it and whether it queues the
  * session.
@@ -581,7 +599,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 		 * this message resets: a new message makes a failing session due
 		 * again.  A session queued and due already is no news to the worker.
 		 */
-		wake = mc.queue && e->c.wake_next;
+		wake = mc.queue && (e->c.wake_next || SummaryWaitEnds(&st, e, &mc));
 		AdvanceCounters(e, &mc);
 		if (!ahead || CtxwinCountersWriteAhead(e))
 			break;

@@ -72,6 +72,9 @@ typedef struct Settings
 	int32		min_recent;
 	Datum		placement;
 	bool		placement_null;
+	int32		response_reserve;
+	bool		stable;			/* window_policy 'stable' */
+	float4		low_water;		/* window_low_water */
 } Settings;
 
 /* The columns of a session's row the insert trigger reads (session_read.c). */

@@ -391,7 +391,7 @@ SessionsInHand(void)
 	"FROM ctxwin.sessions x " \
 	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 " \
 	"AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) " \
-	"AND x.id <> ALL ($2) "
+	"AND x.id <> ALL ($2) AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
 
 /* Runs a query of DUE_SESSIONS ($3: its LIMIT) under the statement timeout; SPI_tuptable has the rows. */
 static void

@@ -109,6 +109,10 @@ psql -X -q -d postgres -c "ALTER DATABASE $db SET log_statement = 'all'" \
 	-c "ALTER DATABASE $db SET log_min_messages = 'debug1'" >/dev/null
 q -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE EXTENSION ctxwin;
+-- compaction as it runs when no summary waits for a prompt cache: sliding
+-- windows (test/stable.sql checks the stable ones and their summary timing)
+ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
+UPDATE ctxwin.profiles SET window_policy = 'sliding';
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
                              trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy, summary_model)
 VALUES ('llm', 'gpt-4o', 8, NULL, NULL, 2, 600, 'llm', NULL),

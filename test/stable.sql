@@ -12,7 +12,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(24);
+SELECT plan(32);
 
 -- no summary triggers: the window alone decides what is sent
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -162,6 +162,48 @@ WHERE id = '20000000-0000-0000-0000-000000000001';
 SELECT is((ctxwin._window('20000000-0000-0000-0000-000000000001', 2000) ->> 'first_id')::bigint,
           (SELECT summary_through_id + 1 FROM ctxwin.sessions WHERE id = '20000000-0000-0000-0000-000000000001'),
           'after a summary the window starts right after the summary point');
+
+-- Summary timing.  A summary changes the beginning of every request after
+-- it: under a stable window a due summary waits until the window nears its
+-- jump (halfway from the low-water mark to the budget) or until the session
+-- has been idle for cache_ttl; a sliding window's never waits.
+SELECT is(ARRAY[ctxwin._summary_waits(1000, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1599, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1600, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1000, 'stable', 2000, 0.6, '5 minutes', '5 minutes'),
+                ctxwin._summary_waits(1000, 'sliding', 2000, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1000, 'stable', 2000, 0.6, '0', '0')],
+          ARRAY[true, true, false, false, false, false],
+          '_summary_waits: below halfway to the budget and within cache_ttl it waits; at halfway, idle, sliding or cache_ttl 0 it does not');
+INSERT INTO ctxwin.profiles (name, model, context_window, max_messages_before_summary, max_tokens_before_summary,
+                             trigger_ratio, min_recent_messages, response_reserve, summary_strategy)
+VALUES ('tm', 'gpt-4o', 2100, 4, NULL, NULL, 2, 100, 'extractive');
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('20000000-0000-0000-0000-000000000003', 'tm');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       'Short message ' || i || ' about the deploy.'
+FROM generate_series(1, 8) i;
+SELECT ok((SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '20000000-0000-0000-0000-000000000003'),
+          'a stable session over a trigger is queued');
+SELECT is(ctxwin.compact(), 0, 'but compact() passes it over: its window is far from its jump and the cache warm');
+UPDATE ctxwin.profiles SET window_policy = 'sliding' WHERE name = 'tm';
+SELECT is(ctxwin.compact(), 1, 'the same session under a sliding window is summarized at once');
+UPDATE ctxwin.profiles SET window_policy = 'stable' WHERE name = 'tm';
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       'Short message ' || i || ' about the deploy.'
+FROM generate_series(9, 16) i;
+SELECT is(ctxwin.compact(), 0, 'queued again, it waits again');
+UPDATE ctxwin.profiles SET cache_ttl = '0' WHERE name = 'tm';
+SELECT is(ctxwin.compact(), 1, 'with cache_ttl 0 (or once idle that long) it is summarized');
+UPDATE ctxwin.profiles SET cache_ttl = '5 minutes' WHERE name = 'tm';
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', 12)
+FROM generate_series(17, 40) i;
+SELECT cmp_ok((SELECT context_tokens FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003'))::int, '>=', 1600,
+              'the context has reached halfway from the low-water mark to the budget');
+SELECT is(ctxwin.compact(), 1, 'so the summary no longer waits: it is written now, where the window would jump anyway');
 
 -- Sliding is the old behaviour: the window is as full as the budget allows.
 SELECT cmp_ok((SELECT min(tokens) FROM pg_temp.requests WHERE policy = 'sliding' AND turn > 60), '>=',

@@ -126,7 +126,8 @@ like "$(ins one)" "permission denied for table profiles" "without SELECT on ctxw
 q -d "$db" -c "GRANT SELECT (name, model, context_window, trigger_ratio, max_messages_before_summary,
 	max_tokens_before_summary, min_recent_messages) ON ctxwin.profiles TO $role" -c "GRANT SELECT ON ctxwin.models TO $role"
 like "$(ins two)" "permission denied for table profiles" "nor without SELECT on profiles.summary_placement"
-q -d "$db" -c "GRANT SELECT (summary_placement) ON ctxwin.profiles TO $role" -c "REVOKE SELECT ON ctxwin.models FROM $role" \
+q -d "$db" -c "GRANT SELECT (summary_placement, response_reserve, window_policy, window_low_water) ON ctxwin.profiles TO $role" \
+	-c "REVOKE SELECT ON ctxwin.models FROM $role" \
 	-c "GRANT SELECT (name, context_window) ON ctxwin.models TO $role"
 like "$(ins three)" "permission denied for table models" "nor without SELECT on models.encoding"
 q -d "$db" -c "GRANT SELECT (encoding) ON ctxwin.models TO $role"

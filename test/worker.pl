@@ -34,6 +34,8 @@ my $node = ctxwin_node(
 	});
 sql_do($node, 'postgres', "CREATE DATABASE $_") for qw(w1 w2);
 sql_do($node, 'w1', 'CREATE EXTENSION ctxwin');
+# compaction as it runs when no summary waits for a prompt cache (sliding windows)
+sql_do($node, 'w1', "ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding'; UPDATE ctxwin.profiles SET window_policy = 'sliding'");
 
 # sq(DB, SQL): one statement's output, errors included
 sub sq { return sql($node, @_); }
@@ -203,6 +205,8 @@ is(sq('w1', "SELECT count(*) FROM ctxwin.flush_events WHERE session_id = '$s1' A
 
 # --- two databases at once, and CREATE EXTENSION noticed -----------------------
 sql_do($node, 'w2', 'CREATE EXTENSION ctxwin');
+# compaction as it runs when no summary waits for a prompt cache (sliding windows)
+sql_do($node, 'w2', "ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding'; UPDATE ctxwin.profiles SET window_policy = 'sliding'");
 ok(wait_for($node, 'w2', "SELECT state = 'idle' FROM ctxwin.worker_status WHERE database = 'w2'", 5),
 	'after CREATE EXTENSION in w2 its worker serves it at once');
 sessions('w1', 20);
@@ -418,6 +422,8 @@ ok(wait_for($node, 'w2', "SELECT state = 'no extension' AND in_flight = 0 FROM c
 	'the worker drops what it had in flight and waits for the extension');
 set_conf($node, 'ctxwin.llm_model' => 'mock');
 sql_do($node, 'w1', 'CREATE EXTENSION ctxwin');
+# compaction as it runs when no summary waits for a prompt cache (sliding windows)
+sql_do($node, 'w1', "ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding'; UPDATE ctxwin.profiles SET window_policy = 'sliding'");
 ($s) = sessions('w1', 1);
 fill('w1', "id = '$s'");
 ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'", 10),
