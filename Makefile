@@ -17,6 +17,8 @@ OBJS = \
 	src/window.o \
 	src/history.o \
 	src/format.o \
+	src/tools.o \
+	src/request.o \
 	src/status.o \
 	src/rules.o \
 	src/summary.o \
@@ -101,6 +103,8 @@ src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/session.o: src/session.c src/window.h src/ctxwin.h src/compat.h
 src/history.o: src/history.c src/window.h src/ctxwin.h src/compat.h
 src/format.o: src/format.c src/window.h src/ctxwin.h src/compat.h
+src/tools.o: src/tools.c src/window.h src/ctxwin.h src/compat.h
+src/request.o: src/request.c src/window.h src/ctxwin.h src/compat.h
 src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/rules.o: src/rules.c src/rules.h
 src/summary.o: src/summary.c src/summary.h src/ctxwin.h src/compat.h

@@ -638,3 +638,47 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, real, interval, interval) IS
 'Whether a due summary waits for the stable window to near its jump or for the session to be idle for cache_ttl';
+
+-- Tools in the budget, prompt-cache breakpoints and the whole request body:
+-- build_context and _window take the tools sent with the request (and
+-- build_context a cache switch), build_request returns the whole body,
+-- count_tool_tokens what tools cost (src/tools.c, src/request.c).
+CREATE FUNCTION ctxwin.count_tool_tokens(tools jsonb, encoding text DEFAULT 'cl100k_base')
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_count_tool_tokens'
+LANGUAGE C STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.count_tool_tokens(jsonb, text) IS
+'Tokens that OpenAI function tools ([{"type": "function", "function": {...}}]) cost a request, in an encoding or for a model of ctxwin.models; build_context subtracts them from the budget';
+
+DROP FUNCTION ctxwin._window(uuid, int);
+CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int, p_tools jsonb DEFAULT NULL)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._window(uuid, int, jsonb) IS
+'The messages build_context returns for a session, budget and tools, with their token total (tools included) and what was dropped or cut';
+
+DROP FUNCTION ctxwin.build_context(uuid, int, text);
+CREATE FUNCTION ctxwin.build_context(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_context'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
+'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
+
+CREATE FUNCTION ctxwin.build_request(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean) IS
+'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s. Never writes.';

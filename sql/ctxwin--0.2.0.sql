@@ -90,6 +90,18 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
 
+-- What tools cost a request (src/tools.c): OpenAI's published formula for an
+-- encoding or a model of any provider but anthropic; Anthropic's tool-use
+-- system prompt and the tools' JSON text for a model of provider anthropic.
+CREATE FUNCTION ctxwin.count_tool_tokens(tools jsonb, encoding text DEFAULT 'cl100k_base')
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_count_tool_tokens'
+LANGUAGE C STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.count_tool_tokens(jsonb, text) IS
+'Tokens that OpenAI function tools ([{"type": "function", "function": {...}}]) cost a request, in an encoding or for a model of ctxwin.models; build_context subtracts them from the budget';
+
 CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
                                       tool_calls jsonb, encoding text)
 RETURNS int
@@ -720,24 +732,36 @@ COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 -- middle cut; src/format.c: the two output formats).  Both run as the
 -- caller: privileges and row-level security apply to what they read.
 
-CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int)
+CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int, p_tools jsonb DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_window'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION ctxwin._window(uuid, int) IS
-'The messages build_context returns for a session and budget, with their token total and what was dropped or cut';
+COMMENT ON FUNCTION ctxwin._window(uuid, int, jsonb) IS
+'The messages build_context returns for a session, budget and tools, with their token total (tools included) and what was dropped or cut';
 
-CREATE FUNCTION ctxwin.build_context(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai')
+CREATE FUNCTION ctxwin.build_context(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_build_context'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text) IS
-'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve); openai: an array of chat messages; anthropic: {"system", "messages"}. Never writes.';
+COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
+'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
+-- The whole request body (src/request.c), the window built as build_context
+-- builds it.
+CREATE FUNCTION ctxwin.build_request(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean) IS
+'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s. Never writes.';
 -- ==== sql/install/50_status.sql ====
 
 CREATE FUNCTION ctxwin.context_status(

@@ -72,6 +72,7 @@ extern void *LlmTransferHandle(LlmTransfer *t);
 
 /* tokenizer.c */
 extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
+extern const CtxwinEncoding *CtxwinEncodingFind(const char *s, int len);
 extern const CtxwinEncoding *CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
 

@@ -118,7 +118,8 @@ PushInt64Field(JsonbParseState **st, const char *key, int64 v, bool null)
 
 /*
  * The window with what context_status reports of it: {"messages" (OpenAI
- * form), "tokens", "budget", "encoding", "first_id", "window_messages",
+ * form), "tokens" (everything counted against the budget, tools included),
+ * "tool_tokens", "budget", "encoding", "first_id", "window_messages",
  * "dropped_messages", "cut"}.
  */
 Jsonb *
@@ -130,6 +131,7 @@ CtxwinWindowReport(const Window *w, const char *encoding)
 	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 	PushJsonbField(&st, "messages", CtxwinWindowOpenAI(w));
 	PushInt64Field(&st, "tokens", w->tokens, false);
+	PushInt64Field(&st, "tool_tokens", w->tool_tokens, false);
 	PushInt64Field(&st, "budget", w->budget, false);
 	PushCStringField(&st, "encoding", encoding);
 	PushInt64Field(&st, "first_id", w->first_id, w->nmessages == 0);
@@ -345,23 +347,105 @@ typedef struct Turn
 	List	   *blocks;
 } Turn;
 
+/* A system text of the Anthropic body, and whether a cache breakpoint ends it. */
+typedef struct SystemText
+{
+	text	   *content;
+	bool		breakpoint;
+} SystemText;
+
+/* Pushes "cache_control": {"type": "ephemeral"}, a prompt-cache breakpoint. */
+static void
+PushCacheControl(JsonbParseState **st)
+{
+	PushKey(st, "cache_control");
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(st, "type", "ephemeral");
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
 /*
- * The window as an Anthropic Messages API body: system messages join the
- * top-level "system" (separated by a blank line); assistant tool calls
- * become tool_use blocks and tool results tool_result blocks in user
- * turns; consecutive turns of one role merge into one; a message with
- * nothing to send (no text, no tool call) is left out.
+ * Pushes a block (an object) as an element of the content array being
+ * built; with a breakpoint, its keys and a cache_control.
  */
-Jsonb *
-CtxwinWindowAnthropic(const Window *w)
+static void
+PushBlock(JsonbParseState **st, Jsonb *b, bool breakpoint)
+{
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	v;
+
+	if (!breakpoint)
+	{
+		v.type = jbvBinary;
+		v.val.binary.data = &b->root;
+		v.val.binary.len = VARSIZE(b) - VARHDRSZ;
+		pushJsonbValue(st, WJB_ELEM, &v);
+		return;
+	}
+	it = JsonbIteratorInit(&b->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		switch (tok)
+		{
+			case WJB_BEGIN_OBJECT:
+				pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+				break;
+			case WJB_KEY:
+			case WJB_VALUE:
+				pushJsonbValue(st, tok, &v);
+				break;
+			case WJB_END_OBJECT:
+				PushCacheControl(st);
+				pushJsonbValue(st, WJB_END_OBJECT, NULL);
+				break;
+			default:
+				elog(ERROR, "a content block must be an object");
+		}
+	}
+}
+
+/* Pushes a text block: {"type": "text", "text": ...}, and a breakpoint if asked. */
+static void
+PushTextBlock(JsonbParseState **st, text *t, bool breakpoint)
+{
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(st, "type", "text");
+	PushTextField(st, "text", t);
+	if (breakpoint)
+		PushCacheControl(st);
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/*
+ * Pushes the keys "system" and "messages" of an Anthropic Messages API body
+ * into the object being built: system messages join the top-level "system"
+ * (separated by a blank line); assistant tool calls become tool_use blocks
+ * and tool results tool_result blocks in user turns; consecutive turns of
+ * one role merge into one; a message with nothing to send (no text, no
+ * tool call) is left out.
+ *
+ * With cache, "system" is an array of text blocks, one per system message
+ * with a text, and prompt-cache breakpoints ("cache_control": {"type":
+ * "ephemeral"}) end the session's system prompt and its summary (one block
+ * when the summary is appended to the prompt, two when it is a message of
+ * its own) and the last block of the last turn: at most three, under the
+ * four the API allows.  System messages of the history (inside the window)
+ * are blocks after them, without a breakpoint: they leave as the window
+ * moves.
+ */
+static void
+PushAnthropicWindow(JsonbParseState **st, const Window *w, bool cache)
 {
 	int			total = w->nsystem + w->nmessages;
 	Turn	   *turns = palloc0(Max(total, 1) * sizeof(Turn));
+	SystemText *systexts = palloc0(Max(total, 1) * sizeof(SystemText));
 	int			nturns = 0;
+	int			nsystexts = 0;
 	StringInfoData sys;
 	int			nsys = 0;
 	bool		sys_text = false;
-	JsonbParseState *st = NULL;
+	int			breakpoints = 0;
 	int			i;
 
 	initStringInfo(&sys);
@@ -381,6 +465,15 @@ CtxwinWindowAnthropic(const Window *w)
 					appendStringInfoString(&sys, "\n\n");
 				appendBinaryStringInfo(&sys, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content));
 				sys_text = true;
+			}
+			/* the API refuses an empty text block */
+			if (m->content && VARSIZE_ANY_EXHDR(m->content) > 0)
+			{
+				systexts[nsystexts].content = m->content;
+				systexts[nsystexts].breakpoint = i < w->nsystem &&
+					breakpoints < CTXWIN_ANTHROPIC_MAX_BREAKPOINTS - 1;
+				breakpoints += systexts[nsystexts].breakpoint;
+				nsystexts++;
 			}
 			continue;
 		}
@@ -406,35 +499,171 @@ CtxwinWindowAnthropic(const Window *w)
 		}
 	}
 
-	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-	if (nsys > 0)
+	if (!cache && nsys > 0)
 	{
-		PushKey(&st, "system");
-		PushString(&st, WJB_VALUE, sys.data, sys.len);
+		PushKey(st, "system");
+		PushString(st, WJB_VALUE, sys.data, sys.len);
 	}
-	PushKey(&st, "messages");
-	pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+	else if (cache && nsystexts > 0)
+	{
+		PushKey(st, "system");
+		pushJsonbValue(st, WJB_BEGIN_ARRAY, NULL);
+		for (i = 0; i < nsystexts; i++)
+			PushTextBlock(st, systexts[i].content, systexts[i].breakpoint);
+		pushJsonbValue(st, WJB_END_ARRAY, NULL);
+	}
+	PushKey(st, "messages");
+	pushJsonbValue(st, WJB_BEGIN_ARRAY, NULL);
 	for (i = 0; i < nturns; i++)
 	{
 		ListCell   *lc;
 
-		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
-		PushCStringField(&st, "role", turns[i].role);
-		PushKey(&st, "content");
-		pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+		pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+		PushCStringField(st, "role", turns[i].role);
+		PushKey(st, "content");
+		pushJsonbValue(st, WJB_BEGIN_ARRAY, NULL);
 		foreach(lc, turns[i].blocks)
 		{
-			Jsonb	   *b = (Jsonb *) lfirst(lc);
-			JsonbValue	v;
+			/* the end of the window: the prefix the next request reads from the cache */
+			bool		last = i == nturns - 1 && lnext(turns[i].blocks, lc) == NULL;
 
-			v.type = jbvBinary;
-			v.val.binary.data = &b->root;
-			v.val.binary.len = VARSIZE(b) - VARHDRSZ;
-			pushJsonbValue(&st, WJB_ELEM, &v);
+			PushBlock(st, (Jsonb *) lfirst(lc), cache && last);
 		}
-		pushJsonbValue(&st, WJB_END_ARRAY, NULL);
-		pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+		pushJsonbValue(st, WJB_END_ARRAY, NULL);
+		pushJsonbValue(st, WJB_END_OBJECT, NULL);
 	}
-	pushJsonbValue(&st, WJB_END_ARRAY, NULL);
+	pushJsonbValue(st, WJB_END_ARRAY, NULL);
+}
+
+/*
+ * The window as an Anthropic Messages API body: {"system", "messages"}
+ * (PushAnthropicWindow), with prompt-cache breakpoints if cache.
+ */
+Jsonb *
+CtxwinWindowAnthropic(const Window *w, bool cache)
+{
+	JsonbParseState *st = NULL;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushAnthropicWindow(&st, w, cache);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
+
+/*
+ * Pushes one OpenAI function tool's "function" object (checked by
+ * CtxwinToolTokens) as an Anthropic tool: {"name", "description" (when it
+ * has one), "input_schema"} (its parameters; a function without them takes
+ * an empty object).  Other keys ("strict") are OpenAI's and are left out.
+ */
+static JsonbValue *
+PushAnthropicTool(JsonbParseState **st, JsonbValue *function)
+{
+	JsonbValue *v;
+
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	PushKey(st, "name");
+	pushJsonbValue(st, WJB_VALUE, FieldOf(function, "name"));
+	v = FieldOf(function, "description");
+	if (v != NULL && v->type == jbvString)
+	{
+		PushKey(st, "description");
+		pushJsonbValue(st, WJB_VALUE, v);
+	}
+	PushKey(st, "input_schema");
+	v = FieldOf(function, "parameters");
+	if (v != NULL && v->type == jbvBinary)
+		pushJsonbValue(st, WJB_VALUE, v);
+	else
+	{
+		pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+		PushCStringField(st, "type", "object");
+		PushKey(st, "properties");
+		pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+		pushJsonbValue(st, WJB_END_OBJECT, NULL);
+		pushJsonbValue(st, WJB_END_OBJECT, NULL);
+	}
+	return pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/* One OpenAI function tool's "function" object as an Anthropic tool. */
+Jsonb *
+CtxwinToolAnthropic(JsonbValue *function)
+{
+	JsonbParseState *st = NULL;
+
+	return JsonbValueToJsonb(PushAnthropicTool(&st, function));
+}
+
+/* Pushes checked OpenAI function tools as an array of Anthropic tools. */
+static void
+PushAnthropicTools(JsonbParseState **st, Jsonb *tools)
+{
+	JsonbIterator *it = JsonbIteratorInit(&tools->root);
+	JsonbIteratorToken tok;
+	JsonbValue	tool;
+
+	pushJsonbValue(st, WJB_BEGIN_ARRAY, NULL);
+	while ((tok = JsonbIteratorNext(&it, &tool, true)) != WJB_DONE)
+	{
+		JsonbValue	toolv;
+
+		if (tok != WJB_ELEM)
+			continue;
+		toolv = tool;
+		PushAnthropicTool(st, FieldOf(&toolv, "function"));
+	}
+	pushJsonbValue(st, WJB_END_ARRAY, NULL);
+}
+
+/* Pushes key: an int. */
+static void
+PushInt32Field(JsonbParseState **st, const char *key, int32 v)
+{
+	PushInt64Field(st, key, v, false);
+}
+
+/*
+ * The whole request body of OpenAI's chat completions: {"model",
+ * "messages", max_key (max_tokens or max_completion_tokens, left out when
+ * max_tokens is 0), "tools" (given and not empty), "prompt_cache_key"
+ * (when cache_key is not NULL)}.
+ */
+Jsonb *
+CtxwinRequestOpenAI(const Window *w, const char *model, const char *max_key, int32 max_tokens,
+					Jsonb *tools, const char *cache_key)
+{
+	JsonbParseState *st = NULL;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(&st, "model", model);
+	PushJsonbField(&st, "messages", CtxwinWindowOpenAI(w));
+	if (max_tokens > 0)
+		PushInt32Field(&st, max_key, max_tokens);
+	if (tools != NULL && JsonContainerSize(&tools->root) > 0)
+		PushJsonbField(&st, "tools", tools);
+	if (cache_key != NULL)
+		PushCStringField(&st, "prompt_cache_key", cache_key);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
+
+/*
+ * The whole request body of Anthropic's Messages API: {"model", "system",
+ * "messages" (PushAnthropicWindow), "max_tokens", "tools" (given and not
+ * empty, as Anthropic tools)}.
+ */
+Jsonb *
+CtxwinRequestAnthropic(const Window *w, const char *model, int32 max_tokens, Jsonb *tools, bool cache)
+{
+	JsonbParseState *st = NULL;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(&st, "model", model);
+	PushAnthropicWindow(&st, w, cache);
+	PushInt32Field(&st, "max_tokens", max_tokens);
+	if (tools != NULL && JsonContainerSize(&tools->root) > 0)
+	{
+		PushKey(&st, "tools");
+		PushAnthropicTools(&st, tools);
+	}
 	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
 }

@@ -81,6 +81,13 @@ FindEncoding(const char *s, int len)
 	return NULL;
 }
 
+/* The encoding called s[0..len), or NULL (a model's name, or no name). */
+const CtxwinEncoding *
+CtxwinEncodingFind(const char *s, int len)
+{
+	return FindEncoding(s, len);
+}
+
 static void
 UnknownEncoding(text *name)
 {

@@ -146,9 +146,11 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
 	}
 	if (*room - fixed < 0 || !CtxwinFitContents(sv->enc, n, contents, *room - fixed))
 		return WindowError(w, psprintf("token budget %d is too small for the newest message", w->budget),
-						   psprintf("Even with its contents cut to their omission markers it needs %lld tokens besides the %lld of the system prompt and summary.",
+						   psprintf("Even with its contents cut to their omission markers it needs %lld tokens besides the %lld of %s.",
 									(long long) (fixed + CtxwinContentsLeast(sv->enc, n, uncut)),
-									(long long) w->prompt_tokens),
+									(long long) (w->prompt_tokens + w->tool_tokens),
+									w->tool_tokens > 0 ? "the system prompt, summary and tools" :
+									"the system prompt and summary"),
 						   "Give a larger budget.");
 	for (i = 0; i < n; i++)
 	{
@@ -170,8 +172,8 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
 /*
  * The room a window's messages pack into: for a stable window, the
  * StableRoom (rules.c) of the session's unsummarized tokens, with the
- * low-water mark window_low_water of the budget b (less the prompt's
- * tokens, as room is); for a sliding window, or while the session's
+ * low-water mark window_low_water of b, the budget less the tools (less
+ * the prompt's tokens, as room is); for a sliding window, or while the session's
  * counters are in another encoding than its model's (until the next
  * message recounts them), room.
  */
@@ -186,14 +188,16 @@ StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room
 
 /*
  * Builds the window of a session within a budget (has_budget false: the
- * context window less the response reserve).  Returns false, with
+ * context window less the response reserve), of which the tools sent with
+ * the request take tool_tokens (CtxwinToolTokens).  Returns false, with
  * w->error set, when the budget cannot hold it; the caller raises that as
  * invalid_parameter_value or reports it.  Without with_texts the messages
  * carry no texts (only the window's size is wanted; the texts of a unit that
  * must be cut are read all the same).  The caller has connected to SPI.
  */
 bool
-CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool with_texts, Window *w)
+CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
+				  bool with_texts, Window *w)
 {
 	int64		b = has_budget ? budget : (int64) sv->context_window - sv->response_reserve;
 	int64		room;
@@ -220,8 +224,15 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool wit
 		return WindowError(w, psprintf("token budget %lld is too small for the system prompt and summary (%lld tokens)",
 									   (long long) b, (long long) w->prompt_tokens),
 						   NULL, "Give a larger budget, or shorten the system prompt.");
-	room = b - w->prompt_tokens;
-	stable_room = StableWindowRoom(sv, b, w->prompt_tokens, room);
+	/* the tools are sent with every request: their tokens leave the walk less room */
+	w->tool_tokens = tool_tokens;
+	if (w->prompt_tokens + tool_tokens > b)
+		return WindowError(w, psprintf("token budget %lld is too small for the system prompt, summary and tools (%lld tokens)",
+									   (long long) b, (long long) (w->prompt_tokens + tool_tokens)),
+						   psprintf("The tools take %lld tokens.", (long long) tool_tokens),
+						   "Give a larger budget, or send fewer tools.");
+	room = b - w->prompt_tokens - tool_tokens;
+	stable_room = StableWindowRoom(sv, b - tool_tokens, w->prompt_tokens, room);
 
 	PackWalkInit(&walk, stable_room);
 	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
@@ -280,50 +291,89 @@ CtxwinWindowRaise(const Window *w)
 }
 
 /*
- * The window of the session and budget arguments of fcinfo (args 0 and 1),
- * or its error raised.  The caller has connected to SPI.
+ * Whether the format argument argno of fcinfo is "anthropic" (else it is
+ * "openai"); any other value is an error.
  */
-static void
-WindowOfArgs(FunctionCallInfo fcinfo, SessionView *sv, Window *w)
+bool
+CtxwinFormatArg(FunctionCallInfo fcinfo, int argno)
 {
-	CtxwinSessionRead(fcinfo->args[0], sv);
-	if (!CtxwinWindowBuild(sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1), true, w))
-		CtxwinWindowRaise(w);
-}
-
-/*
- * build_context(session uuid, budget int, format text) returns jsonb: the
- * window, as OpenAI chat messages or as an Anthropic Messages API body.
- */
-Datum
-ctxwin_build_context(PG_FUNCTION_ARGS)
-{
-	char	   *format = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	char	   *format = PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	bool		anthropic = format != NULL && strcmp(format, "anthropic") == 0;
-	SessionView sv;
-	Window		w;
-	Jsonb	   *result;
-	MemoryContext callcxt = CurrentMemoryContext;
 
 	if (format == NULL || (!anthropic && strcmp(format, "openai") != 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unrecognized format \"%s\"", format ? format : "NULL"),
 				 errhint("Valid formats are openai and anthropic.")));
+	return anthropic;
+}
+
+/*
+ * The argument argno of fcinfo as tools: NULL if it is NULL, or if the
+ * function has fewer arguments (its SQL declaration is older).
+ */
+Jsonb *
+CtxwinToolsArg(FunctionCallInfo fcinfo, int argno)
+{
+	return argno < PG_NARGS() && !PG_ARGISNULL(argno) ? PG_GETARG_JSONB_P(argno) : NULL;
+}
+
+/*
+ * The window of the session and budget arguments of fcinfo (args 0 and 1)
+ * with tools (NULL: none), or its error raised.  The provider of the
+ * session's model is looked up when there are tools or provider is not
+ * NULL (then set: NULL if the model has none).  The caller has connected
+ * to SPI.
+ */
+void
+CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Window *w,
+				   char **provider)
+{
+	char	   *model_provider = NULL;
+	int64		tool_tokens = 0;
+
+	CtxwinSessionRead(fcinfo->args[0], sv);
+	if (tools != NULL || provider != NULL)
+		model_provider = CtxwinModelProvider(sv->model);
+	if (tools != NULL)
+		tool_tokens = CtxwinToolTokens(tools, sv->enc, sv->model, model_provider);
+	if (provider != NULL)
+		*provider = model_provider;
+	if (!CtxwinWindowBuild(sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1),
+						   tool_tokens, true, w))
+		CtxwinWindowRaise(w);
+}
+
+/*
+ * build_context(session uuid, budget int, format text, tools jsonb, cache
+ * boolean) returns jsonb: the window, as OpenAI chat messages or as an
+ * Anthropic Messages API body (with prompt-cache breakpoints if cache), in
+ * the budget less the tools' tokens.
+ */
+Datum
+ctxwin_build_context(PG_FUNCTION_ARGS)
+{
+	bool		anthropic = CtxwinFormatArg(fcinfo, 2);
+	bool		cache = PG_NARGS() <= 4 || PG_ARGISNULL(4) || PG_GETARG_BOOL(4);
+	SessionView sv;
+	Window		w;
+	Jsonb	   *result;
+	MemoryContext callcxt = CurrentMemoryContext;
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	WindowOfArgs(fcinfo, &sv, &w);
+	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, 3), &sv, &w, NULL);
 	/* the result outlives SPI's memory */
 	MemoryContextSwitchTo(callcxt);
-	result = anthropic ? CtxwinWindowAnthropic(&w) : CtxwinWindowOpenAI(&w);
+	result = anthropic ? CtxwinWindowAnthropic(&w, cache) : CtxwinWindowOpenAI(&w);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }
 
 /*
- * _window(session uuid, budget int) returns jsonb: the window with what
- * context_status reports of it (CtxwinWindowReport).  For tests and for a
- * person looking into a window.
+ * _window(session uuid, budget int, tools jsonb) returns jsonb: the window
+ * with what context_status reports of it (CtxwinWindowReport).  For tests
+ * and for a person looking into a window.
  */
 Datum
 ctxwin_window(PG_FUNCTION_ARGS)
@@ -335,7 +385,7 @@ ctxwin_window(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	WindowOfArgs(fcinfo, &sv, &w);
+	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, 2), &sv, &w, NULL);
 	MemoryContextSwitchTo(callcxt);
 	result = CtxwinWindowReport(&w, sv.encoding_name);
 	SPI_finish();

@@ -8,6 +8,7 @@
 
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -63,6 +64,7 @@ typedef struct Window
 	int			nsystem;
 	WindowMessage system[2];	/* the prompt and the summary */
 	int64		prompt_tokens;	/* theirs, with the list's overhead */
+	int64		tool_tokens;	/* of the tools sent with the request */
 	int			nmessages;
 	WindowMessage *messages;	/* oldest first */
 	int64		tokens;			/* of everything sent */
@@ -88,9 +90,13 @@ extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, 
 /* window.c */
 extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
 								 const CtxwinEncoding *enc, WindowMessage *sys);
-extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool with_texts,
-							  Window *w);
+extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
+							  bool with_texts, Window *w);
 extern void CtxwinWindowRaise(const Window *w);
+extern bool CtxwinFormatArg(FunctionCallInfo fcinfo, int argno);
+extern Jsonb *CtxwinToolsArg(FunctionCallInfo fcinfo, int argno);
+extern void CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Window *w,
+							   char **provider);
 
 /* status.c */
 extern void CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts);
@@ -100,6 +106,19 @@ extern bool CtxwinSessionDue(Datum id);
 extern Jsonb *CtxwinWindowOpenAI(const Window *w);
 extern Jsonb *CtxwinMessagesOpenAI(const WindowMessage *m, int n);
 extern Jsonb *CtxwinWindowReport(const Window *w, const char *encoding);
-extern Jsonb *CtxwinWindowAnthropic(const Window *w);
+extern Jsonb *CtxwinWindowAnthropic(const Window *w, bool cache);
+extern Jsonb *CtxwinToolAnthropic(JsonbValue *function);
+extern Jsonb *CtxwinRequestOpenAI(const Window *w, const char *model, const char *max_key,
+								  int32 max_tokens, Jsonb *tools, const char *cache_key);
+extern Jsonb *CtxwinRequestAnthropic(const Window *w, const char *model, int32 max_tokens,
+									 Jsonb *tools, bool cache);
+
+/* The prompt-cache breakpoints the Anthropic Messages API takes in one request. */
+#define CTXWIN_ANTHROPIC_MAX_BREAKPOINTS 4
+
+/* tools.c */
+extern char *CtxwinModelProvider(const char *model);
+extern int64 CtxwinToolTokens(Jsonb *tools, const CtxwinEncoding *enc, const char *model,
+							  const char *provider);
 
 #endif							/* CTXWIN_WINDOW_H */

@@ -154,7 +154,11 @@ my $state_before = q_up($state_sql);
 q_up('ALTER EXTENSION ctxwin UPDATE');
 is(q_up("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 	$current, "ALTER EXTENSION ctxwin UPDATE reaches $current");
-is(q_up($contexts_sql), $contexts_before, 'build_context and context_status answer as before the update');
+# (0.2.0 marks prompt-cache breakpoints in the anthropic format; without
+# them, cache => false, its body is 0.1.0's)
+(my $contexts_sql_nocache = $contexts_sql) =~ s/300, 'anthropic'\)/300, 'anthropic', cache => false)/;
+isnt($contexts_sql_nocache, $contexts_sql, '(the query after the update asks for no breakpoints)');
+is(q_up($contexts_sql_nocache), $contexts_before, 'build_context and context_status answer as before the update');
 is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
 is(q_up("SELECT string_agg(DISTINCT window_policy, ' ') FROM ctxwin.profiles") . '|'

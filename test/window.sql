@@ -198,9 +198,9 @@ SELECT is((SELECT budget FROM ctxwin.context_status('10000000-0000-0000-0000-000
 UPDATE ctxwin.profiles SET model = 'gpt-4o' WHERE name = 't';
 
 -- Anthropic format
-SELECT is(ctxwin.build_context('10000000-0000-0000-0000-000000000001', format => 'anthropic') ->> 'system',
+SELECT is(ctxwin.build_context('10000000-0000-0000-0000-000000000001', format => 'anthropic') -> 'system' -> 0 ->> 'text',
           E'You are a careful assistant.\n\nSummary of earlier conversation:\nEverything up to the log was discussed.',
-          'anthropic: the system prompt and summary are the top-level system');
+          'anthropic: the system prompt and summary are the top-level system (a text block: test/request.sql)');
 SELECT is((SELECT count(*) FROM budgets, LATERAL jsonb_array_elements(
                ctxwin.build_context('10000000-0000-0000-0000-000000000001', b, 'anthropic') -> 'messages') WITH ORDINALITY t(m, n)
            WHERE t.m ->> 'role' = (ctxwin.build_context('10000000-0000-0000-0000-000000000001', b, 'anthropic') -> 'messages' -> (t.n::int) ->> 'role'))::int, 0,

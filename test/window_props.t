@@ -15,7 +15,10 @@
 #   5. only the newest unit is cut, and every cut content is its own
 #      beginning and end around "[... N tokens omitted ...]";
 #   6. a budget below the smallest accepted one fails with the
-#      budget-too-small error (22023), never with another one.
+#      budget-too-small error (22023), never with another one;
+#   7. the Anthropic body's prompt-cache breakpoints end the system prompt
+#      and the summary and the last block of the last turn, and no other
+#      block: never more than 4.
 #
 # CTXWIN_PROP_SEED (default 9) and CTXWIN_PROP_CASES (default 2400) choose
 # the run; the seed of each failure is printed so it can be replayed.
@@ -318,6 +321,14 @@ def check_openai(msgs, meta, rows, problems):
     return conv
 
 
+def system_text(body):
+    """An Anthropic body's system: its text, or its text blocks' joined by a blank line."""
+    sysv = body.get("system")
+    if isinstance(sysv, list):
+        return "\n\n".join(b["text"] for b in sysv)
+    return sysv
+
+
 def from_anthropic(body, rows):
     """An Anthropic body back to OpenAI messages; tool calls come back as stored."""
     by_call = {}
@@ -326,7 +337,7 @@ def from_anthropic(body, rows):
             by_call[c["id"]] = m
     out = []
     if "system" in body:
-        out.append({"role": "system", "content": body["system"]})
+        out.append({"role": "system", "content": system_text(body)})
     for turn in body["messages"]:
         cur = None          # the assistant message being rebuilt in this turn
         for b in turn["content"]:
@@ -371,9 +382,23 @@ def check_anthropic(body, openai_sys, openai_conv, rows, problems):
     got = back[1:] if "system" in body else back
     # the same messages as the OpenAI form, system ones joined in "system",
     # less those with nothing to send
-    sys_texts = [m["content"] for m in openai_sys + openai_conv if m["role"] == "system"]
-    if body.get("system") != ("\n\n".join(sys_texts) if sys_texts else None):
-        problems.append("anthropic body system is not the system messages joined")
+    # (a text block each, but for empty ones; prompt-cache breakpoints end
+    # the session's own: prompt and summary, and the last block of the last turn)
+    sys_texts = [m["content"] for m in openai_sys + openai_conv if m["role"] == "system" and m.get("content")]
+    own = len([m for m in openai_sys if m.get("content")])
+    sysv = body.get("system")
+    if sys_texts and not isinstance(sysv, list) or not sys_texts and sysv is not None:
+        problems.append("anthropic body system is not the system messages as text blocks")
+    elif sys_texts:
+        if [b.get("text") for b in sysv] != sys_texts or any(b.get("type") != "text" for b in sysv):
+            problems.append("anthropic body system is not the system messages as text blocks")
+        if ["cache_control" in b for b in sysv] != [i < own for i in range(len(sysv))]:
+            problems.append("anthropic body system: the breakpoints do not end the prompt and the summary")
+    marks = [(i, j) for i, t in enumerate(turns) for j, b in enumerate(t["content"]) if "cache_control" in b]
+    if turns and marks != [(len(turns) - 1, len(turns[-1]["content"]) - 1)]:
+        problems.append("anthropic body: the only breakpoint of the messages is not their last block")
+    if json.dumps(body).count('"cache_control"') > 4:
+        problems.append("anthropic body: more than 4 breakpoints")
     want = [m for m in openai_conv if sendable(m) and m["role"] != "system"]
     # Anthropic has no per-message name
     norm = lambda ms: [{k: v for k, v in m.items() if not (k == "content" and v == "") and k != "name"}
@@ -382,7 +407,7 @@ def check_anthropic(body, openai_sys, openai_conv, rows, problems):
         problems.append("the Anthropic body is not the OpenAI messages converted")
     newest = rows[-1]
     if newest["role"] == "system":
-        if not openai_conv or not body.get("system", "").endswith(openai_conv[-1].get("content", "")):
+        if not openai_conv or not (system_text(body) or "").endswith(openai_conv[-1].get("content") or ""):
             problems.append("anthropic body system text: the newest (system) message does not end the system text")
     elif sendable(newest):
         if not turns:

@@ -33,6 +33,18 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
 
+-- What tools cost a request (src/tools.c): OpenAI's published formula for an
+-- encoding or a model of any provider but anthropic; Anthropic's tool-use
+-- system prompt and the tools' JSON text for a model of provider anthropic.
+CREATE FUNCTION ctxwin.count_tool_tokens(tools jsonb, encoding text DEFAULT 'cl100k_base')
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_count_tool_tokens'
+LANGUAGE C STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.count_tool_tokens(jsonb, text) IS
+'Tokens that OpenAI function tools ([{"type": "function", "function": {...}}]) cost a request, in an encoding or for a model of ctxwin.models; build_context subtracts them from the budget';
+
 CREATE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
                                       tool_calls jsonb, encoding text)
 RETURNS int
