@@ -143,6 +143,10 @@ SELECT session_id, id, from_id, through_id FROM ctxwin.flush_events;
 CREATE DATABASE ctxwin_demo_worker;
 \c ctxwin_demo_worker
 CREATE EXTENSION ctxwin;
+\echo '   (Its profile uses a sliding window here, so the summary is written at once. Under the default stable'
+\echo '   window a due summary waits until the window nears its budget or the chat is idle for cache_ttl, 5 minutes,'
+\echo '   so that it does not change the beginning of requests the provider has cached.)'
+UPDATE ctxwin.profiles SET window_policy = 'sliding' WHERE name = 'default';
 INSERT INTO ctxwin.sessions (id, system_prompt)
 VALUES ('d0000000-0000-0000-0000-000000000002', 'You help with deployments.');
 INSERT INTO ctxwin.messages (session_id, role, content)

@@ -12,7 +12,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(32);
+SELECT plan(35);
 
 -- no summary triggers: the window alone decides what is sent
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -167,22 +167,31 @@ SELECT is((ctxwin._window('20000000-0000-0000-0000-000000000001', 2000) ->> 'fir
 -- it: under a stable window a due summary waits until the window nears its
 -- jump (halfway from the low-water mark to the budget) or until the session
 -- has been idle for cache_ttl; a sliding window's never waits.
-SELECT is(ARRAY[ctxwin._summary_waits(1000, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
+SELECT is(ARRAY[ctxwin._summary_waits(1200, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
                 ctxwin._summary_waits(1599, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1199, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
                 ctxwin._summary_waits(1600, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1000, 'stable', 2000, 0.6, '5 minutes', '5 minutes'),
-                ctxwin._summary_waits(1000, 'sliding', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1000, 'stable', 2000, 0.6, '0', '0')],
-          ARRAY[true, true, false, false, false, false],
-          '_summary_waits: below halfway to the budget and within cache_ttl it waits; at halfway, idle, sliding or cache_ttl 0 it does not');
+                ctxwin._summary_waits(1300, 'stable', 2000, 0.6, '5 minutes', '5 minutes'),
+                ctxwin._summary_waits(1300, 'sliding', 2000, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1300, 'stable', 2000, 0.6, '0', '0')],
+          ARRAY[true, true, false, false, false, false, false],
+          '_summary_waits: from the low-water mark to halfway to the budget, within cache_ttl, it waits; below the mark, from halfway, idle, sliding or cache_ttl 0 it does not');
 INSERT INTO ctxwin.profiles (name, model, context_window, max_messages_before_summary, max_tokens_before_summary,
-                             trigger_ratio, min_recent_messages, response_reserve, summary_strategy)
-VALUES ('tm', 'gpt-4o', 2100, 4, NULL, NULL, 2, 100, 'extractive');
+                             trigger_ratio, min_recent_messages, response_reserve, summary_strategy, max_summary_tokens)
+VALUES ('tm', 'gpt-4o', 2100, 4, NULL, NULL, 2, 100, 'extractive', 60);
 INSERT INTO ctxwin.sessions (id, profile) VALUES ('20000000-0000-0000-0000-000000000003', 'tm');
 INSERT INTO ctxwin.messages (session_id, role, content)
 SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
        'Short message ' || i || ' about the deploy.'
 FROM generate_series(1, 8) i;
+SELECT is(ctxwin.compact(), 1, 'a due summary of a small window (below the low-water mark) is written at once');
+-- a window between the low-water mark (1,200) and halfway to the budget (1,600)
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', 5)
+FROM generate_series(9, 44) i;
+SELECT cmp_ok((SELECT context_tokens FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003'))::int, '>=', 1200,
+              'the context is at the low-water mark');
 SELECT ok((SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '20000000-0000-0000-0000-000000000003'),
           'a stable session over a trigger is queued');
 SELECT is(ctxwin.compact(), 0, 'but compact() passes it over: its window is far from its jump and the cache warm');
@@ -191,9 +200,11 @@ SELECT is(ctxwin.compact(), 1, 'the same session under a sliding window is summa
 UPDATE ctxwin.profiles SET window_policy = 'stable' WHERE name = 'tm';
 INSERT INTO ctxwin.messages (session_id, role, content)
 SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       'Short message ' || i || ' about the deploy.'
-FROM generate_series(9, 16) i;
-SELECT is(ctxwin.compact(), 0, 'queued again, it waits again');
+       'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', 5)
+FROM generate_series(45, 80) i;
+SELECT cmp_ok((SELECT context_tokens FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003'))::int, '<', 1600,
+              '(below halfway to the budget)');
+SELECT is(ctxwin.compact(), 0, 'queued again at the low-water mark, it waits again');
 UPDATE ctxwin.profiles SET cache_ttl = '0' WHERE name = 'tm';
 SELECT is(ctxwin.compact(), 1, 'with cache_ttl 0 (or once idle that long) it is summarized');
 UPDATE ctxwin.profiles SET cache_ttl = '5 minutes' WHERE name = 'tm';
