@@ -596,3 +596,96 @@ BEGIN
                             first_cut);
     END LOOP;
 END $$;
+
+-- Prices on ctxwin.models, per million tokens (NULL: unknown).
+ALTER TABLE ctxwin.models
+    ADD COLUMN input_price numeric CHECK (input_price >= 0::numeric),
+    ADD COLUMN cached_input_price numeric CHECK (cached_input_price >= 0::numeric),
+    ADD COLUMN cache_write_price numeric CHECK (cache_write_price >= 0::numeric),
+    ADD COLUMN output_price numeric CHECK (output_price >= 0::numeric);
+
+COMMENT ON TABLE ctxwin.models IS
+'LLM models: the encoding their tokens are counted with, their context window and their prices';
+COMMENT ON COLUMN ctxwin.models.input_price IS
+'Price per million input tokens that are neither cache reads nor cache writes (NULL: unknown)';
+COMMENT ON COLUMN ctxwin.models.cached_input_price IS
+'Price per million input tokens read from the provider''s prompt cache (NULL: unknown)';
+COMMENT ON COLUMN ctxwin.models.cache_write_price IS
+'Price per million input tokens written to the provider''s prompt cache (Anthropic''s 5-minute cache writes; NULL: unknown)';
+COMMENT ON COLUMN ctxwin.models.output_price IS
+'Price per million output tokens, reasoning tokens included (NULL: unknown)';
+
+CREATE OR REPLACE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A user's row under a built-in name takes over the built-in row in
+        -- place (deleting it first would break the profiles and sessions
+        -- that reference it); the insert itself is then skipped.
+        IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
+            UPDATE ctxwin.models
+            SET encoding = NEW.encoding, context_window = NEW.context_window,
+                provider = NEW.provider, builtin = false,
+                input_price = NEW.input_price, cached_input_price = NEW.cached_input_price,
+                cache_write_price = NEW.cache_write_price, output_price = NEW.output_price
+            WHERE name = NEW.name AND builtin;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        ELSIF NOT NEW.builtin THEN
+            UPDATE ctxwin.profiles
+            SET model = NEW.model, context_window = NEW.context_window, trigger_ratio = NEW.trigger_ratio,
+                max_messages_before_summary = NEW.max_messages_before_summary,
+                max_tokens_before_summary = NEW.max_tokens_before_summary,
+                min_recent_messages = NEW.min_recent_messages, response_reserve = NEW.response_reserve,
+                max_summary_tokens = NEW.max_summary_tokens, summary_strategy = NEW.summary_strategy,
+                summary_model = NEW.summary_model, summary_prompt = NEW.summary_prompt,
+                summary_placement = NEW.summary_placement, builtin = false
+            WHERE name = NEW.name AND builtin;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    ELSIF OLD.builtin AND NEW.builtin THEN
+        -- a built-in row the user changes becomes the user's
+        NEW.builtin := false;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- The built-in rows get their prices and stay built-in (the triggers would
+-- make them the user's and requeue sessions); rows a user changed are theirs.
+ALTER TABLE ctxwin.models DISABLE TRIGGER builtin_row_replace;
+ALTER TABLE ctxwin.models DISABLE TRIGGER models_requeue;
+UPDATE ctxwin.models m
+SET input_price = p.input_price, cached_input_price = p.cached_input_price,
+    cache_write_price = p.cache_write_price, output_price = p.output_price
+FROM (VALUES
+    ('gpt-5',              1.25, 0.125,  NULL,    10),
+    ('gpt-5-mini',         0.25, 0.025,  NULL,     2),
+    ('gpt-5-nano',         0.05, 0.005,  NULL,  0.40),
+    ('gpt-4.1',               2,  0.50,  NULL,     8),
+    ('gpt-4.1-mini',       0.40,  0.10,  NULL,  1.60),
+    ('gpt-4.1-nano',       0.10, 0.025,  NULL,  0.40),
+    ('gpt-4o',             2.50,  1.25,  NULL,    10),
+    ('gpt-4o-mini',        0.15, 0.075,  NULL,  0.60),
+    ('o1',                   15,  7.50,  NULL,    60),
+    ('o3',                    2,  0.50,  NULL,     8),
+    ('o3-mini',            1.10,  0.55,  NULL,  4.40),
+    ('o4-mini',            1.10, 0.275,  NULL,  4.40),
+    ('gpt-4-turbo',          10,  NULL,  NULL,    30),
+    ('gpt-4',                30,  NULL,  NULL,    60),
+    ('gpt-4-32k',            60,  NULL,  NULL,   120),
+    ('gpt-3.5-turbo',      0.50,  NULL,  NULL,  1.50),
+    ('claude-opus-4-1',      15,  1.50, 18.75,    75),
+    ('claude-opus-4',        15,  1.50, 18.75,    75),
+    ('claude-sonnet-4-5',     3,  0.30,  3.75,    15),
+    ('claude-sonnet-4',       3,  0.30,  3.75,    15),
+    ('claude-haiku-4-5',      1,  0.10,  1.25,     5),
+    ('claude-3-7-sonnet',     3,  0.30,  3.75,    15),
+    ('claude-3-5-sonnet',     3,  0.30,  3.75,    15),
+    ('claude-3-5-haiku',   0.80,  0.08,     1,     4)
+) p(name, input_price, cached_input_price, cache_write_price, output_price)
+WHERE m.name = p.name AND m.builtin;
+ALTER TABLE ctxwin.models ENABLE TRIGGER models_requeue;
+ALTER TABLE ctxwin.models ENABLE TRIGGER builtin_row_replace;
