@@ -228,7 +228,8 @@ CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.profiles
 
 -- Context windows as published by each provider.  Claude and Gemini have
 -- their own tokenizers: their counts are approximated with the nearest
--- tiktoken vocabulary, which can undercount; keep a response_reserve.
+-- tiktoken vocabulary, which can undercount; keep a response_reserve (and
+-- record_usage calibrates them: see 90_usage.sql).
 --
 -- Prices: the providers' public list prices in USD per million tokens for
 -- standard (not batch, not priority) requests.  OpenAI bills no cache
@@ -770,13 +771,14 @@ CREATE FUNCTION ctxwin.context_status(
     OUT compaction_failures int,
     OUT last_error text,
     OUT last_error_at timestamptz,
-    OUT note text)
+    OUT note text,
+    OUT budget_margin real)
 AS 'MODULE_PATHNAME', 'ctxwin_context_status'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.context_status(uuid) IS
-'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages and the last compaction error';
+'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages, the last compaction error and the budget margin of its model';
 
 CREATE FUNCTION ctxwin._progress_bar(pct numeric, width int DEFAULT 24)
 RETURNS text
@@ -820,9 +822,12 @@ BEGIN
                               WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
                               WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
                               ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
-        format('  window    %s messages, %s tokens of a %s-token budget; %s dropped',
+        format('  window    %s messages, %s tokens of a %s-token budget%s; %s dropped',
                coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
-               to_char(c.budget, 'FM999,999,999'), coalesce(c.dropped_messages, 0)),
+               to_char(c.budget, 'FM999,999,999'),
+               CASE WHEN c.budget_margin > 1::real
+                    THEN format(' (provider margin %s)', round(c.budget_margin::numeric, 2)) ELSE '' END,
+               coalesce(c.dropped_messages, 0)),
         format('  compaction %s%s',
                CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
                     ELSE 'not due' END,
@@ -1824,7 +1829,7 @@ COMMENT ON VIEW ctxwin.worker_status IS
 -- ==== sql/install/90_usage.sql ====
 
 ------------------------------------------------------------------------------
--- The bill: what the provider counted and charged
+-- The bill: what the provider counted and charged, and calibration
 --
 -- An application passes the provider's usage object of each LLM answer to
 -- record_usage(session, usage), which normalizes it (OpenAI Chat
@@ -1833,6 +1838,13 @@ COMMENT ON VIEW ctxwin.worker_status IS
 -- summarize_session make keep their usage in ctxwin.summaries; the ledger
 -- view puts both together, and the usage views sum them per session and per
 -- profile, with costs at the prices of ctxwin.models.
+--
+-- Calibration: a model counted with another tokenizer than its own (Claude,
+-- Gemini, any model not OpenAI's) may count fewer tokens than its provider
+-- does.  Over the newest 50 requests of a model that carry the window they
+-- sent, provider input tokens / window tokens is the model's budget margin,
+-- kept between 1 and 1.5 in ctxwin.calibration; build_context's default
+-- budget is the context window less the response reserve, divided by it.
 ------------------------------------------------------------------------------
 
 -- One count of a usage object: the number at path, NULL if it is absent or
@@ -2029,6 +2041,10 @@ CREATE TABLE ctxwin.usage_log (
     CHECK ((window_tokens IS NULL) = (window_encoding IS NULL))
 );
 
+-- the newest requests of a model that carry their window: calibration
+CREATE INDEX usage_log_calibration ON ctxwin.usage_log (model, created_at)
+    WHERE window_tokens IS NOT NULL;
+
 COMMENT ON TABLE ctxwin.usage_log IS
 'One row per LLM request an application recorded with record_usage: the provider''s usage, normalized and as it came, and the window the request sent';
 COMMENT ON COLUMN ctxwin.usage_log.id IS
@@ -2052,7 +2068,88 @@ COMMENT ON COLUMN ctxwin.usage_log.window_first_id IS
 COMMENT ON COLUMN ctxwin.usage_log.window_tokens IS
 'Tokens of the window the request sent, as ctxwin counted them in window_encoding';
 
+-- Per model: how the provider's input tokens compare with ctxwin's count of
+-- the windows sent, and the margin build_context's default budget takes.
+CREATE TABLE ctxwin.calibration (
+    model text PRIMARY KEY REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE,
+    encoding text NOT NULL,
+    requests int NOT NULL CHECK (requests >= 0),
+    provider_tokens bigint NOT NULL CHECK (provider_tokens >= 0),
+    counted_tokens bigint NOT NULL CHECK (counted_tokens >= 0),
+    margin real NOT NULL CHECK (margin >= 1::real AND margin <= 1.5::real),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE ctxwin.calibration IS
+'Per model, over its newest 50 recorded requests with a window: the provider''s input tokens against ctxwin''s count, and the budget margin (1 to 1.5) build_context''s default budget is divided by; kept by record_usage';
+COMMENT ON COLUMN ctxwin.calibration.encoding IS
+'The encoding the windows were counted in; the margin applies while the model is counted in it';
+COMMENT ON COLUMN ctxwin.calibration.margin IS
+'provider_tokens / counted_tokens, at least 1 and at most 1.5; 1 for a model counted with its own tokenizer (an OpenAI model in cl100k_base or o200k_base)';
+
 SELECT pg_catalog.pg_extension_config_dump('ctxwin.usage_log', '');
+SELECT pg_catalog.pg_extension_config_dump('ctxwin.calibration', '');
+
+-- build_context reads a session's margin as its caller: every role may
+GRANT SELECT ON ctxwin.calibration TO PUBLIC;
+
+-- Recomputes a model's calibration from its newest 50 requests with a
+-- window in the encoding the model is counted in now.  Runs as the
+-- extension's owner: the margin is one per model, over every session's
+-- requests, and no application role writes it.  A concurrent transaction
+-- that is recomputing it already is not waited for (its result covers about
+-- the same requests; the next request recomputes it again): returns NULL
+-- then, else the margin.
+CREATE FUNCTION ctxwin._calibrate(p_model text)
+RETURNS real
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m record;
+    n int;
+    theirs bigint;
+    ours bigint;
+    v_margin real := 1;
+BEGIN
+    SELECT x.encoding, x.provider INTO m FROM ctxwin.models x WHERE x.name = p_model;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM FROM ctxwin.calibration c WHERE c.model = p_model FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT FROM ctxwin.calibration c WHERE c.model = p_model) THEN
+            RETURN NULL;
+        END IF;
+        -- the model's first row: only then an INSERT ... ON CONFLICT,
+        -- which waits for a transaction that has updated the row
+        INSERT INTO ctxwin.calibration AS c (model, encoding, requests, provider_tokens, counted_tokens, margin)
+        VALUES (p_model, m.encoding, 0, 0, 0, 1)
+        ON CONFLICT (model) DO NOTHING;
+        PERFORM FROM ctxwin.calibration c WHERE c.model = p_model FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    SELECT count(*)::int, coalesce(sum(r.input_tokens), 0::numeric)::bigint, coalesce(sum(r.window_tokens), 0::bigint)
+    INTO n, theirs, ours
+    FROM (SELECT l.input_tokens, l.window_tokens
+          FROM ctxwin.usage_log l
+          WHERE l.model = p_model AND l.window_tokens IS NOT NULL AND l.window_encoding = m.encoding
+          ORDER BY l.created_at DESC
+          LIMIT 50) r;
+    -- an OpenAI model counted with its own vocabulary: exact, no margin
+    IF NOT (coalesce(m.provider, '') = 'openai' AND m.encoding IN ('cl100k_base', 'o200k_base')) AND ours > 0 THEN
+        v_margin := least(greatest(theirs::numeric / ours::numeric, 1::numeric), 1.5)::real;
+    END IF;
+    UPDATE ctxwin.calibration c
+    SET encoding = m.encoding, requests = n, provider_tokens = theirs, counted_tokens = ours,
+        margin = v_margin, updated_at = now()
+    WHERE c.model = p_model;
+    RETURN v_margin;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._calibrate(text) IS
+'Recomputes a model''s row of ctxwin.calibration from its newest 50 requests with a window; NULL if another transaction is at it';
 
 -- record_usage: one request's usage, with the window it sent.
 CREATE FUNCTION ctxwin.record_usage(session uuid, usage jsonb, window_first_id bigint DEFAULT NULL,
@@ -2099,14 +2196,17 @@ BEGIN
                   HINT = 'Pass the tokens of the window the request sent, as ctxwin counts them (context_status''s window_tokens), or NULL.';
     END IF;
     SELECT coalesce(max(l.id), 0) + 1 INTO next_id FROM ctxwin.usage_log l WHERE l.session_id = p_session;
-    -- the time of the call, not of the transaction: a transaction may
-    -- record several
+    -- the time of the call, not of the transaction: calibration takes the
+    -- newest requests, and a transaction may record several
     INSERT INTO ctxwin.usage_log (session_id, id, created_at, kind, provider, model, input_tokens, cached_tokens,
                                   cache_write_tokens, output_tokens, usage, window_first_id, window_tokens,
                                   window_encoding)
     VALUES (p_session, next_id, clock_timestamp(), 'request', u.provider, st.model, u.input_tokens, u.cached_tokens,
             u.cache_write_tokens, u.output_tokens, p_usage, first_id, tokens,
             CASE WHEN tokens IS NOT NULL THEN st.encoding END);
+    IF tokens IS NOT NULL THEN
+        PERFORM ctxwin._calibrate(st.model);
+    END IF;
     RETURN next_id;
 END $$;
 

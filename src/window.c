@@ -167,7 +167,8 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
 
 /*
  * Builds the window of a session within a budget (has_budget false: the
- * context window less the response reserve).  Returns false, with
+ * context window less the response reserve, shrunk by the model's budget
+ * margin: CtxwinDefaultBudget).  Returns false, with
  * w->error set, when the budget cannot hold it; the caller raises that as
  * invalid_parameter_value or reports it.  Without with_texts the messages
  * carry no texts (only the window's size is wanted; the texts of a unit that
@@ -176,7 +177,7 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
 bool
 CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, bool with_texts, Window *w)
 {
-	int64		b = has_budget ? budget : (int64) sv->context_window - sv->response_reserve;
+	int64		b = has_budget ? budget : CtxwinDefaultBudget(sv);
 	int64		room;
 	PackWalk	walk;
 	WindowMessage *rows;

@@ -40,6 +40,7 @@ typedef struct SessionView
 	TimestampTz last_error_at;
 	bool		last_error_at_null;
 	TriggerSettings triggers;
+	float4		budget_margin;	/* the model's calibration (1: none) */
 } SessionView;
 
 /* A chat message of a window; NULL fields are absent. */
@@ -78,6 +79,7 @@ typedef struct Window
 extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
 extern bool CtxwinSessionFind(Datum id, SessionView *sv);
 extern void CtxwinSessionMustExist(NullableDatum id);
+extern int64 CtxwinDefaultBudget(const SessionView *sv);
 
 /* walk.c */
 extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,

@@ -138,7 +138,7 @@ is(q_up("SELECT count(*) FROM ctxwin.summaries WHERE session_id = '00000000-0000
 
 # What the application sees, and every counter, before the update.
 my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id, 300, 'anthropic'), "
-  . "to_jsonb(ctxwin.context_status(id)) - 'summary_age' FROM ctxwin.sessions "
+  . "to_jsonb(ctxwin.context_status(id)) - 'summary_age' - 'budget_margin' FROM ctxwin.sessions "
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', s), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),

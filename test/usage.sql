@@ -1,6 +1,7 @@
 -- The bill: record_usage with the providers' usage objects as they come,
 -- their normalization, the errors, the ledger and usage views against the
--- rows and against costs worked out by hand, LLM summaries in the ledger.
+-- rows and against costs worked out by hand, LLM summaries in the ledger,
+-- and the calibration of a model's budget margin.
 \set ON_ERROR_STOP 1
 \set QUIET 1
 BEGIN;
@@ -8,7 +9,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 SET ctxwin.llm_provider = 'openai';
 
-SELECT plan(55);
+SELECT plan(77);
 
 -- Usage objects as the providers document them.
 -- OpenAI Chat Completions, the prompt caching guide: prompt_tokens includes
@@ -297,10 +298,105 @@ DELETE FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-0000000000d1';
 SELECT is((SELECT count(*) FROM ctxwin.usage_log WHERE session_id = '00000000-0000-4000-8000-0000000000d1'), 0::bigint,
           'deleting a session deletes its usage rows');
 SELECT is((SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_extension e, unnest(e.extconfig) x(oid)
-           JOIN pg_class c ON c.oid = x.oid WHERE e.extname = 'ctxwin' AND c.relname IN ('usage_log')),
-          ARRAY['usage_log'], 'pg_dump carries the ledger');
+           JOIN pg_class c ON c.oid = x.oid WHERE e.extname = 'ctxwin' AND c.relname IN ('usage_log', 'calibration')),
+          ARRAY['calibration', 'usage_log'], 'pg_dump carries the ledger and the calibration');
 
--- An application role records usage with the README's grants.
+------------------------------------------------------------------------------
+-- Calibration
+------------------------------------------------------------------------------
+
+-- Claude, whose provider counts 20 % more than ctxwin's cl100k_base count:
+-- five requests of windows of 10,000 tokens, each 12,000 by Anthropic's count.
+DELETE FROM ctxwin.usage_log;
+DELETE FROM ctxwin.calibration;
+SELECT is((SELECT budget_margin FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')), 1.0::real,
+          'no margin while the model is not calibrated...');
+SELECT is((SELECT budget FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')), 199000,
+          '... the default budget is the window less the reserve');
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2',
+                           jsonb_build_object('input_tokens', 4000, 'cache_read_input_tokens', 8000,
+                                              'cache_creation_input_tokens', 0, 'output_tokens', 100), 1, 10000)
+FROM generate_series(1, 5);
+SELECT is((SELECT row(requests, provider_tokens, counted_tokens, margin)::text FROM ctxwin.calibration
+           WHERE model = 'claude-sonnet-4-5'), '(5,60000,50000,1.2)',
+          'calibration: provider input tokens (cache reads included) against ctxwin''s window tokens');
+SELECT is((SELECT budget_margin FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')), 1.2::real,
+          'context_status reports the margin');
+SELECT is((SELECT budget FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')),
+          floor(199000 / 1.2::real::float8)::int, '... and the default budget divided by it');
+SELECT is((SELECT (w ->> 'budget')::int FROM ctxwin._window('00000000-0000-4000-8000-0000000000a2', NULL) w),
+          floor(199000 / 1.2::real::float8)::int, 'build_context''s default budget is that one');
+SELECT is((SELECT (w ->> 'budget')::int FROM ctxwin._window('00000000-0000-4000-8000-0000000000a2', 199000) w),
+          199000, '... an explicit budget is the caller''s, untouched');
+SELECT matches(ctxwin.context_report('00000000-0000-4000-8000-0000000000a2'), 'provider margin 1\.20',
+               'context_report shows the margin');
+
+-- A window that fits by ctxwin's count but not by Claude's no longer fills
+-- the budget: a session whose messages add up to about 95 % of it.
+INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('claude-small', 'cl100k_base', 2000, 'anthropic');
+INSERT INTO ctxwin.profiles (name, model, response_reserve, max_messages_before_summary, max_tokens_before_summary, trigger_ratio)
+VALUES ('small', 'claude-small', 200, NULL, NULL, NULL);
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('00000000-0000-4000-8000-0000000000b1', 'small');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '00000000-0000-4000-8000-0000000000b1', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       (SELECT string_agg(format('w%s', g * 100 + k), ' ') FROM generate_series(1, 40) k)
+FROM generate_series(1, 20) g;
+SELECT cmp_ok((SELECT (w ->> 'tokens')::int FROM ctxwin._window('00000000-0000-4000-8000-0000000000b1', NULL) w),
+              '>', 1500, 'uncalibrated, the window fills the 1,800 tokens by ctxwin''s count...');
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000b1',
+                           jsonb_build_object('input_tokens', 2100, 'output_tokens', 50), NULL, 1750);
+SELECT cmp_ok((SELECT (w ->> 'tokens')::int FROM ctxwin._window('00000000-0000-4000-8000-0000000000b1', NULL) w) * 1.2,
+              '<=', 1800::numeric, '... calibrated (1.2), it fits the 1,800 by Claude''s count too');
+
+-- Bounded: a provider that counts twice ctxwin's gives 1.5; one that counts
+-- fewer gives 1 (the budget never grows).
+UPDATE ctxwin.profiles SET model = 'claude-opus-4' WHERE name = 'claude';
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2',
+                           '{"input_tokens": 20000, "output_tokens": 10}', 1, 10000);
+SELECT is((SELECT margin FROM ctxwin.calibration WHERE model = 'claude-opus-4'), 1.5::real, 'the margin is at most 1.5');
+SELECT is((SELECT budget FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')),
+          floor(199000 / 1.5::real::float8)::int, '... and the budget follows');
+UPDATE ctxwin.profiles SET model = 'claude-haiku-4-5' WHERE name = 'claude';
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2',
+                           '{"input_tokens": 8000, "output_tokens": 10}', 1, 10000);
+SELECT is((SELECT margin FROM ctxwin.calibration WHERE model = 'claude-haiku-4-5'), 1.0::real,
+          'the margin is at least 1 (a provider that counts fewer tokens)');
+SELECT is((SELECT budget FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')), 199000,
+          '... and the budget is the default one');
+
+-- Over the newest 50 requests only: 10 old ones at 2.0, then 50 at 1.1.
+UPDATE ctxwin.profiles SET model = 'claude-3-7-sonnet' WHERE name = 'claude';
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2', '{"input_tokens": 2000, "output_tokens": 1}', 1, 1000)
+FROM generate_series(1, 10);
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2', '{"input_tokens": 1100, "output_tokens": 1}', 1, 1000)
+FROM generate_series(1, 50);
+SELECT is((SELECT row(requests, provider_tokens, counted_tokens, margin)::text FROM ctxwin.calibration
+           WHERE model = 'claude-3-7-sonnet'), '(50,55000,50000,1.1)',
+          'the margin is over the newest 50 requests of the model (all 60 would give 1.25)');
+-- requests without a window do not count
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2', '{"input_tokens": 9000, "output_tokens": 1}', 1, NULL);
+SELECT is((SELECT margin FROM ctxwin.calibration WHERE model = 'claude-3-7-sonnet'), 1.1::real,
+          'a request recorded without its window tokens is not calibration');
+
+-- The margin was measured in the encoding the model had: counted in
+-- another, it no longer applies.
+UPDATE ctxwin.models SET encoding = 'chars4' WHERE name = 'claude-3-7-sonnet';
+SELECT is((SELECT budget_margin FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')), 1.0::real,
+          'a margin measured in another encoding than the model''s now does not apply');
+UPDATE ctxwin.models SET encoding = 'cl100k_base' WHERE name = 'claude-3-7-sonnet';
+SELECT is((SELECT budget_margin FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a2')), 1.1::real,
+          '... and applies again when the model is counted in it');
+
+-- gpt-4o is counted with its own vocabulary: no margin, whatever the counts.
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a1', '{"prompt_tokens": 1300, "completion_tokens": 1}', 1, 1000)
+FROM generate_series(1, 5);
+SELECT is((SELECT row(requests, provider_tokens, counted_tokens, margin)::text FROM ctxwin.calibration
+           WHERE model = 'gpt-4o'), '(5,6500,5000,1)', 'gpt-4o is exact: its counts are kept, its margin is 1');
+SELECT is((SELECT row(budget, budget_margin)::text FROM ctxwin.context_status('00000000-0000-4000-8000-0000000000a1')),
+          row(128000 - 4096, 1.0::real)::text, '... and its default budget is the window less the reserve');
+
+-- The calibration is ctxwin's: an application role reads it, and records
+-- usage with the README's grants, but does not write it.
 CREATE ROLE ctxwin_usage_app;
 GRANT USAGE ON SCHEMA ctxwin TO ctxwin_usage_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO ctxwin_usage_app;
@@ -312,6 +408,9 @@ SELECT is(ctxwin.record_usage('00000000-0000-4000-8000-0000000000a2', '{"input_t
           :next_a2::bigint, 'an application role records usage');
 SELECT is((SELECT requests FROM ctxwin.usage WHERE session_id = '00000000-0000-4000-8000-0000000000a2'), :next_a2::bigint,
           '... and reads the usage views');
+SELECT throws_ok($$UPDATE ctxwin.calibration SET margin = 1$$, '42501', NULL, '... but does not write the calibration');
+SELECT throws_ok($$INSERT INTO ctxwin.calibration (model, encoding, requests, provider_tokens, counted_tokens, margin)
+                   VALUES ('gpt-4o-mini', 'o200k_base', 1, 1, 1, 1)$$, '42501', NULL, '... nor add to it');
 RESET ROLE;
 
 SELECT * FROM finish();

@@ -101,7 +101,8 @@ CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.profiles
 
 -- Context windows as published by each provider.  Claude and Gemini have
 -- their own tokenizers: their counts are approximated with the nearest
--- tiktoken vocabulary, which can undercount; keep a response_reserve.
+-- tiktoken vocabulary, which can undercount; keep a response_reserve (and
+-- record_usage calibrates them: see 90_usage.sql).
 --
 -- Prices: the providers' public list prices in USD per million tokens for
 -- standard (not batch, not priority) requests.  OpenAI bills no cache
