@@ -9,6 +9,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -24,11 +26,13 @@ static const char *const session_query =
 "       st.summary_placement, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
 "       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
 "       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
-"       st.max_tokens_before_summary, st.min_recent_messages, "
+"       st.max_tokens_before_summary, st.min_recent_messages, c.margin, "
 "       pg_catalog.to_jsonb(st) OPERATOR(pg_catalog.->>) 'window_policy', "
 "       (pg_catalog.to_jsonb(st) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
 "FROM ctxwin.sessions s "
 "JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
+"LEFT JOIN ctxwin.calibration c ON c.model OPERATOR(pg_catalog.=) st.model "
+"     AND c.encoding OPERATOR(pg_catalog.=) st.encoding "
 "WHERE s.id OPERATOR(pg_catalog.=) $1";
 
 static const char *const exists_query =
@@ -135,11 +139,12 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 		sv->triggers.min_recent = CtxwinColumnInt32(tup, desc, 22, NULL);
 		sv->triggers.context_window = sv->context_window;
 		{
-			char	   *policy = CtxwinColumnString(tup, desc, 23);
-
 			bool		isnull;
-			Datum		d = SPI_getbinval(tup, desc, 24, &isnull);
+			Datum		d = SPI_getbinval(tup, desc, 23, &isnull);
+			char	   *policy = CtxwinColumnString(tup, desc, 24);
 
+			sv->budget_margin = isnull ? 1.0f : DatumGetFloat4(d);
+			d = SPI_getbinval(tup, desc, 25, &isnull);
 			/* NULL: a database still at 0.1.0, whose windows slide */
 			sv->stable = policy != NULL && strcmp(policy, "stable") == 0;
 			sv->low_water = isnull ? 0.6 : DatumGetFloat4(d);
@@ -149,6 +154,22 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 	}
 	SPI_freetuptable(SPI_tuptable);
 	return true;
+}
+
+/*
+ * The budget of a window when none is given: the context window less the
+ * response reserve, divided by the model's budget margin (ctxwin.calibration:
+ * how many more tokens its provider counts than ctxwin does; 1 for a model
+ * counted exactly or not yet calibrated), rounded down.
+ */
+int64
+CtxwinDefaultBudget(const SessionView *sv)
+{
+	int64		b = (int64) sv->context_window - sv->response_reserve;
+
+	if (b > 0 && sv->budget_margin > 1.0f)
+		b = (int64) floor((double) b / (double) sv->budget_margin);
+	return b;
 }
 
 /*

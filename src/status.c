@@ -30,7 +30,7 @@ enum
 	S_WILL_TRIGGER, S_TRIGGERS_FIRING, S_SUMMARY_VERSION, S_SUMMARY_TOKENS,
 	S_SUMMARY_UPDATED_AT, S_SUMMARY_AGE, S_WINDOW_MESSAGES, S_WINDOW_TOKENS,
 	S_DROPPED_MESSAGES, S_QUEUED_AT, S_COMPACTION_FAILURES, S_LAST_ERROR,
-	S_LAST_ERROR_AT, S_NOTE, S_NCOLUMNS
+	S_LAST_ERROR_AT, S_NOTE, S_BUDGET_MARGIN, S_NCOLUMNS
 };
 
 /* The names of the triggers, in the order context_status lists them. */
@@ -157,7 +157,8 @@ AddNote(StringInfo note, const char *sentence)
  * context_status(session uuid) returns record: the session's counters
  * against each trigger (percentages, will_trigger, the triggers firing),
  * its summary, its window within the default budget (or, in note, why the
- * budget cannot hold it), the compaction queue and the last error.
+ * budget cannot hold it), the compaction queue, the last error and the
+ * model's budget margin.
  */
 Datum
 ctxwin_context_status(PG_FUNCTION_ARGS)
@@ -240,6 +241,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 		SET(S_LAST_ERROR, PointerGetDatum(sv.last_error));
 	if (!sv.last_error_at_null)
 		SET(S_LAST_ERROR_AT, TimestampTzGetDatum(sv.last_error_at));
+	SET(S_BUDGET_MARGIN, Float4GetDatum(sv.budget_margin));
 
 	/* the window build_context returns by default, or why there is none */
 	initStringInfo(&note);

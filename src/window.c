@@ -188,8 +188,9 @@ StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room
 
 /*
  * Builds the window of a session within a budget (has_budget false: the
- * context window less the response reserve), of which the tools sent with
- * the request take tool_tokens (CtxwinToolTokens).  Returns false, with
+ * context window less the response reserve, shrunk by the model's budget
+ * margin: CtxwinDefaultBudget), of which the tools sent with the request
+ * take tool_tokens (CtxwinToolTokens).  Returns false, with
  * w->error set, when the budget cannot hold it; the caller raises that as
  * invalid_parameter_value or reports it.  Without with_texts the messages
  * carry no texts (only the window's size is wanted; the texts of a unit that
@@ -199,7 +200,7 @@ bool
 CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
 				  bool with_texts, Window *w)
 {
-	int64		b = has_budget ? budget : (int64) sv->context_window - sv->response_reserve;
+	int64		b = has_budget ? budget : CtxwinDefaultBudget(sv);
 	int64		room;
 	int64		stable_room;
 	PackWalk	walk;

@@ -43,6 +43,7 @@ typedef struct SessionView
 	TriggerSettings triggers;
 	bool		stable;			/* window_policy 'stable' */
 	float4		low_water;		/* window_low_water */
+	float4		budget_margin;	/* the model's calibration (1: none) */
 } SessionView;
 
 /* A chat message of a window; NULL fields are absent. */
@@ -82,6 +83,7 @@ typedef struct Window
 extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
 extern bool CtxwinSessionFind(Datum id, SessionView *sv);
 extern void CtxwinSessionMustExist(NullableDatum id);
+extern int64 CtxwinDefaultBudget(const SessionView *sv);
 
 /* walk.c */
 extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,

@@ -3,13 +3,13 @@
 # (new ones, changed built-in ones, ones that replace a built-in one), the
 # sessions with their counters and summaries, the messages (replayed through
 # the insert trigger with the ids and token counts of the dump), the summary
-# history and the flush outbox.  Checked for the custom format with
-# pg_restore (also parallel) and for the plain format through psql: every
-# table comes back identical, build_context, context_status and
-# messages_after answer the same, and the restored sessions go on numbering
-# and counting where they stopped.  The restore runs as a superuser (the
-# owner of the tables); a role that does not own them may not restore
-# counters, ids or token counts.
+# history, the flush outbox, the usage ledger and the calibration.  Checked
+# for the custom format with pg_restore (also parallel) and for the plain
+# format through psql: every table comes back identical, build_context,
+# context_status and messages_after answer the same, and the restored
+# sessions go on numbering and counting where they stopped.  The restore
+# runs as a superuser (the owner of the tables); a role that does not own
+# them may not restore counters, ids or token counts.
 # Needs a cluster in the environment (PGHOST etc.), as scripts/test.sh sets up.
 cd "$(dirname "$0")/.." || exit 1
 . test/tap.sh
@@ -37,7 +37,7 @@ todo_is() {
 		echo "not ok $_tap_n - $3 # TODO $4"; echo "#   got:      '$1'"; echo "#   expected: '$2'"; fi
 }
 
-plan 26
+plan 29
 dropall
 for d in $dbs; do q -d postgres -c "CREATE DATABASE $d" >/dev/null; done
 
@@ -146,9 +146,18 @@ FROM generate_series(1, 45) i;
 UPDATE ctxwin.sessions SET compaction_failures = 2, compaction_retry_at = now() + interval '1 hour',
     last_error = 'HTTP 503 from the LLM', last_error_at = now()
 WHERE id = '00000000-0000-4000-8000-000000000005';
+
+-- The usage of session 1's requests: its model, acme-chat, is counted with
+-- another tokenizer than its own, so it is calibrated (a margin of 1.2).
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-000000000001',
+                           '{"input_tokens": 1000, "output_tokens": 80, "cache_read_input_tokens": 200}', 21, 1000);
+SELECT ctxwin.record_usage('00000000-0000-4000-8000-000000000001',
+                           '{"prompt_tokens": 1200, "completion_tokens": 40}', 21, 1000);
 SQL
 
 # The fixture is what it is meant to be.
+is "$(q -d "$db" -c "SELECT format('%s %s', margin, (SELECT budget FROM ctxwin.context_status('00000000-0000-4000-8000-000000000001'))) FROM ctxwin.calibration WHERE model = 'acme-chat'")" \
+	"1.2 40833" "fixture: session 1's model is calibrated, and its default budget shrunk ((50000 - 1000) / 1.2)"
 is "$(q -d "$db" -c "SELECT string_agg(format('%s:%s/%s/%s', right(id::text, 1), message_count, summary_through_id,
 	compaction_queued_at IS NOT NULL), ' ' ORDER BY id) FROM ctxwin.sessions")" \
 	"1:48/20/f 2:5/0/f 3:11/0/f 4:0/0/f 5:45/0/t" \
@@ -166,6 +175,8 @@ SELECT 'sessions ' || md5(string_agg(t::text, E'\n' ORDER BY id)) FROM ctxwin.se
 SELECT 'messages ' || count(*) || ' ' || md5(string_agg(t::text, E'\n' ORDER BY session_id, id)) FROM ctxwin.messages t;
 SELECT 'summaries ' || count(*) || ' ' || md5(string_agg(t::text, E'\n' ORDER BY session_id, version)) FROM ctxwin.summaries t;
 SELECT 'flush_events ' || count(*) || ' ' || md5(string_agg(t::text, E'\n' ORDER BY session_id, id)) FROM ctxwin.flush_events t;
+SELECT 'usage_log ' || count(*) || ' ' || md5(string_agg(t::text, E'\n' ORDER BY session_id, id)) FROM ctxwin.usage_log t;
+SELECT 'calibration ' || count(*) || ' ' || md5(string_agg(t::text, E'\n' ORDER BY model)) FROM ctxwin.calibration t;
 SQL
 }
 # What the functions answer for every session: the window in both formats,
@@ -187,7 +198,7 @@ SQL
 tables "$db" >"$tmp/tables.want"
 answers "$db" >"$tmp/answers.want"
 # (an error in these queries would make every comparison below vacuous)
-is "$(cat "$tmp/tables.want" "$tmp/answers.want" | sed 's/ [0-9]* / /' | grep -c '^[a-z_]* [0-9a-f]\{32\}$')" "9" \
+is "$(cat "$tmp/tables.want" "$tmp/answers.want" | sed 's/ [0-9]* / /' | grep -c '^[a-z_]* [0-9a-f]\{32\}$')" "11" \
 	"the original database answers every query compared below"
 
 # custom format, pg_restore

@@ -62,14 +62,15 @@ is "$(q -d "$db" -c "SELECT nspowner::regrole FROM pg_namespace WHERE nspname = 
 	"$(q -d "$db" -c "SELECT current_user")" "the schema ctxwin belongs to the role that created the extension"
 
 # The README's grants for an application role, and a profile that
-# summarizes early.
+# summarizes early, of a model record_usage calibrates.
 q -d "$db" >/dev/null <<SQL
 GRANT USAGE ON SCHEMA ctxwin TO $app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $app;
 GRANT SELECT ON ctxwin.models, ctxwin.profiles, ctxwin.summaries, ctxwin.flush_events TO $app;
 GRANT INSERT ON ctxwin.summaries, ctxwin.flush_events TO $app;
-INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages, summary_strategy)
-VALUES ('hostile', 6, 2, 'extractive');
+GRANT SELECT, INSERT ON ctxwin.usage_log TO $app;
+INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages, summary_strategy)
+VALUES ('hostile', 'claude-haiku-4-5', 6, 2, 'extractive');
 SQL
 
 out=$(PGOPTIONS="-c search_path=public,pg_catalog" q -d "$db" -v sid=$s1 -v profile=hostile \
@@ -91,7 +92,7 @@ is "$(pwned "$db")" "0" "... and nothing planted ran"
 n3=$(q -d "$db2" -c "SET allow_system_table_mods = on" -v schema=pg_catalog -v full=false \
 	-f test/hostile/plant.sql 2>&1 | tail -1)
 diag "planted $n3 objects in pg_catalog"
-out=$(q -d "$db2" -c "CREATE EXTENSION ctxwin" -c "INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages, summary_strategy) VALUES ('hostile', 6, 2, 'extractive')" 2>&1 &&
+out=$(q -d "$db2" -c "CREATE EXTENSION ctxwin" -c "INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages, summary_strategy) VALUES ('hostile', 'claude-haiku-4-5', 6, 2, 'extractive')" 2>&1 &&
 	q -d "$db2" -v sid=$s3 -v profile=hostile -f test/hostile/workflow.sql 2>&1)
 ok $? "with pg_catalog's missing numeric type pairs planted, every function still runs"
 [ -z "$(echo "$out" | grep -E 'WARNING|ERROR')" ] || diag "$out"

@@ -12,7 +12,7 @@ CREATE EXTENSION ctxwin;
 ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
 UPDATE ctxwin.profiles SET window_policy = 'sliding';
 
-SELECT plan(31);
+SELECT plan(38);
 
 CREATE ROLE ctxwin_rls_a;
 CREATE ROLE ctxwin_rls_b;
@@ -23,11 +23,14 @@ GRANT SELECT ON ctxwin.models, ctxwin.profiles, ctxwin.summaries, ctxwin.flush_e
     TO ctxwin_rls_a, ctxwin_rls_b;
 -- and, for a role that calls summarize_session or compact() itself
 GRANT INSERT ON ctxwin.summaries, ctxwin.flush_events TO ctxwin_rls_a, ctxwin_rls_b;
+-- and, for a role that records usage
+GRANT SELECT, INSERT ON ctxwin.usage_log TO ctxwin_rls_a, ctxwin_rls_b;
 -- one policy per table: a session belongs to the tenant named in its metadata
 ALTER TABLE ctxwin.sessions ENABLE ROW LEVEL SECURITY;
 ALTER TABLE ctxwin.messages ENABLE ROW LEVEL SECURITY;
 ALTER TABLE ctxwin.summaries ENABLE ROW LEVEL SECURITY;
 ALTER TABLE ctxwin.flush_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE ctxwin.usage_log ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant ON ctxwin.sessions
     USING (metadata ->> 'tenant' = current_user) WITH CHECK (metadata ->> 'tenant' = current_user);
 CREATE POLICY tenant ON ctxwin.messages
@@ -35,6 +38,8 @@ CREATE POLICY tenant ON ctxwin.messages
 CREATE POLICY tenant ON ctxwin.summaries
     USING (EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = session_id));
 CREATE POLICY tenant ON ctxwin.flush_events
+    USING (EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = session_id));
+CREATE POLICY tenant ON ctxwin.usage_log
     USING (EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = session_id));
 
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -56,6 +61,8 @@ SELECT pg_temp.fill('b0000000-0000-4000-8000-000000000001', 10);
 SELECT pg_temp.fill('b0000000-0000-4000-8000-000000000002', 10);
 SELECT is((ctxwin.summarize_session('b0000000-0000-4000-8000-000000000001', true)).version, 1,
           'B summarizes its own session (with INSERT on summaries and flush_events)');
+SELECT is(ctxwin.record_usage('b0000000-0000-4000-8000-000000000001', '{"prompt_tokens": 500, "completion_tokens": 40}'),
+          1::bigint, 'B records the usage of a request');
 
 SET ROLE ctxwin_rls_a;
 INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
@@ -75,6 +82,13 @@ SELECT is((SELECT count(*) FROM ctxwin.messages_after('a0000000-0000-4000-8000-0
           'messages_after works for A on A''s session');
 SELECT is((SELECT count(*) FROM ctxwin.session_settings), 1::bigint,
           'session_settings shows A only A''s session');
+SELECT is(ctxwin.record_usage('a0000000-0000-4000-8000-000000000001', '{"prompt_tokens": 300, "completion_tokens": 20}'),
+          1::bigint, 'record_usage works for A on A''s session');
+SELECT is((SELECT row(requests, input_tokens)::text FROM ctxwin.usage), '(1,300)',
+          'ctxwin.usage shows A its own session only');
+SELECT is((SELECT count(*) FROM ctxwin.usage_ledger), 1::bigint, 'the ledger shows A none of B''s requests');
+SELECT is((SELECT sum(requests) FROM ctxwin.profile_usage), 1::numeric,
+          'profile_usage counts A''s requests only');
 
 -- B's sessions: nothing, through any function or view
 SELECT is((SELECT count(*) FROM ctxwin.sessions), 1::bigint, 'A sees one session: its own');
@@ -97,6 +111,9 @@ SELECT throws_ok($$SELECT ctxwin.context_report('b0000000-0000-4000-8000-0000000
 SELECT throws_ok($$SELECT * FROM ctxwin.messages_after('b0000000-0000-4000-8000-000000000001')$$,
                  NULL, 'session b0000000-0000-4000-8000-000000000001 does not exist',
                  'messages_after of B''s session: does not exist');
+SELECT throws_ok($$SELECT ctxwin.record_usage('b0000000-0000-4000-8000-000000000001', '{"prompt_tokens": 1, "completion_tokens": 1}')$$,
+                 'P0002', 'session b0000000-0000-4000-8000-000000000001 does not exist',
+                 'record_usage for B''s session: does not exist');
 SELECT throws_ok($$SELECT ctxwin.summarize_session('b0000000-0000-4000-8000-000000000002', true)$$,
                  NULL, 'session b0000000-0000-4000-8000-000000000002 does not exist',
                  'summarize_session of B''s session: does not exist');
@@ -132,6 +149,8 @@ SET ROLE ctxwin_rls_b;
 SELECT is((SELECT count(*) FROM ctxwin.summaries), 1::bigint, 'B sees its own summary');
 SELECT is((SELECT count(*) FROM ctxwin.sessions), 2::bigint, 'B sees its two sessions');
 SELECT is((SELECT count(*) FROM ctxwin.session_settings), 2::bigint, 'session_settings shows B its two');
+SELECT is((SELECT row(requests, input_tokens)::text FROM ctxwin.usage ORDER BY requests DESC LIMIT 1), '(1,500)',
+          'B sees its own usage, and none of A''s');
 RESET ROLE;
 
 SELECT * FROM finish();

@@ -105,6 +105,7 @@ ok( $node->log_contains(
 # summary written by summarize_session, one session left queued.
 q_up(<<'SQL');
 INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('acme-8k', 'o200k_base', 8000, 'acme');
+UPDATE ctxwin.models SET context_window = 100000 WHERE name = 'gpt-4-turbo';
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages, response_reserve,
                              max_summary_tokens, summary_strategy, summary_placement)
 VALUES ('small', 'acme-8k', 6, 2, 500, 200, 'extractive', 'message'),
@@ -137,7 +138,7 @@ is(q_up("SELECT count(*) FROM ctxwin.summaries WHERE session_id = '00000000-0000
 
 # What the application sees, and every counter, before the update.
 my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id, 300, 'anthropic'), "
-  . "to_jsonb(ctxwin.context_status(id)) - 'summary_age' FROM ctxwin.sessions "
+  . "to_jsonb(ctxwin.context_status(id)) - 'summary_age' - 'budget_margin' FROM ctxwin.sessions "
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', s), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
@@ -145,7 +146,8 @@ SELECT (SELECT string_agg(format('%s', s), E'\n' ORDER BY s.id) FROM ctxwin.sess
        (SELECT string_agg(format('%s', x), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl']), E'\n' ORDER BY p.name)
         FROM ctxwin.profiles p),
-       (SELECT string_agg(format('%s', o), E'\n' ORDER BY o.name) FROM ctxwin.models o)
+       (SELECT string_agg(format('%s', (o.name, o.encoding, o.context_window, o.provider, o.builtin)), E'\n' ORDER BY o.name)
+        FROM ctxwin.models o)
 SQL
 my $contexts_before = q_up($contexts_sql);
 my $state_before = q_up($state_sql);
@@ -173,6 +175,15 @@ like(worker_state(), qr/^(idle|working)$/, '... and its state says it serves the
 # The schema: the updated database against a fresh install, every member
 # object included (binary-upgrade mode dumps them; the OIDs it pins differ).
 $node->safe_psql('fresh', 'CREATE EXTENSION ctxwin');
+
+# The built-in models get the prices a fresh install has, and stay built-in;
+# a built-in row the user changed in 0.1.0 is theirs, and keeps no price.
+my $builtin_sql = "SELECT count(*) || ': ' || string_agg(format('%s', m), E'\n' ORDER BY m.name) FROM ctxwin.models m "
+  . "WHERE m.builtin AND m.name <> 'gpt-4-turbo'";
+is(q_up($builtin_sql), $node->safe_psql('fresh', $builtin_sql),
+	'the updated built-in models, prices included, are a fresh install\'s');
+is(q_up("SELECT format('%s %s %s', builtin, input_price IS NULL, output_price IS NULL) FROM ctxwin.models WHERE name = 'gpt-4-turbo'"),
+	'f t t', '... and a built-in row changed in 0.1.0 is left as the user made it');
 sub schema_of
 {
 	my ($db) = @_;

@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-plan tests => 85;
+plan tests => 87;
 
 # --- the mock LLM and the cluster --------------------------------------------
 my $mock = CtxwinTest::Mock->start(extra => [ '--slow', '60', '--seed', '7' ]);
@@ -202,6 +202,11 @@ is( sq('w1', "SELECT compaction_queued_at IS NULL AND compaction_failures = 0 AN
 	't', 'the session left the queue');
 is(sq('w1', "SELECT count(*) FROM ctxwin.flush_events WHERE session_id = '$s1' AND from_id = 1 AND through_id = 25"),
 	'1', 'and its flush event is written');
+is( sq('w1', "SELECT format('%s %s %s %s', l.provider, l.input_tokens = (x.usage ->> 'prompt_tokens')::bigint,
+                   l.output_tokens = (x.usage ->> 'completion_tokens')::bigint, l.input_tokens > 0)
+            FROM ctxwin.usage_ledger l JOIN ctxwin.summaries x ON x.session_id = l.session_id AND x.version = l.id
+            WHERE l.session_id = '$s1' AND l.kind = 'summary'"),
+	'openai t t t', 'the usage ledger holds the summary with the tokens the provider reported');
 
 # --- two databases at once, and CREATE EXTENSION noticed -----------------------
 sql_do($node, 'w2', 'CREATE EXTENSION ctxwin');
@@ -254,6 +259,12 @@ ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHE
 	is(join(',', sort keys %seen), '/v1/messages:2023-06-01:ok',
 		'its requests went to /v1/messages with anthropic-version and the key');
 }
+is( sq('w1', "SELECT format('%s %s %s', u.summary_requests,
+                   u.summary_input_tokens = (x.usage ->> 'input_tokens')::bigint + (x.usage ->> 'cache_read_input_tokens')::bigint
+                                            + (x.usage ->> 'cache_creation_input_tokens')::bigint,
+                   u.summary_output_tokens = (x.usage ->> 'output_tokens')::bigint)
+            FROM ctxwin.usage u JOIN ctxwin.summaries x ON x.session_id = u.session_id WHERE u.session_id = '$s'"),
+	'1 t t', '... and ctxwin.usage counts its summary, normalized from the Anthropic usage');
 sql_do($node, 'w1', "INSERT INTO ctxwin.profiles (name, summary_strategy) VALUES ('hy', 'hybrid')");
 ($s) = sessions('w1', 1, 'hy');
 fill('w1', "id = '$s'");

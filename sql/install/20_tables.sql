@@ -13,11 +13,24 @@ CREATE TABLE ctxwin.models (
         CHECK (encoding IN ('cl100k_base', 'o200k_base', 'chars4', 'chars3.5')),
     context_window int NOT NULL CHECK (context_window > 0),
     provider text,
-    builtin boolean NOT NULL DEFAULT false
+    builtin boolean NOT NULL DEFAULT false,
+    -- list prices per million tokens (NULL: unknown, never taken as 0)
+    input_price numeric CHECK (input_price >= 0::numeric),
+    cached_input_price numeric CHECK (cached_input_price >= 0::numeric),
+    cache_write_price numeric CHECK (cache_write_price >= 0::numeric),
+    output_price numeric CHECK (output_price >= 0::numeric)
 );
 
 COMMENT ON TABLE ctxwin.models IS
-'LLM models: the encoding their tokens are counted with and their context window';
+'LLM models: the encoding their tokens are counted with, their context window and their prices';
+COMMENT ON COLUMN ctxwin.models.input_price IS
+'Price per million input tokens that are neither cache reads nor cache writes (NULL: unknown)';
+COMMENT ON COLUMN ctxwin.models.cached_input_price IS
+'Price per million input tokens read from the provider''s prompt cache (NULL: unknown)';
+COMMENT ON COLUMN ctxwin.models.cache_write_price IS
+'Price per million input tokens written to the provider''s prompt cache (Anthropic''s 5-minute cache writes; NULL: unknown)';
+COMMENT ON COLUMN ctxwin.models.output_price IS
+'Price per million output tokens, reasoning tokens included (NULL: unknown)';
 
 CREATE TABLE ctxwin.profiles (
     name text PRIMARY KEY,
@@ -60,7 +73,9 @@ BEGIN
         IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
             UPDATE ctxwin.models
             SET encoding = NEW.encoding, context_window = NEW.context_window,
-                provider = NEW.provider, builtin = false
+                provider = NEW.provider, builtin = false,
+                input_price = NEW.input_price, cached_input_price = NEW.cached_input_price,
+                cache_write_price = NEW.cache_write_price, output_price = NEW.output_price
             WHERE name = NEW.name AND builtin;
             IF FOUND THEN
                 RETURN NULL;
@@ -96,37 +111,45 @@ CREATE TRIGGER builtin_row_replace BEFORE INSERT OR UPDATE ON ctxwin.profiles
 
 -- Context windows as published by each provider.  Claude and Gemini have
 -- their own tokenizers: their counts are approximated with the nearest
--- tiktoken vocabulary, which can undercount; keep a response_reserve.
-INSERT INTO ctxwin.models (name, encoding, context_window, provider, builtin) VALUES
-    ('gpt-5',              'o200k_base',  400000, 'openai', true),
-    ('gpt-5-mini',         'o200k_base',  400000, 'openai', true),
-    ('gpt-5-nano',         'o200k_base',  400000, 'openai', true),
-    ('gpt-4.1',            'o200k_base', 1047576, 'openai', true),
-    ('gpt-4.1-mini',       'o200k_base', 1047576, 'openai', true),
-    ('gpt-4.1-nano',       'o200k_base', 1047576, 'openai', true),
-    ('gpt-4o',             'o200k_base',  128000, 'openai', true),
-    ('gpt-4o-mini',        'o200k_base',  128000, 'openai', true),
-    ('o1',                 'o200k_base',  200000, 'openai', true),
-    ('o3',                 'o200k_base',  200000, 'openai', true),
-    ('o3-mini',            'o200k_base',  200000, 'openai', true),
-    ('o4-mini',            'o200k_base',  200000, 'openai', true),
-    ('gpt-4-turbo',        'cl100k_base', 128000, 'openai', true),
-    ('gpt-4',              'cl100k_base',   8192, 'openai', true),
-    ('gpt-4-32k',          'cl100k_base',  32768, 'openai', true),
-    ('gpt-3.5-turbo',      'cl100k_base',  16385, 'openai', true),
-    ('claude-opus-4-1',    'cl100k_base', 200000, 'anthropic', true),
-    ('claude-opus-4',      'cl100k_base', 200000, 'anthropic', true),
-    ('claude-sonnet-4-5',  'cl100k_base', 200000, 'anthropic', true),
-    ('claude-sonnet-4',    'cl100k_base', 200000, 'anthropic', true),
-    ('claude-haiku-4-5',   'cl100k_base', 200000, 'anthropic', true),
-    ('claude-3-7-sonnet',  'cl100k_base', 200000, 'anthropic', true),
-    ('claude-3-5-sonnet',  'cl100k_base', 200000, 'anthropic', true),
-    ('claude-3-5-haiku',   'cl100k_base', 200000, 'anthropic', true),
-    ('gemini-2.5-pro',     'o200k_base', 1048576, 'google', true),
-    ('gemini-2.5-flash',   'o200k_base', 1048576, 'google', true),
-    ('gemini-2.0-flash',   'o200k_base', 1048576, 'google', true),
-    ('gemini-1.5-pro',     'o200k_base', 2097152, 'google', true),
-    ('gemini-1.5-flash',   'o200k_base', 1048576, 'google', true);
+-- tiktoken vocabulary, which can undercount; keep a response_reserve (and
+-- record_usage calibrates them: see 90_usage.sql).
+--
+-- Prices: the providers' public list prices in USD per million tokens for
+-- standard (not batch, not priority) requests.  OpenAI bills no cache
+-- writes and reports none; its older models have no prompt cache.  Gemini's
+-- prices depend on the prompt's length (and its cache on storage time), which
+-- one price per column cannot say: left NULL (unknown).
+INSERT INTO ctxwin.models (name, encoding, context_window, provider, builtin,
+                           input_price, cached_input_price, cache_write_price, output_price) VALUES
+    ('gpt-5',             'o200k_base',   400000, 'openai',    true,  1.25, 0.125,  NULL,    10),
+    ('gpt-5-mini',        'o200k_base',   400000, 'openai',    true,  0.25, 0.025,  NULL,     2),
+    ('gpt-5-nano',        'o200k_base',   400000, 'openai',    true,  0.05, 0.005,  NULL,  0.40),
+    ('gpt-4.1',           'o200k_base',  1047576, 'openai',    true,     2,  0.50,  NULL,     8),
+    ('gpt-4.1-mini',      'o200k_base',  1047576, 'openai',    true,  0.40,  0.10,  NULL,  1.60),
+    ('gpt-4.1-nano',      'o200k_base',  1047576, 'openai',    true,  0.10, 0.025,  NULL,  0.40),
+    ('gpt-4o',            'o200k_base',   128000, 'openai',    true,  2.50,  1.25,  NULL,    10),
+    ('gpt-4o-mini',       'o200k_base',   128000, 'openai',    true,  0.15, 0.075,  NULL,  0.60),
+    ('o1',                'o200k_base',   200000, 'openai',    true,    15,  7.50,  NULL,    60),
+    ('o3',                'o200k_base',   200000, 'openai',    true,     2,  0.50,  NULL,     8),
+    ('o3-mini',           'o200k_base',   200000, 'openai',    true,  1.10,  0.55,  NULL,  4.40),
+    ('o4-mini',           'o200k_base',   200000, 'openai',    true,  1.10, 0.275,  NULL,  4.40),
+    ('gpt-4-turbo',       'cl100k_base',  128000, 'openai',    true,    10,  NULL,  NULL,    30),
+    ('gpt-4',             'cl100k_base',    8192, 'openai',    true,    30,  NULL,  NULL,    60),
+    ('gpt-4-32k',         'cl100k_base',   32768, 'openai',    true,    60,  NULL,  NULL,   120),
+    ('gpt-3.5-turbo',     'cl100k_base',   16385, 'openai',    true,  0.50,  NULL,  NULL,  1.50),
+    ('claude-opus-4-1',   'cl100k_base',  200000, 'anthropic', true,    15,  1.50, 18.75,    75),
+    ('claude-opus-4',     'cl100k_base',  200000, 'anthropic', true,    15,  1.50, 18.75,    75),
+    ('claude-sonnet-4-5', 'cl100k_base',  200000, 'anthropic', true,     3,  0.30,  3.75,    15),
+    ('claude-sonnet-4',   'cl100k_base',  200000, 'anthropic', true,     3,  0.30,  3.75,    15),
+    ('claude-haiku-4-5',  'cl100k_base',  200000, 'anthropic', true,     1,  0.10,  1.25,     5),
+    ('claude-3-7-sonnet', 'cl100k_base',  200000, 'anthropic', true,     3,  0.30,  3.75,    15),
+    ('claude-3-5-sonnet', 'cl100k_base',  200000, 'anthropic', true,     3,  0.30,  3.75,    15),
+    ('claude-3-5-haiku',  'cl100k_base',  200000, 'anthropic', true,  0.80,  0.08,     1,     4),
+    ('gemini-2.5-pro',    'o200k_base',  1048576, 'google',    true,  NULL,  NULL,  NULL,  NULL),
+    ('gemini-2.5-flash',  'o200k_base',  1048576, 'google',    true,  NULL,  NULL,  NULL,  NULL),
+    ('gemini-2.0-flash',  'o200k_base',  1048576, 'google',    true,  NULL,  NULL,  NULL,  NULL),
+    ('gemini-1.5-pro',    'o200k_base',  2097152, 'google',    true,  NULL,  NULL,  NULL,  NULL),
+    ('gemini-1.5-flash',  'o200k_base',  1048576, 'google',    true,  NULL,  NULL,  NULL,  NULL);
 
 INSERT INTO ctxwin.profiles (name, model, builtin) VALUES ('default', 'gpt-4o', true);
 

@@ -31,13 +31,14 @@ CREATE FUNCTION ctxwin.context_status(
     OUT compaction_failures int,
     OUT last_error text,
     OUT last_error_at timestamptz,
-    OUT note text)
+    OUT note text,
+    OUT budget_margin real)
 AS 'MODULE_PATHNAME', 'ctxwin_context_status'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.context_status(uuid) IS
-'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages and the last compaction error';
+'Where a session stands: messages and tokens since the summary against each trigger, will_trigger, summary, window, dropped messages, the last compaction error and the budget margin of its model';
 
 CREATE FUNCTION ctxwin._progress_bar(pct numeric, width int DEFAULT 24)
 RETURNS text
@@ -81,9 +82,12 @@ BEGIN
                               WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
                               WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
                               ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
-        format('  window    %s messages, %s tokens of a %s-token budget; %s dropped',
+        format('  window    %s messages, %s tokens of a %s-token budget%s; %s dropped',
                coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
-               to_char(c.budget, 'FM999,999,999'), coalesce(c.dropped_messages, 0)),
+               to_char(c.budget, 'FM999,999,999'),
+               CASE WHEN c.budget_margin > 1::real
+                    THEN format(' (provider margin %s)', round(c.budget_margin::numeric, 2)) ELSE '' END,
+               coalesce(c.dropped_messages, 0)),
         format('  compaction %s%s',
                CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
                     ELSE 'not due' END,
