@@ -334,8 +334,10 @@ SELECT matches(ctxwin.context_report('00000000-0000-4000-8000-0000000000a2'), 'p
 -- A window that fits by ctxwin's count but not by Claude's no longer fills
 -- the budget: a session whose messages add up to about 95 % of it.
 INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('claude-small', 'cl100k_base', 2000, 'anthropic');
-INSERT INTO ctxwin.profiles (name, model, response_reserve, max_messages_before_summary, max_tokens_before_summary, trigger_ratio)
-VALUES ('small', 'claude-small', 200, NULL, NULL, NULL);
+-- (a sliding window: it fills the budget)
+INSERT INTO ctxwin.profiles (name, model, response_reserve, max_messages_before_summary, max_tokens_before_summary,
+                             trigger_ratio, window_policy)
+VALUES ('small', 'claude-small', 200, NULL, NULL, NULL, 'sliding');
 INSERT INTO ctxwin.sessions (id, profile) VALUES ('00000000-0000-4000-8000-0000000000b1', 'small');
 INSERT INTO ctxwin.messages (session_id, role, content)
 SELECT '00000000-0000-4000-8000-0000000000b1', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
