@@ -27,8 +27,10 @@ static const char *const session_query =
 "       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
 "       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
 "       st.max_tokens_before_summary, st.min_recent_messages, c.margin, "
-"       pg_catalog.to_jsonb(st) OPERATOR(pg_catalog.->>) 'window_policy', "
-"       (pg_catalog.to_jsonb(st) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
+"       st.window_policy, st.window_low_water, "
+"       pg_catalog.extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) s.updated_at) "
+"           OPERATOR(pg_catalog.*) 1000, "
+"       pg_catalog.extract(epoch FROM st.cache_ttl) OPERATOR(pg_catalog.*) 1000 "
 "FROM ctxwin.sessions s "
 "JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
 "LEFT JOIN ctxwin.calibration c ON c.model OPERATOR(pg_catalog.=) st.model "
@@ -144,10 +146,12 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 			char	   *policy = CtxwinColumnString(tup, desc, 24);
 
 			sv->budget_margin = isnull ? 1.0f : DatumGetFloat4(d);
-			d = SPI_getbinval(tup, desc, 25, &isnull);
-			/* NULL: a database still at 0.1.0, whose windows slide */
 			sv->stable = policy != NULL && strcmp(policy, "stable") == 0;
-			sv->low_water = isnull ? 0.6 : DatumGetFloat4(d);
+			sv->low_water = DatumGetFloat4(SPI_getbinval(tup, desc, 25, &isnull));
+			d = SPI_getbinval(tup, desc, 26, &isnull);
+			sv->idle_ms = isnull ? 0 : (int64) DatumGetFloat8(DirectFunctionCall1(numeric_float8, d));
+			d = SPI_getbinval(tup, desc, 27, &isnull);
+			sv->cache_ttl_ms = isnull ? 0 : (int64) DatumGetFloat8(DirectFunctionCall1(numeric_float8, d));
 		}
 		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
 		MemoryContextSwitchTo(old);

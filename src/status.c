@@ -268,9 +268,16 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 		AddNote(&note, psprintf("The newest %d messages are never summarized (min_recent_messages), and they alone keep the %s trigger firing.",
 								sv.triggers.min_recent, which.data));
 	}
+	else if (!sv.queued_at_null &&
+			 SummaryWaits(sv.stable, ContextTokens(&counts),
+						  (int64) sv.context_window - sv.response_reserve, sv.low_water,
+						  sv.idle_ms, sv.cache_ttl_ms))
+		AddNote(&note, "A summary is due; under the stable window it waits until the context nears the budget or the session has been idle for cache_ttl, so that the provider's cached prefix stays valid.");
 	else if (window_ok && w.dropped_messages > 0)
-		AddNote(&note, psprintf("The %lld oldest unsummarized messages do not fit the budget and are left out until a summary covers them.",
-								(long long) w.dropped_messages));
+		AddNote(&note, psprintf("The %lld oldest unsummarized messages %s until a summary covers them.",
+								(long long) w.dropped_messages,
+								sv.stable ? "are before the stable window's start and left out" :
+								"do not fit the budget and are left out"));
 	if (note.len > 0)
 		SET(S_NOTE, CStringGetTextDatum(note.data));
 #undef SET

@@ -43,6 +43,8 @@ typedef struct SessionView
 	TriggerSettings triggers;
 	bool		stable;			/* window_policy 'stable' */
 	float4		low_water;		/* window_low_water */
+	int64		idle_ms;		/* since the session's last change (updated_at) */
+	int64		cache_ttl_ms;	/* cache_ttl */
 	float4		budget_margin;	/* the model's calibration (1: none) */
 } SessionView;
 

@@ -12,7 +12,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(35);
+SELECT plan(36);
 
 -- no summary triggers: the window alone decides what is sent
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
@@ -180,16 +180,16 @@ INSERT INTO ctxwin.profiles (name, model, context_window, max_messages_before_su
                              trigger_ratio, min_recent_messages, response_reserve, summary_strategy, max_summary_tokens)
 VALUES ('tm', 'gpt-4o', 2100, 4, NULL, NULL, 2, 100, 'extractive', 60);
 INSERT INTO ctxwin.sessions (id, profile) VALUES ('20000000-0000-0000-0000-000000000003', 'tm');
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       'Short message ' || i || ' about the deploy.'
-FROM generate_series(1, 8) i;
+-- messages lo .. hi of that session, user and assistant in turn, of `words` x 6 words
+CREATE FUNCTION pg_temp.talk(lo int, hi int, words int) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO ctxwin.messages (session_id, role, content)
+    SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
+           'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', words)
+    FROM generate_series(lo, hi) i $$;
+SELECT pg_temp.talk(1, 8, 0);
 SELECT is(ctxwin.compact(), 1, 'a due summary of a small window (below the low-water mark) is written at once');
 -- a window between the low-water mark (1,200) and halfway to the budget (1,600)
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', 5)
-FROM generate_series(9, 44) i;
+SELECT pg_temp.talk(9, 44, 5);
 SELECT cmp_ok((SELECT context_tokens FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003'))::int, '>=', 1200,
               'the context is at the low-water mark');
 SELECT ok((SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '20000000-0000-0000-0000-000000000003'),
@@ -198,20 +198,17 @@ SELECT is(ctxwin.compact(), 0, 'but compact() passes it over: its window is far 
 UPDATE ctxwin.profiles SET window_policy = 'sliding' WHERE name = 'tm';
 SELECT is(ctxwin.compact(), 1, 'the same session under a sliding window is summarized at once');
 UPDATE ctxwin.profiles SET window_policy = 'stable' WHERE name = 'tm';
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', 5)
-FROM generate_series(45, 80) i;
+SELECT pg_temp.talk(45, 80, 5);
 SELECT cmp_ok((SELECT context_tokens FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003'))::int, '<', 1600,
               '(below halfway to the budget)');
 SELECT is(ctxwin.compact(), 0, 'queued again at the low-water mark, it waits again');
+SELECT matches((SELECT note FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003')),
+               'A summary is due; under the stable window it waits',
+               'context_status says that the summary waits, and why');
 UPDATE ctxwin.profiles SET cache_ttl = '0' WHERE name = 'tm';
 SELECT is(ctxwin.compact(), 1, 'with cache_ttl 0 (or once idle that long) it is summarized');
 UPDATE ctxwin.profiles SET cache_ttl = '5 minutes' WHERE name = 'tm';
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT '20000000-0000-0000-0000-000000000003', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       'Message ' || i || ': ' || repeat('the deploy pipeline builds and tests ', 12)
-FROM generate_series(17, 40) i;
+SELECT pg_temp.talk(17, 40, 12);
 SELECT cmp_ok((SELECT context_tokens FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003'))::int, '>=', 1600,
               'the context has reached halfway from the low-water mark to the budget');
 SELECT is(ctxwin.compact(), 1, 'so the summary no longer waits: it is written now, where the window would jump anyway');
