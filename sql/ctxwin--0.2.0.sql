@@ -2327,36 +2327,25 @@ GROUP BY s.id;
 COMMENT ON VIEW ctxwin.usage IS
 'Per session: requests and their input, cached, cache-write and output tokens, cache hit ratio (cached / input), LLM summaries and their tokens, and costs at the prices of ctxwin.models (NULL when a price needed is unknown)';
 
--- The same per profile, over the sessions that have it now.
+-- The same per profile, summed over the sessions that have it now
+-- (ctxwin.usage): a cost is NULL when one of theirs is.
 CREATE VIEW ctxwin.profile_usage WITH (security_invoker = true) AS
 SELECT p.name AS profile,
-       (SELECT count(*) FROM ctxwin.sessions s WHERE s.profile = p.name) AS sessions,
-       coalesce(sum(g.calls) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS requests,
-       coalesce(sum(g.input_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS input_tokens,
-       coalesce(sum(g.cached_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS cached_tokens,
-       coalesce(sum(g.cache_write_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS cache_write_tokens,
-       coalesce(sum(g.output_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS output_tokens,
-       round(sum(g.cached_tokens) FILTER (WHERE g.kind = 'request')
-             / nullif(sum(g.input_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric), 4) AS cache_hit_ratio,
-       coalesce(sum(g.calls) FILTER (WHERE g.kind = 'summary'), 0::numeric)::bigint AS summary_requests,
-       coalesce(sum(g.input_tokens) FILTER (WHERE g.kind = 'summary'), 0::numeric)::bigint AS summary_input_tokens,
-       coalesce(sum(g.output_tokens) FILTER (WHERE g.kind = 'summary'), 0::numeric)::bigint AS summary_output_tokens,
-       CASE WHEN count(g.cost) FILTER (WHERE g.kind = 'request') = count(g.kind) FILTER (WHERE g.kind = 'request')
-            THEN coalesce(sum(g.cost) FILTER (WHERE g.kind = 'request'), 0::numeric) END AS request_cost,
-       CASE WHEN count(g.cost) FILTER (WHERE g.kind = 'summary') = count(g.kind) FILTER (WHERE g.kind = 'summary')
-            THEN coalesce(sum(g.cost) FILTER (WHERE g.kind = 'summary'), 0::numeric) END AS summary_cost,
-       CASE WHEN count(g.cost) = count(g.kind) THEN coalesce(sum(g.cost), 0::numeric) END AS cost
+       count(u.session_id) AS sessions,
+       coalesce(sum(u.requests), 0::numeric)::bigint AS requests,
+       coalesce(sum(u.input_tokens), 0::numeric)::bigint AS input_tokens,
+       coalesce(sum(u.cached_tokens), 0::numeric)::bigint AS cached_tokens,
+       coalesce(sum(u.cache_write_tokens), 0::numeric)::bigint AS cache_write_tokens,
+       coalesce(sum(u.output_tokens), 0::numeric)::bigint AS output_tokens,
+       round(sum(u.cached_tokens) / nullif(sum(u.input_tokens), 0::numeric), 4) AS cache_hit_ratio,
+       coalesce(sum(u.summary_requests), 0::numeric)::bigint AS summary_requests,
+       coalesce(sum(u.summary_input_tokens), 0::numeric)::bigint AS summary_input_tokens,
+       coalesce(sum(u.summary_output_tokens), 0::numeric)::bigint AS summary_output_tokens,
+       CASE WHEN count(u.request_cost) = count(u.session_id) THEN coalesce(sum(u.request_cost), 0::numeric) END AS request_cost,
+       CASE WHEN count(u.summary_cost) = count(u.session_id) THEN coalesce(sum(u.summary_cost), 0::numeric) END AS summary_cost,
+       CASE WHEN count(u.cost) = count(u.session_id) THEN coalesce(sum(u.cost), 0::numeric) END AS cost
 FROM ctxwin.profiles p
-LEFT JOIN (
-    SELECT s.profile, l.kind, l.model, count(*) AS calls,
-           sum(l.input_tokens) AS input_tokens, sum(l.cached_tokens) AS cached_tokens,
-           sum(l.cache_write_tokens) AS cache_write_tokens, sum(l.output_tokens) AS output_tokens,
-           CASE WHEN count(l.input_tokens) = count(*)
-                THEN ctxwin.usage_cost(l.model, sum(l.input_tokens)::bigint, sum(l.cached_tokens)::bigint,
-                                       sum(l.cache_write_tokens)::bigint, sum(l.output_tokens)::bigint) END AS cost
-    FROM ctxwin.usage_ledger l
-    JOIN ctxwin.sessions s ON s.id = l.session_id
-    GROUP BY s.profile, l.kind, l.model) g ON g.profile = p.name
+LEFT JOIN ctxwin.usage u ON u.profile = p.name
 GROUP BY p.name;
 
 COMMENT ON VIEW ctxwin.profile_usage IS

@@ -28,9 +28,9 @@ static const char *const session_query =
 "       s.last_error_at, st.trigger_ratio, st.max_messages_before_summary, "
 "       st.max_tokens_before_summary, st.min_recent_messages, c.margin, "
 "       st.window_policy, st.window_low_water, "
-"       pg_catalog.extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) s.updated_at) "
-"           OPERATOR(pg_catalog.*) 1000, "
-"       pg_catalog.extract(epoch FROM st.cache_ttl) OPERATOR(pg_catalog.*) 1000 "
+"       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) s.updated_at) "
+"           OPERATOR(pg_catalog.*) 1000::pg_catalog.float8, "
+"       pg_catalog.date_part('epoch', st.cache_ttl) OPERATOR(pg_catalog.*) 1000::pg_catalog.float8 "
 "FROM ctxwin.sessions s "
 "JOIN ctxwin.session_settings st ON st.session_id OPERATOR(pg_catalog.=) s.id "
 "LEFT JOIN ctxwin.calibration c ON c.model OPERATOR(pg_catalog.=) st.model "
@@ -42,6 +42,17 @@ static const char *const exists_query =
 
 static SPIPlanPtr session_plan = NULL;
 static SPIPlanPtr exists_plan = NULL;
+
+/* Milliseconds as an int64, within +-2^50 (an infinite interval is the bound). */
+static int64
+Milliseconds(float8 ms)
+{
+	float8		bound = (float8) (INT64CONST(1) << 50);
+
+	if (isnan(ms))
+		return 0;
+	return (int64) Max(Min(ms, bound), -bound);
+}
 
 /* Raises the error of a NULL session argument. */
 static void
@@ -149,9 +160,9 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 			sv->stable = policy != NULL && strcmp(policy, "stable") == 0;
 			sv->low_water = DatumGetFloat4(SPI_getbinval(tup, desc, 25, &isnull));
 			d = SPI_getbinval(tup, desc, 26, &isnull);
-			sv->idle_ms = isnull ? 0 : (int64) DatumGetFloat8(DirectFunctionCall1(numeric_float8, d));
+			sv->idle_ms = isnull ? 0 : Milliseconds(DatumGetFloat8(d));
 			d = SPI_getbinval(tup, desc, 27, &isnull);
-			sv->cache_ttl_ms = isnull ? 0 : (int64) DatumGetFloat8(DirectFunctionCall1(numeric_float8, d));
+			sv->cache_ttl_ms = isnull ? 0 : Milliseconds(DatumGetFloat8(d));
 		}
 		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
 		MemoryContextSwitchTo(old);
