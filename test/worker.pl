@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-plan tests => 87;
+plan tests => 89;
 
 # --- the mock LLM and the cluster --------------------------------------------
 my $mock = CtxwinTest::Mock->start(extra => [ '--slow', '60', '--seed', '7' ]);
@@ -245,6 +245,24 @@ is(sq('w1', "SELECT compaction_queued_at IS NULL AND summary_through_id = 0 FROM
 sql_do($node, 'w1', "UPDATE ctxwin.profiles SET max_messages_before_summary = 20 WHERE name = 'lazy'");
 ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'", 10),
 	"lowering the profile's trigger queues the session and wakes the worker, which compacts it");
+
+# --- a stable window's summary waits, and the message that ends the wait wakes the worker ----
+# budget 1,000: the low-water mark is 600 tokens, halfway from it to the budget 800
+sql_do($node, 'w1', "INSERT INTO ctxwin.profiles (name, context_window, response_reserve, max_messages_before_summary,
+                                                  min_recent_messages, max_summary_tokens, window_policy)
+                     VALUES ('warm', 1100, 100, 4, 2, 100, 'stable')");
+($s) = sessions('w1', 1, 'warm');
+sql_do($node, 'w1', "INSERT INTO ctxwin.messages (session_id, role, content)
+                     SELECT '$s', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END, repeat('word ', 40)
+                     FROM generate_series(1, 15) i");
+usleep(1_500_000);
+is(sq('w1', "SELECT (SELECT context_tokens BETWEEN 600 AND 799 FROM ctxwin.context_status(id))
+                    AND compaction_queued_at IS NOT NULL AND summary_through_id = 0 AND compaction_failures = 0
+             FROM ctxwin.sessions WHERE id = '$s'"),
+	't', 'a stable session queued with its context between the low-water mark and halfway to the budget is not summarized: it waits');
+sql_do($node, 'w1', "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$s', 'user', repeat('word ', 200))");
+ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'", 10),
+	'the message that brings it past halfway wakes the worker, which summarizes it (naptime is 60 s)');
 
 # --- the Anthropic wire format, and the hybrid strategy --------------------------
 set_conf($node, 'ctxwin.llm_provider' => 'anthropic', 'ctxwin.llm_base_url' => $mock->base_url('anthropic'));
