@@ -52,6 +52,8 @@
  * A session's counters after the statement's messages (which also reset
  * the failures and the retry time of the compaction circuit breaker).  The
  * row is locked since the counters were read: the values are absolute.
+ * $10 is now(), passed in: Citus refuses a function that is not immutable
+ * inside CASE or coalesce in an UPDATE of a distributed table.
  */
 static const char *const update_query =
 "UPDATE ctxwin.sessions "
@@ -64,9 +66,9 @@ static const char *const update_query =
 "    pending_tool_calls = $8, "
 "    compaction_failures = 0, "
 "    compaction_retry_at = NULL, "
-"    compaction_queued_at = CASE WHEN $9 THEN coalesce(compaction_queued_at, pg_catalog.now()) "
+"    compaction_queued_at = CASE WHEN $9 THEN coalesce(compaction_queued_at, $10) "
 "                                ELSE compaction_queued_at END, "
-"    updated_at = pg_catalog.now() "
+"    updated_at = $10 "
 "WHERE id OPERATOR(pg_catalog.=) $1";
 
 /* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
@@ -232,10 +234,10 @@ CtxwinCountersWrite(PendingSession *e)
 	Counters	c = e->c;		/* its memory stays until freed below */
 	pg_uuid_t	id = e->id;
 	ItemPointerData tid = e->tid;
-	Oid			argtypes[9] = {UUIDOID, INT8OID, INT8OID, INT8OID, INT8OID, INT4OID,
-	TEXTOID, TEXTARRAYOID, BOOLOID};
-	Datum		args[9];
-	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			argtypes[10] = {UUIDOID, INT8OID, INT8OID, INT8OID, INT8OID, INT4OID,
+	TEXTOID, TEXTARRAYOID, BOOLOID, TIMESTAMPTZOID};
+	Datum		args[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			rc;
 
 	/* saved counters of lower levels: none (the frame's level is the lowest) */
@@ -265,11 +267,12 @@ CtxwinCountersWrite(PendingSession *e)
 	args[7] = c.pending ? PointerGetDatum(c.pending) : (Datum) 0;
 	nulls[7] = c.pending ? ' ' : 'n';
 	args[8] = BoolGetDatum(c.queue_set);
+	args[9] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 
 	ctxwin_bookkeeping_depth++;
 	PG_TRY();
 	{
-		rc = SPI_execute_plan(CtxwinKeptPlan(&update_plan, update_query, 9, argtypes), args, nulls,
+		rc = SPI_execute_plan(CtxwinKeptPlan(&update_plan, update_query, 10, argtypes), args, nulls,
 							  false, 0);
 	}
 	PG_FINALLY();

@@ -105,7 +105,17 @@ CtxwinDirectReadable(Oid relid)
 	return get_rel_relkind(relid) == RELKIND_RELATION &&
 		!has_subclass(relid) &&
 		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
-		GetConfigOption("citus.version", true, false) == NULL;
+		!CtxwinCitusLoaded();
+}
+
+/*
+ * Whether Citus is loaded into this backend (its GUCs exist): ctxwin's
+ * tables may then be distributed, their rows in shards on other nodes.
+ */
+bool
+CtxwinCitusLoaded(void)
+{
+	return GetConfigOption("citus.version", true, false) != NULL;
 }
 
 /*
@@ -158,13 +168,20 @@ CtxwinUuidText(Datum id)
  * A query prepared once per backend with a generic plan (ctxwin's queries
  * do not depend on their values) and kept; *plan caches it.  The caller
  * has connected to SPI.
+ *
+ * Under Citus, a custom plan each time instead: its planner routes a query
+ * to the shard of the session the parameters name, which a generic plan
+ * does not know (Citus 13 fails to plan, or crashes on, generic plans of a
+ * join or of an UPDATE that calls now() with the session as a parameter).
  */
 SPIPlanPtr
 CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes)
 {
 	if (*plan == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare_cursor(query, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+		SPIPlanPtr	p = SPI_prepare_cursor(query, nargs, argtypes,
+										   CtxwinCitusLoaded() ? CURSOR_OPT_CUSTOM_PLAN :
+										   CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL)
 			elog(ERROR, "SPI_prepare_cursor failed for \"%s\": %s",
