@@ -706,32 +706,41 @@ COMMENT ON COLUMN ctxwin.models.output_price IS
 
 CREATE OR REPLACE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A user's row under a built-in name takes over the built-in row in
         -- place (deleting it first would break the profiles and sessions
-        -- that reference it); the insert itself is then skipped.
-        IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
-            UPDATE ctxwin.models
-            SET encoding = NEW.encoding, context_window = NEW.context_window,
-                provider = NEW.provider, builtin = false,
-                input_price = NEW.input_price, cached_input_price = NEW.cached_input_price,
-                cache_write_price = NEW.cache_write_price, output_price = NEW.output_price
-            WHERE name = NEW.name AND builtin;
-            IF FOUND THEN
+        -- that reference it); the insert itself is then skipped.  The row
+        -- is updated in the table the trigger fires on: under Citus that
+        -- is each node's copy of the reference table (models_102008, say),
+        -- where a query of ctxwin.models would be a distributed query,
+        -- which Citus refuses on a shard.
+        IF NOT NEW.builtin AND starts_with(TG_TABLE_NAME, 'models') THEN
+            EXECUTE format('UPDATE %I.%I
+                SET encoding = $1.encoding, context_window = $1.context_window,
+                    provider = $1.provider, builtin = false,
+                    input_price = $1.input_price, cached_input_price = $1.cached_input_price,
+                    cache_write_price = $1.cache_write_price, output_price = $1.output_price
+                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
                 RETURN NULL;
             END IF;
         ELSIF NOT NEW.builtin THEN
-            UPDATE ctxwin.profiles
-            SET model = NEW.model, context_window = NEW.context_window, trigger_ratio = NEW.trigger_ratio,
-                max_messages_before_summary = NEW.max_messages_before_summary,
-                max_tokens_before_summary = NEW.max_tokens_before_summary,
-                min_recent_messages = NEW.min_recent_messages, response_reserve = NEW.response_reserve,
-                max_summary_tokens = NEW.max_summary_tokens, summary_strategy = NEW.summary_strategy,
-                summary_model = NEW.summary_model, summary_prompt = NEW.summary_prompt,
-                summary_placement = NEW.summary_placement, builtin = false
-            WHERE name = NEW.name AND builtin;
-            IF FOUND THEN
+            EXECUTE format('UPDATE %I.%I
+                SET model = $1.model, context_window = $1.context_window, trigger_ratio = $1.trigger_ratio,
+                    max_messages_before_summary = $1.max_messages_before_summary,
+                    max_tokens_before_summary = $1.max_tokens_before_summary,
+                    min_recent_messages = $1.min_recent_messages, response_reserve = $1.response_reserve,
+                    max_summary_tokens = $1.max_summary_tokens, summary_strategy = $1.summary_strategy,
+                    summary_model = $1.summary_model, summary_prompt = $1.summary_prompt,
+                    summary_placement = $1.summary_placement, window_policy = $1.window_policy,
+                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl, builtin = false
+                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
                 RETURN NULL;
             END IF;
         END IF;
@@ -1400,3 +1409,66 @@ COMMENT ON FUNCTION ctxwin.distribute(int) IS
 'On a Citus coordinator: distributes ctxwin''s tables by session (models, profiles and calibration as reference tables) and delegates the functions that take a session to the node that holds it';
 
 REVOKE ALL ON FUNCTION ctxwin.distribute(int) FROM PUBLIC;
+
+-- Under Citus the trigger fires on each node's copy of profiles and models
+CREATE OR REPLACE FUNCTION ctxwin._settings_requeue() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF TG_TABLE_NAME NOT IN ('profiles', 'models') THEN
+        -- Under Citus: a node's copy of the reference table, where a query
+        -- of the distributed sessions is refused; the sessions are queued
+        -- by their next message instead.
+        RETURN NULL;
+    END IF;
+    UPDATE ctxwin.sessions s SET compaction_queued_at = now()
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE s.profile = p.name AND s.compaction_queued_at IS NULL
+      AND CASE TG_TABLE_NAME WHEN 'profiles' THEN p.name IN (SELECT r.name FROM new_rows r)
+                             ELSE p.model IN (SELECT r.name FROM new_rows r) END
+      AND ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
+                               p.max_messages_before_summary, p.max_tokens_before_summary, p.trigger_ratio,
+                               coalesce(p.context_window, m.context_window), p.min_recent_messages);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM ctxwin._wake_worker();
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- PL/pgSQL, not SQL: Citus plans a query with parameters of an SQL function
+-- only on a single shard's fast path
+CREATE OR REPLACE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (
+        SELECT max(m.id) FROM ctxwin.messages m
+        LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+          AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                     ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                                m.tool_calls, p_encoding) END), 0)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after);
+END $$;

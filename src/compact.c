@@ -58,6 +58,28 @@ static SummaryQuery next_q = {
 	3, {INT4OID, UUIDOID, TIMESTAMPTZOID}
 };
 
+/*
+ * The same under Citus, which refuses FOR UPDATE in a query of several
+ * shards, and would look for the worker's claims on the nodes that hold
+ * the sessions: the row is then locked on its own (lock_q) and the claim
+ * looked for here, on the coordinator, where the worker runs.
+ */
+static SummaryQuery next_citus_q = {
+	"SELECT x.id, x.compaction_queued_at FROM ctxwin.sessions x "
+	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 "
+	"AND ($2 IS NULL OR (x.compaction_queued_at, x.id) " OP(">") " ($3, $2)) "
+	"AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
+	"ORDER BY x.compaction_queued_at, x.id LIMIT 1",
+	3, {INT4OID, UUIDOID, TIMESTAMPTZOID}
+};
+
+static SummaryQuery lock_q = {
+	"SELECT x.id FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 "
+	"AND x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $2 "
+	"FOR NO KEY UPDATE SKIP LOCKED",
+	2, {UUIDOID, INT4OID}
+};
+
 static SummaryQuery failed_q = {
 	"SELECT ctxwin._compaction_failed($1, $2)", 2, {UUIDOID, TEXTOID}
 };
@@ -115,6 +137,7 @@ ctxwin_summarize_session(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	CtxwinRequireCitusCoordinator("summarize_session()");
 	row = SummarizeSession(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
 						   !PG_ARGISNULL(1) && PG_GETARG_BOOL(1), PG_ARGISNULL(1),
 						   PG_GETARG_DATUM(2), PG_ARGISNULL(2), &isnull);
@@ -152,6 +175,7 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 	char		nulls[3] = {' ', 'n', 'n'};
 	MemoryContext cxt,
 				each;
+	bool		citus = CtxwinCitusLoaded();
 
 	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) <= 0)
 		ereport(ERROR,
@@ -160,6 +184,7 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 	max_sessions = PG_GETARG_INT32(0);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	CtxwinRequireCitusCoordinator("compact()");
 	cxt = CurrentMemoryContext;
 	/* what one session allocates, freed before the next */
 	each = AllocSetContextCreate(cxt, "ctxwin compact session", ALLOCSET_DEFAULT_SIZES);
@@ -173,14 +198,27 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextSwitchTo(each);
-		if (SummaryRun(&next_q, args, nulls, cols, colnulls, 2) == 0)
+		if (SummaryRun(citus ? &next_citus_q : &next_q, args, nulls, cols, colnulls, 2) == 0)
 			break;
 		memcpy(&last_id, DatumGetUUIDP(cols[0]), sizeof(last_id));
 		args[1] = UUIDPGetDatum(&last_id);
 		args[2] = cols[1];
 		nulls[1] = nulls[2] = ' ';
-		taken++;
 		one.session = args[1];
+		if (citus)
+		{
+			Datum		largs[2] = {one.session, args[0]};
+			Datum		lcol;
+			bool		lnull;
+
+			if (SummaryRun(&lock_q, largs, "  ", &lcol, &lnull, 1) == 0)
+			{
+				MemoryContextSwitchTo(cxt);
+				MemoryContextReset(each);
+				continue;
+			}
+		}
+		taken++;
 		/* claimed by the worker between the look and the lock */
 		if (!SummarySessionClaimed(one.session))
 		{

@@ -119,6 +119,42 @@ CtxwinCitusLoaded(void)
 }
 
 /*
+ * Whether this database is a Citus worker node (Citus loaded and installed
+ * here, and this node not the coordinator).  The caller is connected to SPI.
+ */
+bool
+CtxwinCitusWorkerNode(void)
+{
+	bool		isnull;
+
+	if (!CtxwinCitusLoaded())
+		return false;
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus'",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return false;
+	if (SPI_execute("SELECT NOT pg_catalog.citus_is_coordinator()", true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		return false;
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Refuses to summarize on a Citus worker node: every summarizer of a
+ * session must run where the worker's claims are seen, on the coordinator.
+ * The caller is connected to SPI.
+ */
+void
+CtxwinRequireCitusCoordinator(const char *what)
+{
+	if (CtxwinCitusWorkerNode())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s must run on the Citus coordinator", what),
+				 errdetail("The worker's claims on sessions it is summarizing are seen on the coordinator only."),
+				 errhint("Connect to the coordinator to call it.")));
+}
+
+/*
  * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
  * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
  * subtransaction released), else its error, copied into the caller's

@@ -99,6 +99,8 @@ extern int	ctxwin_bookkeeping_depth;
 /* ctxwin.c: whether C code may read one of ctxwin's tables without SQL */
 extern bool CtxwinDirectReadable(Oid relid);
 extern bool CtxwinCitusLoaded(void);
+extern bool CtxwinCitusWorkerNode(void);
+extern void CtxwinRequireCitusCoordinator(const char *what);
 
 /* ctxwin.c: fn(arg) in a subtransaction; its error (copied), or NULL */
 extern ErrorData *CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void));

@@ -122,10 +122,16 @@ static SummaryQuery cas_q = {
 	5, {TEXTOID, INT8OID, UUIDOID, INT8OID, JSONBOID}
 };
 
-/* The summaries row, returned whole (a ctxwin.summaries value). */
+/*
+ * The summaries row, returned whole (a ctxwin.summaries value), built from
+ * its columns: under Citus the row returned whole would be of the shard's
+ * row type (summaries_102040), which does not cast to the table's.
+ */
 static SummaryQuery insert_q = {
 	"INSERT INTO ctxwin.summaries AS x (session_id, version, from_id, through_id, content, token_count, "
-	"strategy, model, usage, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING x",
+	"strategy, model, usage, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+	"RETURNING ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at)::ctxwin.summaries",
 	10, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID}
 };
 

@@ -85,7 +85,8 @@ typedef enum WorkerState
 	WS_NO_DATABASE,
 	WS_PAUSED,
 	WS_NO_CONNECTIONS,
-	WS_VERSION_MISMATCH
+	WS_VERSION_MISMATCH,
+	WS_CITUS_WORKER_NODE
 } WorkerState;
 
 /* One database's worker, in shared memory.  No pointers. */

@@ -21,6 +21,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -161,8 +163,8 @@ BookkeepingExecute(const char *sql, int nargs, Oid *types, Datum *values)
 Datum
 ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 {
-	Oid			types[2] = {UUIDOID, TEXTOID};
-	Datum		values[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+	Oid			types[4] = {UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), (Datum) 0, (Datum) 0};
 	Datum		retry = (Datum) 0;
 	bool		isnull = true;
 
@@ -170,14 +172,27 @@ ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	if (LockSessionAsCaller(values[0]))
 	{
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+		int32		failures;
+
+		/*
+		 * The retry time is computed here, not in the UPDATE: Citus refuses
+		 * a stable function (timestamptz + interval) of a column there.
+		 */
+		if (SPI_execute_with_args("SELECT x.compaction_failures FROM ctxwin.sessions x WHERE x.id = $1",
+								  1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "could not read the failed compactions of the session");
+		failures = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		values[2] = TimestampTzGetDatum(now);
+		values[3] = TimestampTzGetDatum(now + (int64) Min(pow(4.0, Min(failures, 6)), 3600.0) * USECS_PER_SEC);
 		if (BookkeepingExecute("UPDATE ctxwin.sessions x "
 							   "SET compaction_failures = x.compaction_failures + 1, "
-							   "last_error = $2, last_error_at = now(), "
-							   "compaction_retry_at = now() + least(power(4::float8, least(x.compaction_failures, 6)::float8), "
-							   "3600::float8) * interval '1 second' "
+							   "last_error = $2, last_error_at = $3, compaction_retry_at = $4 "
 							   "WHERE x.id = $1 RETURNING x.compaction_retry_at",
-							   2, types, values) != SPI_OK_UPDATE_RETURNING)
+							   4, types, values) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "could not record the failed compaction");
+		isnull = true;
 		if (SPI_processed == 1)
 			retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	}
@@ -197,14 +212,16 @@ ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 Datum
 ctxwin_compaction_settle(PG_FUNCTION_ARGS)
 {
-	Oid			types[1] = {UUIDOID};
-	Datum		values[1] = {PG_GETARG_DATUM(0)};
+	Oid			types[2] = {UUIDOID, TIMESTAMPTZOID};
+	Datum		values[2] = {PG_GETARG_DATUM(0),
+		/* now() + 1 minute, passed in: Citus refuses now() in CASE */
+	TimestampTzGetDatum(GetCurrentTransactionStartTimestamp() + 60 * USECS_PER_SEC)};
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (LockSessionAsCaller(values[0]) &&
 		BookkeepingExecute("UPDATE ctxwin.sessions x "
-						   "SET compaction_retry_at = CASE WHEN d.due THEN now() + interval '1 minute' END, "
+						   "SET compaction_retry_at = CASE WHEN d.due THEN $2 END, "
 						   "compaction_queued_at = CASE WHEN d.due THEN x.compaction_queued_at END "
 						   "FROM (SELECT ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, "
 						   "s.prompt_tokens::bigint, st.max_messages_before_summary, st.max_tokens_before_summary, "
@@ -214,7 +231,7 @@ ctxwin_compaction_settle(PG_FUNCTION_ARGS)
 						   "OR ctxwin._summary_cut(s.id, s.summary_through_id, "
 						   "s.message_count - st.min_recent_messages::bigint) IS NULL)) d "
 						   "WHERE x.id = $1 AND x.compaction_queued_at IS NOT NULL",
-						   1, types, values) != SPI_OK_UPDATE)
+						   2, types, values) != SPI_OK_UPDATE)
 		elog(ERROR, "could not settle the session's place in the compaction queue");
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -424,6 +441,28 @@ QueueHasHeldSessions(void)
 }
 
 /*
+ * Under Citus: locks a session's row if it is still queued and nobody else
+ * holds it (SKIP LOCKED); a query of one shard, on the node that holds it.
+ */
+static bool
+LockQueuedRow(pg_uuid_t *id)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		values[1] = {UUIDPGetDatum(id)};
+	int			rc;
+
+	ArmStatementTimeout();
+	rc = SPI_execute_with_args("SELECT 1 FROM ctxwin.sessions x WHERE x.id = $1 "
+							   "AND x.compaction_queued_at IS NOT NULL "
+							   "FOR NO KEY UPDATE SKIP LOCKED",
+							   1, types, values, NULL, false, 0);
+	DisarmStatementTimeout();
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not lock a queued session");
+	return SPI_processed == 1;
+}
+
+/*
  * Locks up to room queued sessions, oldest first, whose rows nobody else
  * holds (SKIP LOCKED: held rows are passed over, not counted, and not
  * waited for), except those this worker has in hand or leaves alone for a
@@ -437,20 +476,35 @@ ReadCandidates(int room, Candidate **candidates)
 	int			n;
 	int			i;
 
-	QueryDueSessions("SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
-					 "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
-					 "FOR NO KEY UPDATE SKIP LOCKED", room);
-	n = (int) SPI_processed;
-	cand = MemoryContextAlloc(LoopContext, sizeof(Candidate) * (n + 1));
-	for (i = 0; i < n; i++)
+	bool		citus = CtxwinCitusLoaded();
+	SPITupleTable *rows;
+
+	/*
+	 * Citus refuses FOR UPDATE in a query of several shards: there the
+	 * queue is read without locks, and each session's row is then locked
+	 * on its own, on the node that holds it (SKIP LOCKED, as above).
+	 */
+	if (citus)
+		QueryDueSessions("SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+						 "ORDER BY x.compaction_queued_at, x.id LIMIT $3", room);
+	else
+		QueryDueSessions("SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+						 "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
+						 "FOR NO KEY UPDATE SKIP LOCKED", room);
+	rows = SPI_tuptable;
+	cand = MemoryContextAlloc(LoopContext, sizeof(Candidate) * (SPI_processed + 1));
+	n = 0;
+	for (i = 0; i < (int) SPI_processed; i++)
 	{
-		HeapTuple	row = SPI_tuptable->vals[i];
+		HeapTuple	row = rows->vals[i];
 		bool		isnull;
 
-		cand[i].id = *DatumGetUUIDP(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
-		cand[i].queued_at = DatumGetTimestampTz(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+		cand[n].id = *DatumGetUUIDP(SPI_getbinval(row, rows->tupdesc, 1, &isnull));
+		cand[n].queued_at = DatumGetTimestampTz(SPI_getbinval(row, rows->tupdesc, 2, &isnull));
+		if (!citus || LockQueuedRow(&cand[n].id))
+			n++;
 	}
-	SPI_freetuptable(SPI_tuptable);
+	SPI_freetuptable(rows);
 	*candidates = cand;
 	return n;
 }

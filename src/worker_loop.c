@@ -178,6 +178,30 @@ SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
  * (the worker goes on by itself after it), a newer one for a server restart
  * that loads the newer library.  Each change of what it sees is logged once.
  */
+/*
+ * Whether this database is a Citus worker node.  Under Citus the worker
+ * runs on the coordinator only: the claims on sessions it holds while
+ * their requests are in flight are advisory locks, which are per node, so
+ * every summarizer of a session (the worker, compact() and
+ * summarize_session) must run on one node, the coordinator.  Its queries
+ * reach every shard from there.  Logged once.
+ */
+static bool
+CitusWorkerNode(void)
+{
+	static bool logged = false;
+	bool		worker = CtxwinCitusWorkerNode();
+
+	if (worker && !logged)
+		ereport(LOG,
+				(errmsg("ctxwin worker does not serve database \"%s\" on this Citus worker node",
+						get_database_name(MyDatabaseId)),
+				 errdetail("Under Citus, sessions are compacted by the worker on the coordinator."),
+				 errhint("Remove the database from ctxwin.databases on this node.")));
+	logged = worker;
+	return worker;
+}
+
 static WorkerState
 ExtensionState(void)
 {
@@ -205,7 +229,7 @@ ExtensionState(void)
 	if (strcmp(version, CTXWIN_VERSION) == 0)
 	{
 		logged[0] = '\0';
-		return WS_IDLE;
+		return CitusWorkerNode() ? WS_CITUS_WORKER_NODE : WS_IDLE;
 	}
 	if (strcmp(version, logged) != 0)
 	{
@@ -485,9 +509,10 @@ static void
 PublishState(WorkerState ext)
 {
 	SpinLockAcquire(&MySlot->mutex);
-	if (ext == WS_NO_EXTENSION || ext == WS_VERSION_MISMATCH)
+	if (ext == WS_NO_EXTENSION || ext == WS_VERSION_MISMATCH || ext == WS_CITUS_WORKER_NODE)
 		MySlot->state = ext;
-	else if (ext == WS_IDLE || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH))
+	else if (ext == WS_IDLE || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH &&
+								MySlot->state != WS_CITUS_WORKER_NODE))
 		MySlot->state = NumWorkerJobs > 0 ? WS_WORKING : WS_IDLE;
 	MySlot->in_flight = RequestsInFlight;
 	SpinLockRelease(&MySlot->mutex);

@@ -27,7 +27,7 @@ PG_FUNCTION_INFO_V1(ctxwin_worker_status);
 /* The names of the WorkerStates, as worker_status() shows them. */
 static const char *const state_names[] = {
 	"stopped", "starting", "idle", "working", "no extension", "no such database", "paused",
-	"not accepting connections", "version mismatch"
+	"not accepting connections", "version mismatch", "citus worker node"
 };
 
 /* Records this worker's last error, and the session it was about (or NULL). */

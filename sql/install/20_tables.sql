@@ -65,32 +65,41 @@ COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
 
 CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A user's row under a built-in name takes over the built-in row in
         -- place (deleting it first would break the profiles and sessions
-        -- that reference it); the insert itself is then skipped.
-        IF NOT NEW.builtin AND TG_TABLE_NAME = 'models' THEN
-            UPDATE ctxwin.models
-            SET encoding = NEW.encoding, context_window = NEW.context_window,
-                provider = NEW.provider, builtin = false,
-                input_price = NEW.input_price, cached_input_price = NEW.cached_input_price,
-                cache_write_price = NEW.cache_write_price, output_price = NEW.output_price
-            WHERE name = NEW.name AND builtin;
-            IF FOUND THEN
+        -- that reference it); the insert itself is then skipped.  The row
+        -- is updated in the table the trigger fires on: under Citus that
+        -- is each node's copy of the reference table (models_102008, say),
+        -- where a query of ctxwin.models would be a distributed query,
+        -- which Citus refuses on a shard.
+        IF NOT NEW.builtin AND starts_with(TG_TABLE_NAME, 'models') THEN
+            EXECUTE format('UPDATE %I.%I
+                SET encoding = $1.encoding, context_window = $1.context_window,
+                    provider = $1.provider, builtin = false,
+                    input_price = $1.input_price, cached_input_price = $1.cached_input_price,
+                    cache_write_price = $1.cache_write_price, output_price = $1.output_price
+                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
                 RETURN NULL;
             END IF;
         ELSIF NOT NEW.builtin THEN
-            UPDATE ctxwin.profiles
-            SET model = NEW.model, context_window = NEW.context_window, trigger_ratio = NEW.trigger_ratio,
-                max_messages_before_summary = NEW.max_messages_before_summary,
-                max_tokens_before_summary = NEW.max_tokens_before_summary,
-                min_recent_messages = NEW.min_recent_messages, response_reserve = NEW.response_reserve,
-                max_summary_tokens = NEW.max_summary_tokens, summary_strategy = NEW.summary_strategy,
-                summary_model = NEW.summary_model, summary_prompt = NEW.summary_prompt,
-                summary_placement = NEW.summary_placement, builtin = false
-            WHERE name = NEW.name AND builtin;
-            IF FOUND THEN
+            EXECUTE format('UPDATE %I.%I
+                SET model = $1.model, context_window = $1.context_window, trigger_ratio = $1.trigger_ratio,
+                    max_messages_before_summary = $1.max_messages_before_summary,
+                    max_tokens_before_summary = $1.max_tokens_before_summary,
+                    min_recent_messages = $1.min_recent_messages, response_reserve = $1.response_reserve,
+                    max_summary_tokens = $1.max_summary_tokens, summary_strategy = $1.summary_strategy,
+                    summary_model = $1.summary_model, summary_prompt = $1.summary_prompt,
+                    summary_placement = $1.summary_placement, window_policy = $1.window_policy,
+                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl, builtin = false
+                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
                 RETURN NULL;
             END IF;
         END IF;

@@ -1,13 +1,15 @@
 -- Tokens of the unsummarized messages of a session, in an encoding.
 CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
 RETURNS bigint
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
-                                 ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
-                                                            m.tool_calls, p_encoding) END), 0)
-        FROM ctxwin.messages m
-        WHERE m.session_id = p_session AND m.id > p_after);
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                     ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                                m.tool_calls, p_encoding) END), 0)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after);
+END $$;
 
 COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
 'Tokens of the messages of a session after an id, counted in an encoding';
@@ -176,6 +178,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n bigint;
 BEGIN
+    IF TG_TABLE_NAME NOT IN ('profiles', 'models') THEN
+        -- Under Citus: a node's copy of the reference table, where a query
+        -- of the distributed sessions is refused; the sessions are queued
+        -- by their next message instead.
+        RETURN NULL;
+    END IF;
     UPDATE ctxwin.sessions s SET compaction_queued_at = now()
     FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
     WHERE s.profile = p.name AND s.compaction_queued_at IS NULL

@@ -339,13 +339,15 @@ COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
 -- current summary point, and not inside a tool group (_summary_may_end).
 CREATE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
 RETURNS bigint
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN (
-    SELECT max(m.id) FROM ctxwin.messages m
-    LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
-    WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
-      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (
+        SELECT max(m.id) FROM ctxwin.messages m
+        LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+          AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
 'The last message id at or before a target where a summary may end without splitting a tool group';
@@ -364,11 +366,13 @@ COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fire
 -- The unsummarized messages of a session up to an id, as chat messages.
 CREATE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
 RETURNS jsonb
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
-        FROM ctxwin.messages m
-        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
 'Messages of a session after one id and up to another, as chat messages, oldest first';
