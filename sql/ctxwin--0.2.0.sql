@@ -2394,7 +2394,8 @@ GRANT SELECT ON ctxwin.usage_ledger, ctxwin.usage, ctxwin.profile_usage TO PUBLI
 -- could not add them back there.
 ------------------------------------------------------------------------------
 
-CREATE FUNCTION ctxwin.distribute(shard_count int DEFAULT NULL)
+-- The conversion itself, without Citus's notices of each table copied.
+CREATE FUNCTION ctxwin._distribute(shard_count int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2421,27 +2422,6 @@ DECLARE
     t text;
     f regprocedure;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
-        RAISE EXCEPTION 'ctxwin.distribute() needs the citus extension'
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = 'The extension citus is not installed in this database.',
-                  HINT = 'On a Citus coordinator, run CREATE EXTENSION citus and add the worker nodes first.';
-    END IF;
-    IF NOT citus_is_coordinator() THEN
-        RAISE EXCEPTION 'ctxwin.distribute() must run on the Citus coordinator'
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Connect to the coordinator, or add this node as the coordinator with citus_set_coordinator_host().';
-    END IF;
-    IF EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'ctxwin.sessions'::regclass) THEN
-        RAISE NOTICE 'ctxwin is distributed already';
-        RETURN;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0) THEN
-        RAISE EXCEPTION 'the Citus cluster has no worker nodes'
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Add them with citus_add_node() first.';
-    END IF;
-
     -- Citus creates the tables' triggers on their shards only with this on:
     -- ctxwin's insert trigger numbers and counts a message on the shard
     -- that holds its session (co-located with the session's row).
@@ -2484,6 +2464,43 @@ BEGIN
                              'ctxwin.messages_after(uuid,bigint)']::regprocedure[] LOOP
         PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
     END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._distribute(int) IS
+'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';
+
+REVOKE ALL ON FUNCTION ctxwin._distribute(int) FROM PUBLIC;
+
+CREATE FUNCTION ctxwin.distribute(shard_count int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'ctxwin.distribute() needs the citus extension'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'The extension citus is not installed in this database.',
+                  HINT = 'On a Citus coordinator, run CREATE EXTENSION citus and add the worker nodes first.';
+    END IF;
+    IF NOT citus_is_coordinator() THEN
+        RAISE EXCEPTION 'ctxwin.distribute() must run on the Citus coordinator'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Connect to the coordinator, or add this node as the coordinator with citus_set_coordinator_host().';
+    END IF;
+    IF EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'ctxwin.sessions'::regclass) THEN
+        RAISE NOTICE 'ctxwin is distributed already';
+        RETURN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0) THEN
+        RAISE EXCEPTION 'the Citus cluster has no worker nodes'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Add them with citus_add_node() first.';
+    END IF;
+    IF shard_count IS NOT NULL AND shard_count < 1 THEN
+        RAISE EXCEPTION 'shard_count must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM ctxwin._distribute(shard_count);
 END $$;
 
 COMMENT ON FUNCTION ctxwin.distribute(int) IS
