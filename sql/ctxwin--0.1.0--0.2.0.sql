@@ -1489,3 +1489,125 @@ BEGIN
             FROM ctxwin.messages m
             WHERE m.session_id = p_session AND m.id > p_after);
 END $$;
+
+-- The bill's views join the prices in themselves, and the functions that read
+-- ctxwin.models are PL/pgSQL: both run under Citus
+CREATE OR REPLACE FUNCTION ctxwin._price_model(model text)
+RETURNS text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT m.name FROM ctxwin.models m
+            WHERE m.name = _price_model.model OR starts_with(_price_model.model, m.name || '-')
+            ORDER BY length(m.name) DESC, m.name
+            LIMIT 1);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._price_model(text) IS
+'The ctxwin.models row a model name is priced as: the same name, or the longest name it starts with followed by a dash';
+
+CREATE FUNCTION ctxwin._cost_at(input_tokens bigint, cached_tokens bigint, cache_write_tokens bigint,
+                                output_tokens bigint, input_price numeric, cached_input_price numeric,
+                                cache_write_price numeric, output_price numeric)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (CASE WHEN input_tokens - cached_tokens - cache_write_tokens = 0 THEN 0::numeric
+             ELSE (input_tokens - cached_tokens - cache_write_tokens)::numeric * input_price END
+        + CASE WHEN cached_tokens = 0 THEN 0::numeric ELSE cached_tokens::numeric * cached_input_price END
+        + CASE WHEN cache_write_tokens = 0 THEN 0::numeric ELSE cache_write_tokens::numeric * cache_write_price END
+        + CASE WHEN output_tokens = 0 THEN 0::numeric ELSE output_tokens::numeric * output_price END)
+       * 0.000001;
+
+COMMENT ON FUNCTION ctxwin._cost_at(bigint, bigint, bigint, bigint, numeric, numeric, numeric, numeric) IS
+'Cost of input (all, cached or not), cache-read, cache-write and output tokens at prices per million tokens; NULL when a price needed is NULL';
+
+CREATE OR REPLACE FUNCTION ctxwin.usage_cost(model text, input_tokens bigint, cached_tokens bigint,
+                                  cache_write_tokens bigint, output_tokens bigint)
+RETURNS numeric
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT ctxwin._cost_at(usage_cost.input_tokens, usage_cost.cached_tokens,
+                                   usage_cost.cache_write_tokens, usage_cost.output_tokens, m.input_price,
+                                   m.cached_input_price, m.cache_write_price, m.output_price)
+            FROM ctxwin.models m
+            WHERE m.name = ctxwin._price_model(usage_cost.model));
+END $$;
+
+COMMENT ON FUNCTION ctxwin.usage_cost(text, bigint, bigint, bigint, bigint) IS
+'Cost of input (all, cached or not), cache-read, cache-write and output tokens at a model''s prices per million tokens in ctxwin.models; NULL when a price needed is unknown';
+
+CREATE OR REPLACE VIEW ctxwin.usage_ledger WITH (security_invoker = true) AS
+SELECT l.session_id, l.kind, l.id, l.created_at, l.provider, l.model,
+       l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens,
+       CASE WHEN pm.name IS NOT NULL
+            THEN ctxwin._cost_at(l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens,
+                                 pm.input_price, pm.cached_input_price, pm.cache_write_price, pm.output_price)
+       END AS cost,
+       l.usage, l.window_first_id, l.window_tokens
+FROM ctxwin.usage_log l
+LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                   FROM ctxwin.models m
+                   WHERE m.name = l.model OR starts_with(l.model, m.name || '-')
+                   ORDER BY length(m.name) DESC, m.name
+                   LIMIT 1) pm ON true
+UNION ALL
+SELECT x.session_id, 'summary'::text, x.version::bigint, x.created_at, t.provider, x.model,
+       t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens,
+       CASE WHEN pm.name IS NOT NULL
+            THEN ctxwin._cost_at(t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens,
+                                 pm.input_price, pm.cached_input_price, pm.cache_write_price, pm.output_price)
+       END,
+       x.usage, NULL::bigint, NULL::int
+FROM ctxwin.summaries x
+CROSS JOIN LATERAL ctxwin.usage_tokens(x.usage, true) t
+LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                   FROM ctxwin.models m
+                   WHERE m.name = x.model OR starts_with(x.model, m.name || '-')
+                   ORDER BY length(m.name) DESC, m.name
+                   LIMIT 1) pm ON true
+WHERE x.strategy IN ('llm', 'hybrid');
+
+COMMENT ON VIEW ctxwin.usage_ledger IS
+'Every billed LLM call of a session: requests recorded with record_usage (kind request, id: the request''s) and LLM summaries (kind summary, id: the summary''s version), normalized, with their cost at the prices of ctxwin.models now';
+
+CREATE OR REPLACE VIEW ctxwin.usage WITH (security_invoker = true) AS
+SELECT s.id AS session_id, s.profile,
+       coalesce(sum(g.calls) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS requests,
+       coalesce(sum(g.input_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS input_tokens,
+       coalesce(sum(g.cached_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS cached_tokens,
+       coalesce(sum(g.cache_write_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS cache_write_tokens,
+       coalesce(sum(g.output_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric)::bigint AS output_tokens,
+       round(sum(g.cached_tokens) FILTER (WHERE g.kind = 'request')
+             / nullif(sum(g.input_tokens) FILTER (WHERE g.kind = 'request'), 0::numeric), 4) AS cache_hit_ratio,
+       coalesce(sum(g.calls) FILTER (WHERE g.kind = 'summary'), 0::numeric)::bigint AS summary_requests,
+       coalesce(sum(g.input_tokens) FILTER (WHERE g.kind = 'summary'), 0::numeric)::bigint AS summary_input_tokens,
+       coalesce(sum(g.output_tokens) FILTER (WHERE g.kind = 'summary'), 0::numeric)::bigint AS summary_output_tokens,
+       CASE WHEN count(g.cost) FILTER (WHERE g.kind = 'request') = count(g.kind) FILTER (WHERE g.kind = 'request')
+            THEN coalesce(sum(g.cost) FILTER (WHERE g.kind = 'request'), 0::numeric) END AS request_cost,
+       CASE WHEN count(g.cost) FILTER (WHERE g.kind = 'summary') = count(g.kind) FILTER (WHERE g.kind = 'summary')
+            THEN coalesce(sum(g.cost) FILTER (WHERE g.kind = 'summary'), 0::numeric) END AS summary_cost,
+       CASE WHEN count(g.cost) = count(g.kind) THEN coalesce(sum(g.cost), 0::numeric) END AS cost
+FROM ctxwin.sessions s
+LEFT JOIN (
+    SELECT a.session_id, a.kind, a.calls, a.input_tokens, a.cached_tokens, a.cache_write_tokens, a.output_tokens,
+           CASE WHEN a.complete AND pm.name IS NOT NULL
+                THEN ctxwin._cost_at(a.input_tokens::bigint, a.cached_tokens::bigint, a.cache_write_tokens::bigint,
+                                     a.output_tokens::bigint, pm.input_price, pm.cached_input_price,
+                                     pm.cache_write_price, pm.output_price) END AS cost
+    FROM (SELECT l.session_id, l.kind, l.model, count(*) AS calls,
+                 sum(l.input_tokens) AS input_tokens, sum(l.cached_tokens) AS cached_tokens,
+                 sum(l.cache_write_tokens) AS cache_write_tokens, sum(l.output_tokens) AS output_tokens,
+                 count(l.input_tokens) = count(*) AS complete
+          FROM ctxwin.usage_ledger l
+          GROUP BY l.session_id, l.kind, l.model) a
+    LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                       FROM ctxwin.models m
+                       WHERE m.name = a.model OR starts_with(a.model, m.name || '-')
+                       ORDER BY length(m.name) DESC, m.name
+                       LIMIT 1) pm ON true) g ON g.session_id = s.id
+GROUP BY s.id;
+
+COMMENT ON VIEW ctxwin.usage IS
+'Per session: requests and their input, cached, cache-write and output tokens, cache hit ratio (cached / input), LLM summaries and their tokens, and costs at the prices of ctxwin.models (NULL when a price needed is unknown)';

@@ -2054,35 +2054,56 @@ COMMENT ON FUNCTION ctxwin.usage_tokens(jsonb, boolean) IS
 -- gpt-4o-mini, claude-sonnet-4-5-20250929 is claude-sonnet-4-5).
 CREATE FUNCTION ctxwin._price_model(model text)
 RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN (SELECT m.name FROM ctxwin.models m
-        WHERE m.name = _price_model.model OR starts_with(_price_model.model, m.name || '-')
-        ORDER BY length(m.name) DESC, m.name
-        LIMIT 1);
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT m.name FROM ctxwin.models m
+            WHERE m.name = _price_model.model OR starts_with(_price_model.model, m.name || '-')
+            ORDER BY length(m.name) DESC, m.name
+            LIMIT 1);
+END $$;
 
 COMMENT ON FUNCTION ctxwin._price_model(text) IS
 'The ctxwin.models row a model name is priced as: the same name, or the longest name it starts with followed by a dash';
 
--- What tokens cost at a model's prices in ctxwin.models: uncached input,
--- cache reads, cache writes and output, each at its price per million.  A
--- price is needed only for tokens there are: NULL when one of those is
--- unknown (never counted as 0), or the model is not in ctxwin.models.
+-- What tokens cost at given prices per million: uncached input, cache
+-- reads, cache writes and output.  A price is needed only for tokens there
+-- are: NULL when one of those is unknown (never counted as 0).  Reads no
+-- table: the views below join the prices in themselves (under Citus a
+-- function that read ctxwin.models inside a query of the distributed
+-- usage_log would be a query within a query on a shard, which it refuses).
+CREATE FUNCTION ctxwin._cost_at(input_tokens bigint, cached_tokens bigint, cache_write_tokens bigint,
+                                output_tokens bigint, input_price numeric, cached_input_price numeric,
+                                cache_write_price numeric, output_price numeric)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (CASE WHEN input_tokens - cached_tokens - cache_write_tokens = 0 THEN 0::numeric
+             ELSE (input_tokens - cached_tokens - cache_write_tokens)::numeric * input_price END
+        + CASE WHEN cached_tokens = 0 THEN 0::numeric ELSE cached_tokens::numeric * cached_input_price END
+        + CASE WHEN cache_write_tokens = 0 THEN 0::numeric ELSE cache_write_tokens::numeric * cache_write_price END
+        + CASE WHEN output_tokens = 0 THEN 0::numeric ELSE output_tokens::numeric * output_price END)
+       * 0.000001;
+
+COMMENT ON FUNCTION ctxwin._cost_at(bigint, bigint, bigint, bigint, numeric, numeric, numeric, numeric) IS
+'Cost of input (all, cached or not), cache-read, cache-write and output tokens at prices per million tokens; NULL when a price needed is NULL';
+
+-- What tokens cost at a model's prices in ctxwin.models: NULL when a price
+-- needed is unknown, or the model is not in ctxwin.models.  (This one and
+-- _price_model are PL/pgSQL: Citus fails to run an SQL function with a
+-- standard body that reads one of its tables.)
 CREATE FUNCTION ctxwin.usage_cost(model text, input_tokens bigint, cached_tokens bigint,
                                   cache_write_tokens bigint, output_tokens bigint)
 RETURNS numeric
-LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN (SELECT (CASE WHEN c.uncached = 0 THEN 0::numeric ELSE c.uncached::numeric * m.input_price END
-                + CASE WHEN c.cached = 0 THEN 0::numeric ELSE c.cached::numeric * m.cached_input_price END
-                + CASE WHEN c.written = 0 THEN 0::numeric ELSE c.written::numeric * m.cache_write_price END
-                + CASE WHEN c.output = 0 THEN 0::numeric ELSE c.output::numeric * m.output_price END)
-               * 0.000001
-        FROM ctxwin.models m,
-             LATERAL (SELECT usage_cost.input_tokens - usage_cost.cached_tokens - usage_cost.cache_write_tokens AS uncached,
-                             usage_cost.cached_tokens AS cached, usage_cost.cache_write_tokens AS written,
-                             usage_cost.output_tokens AS output) c
-        WHERE m.name = ctxwin._price_model(usage_cost.model));
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT ctxwin._cost_at(usage_cost.input_tokens, usage_cost.cached_tokens,
+                                   usage_cost.cache_write_tokens, usage_cost.output_tokens, m.input_price,
+                                   m.cached_input_price, m.cache_write_price, m.output_price)
+            FROM ctxwin.models m
+            WHERE m.name = ctxwin._price_model(usage_cost.model));
+END $$;
 
 COMMENT ON FUNCTION ctxwin.usage_cost(text, bigint, bigint, bigint, bigint) IS
 'Cost of input (all, cached or not), cache-read, cache-write and output tokens at a model''s prices per million tokens in ctxwin.models; NULL when a price needed is unknown';
@@ -2297,16 +2318,32 @@ COMMENT ON FUNCTION ctxwin.record_usage(uuid, jsonb, bigint, int) IS
 CREATE VIEW ctxwin.usage_ledger WITH (security_invoker = true) AS
 SELECT l.session_id, l.kind, l.id, l.created_at, l.provider, l.model,
        l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens,
-       ctxwin.usage_cost(l.model, l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens) AS cost,
+       CASE WHEN pm.name IS NOT NULL
+            THEN ctxwin._cost_at(l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens,
+                                 pm.input_price, pm.cached_input_price, pm.cache_write_price, pm.output_price)
+       END AS cost,
        l.usage, l.window_first_id, l.window_tokens
 FROM ctxwin.usage_log l
+LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                   FROM ctxwin.models m
+                   WHERE m.name = l.model OR starts_with(l.model, m.name || '-')
+                   ORDER BY length(m.name) DESC, m.name
+                   LIMIT 1) pm ON true
 UNION ALL
 SELECT x.session_id, 'summary'::text, x.version::bigint, x.created_at, t.provider, x.model,
        t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens,
-       ctxwin.usage_cost(x.model, t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens),
+       CASE WHEN pm.name IS NOT NULL
+            THEN ctxwin._cost_at(t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens,
+                                 pm.input_price, pm.cached_input_price, pm.cache_write_price, pm.output_price)
+       END,
        x.usage, NULL::bigint, NULL::int
 FROM ctxwin.summaries x
 CROSS JOIN LATERAL ctxwin.usage_tokens(x.usage, true) t
+LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                   FROM ctxwin.models m
+                   WHERE m.name = x.model OR starts_with(x.model, m.name || '-')
+                   ORDER BY length(m.name) DESC, m.name
+                   LIMIT 1) pm ON true
 WHERE x.strategy IN ('llm', 'hybrid');
 
 COMMENT ON VIEW ctxwin.usage_ledger IS
@@ -2335,14 +2372,22 @@ SELECT s.id AS session_id, s.profile,
        CASE WHEN count(g.cost) = count(g.kind) THEN coalesce(sum(g.cost), 0::numeric) END AS cost
 FROM ctxwin.sessions s
 LEFT JOIN (
-    SELECT l.session_id, l.kind, l.model, count(*) AS calls,
-           sum(l.input_tokens) AS input_tokens, sum(l.cached_tokens) AS cached_tokens,
-           sum(l.cache_write_tokens) AS cache_write_tokens, sum(l.output_tokens) AS output_tokens,
-           CASE WHEN count(l.input_tokens) = count(*)
-                THEN ctxwin.usage_cost(l.model, sum(l.input_tokens)::bigint, sum(l.cached_tokens)::bigint,
-                                       sum(l.cache_write_tokens)::bigint, sum(l.output_tokens)::bigint) END AS cost
-    FROM ctxwin.usage_ledger l
-    GROUP BY l.session_id, l.kind, l.model) g ON g.session_id = s.id
+    SELECT a.session_id, a.kind, a.calls, a.input_tokens, a.cached_tokens, a.cache_write_tokens, a.output_tokens,
+           CASE WHEN a.complete AND pm.name IS NOT NULL
+                THEN ctxwin._cost_at(a.input_tokens::bigint, a.cached_tokens::bigint, a.cache_write_tokens::bigint,
+                                     a.output_tokens::bigint, pm.input_price, pm.cached_input_price,
+                                     pm.cache_write_price, pm.output_price) END AS cost
+    FROM (SELECT l.session_id, l.kind, l.model, count(*) AS calls,
+                 sum(l.input_tokens) AS input_tokens, sum(l.cached_tokens) AS cached_tokens,
+                 sum(l.cache_write_tokens) AS cache_write_tokens, sum(l.output_tokens) AS output_tokens,
+                 count(l.input_tokens) = count(*) AS complete
+          FROM ctxwin.usage_ledger l
+          GROUP BY l.session_id, l.kind, l.model) a
+    LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                       FROM ctxwin.models m
+                       WHERE m.name = a.model OR starts_with(a.model, m.name || '-')
+                       ORDER BY length(m.name) DESC, m.name
+                       LIMIT 1) pm ON true) g ON g.session_id = s.id
 GROUP BY s.id;
 
 COMMENT ON VIEW ctxwin.usage IS

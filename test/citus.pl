@@ -189,7 +189,21 @@ for my $round (1 .. 36)
 	$chat .= "SELECT 'compact', ctxwin.compact();\n" if $round % 12 == 0;
 }
 
-my $outputs = '';
+# the bill: each session's requests recorded, with the windows they sent
+for my $k (0 .. $#sid)
+{
+	my $s = $sid[$k];
+	my $usage = $profile[$k] eq 'cit_message'
+	  ? '{"input_tokens": ' . (300 + $k) . ', "cache_read_input_tokens": 200, "cache_creation_input_tokens": 50, "output_tokens": 40}'
+	  : '{"prompt_tokens": ' . (400 + $k) . ', "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 128}}';
+	$chat .= "SELECT 'usage', ctxwin.record_usage('$s', '$usage', 20, " . (350 + $k) . ");\n";
+}
+my $outputs = <<'SQL';
+SELECT model, encoding, requests, provider_tokens, counted_tokens, margin FROM ctxwin.calibration ORDER BY model;
+SELECT profile, sessions, requests, input_tokens, cached_tokens, cache_write_tokens, output_tokens, cache_hit_ratio,
+       request_cost, summary_cost, cost
+FROM ctxwin.profile_usage WHERE profile LIKE 'cit\_%' ORDER BY profile;
+SQL
 for my $s (@sid)
 {
 	$outputs .= <<"SQL";
@@ -210,6 +224,11 @@ SELECT '$s', message_count, token_count, unsummarized_messages, unsummarized_tok
        count_encoding, pending_tool_calls, summary_through_id, summary_tokens, summary_version,
        conversation_summary
 FROM ctxwin.sessions WHERE id = '$s';
+SELECT '$s', kind, id, provider, model, input_tokens, cached_tokens, cache_write_tokens, output_tokens, cost,
+       window_first_id, window_tokens
+FROM ctxwin.usage_ledger WHERE session_id = '$s' ORDER BY kind, id;
+SELECT '$s', requests, input_tokens, cached_tokens, cache_write_tokens, output_tokens, cache_hit_ratio, cost
+FROM ctxwin.usage WHERE session_id = '$s';
 SQL
 }
 
@@ -240,12 +259,13 @@ for my $k (0 .. ($#p > $#cl ? $#p : $#cl))
 		last;
 	}
 }
-ok(!defined $first_diff, 'build_context, build_request, status, messages, summaries and counters: '
+ok(!defined $first_diff, 'build_context, build_request, status, messages, summaries, counters and the bill: '
 	  . 'byte for byte the same on Citus as on one node')
   or diag("first difference at line $first_diff:\n  one node: "
 	  . ($p[$first_diff] // '<none>') . "\n  Citus:    " . ($cl[$first_diff] // '<none>'));
 like($pout, qr/\|extractive\n/, 'the chats made extractive summaries');
-like($pout, qr/cit_message|"role": "tool"/, 'the chats hold tool messages');
+like($pout, qr/"role": "tool"/, 'the chats hold tool messages');
+like($cout, qr/^cit_message\|4\|4\|/m, 'the bill through the coordinator: sessions and requests per profile');
 
 # the sessions are spread over both worker nodes
 is( c(  "SELECT count(DISTINCT nodeport) FROM (VALUES "
