@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what ctxwin needs, build it, and run every test on a throwaway
 # cluster: the core's corpus checks, pg_regress (make installcheck) and the
-# pgTAP and TAP suites (prove).  Run as root or with sudo.
+# pgTAP and TAP suites (prove), then the window, summary and bill suites
+# again with ctxwin.messages hash-partitioned.  Run as root or with sudo.
 #
 #   bash scripts/test.sh                  everything, on PostgreSQL 15
 #   bash scripts/test.sh --pg 18          everything, on PostgreSQL 18 (built
@@ -56,4 +57,20 @@ ctxwin_as_pg env PATH="$PATH" PERL5LIB="$PERL5LIB" PG_CONFIG="$PG_CONFIG" \
 	CTXWIN_PG_MAJOR="$CTXWIN_PG_MAJOR" HOME="$testdir" \
 	prove $verbose --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
 	--source Perl --ext .t --ext .sql --ext .pl "${files[@]}" || rc=1
+
+# The whole run also runs the suites of the window, the summaries and the
+# bill again with ctxwin.messages hash-partitioned by session (each file
+# creates the extension itself, with the setting its connection carries).
+if [ "$verbose" = "" ]; then
+	echo "=== again, with ctxwin.messages hash-partitioned (ctxwin.messages_partitions = 8)"
+	kind=$(PGOPTIONS="-c ctxwin.messages_partitions=8" psql -X -q -At -c "BEGIN" -c "CREATE EXTENSION ctxwin" \
+		-c "SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass" -c "ROLLBACK")
+	if [ "$kind" != p ]; then
+		echo "ctxwin.messages_partitions = 8 did not make ctxwin.messages partitioned (relkind: $kind)"
+		rc=1
+	fi
+	PGOPTIONS="-c ctxwin.messages_partitions=8" prove --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
+		test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
+		test/extractive.sql test/request.sql test/usage.sql test/rls.sql || rc=1
+fi
 exit $rc

@@ -34,6 +34,9 @@ void		_PG_init(void);
 
 bool		ctxwin_flush_notify = true;
 
+/* read by the install script (sql/install/20_tables.sql) through current_setting() */
+static int	ctxwin_messages_partitions = 0;
+
 int			ctxwin_bookkeeping_depth = 0;
 
 /* SPI helpers: columns of a row of SPI_tuptable */
@@ -327,6 +330,11 @@ _PG_init(void)
 							gettext_noop("Largest LLM answer accepted."),
 							NULL, &ctxwin_llm_max_response_bytes, 1024 * 1024, 1024, 64 * 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.messages_partitions",
+							gettext_noop("Hash partitions of ctxwin.messages by session that CREATE EXTENSION ctxwin makes (0: a plain table)."),
+							gettext_noop("Read only when the extension is created."),
+							&ctxwin_messages_partitions, 0, 0, 1024,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("ctxwin.flush_notify",
 							 gettext_noop("Send NOTIFY ctxwin_flush when a summary is written (the flush_events row is written either way)."),
 							 NULL, &ctxwin_flush_notify, true,

@@ -238,6 +238,29 @@ COMMENT ON FUNCTION ctxwin._sessions_guard() IS
 CREATE TRIGGER sessions_guard BEFORE INSERT OR UPDATE ON ctxwin.sessions
     FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_guard();
 
+-- Messages are a plain table, or, where ctxwin.messages_partitions is set
+-- (to 2 .. 1024) when the extension is created, a table hash-partitioned
+-- by session into that many partitions, ctxwin.messages_p0, _p1 ...: for a
+-- very large table on one node (each partition vacuumed and indexed on its
+-- own), with no change to the API.  Every partition's rows are dumped by
+-- pg_dump as the table's are.
+DO $$
+DECLARE
+    setting text := current_setting('ctxwin.messages_partitions', true);
+    n int;
+BEGIN
+    IF coalesce(setting, '') !~ '^\s*[0-9]{1,4}\s*$' AND coalesce(setting, '') <> '' THEN
+        RAISE EXCEPTION 'invalid value for ctxwin.messages_partitions: "%"', setting
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Set it to 0 (a plain table) or to a number of partitions from 2 to 1024.';
+    END IF;
+    n := coalesce(nullif(trim(setting), ''), '0')::int;
+    IF n = 1 OR n > 1024 THEN
+        RAISE EXCEPTION 'invalid value for ctxwin.messages_partitions: %', n
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Set it to 0 (a plain table) or to a number of partitions from 2 to 1024.';
+    END IF;
+    EXECUTE $sql$
 CREATE TABLE ctxwin.messages (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
     id bigint NOT NULL,
@@ -251,7 +274,13 @@ CREATE TABLE ctxwin.messages (
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (session_id, id)
-);
+)$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
+    FOR i IN 0 .. n - 1 LOOP
+        EXECUTE format('CREATE TABLE ctxwin.%I PARTITION OF ctxwin.messages FOR VALUES WITH (MODULUS %s, REMAINDER %s)',
+                       'messages_p' || i, n, i);
+        PERFORM pg_catalog.pg_extension_config_dump(format('ctxwin.%I', 'messages_p' || i)::regclass, '');
+    END LOOP;
+END $$;
 
 COMMENT ON TABLE ctxwin.messages IS
 'Chat messages, append-only; id is the position in the session (1, 2, 3 ... in commit order), set by ctxwin';
