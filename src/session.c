@@ -37,6 +37,54 @@ static const char *const session_query =
 "     AND c.encoding OPERATOR(pg_catalog.=) st.encoding "
 "WHERE s.id OPERATOR(pg_catalog.=) $1";
 
+/*
+ * The same in two queries under Citus, each of one kind of table: Citus
+ * plans the join of a distributed table with reference tables through its
+ * router planner, several times slower than a query of the session's row
+ * alone (its fast path) and one of the reference tables alone.  The
+ * columns are those of session_query, in citus_columns' order.
+ */
+static const char *const citus_session_query =
+"SELECT s.system_prompt, s.conversation_summary, s.summary_through_id, s.message_count, "
+"       s.profile, s.unsummarized_tokens, s.count_encoding, s.summary_version, "
+"       s.summary_updated_at, s.compaction_queued_at, s.compaction_failures, s.last_error, "
+"       s.last_error_at, "
+"       pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) s.updated_at) "
+"           OPERATOR(pg_catalog.*) 1000::pg_catalog.float8 "
+"FROM ctxwin.sessions s "
+"WHERE s.id OPERATOR(pg_catalog.=) $1";
+
+static const char *const citus_settings_query =
+"SELECT p.model, m.encoding, coalesce(p.context_window, m.context_window), "
+"       p.response_reserve, p.summary_placement, p.trigger_ratio, p.max_messages_before_summary, "
+"       p.max_tokens_before_summary, p.min_recent_messages, c.margin, p.window_policy, "
+"       p.window_low_water, "
+"       pg_catalog.date_part('epoch', p.cache_ttl) OPERATOR(pg_catalog.*) 1000::pg_catalog.float8 "
+"FROM ctxwin.profiles p "
+"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
+"LEFT JOIN ctxwin.calibration c ON c.model OPERATOR(pg_catalog.=) p.model "
+"     AND c.encoding OPERATOR(pg_catalog.=) m.encoding "
+"WHERE p.name OPERATOR(pg_catalog.=) $1";
+
+/*
+ * Where each column of session_query is in the Citus queries: in the
+ * session's (1) or the settings' (2), at which position.
+ */
+static const struct
+{
+	int8		query;
+	int8		pos;
+}			citus_columns[27] = {
+	{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5},	/* prompt .. profile */
+	{2, 1}, {2, 2}, {2, 3}, {2, 4}, {2, 5},	/* model .. placement */
+	{1, 6}, {1, 7}, {1, 8}, {1, 9}, {1, 10}, {1, 11}, {1, 12}, {1, 13},	/* .. last_error_at */
+	{2, 6}, {2, 7}, {2, 8}, {2, 9}, {2, 10}, {2, 11}, {2, 12},	/* ratio .. low water */
+	{1, 14}, {2, 13}			/* idle ms, cache ttl ms */
+};
+
+static SPIPlanPtr citus_session_plan = NULL;
+static SPIPlanPtr citus_settings_plan = NULL;
+
 static const char *const exists_query =
 "SELECT FROM ctxwin.sessions WHERE id OPERATOR(pg_catalog.=) $1";
 
@@ -99,75 +147,144 @@ CtxwinSessionRead(NullableDatum arg, SessionView *sv)
  * the current memory context; false if there is no such session (that the
  * caller may see).  The caller has connected to SPI.
  */
+/* The tuples a session was read into, and where each column of session_query is. */
+typedef struct SessionRow
+{
+	HeapTuple	tup[2];
+	TupleDesc	desc[2];
+	SPITupleTable *tables[2];	/* freed once read */
+	bool		split;			/* the Citus queries */
+} SessionRow;
+
+#define ROWTUP(r, k)  ((r)->split ? (r)->tup[citus_columns[(k) - 1].query - 1] : (r)->tup[0])
+#define ROWDESC(r, k) ((r)->split ? (r)->desc[citus_columns[(k) - 1].query - 1] : (r)->desc[0])
+#define ROWPOS(r, k)  ((r)->split ? citus_columns[(k) - 1].pos : (k))
+#define COL(r, k)	  ROWTUP(r, k), ROWDESC(r, k), ROWPOS(r, k)
+
+/*
+ * Reads a session's row and its settings into r (SPI's tuples, kept until
+ * the caller frees them); false if there is no such session, or it has no
+ * profile or model (as the join finds none).
+ */
+static bool
+ReadSessionRow(Datum id, SessionRow *r)
+{
+	Oid			types[1] = {UUIDOID};
+	Oid			ttypes[1] = {TEXTOID};
+	Datum		profile;
+	bool		isnull;
+
+	r->split = CtxwinCitusLoaded();
+	r->tables[0] = r->tables[1] = NULL;
+	if (!r->split)
+	{
+		if (SPI_execute_plan(CtxwinKeptPlan(&session_plan, session_query, 1, types), &id, NULL, true, 1)
+			!= SPI_OK_SELECT)
+			elog(ERROR, "reading a session failed");
+		r->tables[0] = SPI_tuptable;
+		if (SPI_processed == 0)
+			return false;
+		r->tup[0] = SPI_tuptable->vals[0];
+		r->desc[0] = SPI_tuptable->tupdesc;
+		return true;
+	}
+	if (SPI_execute_plan(CtxwinKeptPlan(&citus_session_plan, citus_session_query, 1, types), &id, NULL,
+						 true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading a session failed");
+	r->tables[0] = SPI_tuptable;
+	if (SPI_processed == 0)
+		return false;
+	r->tup[0] = SPI_tuptable->vals[0];
+	r->desc[0] = SPI_tuptable->tupdesc;
+	profile = SPI_getbinval(r->tup[0], r->desc[0], 5, &isnull);
+	if (isnull)
+		return false;
+	if (SPI_execute_plan(CtxwinKeptPlan(&citus_settings_plan, citus_settings_query, 1, ttypes), &profile,
+						 NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading the settings of a session failed");
+	r->tables[1] = SPI_tuptable;
+	if (SPI_processed == 0)
+		return false;
+	r->tup[1] = SPI_tuptable->vals[0];
+	r->desc[1] = SPI_tuptable->tupdesc;
+	return true;
+}
+
+static void
+FreeSessionRow(SessionRow *r)
+{
+	if (r->tables[1] != NULL)
+		SPI_freetuptable(r->tables[1]);
+	if (r->tables[0] != NULL)
+		SPI_freetuptable(r->tables[0]);
+}
+
 bool
 CtxwinSessionFind(Datum id, SessionView *sv)
 {
-	Oid			types[1] = {UUIDOID};
 	MemoryContext cxt = CurrentMemoryContext;
-	HeapTuple	tup;
-	TupleDesc	desc;
+	SessionRow	rr;
+	SessionRow *r = &rr;
 	bool		on;
 
-	if (SPI_execute_plan(CtxwinKeptPlan(&session_plan, session_query, 1, types), &id, NULL, true, 1)
-		!= SPI_OK_SELECT)
-		elog(ERROR, "reading a session failed");
-	if (SPI_processed == 0)
+	if (!ReadSessionRow(id, r))
+	{
+		FreeSessionRow(r);
 		return false;
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
+	}
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
 
 		memset(sv, 0, sizeof(*sv));
 		sv->id = id;
-		sv->system_prompt = CtxwinColumnCopy(tup, desc, 1);
-		sv->summary = CtxwinColumnCopy(tup, desc, 2);
-		sv->summary_through_id = CtxwinColumnInt64(tup, desc, 3);
-		sv->message_count = CtxwinColumnInt64(tup, desc, 4);
-		sv->profile = CtxwinColumnString(tup, desc, 5);
-		sv->model = CtxwinColumnString(tup, desc, 6);
-		sv->encoding_name = CtxwinColumnString(tup, desc, 7);
-		sv->context_window = CtxwinColumnInt32(tup, desc, 8, NULL);
-		sv->response_reserve = CtxwinColumnInt32(tup, desc, 9, NULL);
-		sv->placement = CtxwinColumnString(tup, desc, 10);
-		sv->unsummarized_tokens = CtxwinColumnInt64(tup, desc, 11);
-		sv->count_encoding = CtxwinColumnString(tup, desc, 12);
-		sv->summary_version = CtxwinColumnInt32(tup, desc, 13, NULL);
-		sv->summary_updated_at = CtxwinColumnTimestamp(tup, desc, 14, &sv->summary_updated_at_null);
-		sv->queued_at = CtxwinColumnTimestamp(tup, desc, 15, &sv->queued_at_null);
-		sv->compaction_failures = CtxwinColumnInt32(tup, desc, 16, NULL);
-		sv->last_error = CtxwinColumnCopy(tup, desc, 17);
-		sv->last_error_at = CtxwinColumnTimestamp(tup, desc, 18, &sv->last_error_at_null);
+		sv->system_prompt = CtxwinColumnCopy(COL(r, 1));
+		sv->summary = CtxwinColumnCopy(COL(r, 2));
+		sv->summary_through_id = CtxwinColumnInt64(COL(r, 3));
+		sv->message_count = CtxwinColumnInt64(COL(r, 4));
+		sv->profile = CtxwinColumnString(COL(r, 5));
+		sv->model = CtxwinColumnString(COL(r, 6));
+		sv->encoding_name = CtxwinColumnString(COL(r, 7));
+		sv->context_window = CtxwinColumnInt32(COL(r, 8), NULL);
+		sv->response_reserve = CtxwinColumnInt32(COL(r, 9), NULL);
+		sv->placement = CtxwinColumnString(COL(r, 10));
+		sv->unsummarized_tokens = CtxwinColumnInt64(COL(r, 11));
+		sv->count_encoding = CtxwinColumnString(COL(r, 12));
+		sv->summary_version = CtxwinColumnInt32(COL(r, 13), NULL);
+		sv->summary_updated_at = CtxwinColumnTimestamp(COL(r, 14), &sv->summary_updated_at_null);
+		sv->queued_at = CtxwinColumnTimestamp(COL(r, 15), &sv->queued_at_null);
+		sv->compaction_failures = CtxwinColumnInt32(COL(r, 16), NULL);
+		sv->last_error = CtxwinColumnCopy(COL(r, 17));
+		sv->last_error_at = CtxwinColumnTimestamp(COL(r, 18), &sv->last_error_at_null);
 		{
 			bool		isnull;
-			Datum		d = SPI_getbinval(tup, desc, 19, &isnull);
+			Datum		d = SPI_getbinval(COL(r, 19), &isnull);
 
 			sv->triggers.ratio_on = !isnull;
 			sv->triggers.ratio = isnull ? 0 : DatumGetFloat4(d);
 		}
-		sv->triggers.max_messages = CtxwinColumnInt32(tup, desc, 20, &on);
+		sv->triggers.max_messages = CtxwinColumnInt32(COL(r, 20), &on);
 		sv->triggers.max_messages_on = on;
-		sv->triggers.max_tokens = CtxwinColumnInt32(tup, desc, 21, &on);
+		sv->triggers.max_tokens = CtxwinColumnInt32(COL(r, 21), &on);
 		sv->triggers.max_tokens_on = on;
-		sv->triggers.min_recent = CtxwinColumnInt32(tup, desc, 22, NULL);
+		sv->triggers.min_recent = CtxwinColumnInt32(COL(r, 22), NULL);
 		sv->triggers.context_window = sv->context_window;
 		{
 			bool		isnull;
-			Datum		d = SPI_getbinval(tup, desc, 23, &isnull);
-			char	   *policy = CtxwinColumnString(tup, desc, 24);
+			Datum		d = SPI_getbinval(COL(r, 23), &isnull);
+			char	   *policy = CtxwinColumnString(COL(r, 24));
 
 			sv->budget_margin = isnull ? 1.0f : DatumGetFloat4(d);
 			sv->stable = policy != NULL && strcmp(policy, "stable") == 0;
-			sv->low_water = DatumGetFloat4(SPI_getbinval(tup, desc, 25, &isnull));
-			d = SPI_getbinval(tup, desc, 26, &isnull);
+			sv->low_water = DatumGetFloat4(SPI_getbinval(COL(r, 25), &isnull));
+			d = SPI_getbinval(COL(r, 26), &isnull);
 			sv->idle_ms = isnull ? 0 : Milliseconds(DatumGetFloat8(d));
-			d = SPI_getbinval(tup, desc, 27, &isnull);
+			d = SPI_getbinval(COL(r, 27), &isnull);
 			sv->cache_ttl_ms = isnull ? 0 : Milliseconds(DatumGetFloat8(d));
 		}
 		sv->enc = CtxwinEncodingArg(cstring_to_text(sv->encoding_name));
 		MemoryContextSwitchTo(old);
 	}
-	SPI_freetuptable(SPI_tuptable);
+	FreeSessionRow(r);
 	return true;
 }
 
