@@ -14,6 +14,7 @@ OBJS = \
 	src/sessions_guard.o \
 	src/session.o \
 	src/walk.o \
+	src/citus.o \
 	src/window.o \
 	src/history.o \
 	src/format.o \
@@ -99,6 +100,7 @@ src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
 src/messages.o: src/messages.c src/ctxwin.h src/compat.h
 src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
 src/walk.o: src/walk.c src/window.h src/ctxwin.h src/compat.h src/rules.h
+src/citus.o: src/citus.c src/ctxwin.h src/compat.h
 src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
 src/session.o: src/session.c src/window.h src/ctxwin.h src/compat.h
 src/history.o: src/history.c src/window.h src/ctxwin.h src/compat.h

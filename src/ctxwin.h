@@ -99,6 +99,7 @@ extern int	ctxwin_bookkeeping_depth;
 /* ctxwin.c: whether C code may read one of ctxwin's tables without SQL */
 extern bool CtxwinDirectReadable(Oid relid);
 extern bool CtxwinCitusLoaded(void);
+extern Oid	CtxwinDirectRelation(Oid relid, Datum session);
 extern bool CtxwinCitusWorkerNode(void);
 extern void CtxwinRequireCitusCoordinator(const char *what);
 

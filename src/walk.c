@@ -6,9 +6,10 @@
  *
  * Two sources give the same rows.  Where the caller may read
  * ctxwin.messages directly (SELECT on the table, no row-level security,
- * not under Citus: CtxwinDirectReadable), one backward scan of the primary
- * key (session_id, id) with the query's snapshot reads each row once, with
- * no SQL in between.  Elsewhere SPI runs the same read as queries in
+ * not under Citus unless the session's shard is on this node:
+ * CtxwinDirectRelation, src/citus.c), one backward scan of the primary key
+ * (session_id, id) with the query's snapshot reads each row once, with no
+ * SQL in between.  Elsewhere SPI runs the same read as queries in
  * batches, so that privileges, policies and Citus apply as they would to
  * the caller's own query.
  */
@@ -321,8 +322,14 @@ CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *w
 {
 	Oid			relid = get_relname_relid("messages", get_namespace_oid("ctxwin", false));
 
-	if (OidIsValid(relid) && ActiveSnapshotSet() && CtxwinDirectReadable(relid) &&
+	if (OidIsValid(relid) && ActiveSnapshotSet() &&
 		pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK)
-		return DirectWalk(relid, session, enc, after_id, walk, rows, counts_only);
+	{
+		/* the table, or under Citus the session's shard where it is on this node */
+		Oid			direct = CtxwinDirectRelation(relid, session);
+
+		if (OidIsValid(direct))
+			return DirectWalk(direct, session, enc, after_id, walk, rows, counts_only);
+	}
 	return SpiWalk(session, enc, after_id, walk, rows, counts_only);
 }

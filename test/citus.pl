@@ -21,6 +21,8 @@
 #   - a worker node stopped and started again: inserts into its sessions
 #     fail clearly while it is down (no id spent), the other node's go on,
 #     and after its restart everything goes on where it stopped
+#   - a node added later: it gets ctxwin, the rebalancer moves shards onto
+#     it, every window and count is the same after, and its sessions go on
 use strict;
 use warnings;
 use FindBin;
@@ -424,6 +426,40 @@ is(c("INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$on1', 'u
 	$n1 + 1, 'the failed insert spent no id: the next one is the next number');
 is(c("SELECT message_count = $n1 + 1 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = '$on1') "
 	  . "FROM ctxwin.sessions WHERE id = '$on1'"), 't', '... and the counters are exact');
+
+# --- a node added, the shards rebalanced onto it ----------------------------------
+# (the worker paused: a summary it writes meanwhile would change a window)
+set_conf($coord, 'ctxwin.databases' => '');
+ok(wait_for($coord, 'postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'ctxwin worker'", 20),
+	'the coordinator\'s worker paused');
+my $per_session_sql = "SELECT string_agg(s || ' ' || md5(ctxwin.build_context(s::uuid)::text), E'\\n' ORDER BY s) "
+  . "FROM unnest(ARRAY[" . join(',', map {"'$_'"} @sid, @cs) . "]) s";
+my $per_session_before = c($per_session_sql);
+my $sum_sql = "SELECT md5(string_agg(h, '' ORDER BY i)) FROM (SELECT i, md5(ctxwin.build_context(s::uuid)::text) AS h "
+  . "FROM unnest(ARRAY[" . join(',', map {"'$_'"} @sid, @cs) . "]) WITH ORDINALITY AS u(s, i)) x";
+my $sum_before = c($sum_sql);
+my $counts_sql = "SELECT sum(message_count) || ' ' || sum(token_count) || ' ' || "
+  . "(SELECT count(*) FROM ctxwin.messages) || ' ' || (SELECT count(*) FROM ctxwin.summaries) FROM ctxwin.sessions";
+my $counts_before = c($counts_sql);
+my $w3 = citus_node('worker3', 'ctxwin.databases' => 'postgres');
+sql_do($coord, 'postgres', "SELECT citus_add_node('127.0.0.1', " . $w3->port . ")");
+is(sql($w3, 'postgres', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), '0.2.0',
+	'a node added later gets ctxwin from Citus');
+my ($rb, $rbrc) = sql($coord, 'postgres',
+	"SELECT rebalance_table_shards('ctxwin.sessions', shard_transfer_mode => 'block_writes')");
+is($rbrc, 0, 'the rebalancer ran') or diag($rb);
+cmp_ok(c("SELECT count(*) FROM pg_dist_shard_placement WHERE nodeport = " . $w3->port), '>', 0,
+	'... and moved shards onto the new node');
+is(c($sum_sql), $sum_before, 'every session\'s window is the same after the rebalance')
+  or diag("before:\n$per_session_before\nafter:\n" . c($per_session_sql));
+is(c($counts_sql), $counts_before, 'no message, summary or count lost');
+my $on3 = c("SELECT s.id FROM ctxwin.sessions s WHERE s.id IN (" . join(',', map {"'$_'"} @sid, @cs)
+	  . ") AND (SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = "
+	  . "get_shard_id_for_distribution_column('ctxwin.sessions', s.id)) = " . $w3->port . " LIMIT 1");
+my $n3 = c("SELECT message_count FROM ctxwin.sessions WHERE id = '$on3'");
+is(sql($w3, 'postgres',
+	"INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$on3', 'user', 'On the new node.') RETURNING id"),
+	$n3 + 1, 'a session moved to the new node takes its next message there, with the next id');
 
 $mock->stop;
 done_testing();

@@ -6,7 +6,7 @@ BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION ctxwin;
 
-SELECT plan(63);
+SELECT plan(64);
 
 -- a profile with small numbers so triggers and budgets are easy to reach,
 -- and the sliding window (the newest messages that fit; test/stable.sql
@@ -240,6 +240,12 @@ SELECT is((SELECT format('%s %s %s', context_window, provider, builtin) FROM ctx
           '64000 proxy f', 'a user row under a built-in name replaces the built-in one');
 SELECT is((SELECT context_window FROM ctxwin.context_status('10000000-0000-0000-0000-000000000001')), 64000,
           'and sessions whose profile uses that model see it at once');
+INSERT INTO ctxwin.profiles (name, model, window_policy, window_low_water, cache_ttl)
+VALUES ('default', 'gpt-4o-mini', 'sliding', 0.5, '1 min');
+SELECT is((SELECT format('%s %s %s %s %s', model, window_policy, window_low_water, cache_ttl, builtin)
+           FROM ctxwin.profiles WHERE name = 'default'),
+          'gpt-4o-mini sliding 0.5 00:01:00 f',
+          'a user row under the built-in profile''s name replaces it, window settings included');
 
 -- Deleting a whole session deletes its messages (retention, erasure)
 DELETE FROM ctxwin.sessions WHERE id = '10000000-0000-0000-0000-000000000001';
