@@ -5,7 +5,10 @@
 # --with-llm also runs test/llm.t (the libcurl client); --with-worker also
 # preloads ctxwin and has its background worker compact 60 sessions against
 # the mock LLM with 20 % faults (launcher, claim, multi handle, retries,
-# writes, status).
+# writes, status); --with-citus (where the citus extension is installed)
+# also runs a Citus coordinator and a worker node under valgrind, and on
+# them ctxwin.distribute(), inserts, delegated build_context calls (the
+# walk of a local shard), compact() and the bill.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -37,12 +40,12 @@ rc=0
 make installcheck || rc=1
 psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
 prove --source pgTAP --pgtap-option dbname=postgres test/*.sql || rc=1
-if [ "${1:-}" = "--with-llm" ] || [ "${2:-}" = "--with-llm" ]; then
+if [[ " $* " == *" --with-llm "* ]]; then
 	# the LLM client against the mock server; slow under valgrind, so time
 	# limits can make single checks fail: only valgrind's verdict counts here
 	prove test/llm.t || echo "(test/llm.t under valgrind: see above; its verdict is not counted)"
 fi
-if [ "${1:-}" = "--with-worker" ] || [ "${2:-}" = "--with-worker" ]; then
+if [[ " $* " == *" --with-worker "* ]]; then
 	key=$work/key
 	echo "sk-valgrind-key" >"$key"
 	chmod 644 "$key"
@@ -77,6 +80,47 @@ if [ "${1:-}" = "--with-worker" ] || [ "${2:-}" = "--with-worker" ]; then
 	psql -X -q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'ctxwin worker'" >/dev/null
 	sleep 5
 	kill "$mock" 2>/dev/null || true
+fi
+
+if [[ " $* " == *" --with-citus "* ]]; then
+	if [ ! -f "$(pg_config --sharedir)/extension/citus.control" ]; then
+		echo "--with-citus: the citus extension is not installed for this server; skipped"
+	else
+		for n in 0 1; do
+			as_pg "$bindir/initdb" -D "$work/citus$n" -A trust >/dev/null
+			as_pg valgrind --quiet --trace-children=yes --track-origins=yes --num-callers=30 \
+				--error-limit=no --log-file="$log" \
+				"$bindir/postgres" -D "$work/citus$n" -p $((port + 1 + n)) -k "$work" -c fsync=off \
+				-c listen_addresses=127.0.0.1 -c max_connections=40 -c shared_buffers=64MB \
+				-c shared_preload_libraries=citus,ctxwin >"$work/citus$n.log" 2>&1 &
+		done
+		for n in 0 1; do
+			for _ in $(seq 1 180); do
+				as_pg "$bindir/pg_isready" -q -h "$work" -p $((port + 1 + n)) && break
+				sleep 1
+			done
+			psql -X -q -p $((port + 1 + n)) -c "CREATE EXTENSION citus"
+		done
+		c() { psql -X -q -At -v ON_ERROR_STOP=1 -p $((port + 1)) "$@"; }
+		c -c "SELECT citus_set_coordinator_host('127.0.0.1', $((port + 1)))" \
+			-c "SELECT citus_add_node('127.0.0.1', $((port + 2)))" >/dev/null
+		c -c "CREATE EXTENSION ctxwin" -c "SELECT ctxwin.distribute(shard_count => 4)" >/dev/null
+		c -c "INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, summary_strategy,
+		          min_recent_messages, window_policy) VALUES ('vg', 'gpt-4o', 8, 'extractive', 2, 'sliding')" \
+			-c "INSERT INTO ctxwin.sessions (id, profile) SELECT ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, 'vg'
+			    FROM generate_series(1, 6) g" \
+			-c "INSERT INTO ctxwin.messages (session_id, role, content)
+			    SELECT s.id, CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END, 'turn ' || g || ' of /srv/app/x' || g
+			    FROM ctxwin.sessions s, generate_series(1, 12) g ORDER BY g, s.id" >/dev/null
+		for g in 1 2 3 4 5 6; do
+			c -c "SELECT ctxwin.build_context('00000000-0000-4000-8000-00000000000$g')" \
+				-c "SELECT note FROM ctxwin.context_status('00000000-0000-4000-8000-00000000000$g')" >/dev/null
+		done
+		echo "Citus under valgrind: compact() summarized $(c -c "SELECT ctxwin.compact()") sessions"
+		c -c "SELECT ctxwin.record_usage('00000000-0000-4000-8000-000000000001', '{\"prompt_tokens\": 90, \"completion_tokens\": 9}', 5, 80)" \
+			-c "SELECT count(*) FROM ctxwin.usage" -c "SELECT ctxwin.build_context('00000000-0000-4000-8000-000000000002', 200)" >/dev/null
+		for n in 1 0; do as_pg "$bindir/pg_ctl" -D "$work/citus$n" -m fast stop >/dev/null || true; done
+	fi
 fi
 
 as_pg "$bindir/pg_ctl" -D "$work/data" -m fast stop >/dev/null || true

@@ -53,6 +53,7 @@ typedef struct CitusTable
 {
 	Oid			relid;			/* InvalidOid: free */
 	bool		hash;			/* hash-distributed (else not a Citus table, or another kind) */
+	bool		reference;		/* a reference table: one shard, a placement on each node */
 	bool		citus;			/* a Citus table of any kind */
 	int			nshards;
 	ShardRange *shards;			/* in TopMemoryContext, by min */
@@ -89,10 +90,11 @@ ReadTable(Oid relid, CitusTable *t)
 	Oid			types[1] = {OIDOID};
 	Datum		values[1] = {ObjectIdGetDatum(relid)};
 	bool		isnull;
+	char	   *method;
 	uint64		i;
 
 	t->relid = relid;
-	t->hash = t->citus = false;
+	t->hash = t->reference = t->citus = false;
 	t->nshards = 0;
 	t->shards = NULL;
 	/* Citus loaded, but not created in this database: no catalog */
@@ -105,10 +107,12 @@ ReadTable(Oid relid, CitusTable *t)
 	if (SPI_processed == 0)
 		return;
 	t->citus = true;
-	if (strcmp(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
-			   "h") != 0)
+	method = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (strcmp(method, "h") != 0 && strcmp(method, "n") != 0)
 		return;
-	if (SPI_execute_with_args("SELECT s.shardid, s.shardminvalue::pg_catalog.int4, s.shardmaxvalue::pg_catalog.int4, "
+	/* a reference table's shard has no range: 0 .. 0 here */
+	if (SPI_execute_with_args("SELECT s.shardid, coalesce(s.shardminvalue::pg_catalog.int4, 0), "
+							  "coalesce(s.shardmaxvalue::pg_catalog.int4, 0), "
 							  "EXISTS (SELECT FROM pg_catalog.pg_dist_placement p "
 							  "        WHERE p.shardid OPERATOR(pg_catalog.=) s.shardid "
 							  "        AND p.groupid OPERATOR(pg_catalog.=) "
@@ -136,7 +140,8 @@ ReadTable(Oid relid, CitusTable *t)
 			elog(ERROR, "unexpected NULL in pg_dist_shard");
 	}
 	t->nshards = (int) SPI_processed;
-	t->hash = true;
+	t->hash = method[0] == 'h';
+	t->reference = method[0] == 'n' && t->nshards == 1;
 }
 
 /* What Citus's catalog says of relid, read if not known yet.  Needs SPI. */
@@ -176,6 +181,22 @@ LookupTable(Oid relid)
 	return &tables[free_slot];
 }
 
+/* The relation of a shard of relid, if it is a plain table here; else InvalidOid. */
+static Oid
+ShardRelation(Oid relid, const ShardRange *r)
+{
+	char		name[NAMEDATALEN + 24];
+	Oid			shard;
+
+	if (!r->local)
+		return InvalidOid;
+	snprintf(name, sizeof(name), "%s_" INT64_FORMAT, get_rel_name(relid), r->shardid);
+	shard = get_relname_relid(name, get_rel_namespace(relid));
+	if (!OidIsValid(shard) || get_rel_relkind(shard) != RELKIND_RELATION || has_subclass(shard))
+		return InvalidOid;
+	return shard;
+}
+
 /*
  * The relation a session's rows of the ctxwin table relid (distributed by
  * a uuid, the session's id) may be read from directly: relid itself where
@@ -194,8 +215,6 @@ CtxwinDirectRelation(Oid relid, Datum session)
 	int32		hash;
 	int			lo,
 				hi;
-	char		name[NAMEDATALEN + 24];
-	Oid			shard;
 
 	if (!CtxwinCitusLoaded())
 		return CtxwinDirectReadable(relid) ? relid : InvalidOid;
@@ -219,16 +238,26 @@ CtxwinDirectRelation(Oid relid, Datum session)
 		else if (hash > r->max)
 			lo = mid + 1;
 		else
-		{
-			if (!r->local)
-				return InvalidOid;
-			snprintf(name, sizeof(name), "%s_" INT64_FORMAT, get_rel_name(relid), r->shardid);
-			shard = get_relname_relid(name, get_rel_namespace(relid));
-			if (!OidIsValid(shard) || get_rel_relkind(shard) != RELKIND_RELATION ||
-				has_subclass(shard))
-				return InvalidOid;
-			return shard;
-		}
+			return ShardRelation(relid, r);
 	}
 	return InvalidOid;
+}
+
+/*
+ * The same for a reference table (profiles, models, calibration): its
+ * placement on this node, where there is one.  InvalidOid where Citus is
+ * not loaded, relid is not a reference table, or its rows must be read
+ * with a query.  The caller has connected to SPI.
+ */
+Oid
+CtxwinReferenceRelation(Oid relid)
+{
+	CitusTable *t;
+
+	if (!CtxwinCitusLoaded())
+		return InvalidOid;
+	t = LookupTable(relid);
+	if (!t->reference || check_enable_rls(relid, InvalidOid, true) != RLS_NONE)
+		return InvalidOid;
+	return ShardRelation(relid, &t->shards[0]);
 }

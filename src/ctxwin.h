@@ -100,6 +100,9 @@ extern int	ctxwin_bookkeeping_depth;
 extern bool CtxwinDirectReadable(Oid relid);
 extern bool CtxwinCitusLoaded(void);
 extern Oid	CtxwinDirectRelation(Oid relid, Datum session);
+extern Oid	CtxwinReferenceRelation(Oid relid);
+extern bool CtxwinFetchKeyedRow(Oid relid, text *key, const char *const *cols, int ncols,
+								Datum *vals, bool *nulls);
 extern bool CtxwinCitusWorkerNode(void);
 extern void CtxwinRequireCitusCoordinator(const char *what);
 

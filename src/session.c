@@ -11,12 +11,18 @@
 
 #include <math.h>
 
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/uuid.h"
 
+#include "trigger.h"
 #include "window.h"
 
 /* A session joined with the settings of its profile and model. */
@@ -161,6 +167,104 @@ typedef struct SessionRow
 #define ROWPOS(r, k)  ((r)->split ? citus_columns[(k) - 1].pos : (k))
 #define COL(r, k)	  ROWTUP(r, k), ROWDESC(r, k), ROWPOS(r, k)
 
+/* The settings' columns as citus_settings_query gives them, for a row read directly. */
+static TupleDesc
+SettingsDesc(void)
+{
+	static TupleDesc desc = NULL;
+
+	if (desc == NULL)
+	{
+		static const Oid types[13] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, FLOAT4OID, INT4OID,
+		INT4OID, INT4OID, FLOAT4OID, TEXTOID, FLOAT4OID, FLOAT8OID};
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		TupleDesc	d = CreateTemplateTupleDesc(13);
+		int			i;
+
+		for (i = 0; i < 13; i++)
+			TupleDescInitEntry(d, (AttrNumber) (i + 1), NULL, types[i], -1, 0);
+		desc = BlessTupleDesc(d);
+		MemoryContextSwitchTo(old);
+	}
+	return desc;
+}
+
+/*
+ * Under Citus, on a node with placements of the reference tables (every
+ * worker node): a session's settings read from them directly, as one row
+ * of citus_settings_query's columns, into r->tup[1]; NULL there if the
+ * profile or its model is missing.  False where they must be read with the
+ * query.  The caller has connected to SPI.
+ */
+static bool
+DirectSettingsRow(Datum profile, SessionRow *r)
+{
+	static const char *const pcols[] = {
+		"name", "model", "context_window", "response_reserve", "summary_placement", "trigger_ratio",
+		"max_messages_before_summary", "max_tokens_before_summary", "min_recent_messages",
+		"window_policy", "window_low_water", "cache_ttl"
+	};
+	static const char *const mcols[] = {"name", "encoding", "context_window"};
+	static const char *const ccols[] = {"model", "encoding", "margin"};
+	Oid			nsp = get_namespace_oid("ctxwin", false);
+	Oid			profiles = CtxwinReferenceRelation(get_relname_relid("profiles", nsp));
+	Oid			models = CtxwinReferenceRelation(get_relname_relid("models", nsp));
+	Oid			calibration = CtxwinReferenceRelation(get_relname_relid("calibration", nsp));
+	Datum		pv[12],
+				mv[3],
+				cv[3],
+				v[13];
+	bool		pn[12],
+				mn[3],
+				cn[3],
+				n[13];
+
+	if (!OidIsValid(profiles) || !OidIsValid(models) || !OidIsValid(calibration))
+		return false;
+	r->tup[1] = NULL;
+	r->desc[1] = SettingsDesc();
+	if (!CtxwinFetchKeyedRow(profiles, DatumGetTextPP(profile), pcols, 12, pv, pn) || pn[1] ||
+		!CtxwinFetchKeyedRow(models, DatumGetTextPP(pv[1]), mcols, 3, mv, mn))
+		return true;
+	v[0] = pv[1];
+	n[0] = false;
+	v[1] = mv[1];
+	n[1] = mn[1];
+	v[2] = pn[2] ? mv[2] : pv[2];
+	n[2] = pn[2] ? mn[2] : false;
+	v[3] = pv[3];
+	n[3] = pn[3];
+	v[4] = pv[4];
+	n[4] = pn[4];
+	v[5] = pv[5];
+	n[5] = pn[5];
+	v[6] = pv[6];
+	n[6] = pn[6];
+	v[7] = pv[7];
+	n[7] = pn[7];
+	v[8] = pv[8];
+	n[8] = pn[8];
+	/* the margin where the calibration is in the model's encoding now */
+	n[9] = true;
+	v[9] = (Datum) 0;
+	if (!mn[1] && CtxwinFetchKeyedRow(calibration, DatumGetTextPP(pv[1]), ccols, 3, cv, cn) &&
+		!cn[1] && !cn[2] && CtxwinTextsEqual(DatumGetTextPP(cv[1]), DatumGetTextPP(mv[1])))
+	{
+		v[9] = cv[2];
+		n[9] = false;
+	}
+	v[10] = pv[9];
+	n[10] = pn[9];
+	v[11] = pv[10];
+	n[11] = pn[10];
+	n[12] = pn[11];
+	v[12] = pn[11] ? (Datum) 0 :
+		Float8GetDatum(DatumGetFloat8(DirectFunctionCall2(interval_part, CStringGetTextDatum("epoch"),
+														   pv[11])) * 1000.0);
+	r->tup[1] = heap_form_tuple(r->desc[1], v, n);
+	return true;
+}
+
 /*
  * Reads a session's row and its settings into r (SPI's tuples, kept until
  * the caller frees them); false if there is no such session, or it has no
@@ -199,6 +303,9 @@ ReadSessionRow(Datum id, SessionRow *r)
 	profile = SPI_getbinval(r->tup[0], r->desc[0], 5, &isnull);
 	if (isnull)
 		return false;
+	/* a worker node's placements of the reference tables, else a query */
+	if (DirectSettingsRow(profile, r))
+		return r->tup[1] != NULL;
 	if (SPI_execute_plan(CtxwinKeptPlan(&citus_settings_plan, citus_settings_query, 1, ttypes), &profile,
 						 NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "reading the settings of a session failed");

@@ -390,6 +390,22 @@ FetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int n
 }
 
 /*
+ * The row of a table keyed by a text primary key (a reference table's
+ * placement under Citus: CtxwinReferenceRelation), read directly as
+ * FetchRow reads it, with the statement's snapshot; false if there is none.
+ */
+bool
+CtxwinFetchKeyedRow(Oid relid, text *key, const char *const *cols, int ncols, Datum *vals, bool *nulls)
+{
+	Snapshot	snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() :
+											GetTransactionSnapshot());
+	bool		found = FetchRow(relid, key, snapshot, cols, ncols, vals, nulls);
+
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
+/*
  * Locks the row in slot FOR NO KEY UPDATE as SELECT ... FOR NO KEY UPDATE
  * (nodeLockRows.c) does: at READ COMMITTED a row updated since the snapshot
  * is locked in its newest version, put in slot, if that still has the key;

@@ -8,9 +8,12 @@
 #     functions delegated (one call, one round trip to one node); what it
 #     refuses (no citus, a worker node) and what Citus refuses
 #   - the same chats on the plain node and through the coordinator give the
-#     same build_context, build_request, status, summaries and counters,
-#     byte for byte (sliding and stable windows, tool calls, summaries as a
-#     system or a user message, extractive compaction with compact())
+#     same build_context, build_request, status, summaries, counters and
+#     bill, byte for byte (sliding and stable windows, tool calls, summaries
+#     as a system or a user message, extractive compaction with compact()),
+#     both where the coordinator runs the function (within a larger query)
+#     and where it is delegated to the node that holds the session (a call
+#     on its own: that node reads its shard directly)
 #   - four connections (two to the coordinator, one to each worker node)
 #     inserting into the same sessions: ids gapless, counters exact
 #   - the worker compacts on the coordinator with the mock LLM; on a worker
@@ -214,6 +217,12 @@ SELECT '$s', ctxwin.build_context('$s', 500)::text;
 SELECT '$s', ctxwin.build_context('$s', NULL, 'anthropic')::text;
 SELECT '$s', ctxwin.build_request('$s', NULL, 'openai', '$tools')::text;
 SELECT '$s', ctxwin.build_request('$s', 900, 'anthropic', '$tools')::text;
+SELECT ctxwin.build_context('$s');
+SELECT ctxwin.build_context('$s', 700);
+SELECT ctxwin.build_context('$s', NULL, 'anthropic');
+SELECT ctxwin.build_request('$s', 900, 'anthropic', '$tools');
+SELECT ctxwin.context_report('$s') ~ 'Session $s';
+SELECT ctxwin.messages_after('$s', 30);
 SELECT '$s', budget, message_count, summary_through_id, messages_since_summary, tokens_since_summary,
        context_tokens, window_messages, window_tokens, dropped_messages, summary_version, summary_tokens,
        will_trigger, triggers_firing, note
@@ -249,6 +258,8 @@ my ($prc, $pout, $perr) = run_script($plain);
 my ($crc, $cout, $cerr) = run_script($coord);
 is($prc, 0, 'the chats ran on the plain node') or diag($perr);
 is($crc, 0, 'the chats ran through the coordinator') or diag($cerr);
+# (messages_after's rows carry their created_at, which differs between the two)
+s/\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\+00/<created_at>/g for ($pout, $cout);
 my @p = split /\n/, $pout;
 my @cl = split /\n/, $cout;
 cmp_ok(scalar(@p), '>', 500, 'the chats printed their windows (' . scalar(@p) . ' lines)');
