@@ -19,6 +19,8 @@
 #   - the worker compacts on the coordinator with the mock LLM; on a worker
 #     node it stands aside (worker_status says why), and so do compact() and
 #     summarize_session()
+#   - a profile's trigger lowered: its sessions are queued on their nodes
+#     (the trigger on each node's copy of profiles) and summarized
 #   - a shard moved to the other node while sessions take messages and
 #     build_context calls: nothing lost, ids gapless
 #   - a worker node stopped and started again: inserts into its sessions
@@ -380,6 +382,26 @@ is($mock->nreq - $nreq0, c("SELECT count(*) FROM ctxwin.summaries WHERE strategy
   or diag(join("\n", log_since($coord, 0) =~ /^.*(?:ERROR|WARNING|LOG:  ctxwin).*$/mg));
 is(sql($coord, 'postgres', "SELECT state FROM ctxwin.worker_status"), 'idle',
 	'the coordinator\'s worker is idle after');
+
+# --- a changed profile queues its sessions on their nodes ---------------------
+my @rq = map { sprintf('f%07x-0000-4000-8000-%012x', $_ * 4421, $_ * 877) } 1 .. 6;
+my $rqin = join(',', map {"'$_'"} @rq);
+sql_do($coord, 'postgres', <<"SQL");
+INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, summary_strategy, min_recent_messages,
+                             window_policy)
+VALUES ('cit_requeue', 'gpt-4o', 50, 'llm', 2, 'sliding');
+INSERT INTO ctxwin.sessions (id, profile) VALUES @{[ join(',', map {"('$_', 'cit_requeue')"} @rq) ]};
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT s, CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END, 'turn ' || g
+FROM unnest(ARRAY[$rqin]::uuid[]) s, generate_series(1, 10) g ORDER BY g, s;
+SQL
+is(c("SELECT count(*) FROM ctxwin.sessions WHERE id IN ($rqin) AND compaction_queued_at IS NULL AND summary_version = 0"),
+	'6', 'six sessions on both nodes under their trigger');
+sql_do($coord, 'postgres', "UPDATE ctxwin.profiles SET max_messages_before_summary = 8 WHERE name = 'cit_requeue'");
+ok( wait_for(
+		$coord, 'postgres',
+		"SELECT count(*) = 6 FROM ctxwin.sessions WHERE id IN ($rqin) AND summary_version = 1", 60),
+	'lowering the profile\'s trigger queued them on their nodes, and the worker summarized them');
 
 # --- a shard moved while its sessions are in use -------------------------------
 my $ms = $cs[0];

@@ -176,23 +176,53 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
 CREATE FUNCTION ctxwin._settings_requeue() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    n bigint;
+    n bigint := 0;
+    k bigint;
+    kind text := CASE WHEN starts_with(TG_TABLE_NAME, 'profiles') THEN 'profiles' ELSE 'models' END;
+    targets text[];
+    target text[];
 BEGIN
-    IF TG_TABLE_NAME NOT IN ('profiles', 'models') THEN
-        -- Under Citus: a node's copy of the reference table, where a query
-        -- of the distributed sessions is refused; the sessions are queued
-        -- by their next message instead.
-        RETURN NULL;
+    IF TG_TABLE_NAME IN ('profiles', 'models') THEN
+        targets := ARRAY[['ctxwin.sessions', 'ctxwin.profiles', 'ctxwin.models']];
+    ELSE
+        -- Under Citus the trigger fires on each node's copy of the reference
+        -- table (profiles_102009 ...), where a query of the distributed
+        -- sessions is refused: it queues the sessions of this node's shards,
+        -- each read with this node's copies of profiles and models, all by
+        -- their names in Citus's catalog (read with EXECUTE: it exists only
+        -- under Citus).
+        EXECUTE $q$
+            SELECT array_agg(ARRAY[format('ctxwin.%I', 'sessions_' || s.shardid),
+                                   format('ctxwin.%I', 'profiles_' || rp.shardid),
+                                   format('ctxwin.%I', 'models_' || rm.shardid)])
+            FROM pg_catalog.pg_dist_shard s
+            JOIN pg_catalog.pg_dist_placement pl ON pl.shardid = s.shardid
+            CROSS JOIN (SELECT shardid FROM pg_catalog.pg_dist_shard
+                        WHERE logicalrelid = 'ctxwin.profiles'::regclass) rp
+            CROSS JOIN (SELECT shardid FROM pg_catalog.pg_dist_shard
+                        WHERE logicalrelid = 'ctxwin.models'::regclass) rm
+            WHERE s.logicalrelid = 'ctxwin.sessions'::regclass
+              AND pl.groupid = (SELECT groupid FROM pg_catalog.pg_dist_local_group)$q$
+        INTO targets;
     END IF;
-    UPDATE ctxwin.sessions s SET compaction_queued_at = now()
-    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
-    WHERE s.profile = p.name AND s.compaction_queued_at IS NULL
-      AND CASE TG_TABLE_NAME WHEN 'profiles' THEN p.name IN (SELECT r.name FROM new_rows r)
-                             ELSE p.model IN (SELECT r.name FROM new_rows r) END
-      AND ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
-                               p.max_messages_before_summary, p.max_tokens_before_summary, p.trigger_ratio,
-                               coalesce(p.context_window, m.context_window), p.min_recent_messages);
-    GET DIAGNOSTICS n = ROW_COUNT;
+    IF targets IS NULL THEN
+        RETURN NULL;            -- a node that holds no session (the coordinator)
+    END IF;
+    FOREACH target SLICE 1 IN ARRAY targets LOOP
+        EXECUTE format($q$
+            UPDATE %s s SET compaction_queued_at = now()
+            FROM %s p JOIN %s m ON m.name = p.model
+            WHERE s.profile = p.name AND s.compaction_queued_at IS NULL
+              AND CASE $1 WHEN 'profiles' THEN p.name IN (SELECT r.name FROM new_rows r)
+                          ELSE p.model IN (SELECT r.name FROM new_rows r) END
+              AND ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, s.prompt_tokens,
+                                       p.max_messages_before_summary, p.max_tokens_before_summary,
+                                       p.trigger_ratio, coalesce(p.context_window, m.context_window),
+                                       p.min_recent_messages)$q$,
+            target[1], target[2], target[3]) USING kind;
+        GET DIAGNOSTICS k = ROW_COUNT;
+        n := n + k;
+    END LOOP;
     IF n > 0 THEN
         PERFORM ctxwin._wake_worker();
     END IF;
