@@ -265,6 +265,20 @@ DirectSettingsRow(Datum profile, SessionRow *r)
 	return true;
 }
 
+/* Runs a kept one-parameter query into r's i-th tuple; false if it finds no row. */
+static bool
+RunInto(SessionRow *r, int i, SPIPlanPtr *plan, const char *query, Oid type, Datum arg)
+{
+	if (SPI_execute_plan(CtxwinKeptPlan(plan, query, 1, &type), &arg, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "reading a session failed");
+	r->tables[i] = SPI_tuptable;
+	if (SPI_processed == 0)
+		return false;
+	r->tup[i] = SPI_tuptable->vals[0];
+	r->desc[i] = SPI_tuptable->tupdesc;
+	return true;
+}
+
 /*
  * Reads a session's row and its settings into r (SPI's tuples, kept until
  * the caller frees them); false if there is no such session, or it has no
@@ -273,48 +287,22 @@ DirectSettingsRow(Datum profile, SessionRow *r)
 static bool
 ReadSessionRow(Datum id, SessionRow *r)
 {
-	Oid			types[1] = {UUIDOID};
-	Oid			ttypes[1] = {TEXTOID};
 	Datum		profile;
 	bool		isnull;
 
 	r->split = CtxwinCitusLoaded();
 	r->tables[0] = r->tables[1] = NULL;
 	if (!r->split)
-	{
-		if (SPI_execute_plan(CtxwinKeptPlan(&session_plan, session_query, 1, types), &id, NULL, true, 1)
-			!= SPI_OK_SELECT)
-			elog(ERROR, "reading a session failed");
-		r->tables[0] = SPI_tuptable;
-		if (SPI_processed == 0)
-			return false;
-		r->tup[0] = SPI_tuptable->vals[0];
-		r->desc[0] = SPI_tuptable->tupdesc;
-		return true;
-	}
-	if (SPI_execute_plan(CtxwinKeptPlan(&citus_session_plan, citus_session_query, 1, types), &id, NULL,
-						 true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading a session failed");
-	r->tables[0] = SPI_tuptable;
-	if (SPI_processed == 0)
+		return RunInto(r, 0, &session_plan, session_query, UUIDOID, id);
+	if (!RunInto(r, 0, &citus_session_plan, citus_session_query, UUIDOID, id))
 		return false;
-	r->tup[0] = SPI_tuptable->vals[0];
-	r->desc[0] = SPI_tuptable->tupdesc;
 	profile = SPI_getbinval(r->tup[0], r->desc[0], 5, &isnull);
 	if (isnull)
 		return false;
 	/* a worker node's placements of the reference tables, else a query */
 	if (DirectSettingsRow(profile, r))
 		return r->tup[1] != NULL;
-	if (SPI_execute_plan(CtxwinKeptPlan(&citus_settings_plan, citus_settings_query, 1, ttypes), &profile,
-						 NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading the settings of a session failed");
-	r->tables[1] = SPI_tuptable;
-	if (SPI_processed == 0)
-		return false;
-	r->tup[1] = SPI_tuptable->vals[0];
-	r->desc[1] = SPI_tuptable->tupdesc;
-	return true;
+	return RunInto(r, 1, &citus_settings_plan, citus_settings_query, TEXTOID, profile);
 }
 
 static void
