@@ -116,7 +116,13 @@ if [[ " $* " == *" --with-citus "* ]]; then
 			c -c "SELECT ctxwin.build_context('00000000-0000-4000-8000-00000000000$g')" \
 				-c "SELECT note FROM ctxwin.context_status('00000000-0000-4000-8000-00000000000$g')" >/dev/null
 		done
-		echo "Citus under valgrind: compact() summarized $(c -c "SELECT ctxwin.compact()") sessions"
+		# (the coordinator's worker serves database postgres too: it and compact() share the queue)
+		c -c "SELECT ctxwin.compact()" >/dev/null
+		for _ in $(seq 1 120); do
+			[ "$(c -c "SELECT count(*) FROM ctxwin.sessions WHERE summary_version = 0")" = 0 ] && break
+			sleep 1
+		done
+		echo "Citus under valgrind: $(c -c "SELECT count(*) FROM ctxwin.sessions WHERE summary_version > 0") of 6 sessions summarized by compact() and the worker"
 		c -c "SELECT ctxwin.record_usage('00000000-0000-4000-8000-000000000001', '{\"prompt_tokens\": 90, \"completion_tokens\": 9}', 5, 80)" \
 			-c "SELECT count(*) FROM ctxwin.usage" -c "SELECT ctxwin.build_context('00000000-0000-4000-8000-000000000002', 200)" >/dev/null
 		for n in 1 0; do as_pg "$bindir/pg_ctl" -D "$work/citus$n" -m fast stop >/dev/null || true; done
@@ -126,10 +132,13 @@ fi
 as_pg "$bindir/pg_ctl" -D "$work/data" -m fast stop >/dev/null || true
 sleep 2
 # Keep only the reports whose stack names ctxwin, less PostgreSQL's own
-# known one: the padding of the relcache init file it writes while a
-# background worker (ours) connects.
+# known ones: the padding of the relcache init file it writes while a
+# background worker (ours) connects, and the memmove of its regular
+# expression cache (RE_compile_and_cache), which this build's fortified
+# memmove reports as an overlapping memcpy_chk.
 errors=$(awk '/^==[0-9]+== [A-Z]/ { blk = $0; next }
-	/^==[0-9]+== *$/ { if (blk ~ /ctxwin/ && blk !~ /RelationCacheInitializePhase3/) n++; blk = ""; next }
+	/^==[0-9]+== *$/ { if (blk ~ /ctxwin/ && blk !~ /RelationCacheInitializePhase3/ &&
+		blk !~ /overlap in memcpy_chk[^\n]*\n[^\n]*\n[^\n]*RE_compile_and_cache/) n++; blk = ""; next }
 	{ blk = blk "\n" $0 }
 	END { print n + 0 }' "$work"/valgrind.*.log)
 echo "valgrind logs: $work/valgrind.*.log"
