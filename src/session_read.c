@@ -487,7 +487,8 @@ SettingsByQuery(text *profile, Settings *st)
 /*
  * The settings of a profile and its model, as of a snapshot taken now (as
  * the statement that follows the lock would see them).  False if there is
- * no such profile or model.
+ * no such profile or model.  Needs SPI (under Citus, to find this node's
+ * copies of the reference tables).
  */
 bool
 CtxwinReadSettings(text *profile, Settings *st)
@@ -506,7 +507,13 @@ CtxwinReadSettings(text *profile, Settings *st)
 		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
 
 	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
-		return SettingsByQuery(profile, st);
+	{
+		/* under Citus: this node's copies of the reference tables, if it has them */
+		profiles = CtxwinReferenceRelation(profiles);
+		models = CtxwinReferenceRelation(models);
+		if (!OidIsValid(profiles) || !OidIsValid(models))
+			return SettingsByQuery(profile, st);
+	}
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	found = FetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
