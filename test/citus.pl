@@ -3,6 +3,8 @@
 # without Citus to compare with.  Runs only where the server has the citus
 # extension (pg_available_extensions); skipped, with the reason, otherwise.
 #
+#   - a database with ctxwin 0.1.0 and a chat, updated to 0.2.0 and then
+#     distributed: the chat's rows move into the shards, its window is the same
 #   - ctxwin.distribute(): the tables distributed by session and co-located,
 #     models, profiles and calibration reference tables, the session
 #     functions delegated (one call, one round trip to one node); what it
@@ -84,7 +86,25 @@ sql_do($coord, 'postgres', "SELECT citus_add_node('127.0.0.1', " . $_->port . ")
 sub c { return sql($coord, 'postgres', @_); }
 
 # --- distribute ----------------------------------------------------------------
-sql_do($_, 'postgres', 'CREATE EXTENSION ctxwin') for ($plain, $coord);
+# The plain node gets 0.2.0 at once.  The coordinator is a database that
+# had ctxwin 0.1.0 and a chat (summarized), updated to 0.2.0 (Citus sends
+# both to the worker nodes), then distributed with its rows in place.
+sql_do($plain, 'postgres', 'CREATE EXTENSION ctxwin');
+my $old = 'a0000000-0000-4000-8000-000000000001';
+sql_do($coord, 'postgres', <<"SQL");
+CREATE EXTENSION ctxwin VERSION '0.1.0';
+INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, summary_strategy, min_recent_messages)
+VALUES ('old', 'gpt-4o', 6, 'extractive', 2);
+INSERT INTO ctxwin.sessions (id, profile, system_prompt) VALUES ('$old', 'old', 'Be brief.');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '$old', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END, 'turn ' || g || ' of the old chat'
+FROM generate_series(1, 10) g;
+SELECT ctxwin.compact();
+ALTER EXTENSION ctxwin UPDATE;
+SQL
+is(sql($w2, 'postgres', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), '0.2.0',
+	'ctxwin 0.1.0 created and updated to 0.2.0 on the coordinator: the worker nodes have 0.2.0 too');
+my $old_window = c("SELECT ctxwin.build_context('$old')::text");
 like(sql($plain, 'postgres', 'SELECT ctxwin.distribute()'),
 	qr/ERROR:  ctxwin\.distribute\(\) needs the citus extension\nDETAIL:  The extension citus is not installed in this database\./,
 	'distribute() without Citus: a clear error');
@@ -106,6 +126,12 @@ is( c(  "SELECT string_agg(objid::regprocedure::text, ' ' ORDER BY objid::regpro
 	'ctxwin.build_context(uuid,integer,text,jsonb,boolean) ctxwin.build_request(uuid,integer,text,jsonb,boolean) '
 	  . 'ctxwin.context_report(uuid) ctxwin.context_status(uuid) ctxwin.messages_after(uuid,bigint)',
 	'the functions that take a session are delegated by it');
+is(c("SELECT ctxwin.build_context('$old')::text"), $old_window,
+	'the chat of before: the same window after distribute(), read from its shard');
+is(c("SELECT count(*) FROM ctxwin.messages") . ' ' . c("SELECT count(*) FROM ctxwin.summaries"), '10 1',
+	'... its messages and summary moved into the shards');
+is(c("INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$old', 'user', 'And now?') RETURNING id"),
+	'11', '... and its next message takes the next id');
 like(c('SELECT ctxwin.distribute()'), qr/NOTICE:  ctxwin is distributed already/,
 	'distribute() again: a notice, nothing changed');
 is( c(  "SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND connamespace = 'ctxwin'::regnamespace "
