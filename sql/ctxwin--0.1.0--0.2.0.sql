@@ -1337,6 +1337,7 @@ DECLARE
         ['ctxwin.usage_log', 'usage_log_session_id_fkey',
          'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
     drops text := '';
+    failed text;
     i int;
     t text;
     f regprocedure;
@@ -1352,7 +1353,16 @@ BEGIN
         drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
                                  fkeys[i][1], fkeys[i][2]);
     END LOOP;
-    PERFORM run_command_on_workers(drops);
+    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
+    INTO failed
+    FROM run_command_on_workers(drops) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
+                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
+    END IF;
     EXECUTE drops;
 
     PERFORM create_reference_table('ctxwin.models');

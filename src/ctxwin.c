@@ -114,11 +114,18 @@ CtxwinDirectReadable(Oid relid)
 /*
  * Whether Citus is loaded into this backend (its GUCs exist): ctxwin's
  * tables may then be distributed, their rows in shards on other nodes.
+ * Looked up once: Citus is loaded only by shared_preload_libraries, ahead
+ * of the other libraries there, so it is there from the backend's start
+ * or never.
  */
 bool
 CtxwinCitusLoaded(void)
 {
-	return GetConfigOption("citus.version", true, false) != NULL;
+	static int	loaded = -1;
+
+	if (loaded < 0)
+		loaded = GetConfigOption("citus.version", true, false) != NULL;
+	return loaded;
 }
 
 /*

@@ -148,11 +148,6 @@ CtxwinSessionRead(NullableDatum arg, SessionView *sv)
 		CtxwinSessionNotFound(arg.value, false);
 }
 
-/*
- * Reads a session and its settings, as the caller, into sv, allocated in
- * the current memory context; false if there is no such session (that the
- * caller may see).  The caller has connected to SPI.
- */
 /* The tuples a session was read into, and where each column of session_query is. */
 typedef struct SessionRow
 {
@@ -314,6 +309,11 @@ FreeSessionRow(SessionRow *r)
 		SPI_freetuptable(r->tables[0]);
 }
 
+/*
+ * Reads a session and its settings, as the caller, into sv, allocated in
+ * the current memory context; false if there is no such session (that the
+ * caller may see).  The caller has connected to SPI.
+ */
 bool
 CtxwinSessionFind(Datum id, SessionView *sv)
 {

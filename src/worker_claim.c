@@ -177,10 +177,13 @@ ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 
 		/*
 		 * The retry time is computed here, not in the UPDATE: Citus refuses
-		 * a stable function (timestamptz + interval) of a column there.
+		 * a stable function (timestamptz + interval) of a column there.  The
+		 * row is locked; read_only false: a new snapshot, which sees its
+		 * newest version (as the UPDATE would), this statement's own
+		 * changes included.
 		 */
 		if (SPI_execute_with_args("SELECT x.compaction_failures FROM ctxwin.sessions x WHERE x.id = $1",
-								  1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+								  1, types, values, NULL, false, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "could not read the failed compactions of the session");
 		failures = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

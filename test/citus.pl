@@ -111,6 +111,15 @@ like(sql($plain, 'postgres', 'SELECT ctxwin.distribute()'),
 like(sql($w1, 'postgres', 'SELECT ctxwin.distribute()'),
 	qr/ERROR:  ctxwin\.distribute\(\) must run on the Citus coordinator/,
 	'CREATE EXTENSION on the coordinator reached the worker nodes; distribute() there is refused');
+like(c('SELECT ctxwin.distribute(shard_count => 0)'), qr/ERROR:  shard_count must be at least 1/,
+	'distribute() with no shard: refused');
+$w2->stop('fast');
+like(c('SELECT ctxwin.distribute()'),
+	qr/ERROR:  could not prepare the worker nodes' copies of ctxwin's tables\nDETAIL:  Dropping their foreign keys failed: 127\.0\.0\.1:@{[ $w2->port ]}: /,
+	'distribute() with a worker node down: refused, naming the node');
+is(c("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'ctxwin.%'"), '0',
+	'... and nothing was distributed');
+$w2->start;
 is(c('SELECT ctxwin.distribute()'), '', 'distribute() on the coordinator');
 is( c(  "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY logicalrelid::text) "
 	  . "FROM pg_dist_partition WHERE logicalrelid::text LIKE 'ctxwin.%'"),

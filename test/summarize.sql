@@ -11,7 +11,7 @@ CREATE EXTENSION ctxwin;
 ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
 UPDATE ctxwin.profiles SET window_policy = 'sliding';
 
-SELECT plan(41);
+SELECT plan(44);
 
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
                              trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)
@@ -190,7 +190,19 @@ SELECT is((SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000022
 SELECT ok((SELECT compaction_queued_at IS NOT NULL AND compaction_retry_at > now()
            FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000022'),
           '... and the session is left queued, to be looked at again later');
+-- the circuit breaker's backoff: 1, 4, 16 ... s after each failure, an hour at most
+SELECT is((SELECT extract(epoch FROM compaction_retry_at - now())::int
+           FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000022'), 60,
+          '... looked at again a minute later');
 RESET ROLE;
+CREATE TEMP TABLE backoff AS
+SELECT g, extract(epoch FROM ctxwin._compaction_failed('30000000-0000-0000-0000-000000000021', 'boom ' || g) - now())::int AS s
+FROM generate_series(1, 8) g ORDER BY g;
+SELECT is((SELECT array_agg(s ORDER BY g) FROM backoff), '{4,16,64,256,1024,3600,3600,3600}'::int[],
+          'each further failure waits 4 times longer, an hour at most (the first waited 1 s)');
+SELECT is((SELECT compaction_failures || ' ' || last_error || ' ' || (last_error_at = now())
+           FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000021'),
+          '9 boom 8 true', '... counted, with the last error and its time');
 
 SELECT * FROM finish();
 ROLLBACK;
