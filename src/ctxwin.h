@@ -141,6 +141,10 @@ extern char *CtxwinUuidText(Datum id);
 /* worker_claim.c: whether the worker has a request in flight for a session */
 extern bool CtxwinSessionClaimed(const pg_uuid_t *id);
 
+/* worker_claim.c: claims a session until the transaction ends (see there) */
+extern bool CtxwinClaimSessionXact(const pg_uuid_t *id, bool wait, bool *waited);
+extern void CtxwinReleaseSessionXact(const pg_uuid_t *id);
+
 /* ctxwin.c: compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);
 

@@ -9,12 +9,14 @@
  *		them.
  *
  * Contract: the behaviour of the PL/pgSQL functions they replace, to the
- * error texts and SQLSTATEs: the plan locks the session row (FOR NO KEY
- * UPDATE NOWAIT) until the transaction ends and returns a jsonb object with
- * the keys session, strategy, after, through, version, encoding,
- * max_tokens and instructions (and, for the llm and hybrid strategies,
- * those of _summary_request), or NULL; the finish writes nothing unless the
- * session's summary is still the one the plan saw.  The pieces that hold no
+ * error texts and SQLSTATEs: the plan reads the session as committed,
+ * without locking its row (its caller holds the session's claim, see
+ * src/worker_claim.c), and returns a jsonb object with the keys session,
+ * strategy, after, through, version, encoding, max_tokens and instructions
+ * (and, for the llm and hybrid strategies, those of _summary_request), or
+ * NULL; the finish locks the row (waiting for a transaction that writes
+ * it) and writes nothing unless the session's summary is still the one the
+ * plan saw.  The pieces that hold no
  * policy stay SQL and are called through SPI with kept plans: the cut
  * (_summary_cut), the trigger check (CtxwinSessionDue, status.c), the request
  * (_summary_request), the extractive summarizer and the answer check
@@ -41,10 +43,13 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
 /* ' ' or 'n': a parameter's null flag as SPI takes it */
 #define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
 
-/* The session row, locked until the transaction ends. */
-static SummaryQuery lock_q = {
+/*
+ * The session row as committed (and as this transaction wrote it): not
+ * locked, so that the application's inserts never wait for a summary.
+ */
+static SummaryQuery read_q = {
 	"SELECT x.summary_through_id, x.message_count, x.summary_version FROM ctxwin.sessions x "
-	"WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
+	"WHERE x.id " OP("=") " $1",
 	1, {UUIDOID}
 };
 
@@ -81,12 +86,16 @@ static SummaryQuery finish_args_q = {
 	1, {JSONBOID}
 };
 
-/* The session row if its summary is still the plan's, locked. */
+/*
+ * The session row if its summary is still the plan's, locked: a transaction
+ * that writes the row (an insert into the session) is waited for, and the
+ * condition read again on the row it leaves.
+ */
 static SummaryQuery finish_lock_q = {
 	"SELECT x.conversation_summary FROM ctxwin.sessions x "
 	"WHERE x.id " OP("=") " $1 AND x.summary_through_id " OP("=") " $2 "
 	"AND x.summary_version " OP("=") " ($3 " OP("->>") " 'version')::pg_catalog.int4 "
-	"FOR NO KEY UPDATE NOWAIT",
+	"FOR NO KEY UPDATE",
 	3, {UUIDOID, INT8OID, JSONBOID}
 };
 
@@ -146,67 +155,53 @@ static SummaryQuery notify_q = {
 	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
 };
 
-/* What LockSession reads: summary_through_id, message_count, summary_version. */
-typedef struct LockedSession
+/* What ReadSession reads: summary_through_id, message_count, summary_version. */
+typedef struct SessionState
 {
 	Datum		id;
 	Datum		cols[3];
 	bool		nulls[3];
-	uint64		found;
-} LockedSession;
+} SessionState;
 
-/* The body of LockSession's subtransaction: the lock query. */
-static void
-LockSessionBody(void *arg)
-{
-	LockedSession *s = (LockedSession *) arg;
-
-	s->found = SummaryRun(&lock_q, &s->id, NULL, s->cols, s->nulls, 3);
-}
-
-/*
- * Locks the session row (FOR NO KEY UPDATE NOWAIT) until the transaction
- * ends and reads it into s; false if there is no such session.  A row
- * another transaction holds is not waited for: lock_not_available, saying so.
- */
+/* Reads the session as committed into s; false if there is no such session. */
 static bool
-LockSession(LockedSession *s)
+ReadSession(SessionState *s)
 {
-	ErrorData  *edata = SummaryTry(LockSessionBody, s);
-
-	if (edata != NULL)
-	{
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			ReThrowError(edata);
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("session %s is locked by another transaction", SummaryUuidText(s->id, false)),
-				 errdetail("A transaction that writes or summarizes the session holds its row; no summary was requested."),
-				 errhint("Try again when that transaction ends.")));
-	}
-	return s->found > 0;
+	return SummaryRun(&read_q, &s->id, NULL, s->cols, s->nulls, 3) > 0;
 }
 
 /*
- * Where the next summary of a locked session ends: it covers the oldest
+ * Takes a session whose counters say it is due but which has nothing to
+ * summarize off the compaction queue, or looks at it again in a minute
+ * (_compaction_settle).  Writes the session's row.
+ */
+void
+SummarySettle(Datum session)
+{
+	Datum		due;
+	bool		due_null;
+
+	SummaryRun(&settle_q, &session, NULL, &due, &due_null, 1);
+}
+
+/*
+ * Where the next summary of a session ends: it covers the oldest
  * unsummarized messages, keeping the newest min_recent_messages and tool
  * groups whole; without force, only when a trigger fires.  Sets
  * *through_null when there is nothing to summarize: with force, saying so
- * (NOTICE); without, taking the session off the queue or looking at it
- * again in a minute (_compaction_settle).
+ * (NOTICE); without, the session is to be settled (SummarySettle): now, or
+ * by the caller if settle is not NULL (*settle set).
  */
 static Datum
-PlanThrough(const LockedSession *s, Datum min_recent, bool min_recent_null, bool force,
-			bool *through_null)
+PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool force,
+			bool *through_null, bool *settle)
 {
 	int64		after = DatumGetInt64(s->cols[0]);
 	int64		count = DatumGetInt64(s->cols[1]);
 	Datum		args[3] = {s->id, s->cols[0],
 	Int64GetDatum(count - (min_recent_null ? 0 : DatumGetInt32(min_recent)))};
 	char		nulls[3] = {' ', ' ', SPI_NULL(min_recent_null)};
-	Datum		through = (Datum) 0,
-				due;
-	bool		due_null;
+	Datum		through = (Datum) 0;
 
 	*through_null = true;
 	if (force)
@@ -227,20 +222,28 @@ PlanThrough(const LockedSession *s, Datum min_recent, bool min_recent_null, bool
 	 * not (yet), looked at again in a minute.
 	 */
 	if (*through_null)
-		SummaryRun(&settle_q, &s->id, NULL, &due, &due_null, 1);
+	{
+		if (settle != NULL)
+			*settle = true;
+		else
+			SummarySettle(s->id);
+	}
 	return through;
 }
 
 /*
  * The plan of the next summary of a session: see the SQL declaration of
  * _summary_plan.  Returns it (a jsonb Datum in the current memory context)
- * and its strategy, or sets *isnull when there is nothing to do.
+ * and its strategy, or sets *isnull when there is nothing to do.  A session
+ * with nothing to do is settled (SummarySettle) here, or, if settle is not
+ * NULL, *settle is set for the caller to settle it later.  The caller holds
+ * the session's claim.
  */
 Datum
 SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
-			bool instructions_null, bool *isnull, const char **strategy)
+			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
 {
-	LockedSession s = {.id = session};
+	SessionState s = {.id = session};
 	Datum		st[4];			/* min_recent_messages, summary_strategy, encoding,
 								 * max_summary_tokens */
 	bool		stnull[4];
@@ -253,14 +256,11 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 
 	*isnull = true;
 	*strategy = NULL;
-	/*
-	 * The session's row stays locked until this transaction ends: nobody
-	 * else summarizes or writes the session meanwhile, so no request is
-	 * paid for a summary whose write would wait.
-	 */
-	if (session_null || !LockSession(&s))
+	if (settle != NULL)
+		*settle = false;
+	if (session_null || !ReadSession(&s))
 		return (Datum) 0;
-	/* the worker holds no row while its request is in flight, but a claim */
+	/* another backend's claim: it is summarizing the session */
 	if (SummarySessionClaimed(session))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -268,7 +268,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 				 errhint("Try again when that summary is done.")));
 	SummaryRun(&settings_q, &session, NULL, st, stnull, 4);
 
-	through = PlanThrough(&s, st[0], stnull[0], force, &through_null);
+	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
 	if (through_null)
 		return (Datum) 0;
 
@@ -483,8 +483,8 @@ SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null)
 	fp.strategy = fp.fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp.f[F_STRATEGY]);
 
 	/*
-	 * Locked since the plan, unless the LLM was called in between (the
-	 * worker): then a row another transaction holds is not waited for.
+	 * Nobody held the row since the plan: a transaction that writes it now
+	 * (an insert) is waited for; its messages are not this summary's.
 	 */
 	args[0] = fp.f[F_SESSION];
 	args[1] = fp.f[F_AFTER];
@@ -511,7 +511,7 @@ ctxwin_summary_plan(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	/* a NULL force is no force, as IF p_force reads it */
 	plan = SummaryPlan(PG_GETARG_DATUM(0), PG_ARGISNULL(0), !PG_ARGISNULL(1) && PG_GETARG_BOOL(1),
-					   PG_GETARG_DATUM(2), PG_ARGISNULL(2), &isnull, &strategy);
+					   PG_GETARG_DATUM(2), PG_ARGISNULL(2), &isnull, &strategy, NULL);
 	return SummaryReturn(fcinfo, plan, isnull);
 }
 

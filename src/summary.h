@@ -51,9 +51,16 @@ extern const char *SummaryUuidText(Datum id, bool isnull);
 /* Whether the background worker has an LLM request in flight for the session. */
 extern bool SummarySessionClaimed(Datum session);
 
-/* The plan of the next summary of a session (see _summary_plan), or (Datum) 0 with *isnull; *strategy: the plan's. */
+/*
+ * The plan of the next summary of a session (see _summary_plan), or
+ * (Datum) 0 with *isnull; *strategy: the plan's.  settle NULL: a session
+ * with nothing to do is settled now; else *settle says it is to be.
+ */
 extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
-						 bool instructions_null, bool *isnull, const char **strategy);
+						 bool instructions_null, bool *isnull, const char **strategy, bool *settle);
+
+/* Takes a session with nothing to summarize off the queue, or looks again in a minute. */
+extern void SummarySettle(Datum session);
 
 /* Makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
 extern Datum SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null);

@@ -6,18 +6,18 @@
  *		bookkeeping writes (_session_claimed, _compaction_failed,
  *		_compaction_settle).
  *
- * Who summarizes a session: every summarizer first locks the session's row
- * (FOR NO KEY UPDATE), and only then plans.  summarize_session and compact()
- * keep the row until their transaction ends, so their write never waits
- * and no request is paid for a session whose write would block; they
- * refuse (NOWAIT) or skip (SKIP LOCKED, which looks further down the
- * queue) a row another transaction holds.  The worker holds no transaction
- * while its requests are in flight: it marks those sessions with a claim,
- * a lock in the advisory lock space that no SQL function can take (its
- * field4 is neither 1 nor 2, the values of pg_advisory_lock's two forms),
- * taken only while it holds the row.  summarize_session and compact() look
- * for a claim once they have the row.  So the rows and advisory locks a
- * role can take hold back the sessions it holds, never the others.
+ * Who summarizes a session: whoever holds its claim, a lock in the
+ * advisory lock space that no SQL function can take (its field4 is neither
+ * 1 nor 2, the values of pg_advisory_lock's two forms), so the advisory
+ * locks a role takes never hold back a summary.  The worker holds it as a
+ * session lock from before its plan until its outcome is committed, across
+ * the request in flight; summarize_session and compact() hold it until
+ * their transaction ends.  Nobody holds the session's row across an LLM
+ * request: a plan reads the committed session, and the summary is written
+ * with a compare-and-set, so the application's inserts never wait for a
+ * summary, and a summary never covers a message not yet committed.
+ * summarize_session waits for another summarizer's claim and then returns
+ * what it wrote; compact() and the worker pass a claimed session over.
  */
 #include "postgres.h"
 
@@ -107,6 +107,42 @@ CtxwinSessionClaimed(const pg_uuid_t *id)
 		return true;
 	LockRelease(&tag, ExclusiveLock, false);
 	return false;
+}
+
+/*
+ * Claims a session until this transaction ends, as summarize_session and
+ * compact() do: the worker's claim lock, so that one summarizer at a time
+ * plans and requests a session's summary, while the session's row stays
+ * free for the application's writes.  Without wait, false if another
+ * backend holds the claim; with wait, waits for it (lock_timeout, a cancel
+ * and the deadlock check apply), *waited saying whether it had to.
+ */
+bool
+CtxwinClaimSessionXact(const pg_uuid_t *id, bool wait, bool *waited)
+{
+	LOCKTAG		tag;
+
+	SetClaimLockTag(&tag, id);
+	if (waited != NULL)
+		*waited = false;
+	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	if (!wait)
+		return false;
+	if (waited != NULL)
+		*waited = true;
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	return true;
+}
+
+/* Releases a claim CtxwinClaimSessionXact took, before anything was done with it. */
+void
+CtxwinReleaseSessionXact(const pg_uuid_t *id)
+{
+	LOCKTAG		tag;
+
+	SetClaimLockTag(&tag, id);
+	LockRelease(&tag, ExclusiveLock, false);
 }
 
 /* _session_claimed(uuid): CtxwinSessionClaimed. */
@@ -589,6 +625,11 @@ AddJob(const Candidate *c, const char *plan, const char *request)
  * Plans a candidate's summary: an extractive one is made and committed at
  * once, an LLM one becomes a job with the session claimed.  Whether it was
  * planned (a plan, or nothing to do after all).
+ *
+ * The claim comes first: a summarizer in another backend (summarize_session,
+ * compact()) holds it while its plan and request are made, so the plan is
+ * made from what that one wrote, and no second request is paid for a
+ * summary whose compare-and-set would fail.
  */
 static bool
 PlanCandidate(const Candidate *c)
@@ -601,25 +642,34 @@ PlanCandidate(const Candidate *c)
 	char	   *err = NULL;
 	int			code = 0;
 
+	if (!ClaimSession(&c->id))
+		return false;			/* another summarizer has it */
+
 	/*
-	 * The plan locks the row again (a no-op while this transaction has it;
-	 * after a commit below, another transaction may have taken it) and
-	 * refuses a session another worker has claimed.
+	 * The plan reads the session as committed (its row locked by
+	 * ReadCandidates, unless a commit below released it: then another
+	 * transaction may be writing it, which the plan does not wait for).
 	 */
 	if (!SubxactQuery("SELECT ctxwin._summary_plan($1, false, NULL)::text",
 					  1, types, values, &plan, &no_plan, &err, &code))
 	{
 		if (!NotAFailure(code))
 			RecordFailure(&c->id, err);
+		ReleaseClaim(&c->id);
 		return false;
 	}
-	if (no_plan)
-		return true;			/* nothing to do after all: settled */
-	if (!RequestOfPlan(c, plan, &request))
+	if (no_plan || !RequestOfPlan(c, plan, &request))
+	{
+		/* nothing to do after all (settled), or the failure recorded */
+		ReleaseClaim(&c->id);
 		return true;
+	}
 	if (request == NULL)
+	{
 		MakeExtractiveSummary(c, plan);
-	else if (ClaimSession(&c->id))	/* else another worker's, after all */
+		ReleaseClaim(&c->id);	/* after its commit */
+	}
+	else
 		AddJob(c, TextDatumGetCString(plan), request);
 	return true;
 }
