@@ -44,7 +44,11 @@ FROM generate_series(1, 2000) g;
 CREATE INDEX docs_cl100k ON docs ((ctxwin.count_tokens(body, 'cl100k_base')));
 CREATE INDEX docs_gpt4o ON docs ((ctxwin.count_tokens(body, 'gpt-4o')));
 ANALYZE docs;
-SELECT pass('CREATE INDEX on count_tokens(body, ''cl100k_base'') and on count_tokens(body, ''gpt-4o'')');
+SELECT is((SELECT string_agg(pg_get_indexdef(i.indexrelid), E'\n' ORDER BY i.indexrelid::regclass::text)
+           FROM pg_index i WHERE i.indrelid = 'docs'::regclass AND i.indexprs IS NOT NULL),
+          E'CREATE INDEX docs_cl100k ON public.docs USING btree (ctxwin.count_tokens(body, ''cl100k_base''::text))\n'
+          'CREATE INDEX docs_gpt4o ON public.docs USING btree (ctxwin.count_tokens(body, ''gpt-4o''::text))',
+          'CREATE INDEX on count_tokens(body, ''cl100k_base'') and on count_tokens(body, ''gpt-4o'')');
 
 CREATE FUNCTION pg_temp.plan_of(q text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
