@@ -1,8 +1,8 @@
 -- The counting functions are IMMUTABLE, so that a token count can define an
 -- index expression or a stored generated column.  Their encoding argument
 -- names an encoding or a model ctxwin ships (a built-in row of
--- ctxwin.models), both known to the library without reading a table (src/
--- tokenizer.c); a model a user adds to ctxwin.models is counted in the
+-- ctxwin.models), both known to the library without reading a table
+-- (src/tokenizer.c); a model a user adds to ctxwin.models is counted in the
 -- encoding model_encoding(model) reads from its row.  A user's row that
 -- replaces a built-in one changes what the session functions count with,
 -- not what these do: they keep the model's published encoding.
