@@ -29,36 +29,71 @@ SELECT ctxwin._require_library('0.2.0');
 -- The C functions carry the ctxwin_ prefix (the library's symbols are
 -- global in the server); the old names stay in the library for databases
 -- still at 0.1.0 (src/symbols_0_1.c).
+--
+-- The counting functions become IMMUTABLE (0.1.0 declared them STABLE), so
+-- that a token count can define an index expression or a stored generated
+-- column.  Their encoding argument names an encoding or a model ctxwin
+-- ships, both known to the library without reading ctxwin.models, as 0.1.0
+-- counted them (an index a user built on them through a function of their
+-- own stays valid); a model a user added to ctxwin.models is counted in the
+-- encoding model_encoding(model) reads from its row.
 CREATE OR REPLACE FUNCTION ctxwin.count_tokens(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_count_tokens'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.count_tokens(text, text) IS
+'Number of tokens of a text: exact with tiktoken''s encode_ordinary for cl100k_base and o200k_base; estimates for chars4 (characters / 4) and chars3.5 (characters / 3.5, rounded up); a model ctxwin ships names its published encoding (for a model added to ctxwin.models, pass model_encoding(model))';
 
 CREATE OR REPLACE FUNCTION ctxwin.tokenize(t text, encoding text DEFAULT 'cl100k_base')
 RETURNS int[]
 AS 'MODULE_PATHNAME', 'ctxwin_tokenize'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE OR REPLACE FUNCTION ctxwin.detokenize(ids int[], encoding text DEFAULT 'cl100k_base')
 RETURNS text
 AS 'MODULE_PATHNAME', 'ctxwin_detokenize'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION ctxwin.model_encoding(model text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ctxwin_model_encoding'
+LANGUAGE C STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.model_encoding(text) IS
+'Encoding a model is counted with, from its row of ctxwin.models (a model ctxwin ships whose row is gone keeps its built-in encoding); an encoding''s name is its own';
+
+CREATE FUNCTION ctxwin._builtin_models(OUT name text, OUT encoding text, OUT provider text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'ctxwin_builtin_models'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._builtin_models() IS
+'The models ctxwin ships, with the encoding and provider the counting functions take for them without reading ctxwin.models';
 
 CREATE OR REPLACE FUNCTION ctxwin.count_message_tokens(message jsonb, encoding text DEFAULT 'cl100k_base')
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_count_message_tokens'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE OR REPLACE FUNCTION ctxwin.message_tokens(role text, content text, name text, tool_call_id text,
                                       tool_calls jsonb, encoding text)
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_message_tokens'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 CREATE OR REPLACE FUNCTION ctxwin.truncate_middle(t text, max_tokens int, encoding text DEFAULT 'cl100k_base')
 RETURNS text
 AS 'MODULE_PATHNAME', 'ctxwin_truncate_middle'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OR REPLACE FUNCTION ctxwin.messages_tokens(messages jsonb, encoding text)
+RETURNS int
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT coalesce(sum(ctxwin.count_message_tokens(m, encoding)), 0)
+        FROM jsonb_array_elements(messages) m);
 
 CREATE OR REPLACE FUNCTION ctxwin._fit_contents(contents text[], room int, encoding text)
 RETURNS text[]
@@ -649,11 +684,10 @@ COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, real, interval, int
 CREATE FUNCTION ctxwin.count_tool_tokens(tools jsonb, encoding text DEFAULT 'cl100k_base')
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_count_tool_tokens'
-LANGUAGE C STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_tool_tokens(jsonb, text) IS
-'Tokens that OpenAI function tools ([{"type": "function", "function": {...}}]) cost a request, in an encoding or for a model of ctxwin.models; build_context subtracts them from the budget';
+'Tokens that OpenAI function tools ([{"type": "function", "function": {...}}]) cost a request, in an encoding (OpenAI''s rule) or for a model ctxwin ships (the rule of its provider); build_context subtracts them from the budget';
 
 DROP FUNCTION ctxwin._window(uuid, int);
 CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int, p_tools jsonb DEFAULT NULL)

@@ -49,9 +49,19 @@ SELECT ctxwin.count_tokens('', 'chars3.5'), ctxwin.count_tokens('abcdefgh', 'cha
 SELECT ctxwin.count_tokens(repeat(chr(129), 200)), ctxwin.count_tokens(repeat(chr(129), 200), 'o200k_base'),
        ctxwin.count_tokens(repeat(chr(52793), 86)), ctxwin.count_tokens(repeat(chr(52793), 86), 'o200k_base');
 
--- a model of ctxwin.models names its encoding
+-- a model ctxwin ships names its encoding
 SELECT ctxwin.tokenize('hello world', 'gpt-4o') = ctxwin.tokenize('hello world', 'o200k_base') AS gpt4o,
        ctxwin.tokenize('hello world', 'gpt-4') = ctxwin.tokenize('hello world', 'cl100k_base') AS gpt4;
+
+-- a model added to ctxwin.models is not built in: its encoding comes from
+-- model_encoding, which reads its row (the counting functions are IMMUTABLE)
+INSERT INTO ctxwin.models (name, encoding, context_window) VALUES ('my-model', 'chars4', 8000);
+SELECT ctxwin.count_tokens('x', 'my-model');
+SELECT ctxwin.truncate_middle('x', 5, 'my-model');
+SELECT ctxwin.model_encoding('my-model'), ctxwin.count_tokens('abcdefgh', ctxwin.model_encoding('my-model'));
+SELECT ctxwin.model_encoding('gpt-4o'), ctxwin.model_encoding('chars3.5');
+SELECT ctxwin.model_encoding('gpt2');
+DELETE FROM ctxwin.models WHERE name = 'my-model';
 
 -- NULLs: the functions are strict
 SELECT ctxwin.count_tokens(NULL) IS NULL, ctxwin.count_tokens('x', NULL) IS NULL,
@@ -74,8 +84,11 @@ SELECT ctxwin.detokenize('{{15339},{1917}}');
 
 -- Every function of the extension: volatility, strictness, parallel safety,
 -- and whether it pins search_path.  Only C functions that run no SQL may go
--- without (see the install script), and the C insert trigger _messages_insert,
--- which qualifies every name in its queries.
+-- without (see the install script), the C insert trigger _messages_insert,
+-- which qualifies every name in its queries, and the C counting functions,
+-- which read ctxwin.models only on their way to an error (to tell a model
+-- added to it from a name of nothing) or under 0.1.0's declarations, with
+-- search_path pinned around the query.
 SELECT p.proname, l.lanname, p.provolatile, p.proisstrict, p.proparallel,
        coalesce(array_to_string(p.proconfig, ','), '') LIKE '%search_path=%' AS pins_search_path
 FROM pg_proc p

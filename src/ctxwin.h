@@ -39,6 +39,14 @@ typedef struct CtxwinEncoding
 
 #define CTXWIN_ENCODING_NAMES "cl100k_base, o200k_base, chars4 and chars3.5"
 
+/* A model ctxwin ships: a built-in row of ctxwin.models, known without it. */
+typedef struct CtxwinBuiltinModel
+{
+	const char *name;
+	const CtxwinEncoding *enc;
+	const char *provider;
+} CtxwinBuiltinModel;
+
 
 /* What replaces the middle of a text cut to fit (a printf format). */
 #define CTXWIN_OMITTED_MARKER "\n[... %lld tokens omitted ...]\n"
@@ -72,8 +80,8 @@ extern void *LlmTransferHandle(LlmTransfer *t);
 
 /* tokenizer.c */
 extern const CtxwinEncoding *CtxwinEncodingArg(text *name);
-extern const CtxwinEncoding *CtxwinEncodingFind(const char *s, int len);
-extern const CtxwinEncoding *CtxwinEncodingOrModelArg(FunctionCallInfo fcinfo, int argno);
+extern const CtxwinEncoding *CtxwinCountingArg(FunctionCallInfo fcinfo, int argno,
+											   const CtxwinBuiltinModel **model);
 extern int64 CtxwinCountText(const CtxwinEncoding *enc, const char *data, size_t len);
 
 /* launcher.c: wake this database's worker when the transaction commits

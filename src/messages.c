@@ -78,7 +78,7 @@ ctxwin_message_tokens(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("encoding must not be null")));
-	enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(5));
+	enc = CtxwinCountingArg(fcinfo, 5, NULL);
 	n = CtxwinMessageTokens(enc,
 							PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)),
 							PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1),
@@ -125,7 +125,7 @@ Datum
 ctxwin_count_message_tokens(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
-	const CtxwinEncoding *enc = CtxwinEncodingOrModelArg(fcinfo, 1);
+	const CtxwinEncoding *enc = CtxwinCountingArg(fcinfo, 1, NULL);
 	static const char *const fields[] = {"role", "content", "name", "tool_call_id", "tool_calls"};
 	int64		n = CTXWIN_MESSAGE_OVERHEAD;
 	int			i;
@@ -253,7 +253,7 @@ ctxwin_truncate_middle(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
 	int32		max_tokens = PG_GETARG_INT32(1);
-	const CtxwinEncoding *enc = CtxwinEncodingArg(PG_GETARG_TEXT_PP(2));
+	const CtxwinEncoding *enc = CtxwinCountingArg(fcinfo, 2, NULL);
 	const char *s = VARDATA_ANY(t);
 	int			len = VARSIZE_ANY_EXHDR(t);
 	int64		total = CtxwinCountText(enc, s, len);

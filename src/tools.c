@@ -536,31 +536,17 @@ CtxwinModelProvider(const char *model)
 /*
  * count_tool_tokens(tools jsonb, encoding text) returns int: what OpenAI
  * function tools cost a request, in an encoding (the OpenAI rule) or for a
- * model of ctxwin.models (the rule of its provider).
+ * model ctxwin ships (the rule of its provider, as ctxwin knows it without
+ * reading ctxwin.models: the function is IMMUTABLE).
  */
 Datum
 ctxwin_count_tool_tokens(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *tools = PG_GETARG_JSONB_P(0);
-	text	   *name = PG_GETARG_TEXT_PP(1);
-	const CtxwinEncoding *enc = CtxwinEncodingFind(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
-	char	   *model = NULL;
-	char	   *provider = NULL;
-	MemoryContext callcxt = CurrentMemoryContext;
+	const CtxwinBuiltinModel *model;
+	const CtxwinEncoding *enc = CtxwinCountingArg(fcinfo, 1, &model);
 	int64		n;
 
-	if (enc == NULL)
-	{
-		/* a model's name: its encoding (the error of an unknown one) and provider */
-		enc = CtxwinEncodingOrModelArg(fcinfo, 1);
-		model = text_to_cstring(name);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		provider = CtxwinModelProvider(model);
-		if (provider != NULL)
-			provider = MemoryContextStrdup(callcxt, provider);
-		SPI_finish();
-	}
-	n = CtxwinToolTokens(tools, enc, model, provider);
+	n = CtxwinToolTokens(tools, enc, model ? model->name : NULL, model ? model->provider : NULL);
 	PG_RETURN_INT32((int32) Min(n, PG_INT32_MAX));
 }

@@ -208,6 +208,101 @@ cmp_ok(scalar(keys %$schema_fresh), '>', 1000, 'the dump lists the extension\'s 
 is_deeply(only_in($schema_up, $schema_fresh), [], "the updated schema has nothing a fresh $current install lacks");
 is_deeply(only_in($schema_fresh, $schema_up), [], '... and lacks nothing it has');
 
+# --- token counts in indexes and generated columns, from 0.1.0 ----------------
+# 0.1.0 declared count_tokens STABLE, so an index or a stored generated
+# column on a token count went through an IMMUTABLE SQL function of the
+# user's own around it (by encoding, or by a built-in model).  After the
+# update the indexes built on them are still right, the functions keep
+# working, and the count itself can define an index.
+$node->safe_psql('postgres', 'CREATE DATABASE idx');
+my ($ret, $out, $err);
+sub q_idx { return $node->safe_psql('idx', $_[0]); }
+q_idx("CREATE EXTENSION ctxwin VERSION '$first'");
+q_idx(<<'SQL');
+INSERT INTO ctxwin.models (name, encoding, context_window) VALUES ('house-model', 'chars4', 8000);
+CREATE FUNCTION public.tokens_cl100k(t text) RETURNS int LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT ctxwin.count_tokens(t, 'cl100k_base') $$;
+CREATE FUNCTION public.tokens_gpt4o(t text) RETURNS int LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ctxwin.count_tokens(t, 'gpt-4o');
+CREATE TABLE docs (id int PRIMARY KEY, body text NOT NULL,
+                   o200k int GENERATED ALWAYS AS (public.tokens_gpt4o(body)) STORED);
+INSERT INTO docs (id, body)
+SELECT g, CASE WHEN g % 97 = 0 THEN repeat(chr(52793), 86)
+               ELSE repeat('word ', g % 50) || 'Grüße 日本語 ' || g END
+FROM generate_series(1, 3000) g;
+CREATE INDEX docs_cl100k ON docs (public.tokens_cl100k(body));
+CREATE INDEX docs_gpt4o ON docs (public.tokens_gpt4o(body));
+ANALYZE docs;
+SQL
+($ret, $out, $err) = $node->psql('idx', "CREATE INDEX ON docs ((ctxwin.count_tokens(body, 'cl100k_base')))");
+like($err, qr/functions in index expression must be marked IMMUTABLE/,
+	'0.1.0: count_tokens itself cannot define an index (it is STABLE there)');
+is(q_idx("SELECT ctxwin.count_tokens('abcdefgh', 'house-model')"), '2',
+	'0.1.0 under the current library: a model added to ctxwin.models still counts, through its row');
+# what the rows hold, by a scan of the table: the generated column, and
+# the counts the indexes were built with
+my $counts_sql = "SELECT string_agg(format('%s:%s:%s:%s', id, o200k, public.tokens_cl100k(body), public.tokens_gpt4o(body)), ' ' ORDER BY id) FROM docs";
+my $counts_before = q_idx($counts_sql);
+like($counts_before, qr/^1:\d+:\d+:\d+ .* 97:172:258:172 /, '(the rows and their counts in 0.1.0)');
+
+q_idx('ALTER EXTENSION ctxwin UPDATE');
+is(q_idx("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), $current, "the database with the indexes is at $current");
+is(q_idx($counts_sql), $counts_before, 'after the update: the same generated values and the same counts');
+# by each index alone against the table alone, on equality and on ranges
+sub by_scan
+{
+	my ($kind, $query) = @_;
+	my $set = $kind eq 'index'
+	  ? 'SET enable_seqscan = off; SET enable_bitmapscan = off;'
+	  : 'SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;';
+	return $node->safe_psql('idx', "$set EXPLAIN (COSTS OFF) $query") . "\n" . $node->safe_psql('idx', "$set $query");
+}
+# (the rows by their number and sums of ids: an aggregate ORDER BY id
+# would take the rows in the primary key's order instead)
+my $rows = "SELECT format('%s rows, ids %s %s', count(*), sum(id), sum(id::bigint * id)) FROM docs WHERE";
+for my $q ("$rows public.tokens_cl100k(body) = 258", "$rows public.tokens_cl100k(body) BETWEEN 20 AND 23",
+	"$rows public.tokens_gpt4o(body) = 172", "$rows public.tokens_gpt4o(body) BETWEEN 20 AND 23")
+{
+	my ($iplan, $irows) = split /\n(?=[^\n]*$)/, by_scan('index', $q);
+	my ($splan, $srows) = split /\n(?=[^\n]*$)/, by_scan('table', $q);
+	like($iplan, qr/Index Scan using docs_(cl100k|gpt4o)/, "an index scan ... $q");
+	unlike($splan, qr/Index/, '... and a scan of the table');
+	is($irows, $srows, '... find the same rows');
+	unlike($irows, qr/^0 rows/, '... and find some');
+}
+my $have_amcheck = q_idx("SELECT count(*) FROM pg_available_extensions WHERE name = 'amcheck'");
+SKIP:
+{
+	skip 'contrib amcheck is not installed', 1 unless $have_amcheck;
+	q_idx('CREATE EXTENSION amcheck');
+	# (an index entry that the function no longer computes is an error)
+	($ret, $out, $err) = $node->psql('idx',
+		"SELECT bt_index_check('docs_cl100k', heapallindexed => true), bt_index_check('docs_gpt4o', heapallindexed => true)");
+	is("$ret $err", '0 ',
+		'amcheck: every row of the table has its index entry, counted by the updated functions (bt_index_check, heapallindexed)');
+}
+is( q_idx("INSERT INTO docs (id, body) VALUES (3001, repeat(chr(52793), 86)) RETURNING o200k"),
+	'172', 'a row inserted after the update gets its generated count');
+is( q_idx("SELECT string_agg(id::text, ',' ORDER BY id) FROM docs WHERE public.tokens_cl100k(body) = 258 AND id > 2900"),
+	'2910,3001', '... and is found through the index');
+q_idx(<<'SQL');
+CREATE INDEX docs_direct ON docs ((ctxwin.count_tokens(body, 'cl100k_base')));
+ALTER TABLE docs ADD COLUMN claude int GENERATED ALWAYS AS (ctxwin.count_tokens(body, 'claude-sonnet-4')) STORED;
+SQL
+is(q_idx("SELECT count(*) FROM docs WHERE claude IS DISTINCT FROM public.tokens_cl100k(body)"), '0',
+	"after the update count_tokens itself defines a generated column ('claude-sonnet-4': cl100k_base)");
+my ($dplan, $drows) = split /\n(?=[^\n]*$)/,
+  by_scan('index', "SELECT string_agg(id::text, ',' ORDER BY id) FROM docs WHERE ctxwin.count_tokens(body, 'cl100k_base') = 258");
+# (the planner inlines the updated SQL function of 0.1.0 into the same
+# expression: either index serves the query)
+like($dplan, qr/Index Scan using docs_(direct|cl100k)/, '... and an index, which a query on the count uses');
+is($drows, q_idx("SELECT string_agg(id::text, ',' ORDER BY id) FROM docs WHERE public.tokens_cl100k(body) = 258"),
+	'... finding the rows the index of 0.1.0 finds');
+($ret, $out, $err) = $node->psql('idx', "SELECT ctxwin.count_tokens('abcdefgh', 'house-model')");
+like($err, qr/ERROR:  model "house-model" is not built in\n.*\nHINT:  Pass its encoding instead: ctxwin\.count_tokens\(t, ctxwin\.model_encoding\('house-model'\)\)\./s,
+	'after the update a model added to ctxwin.models is refused by count_tokens, with a hint');
+is(q_idx("SELECT ctxwin.count_tokens('abcdefgh', ctxwin.model_encoding('house-model'))"), '2', '... that works');
+
 # --- the library file replaced while the server runs ---------------------------
 my $worker_pid = q_up("SELECT pid FROM ctxwin.worker_status WHERE database = 'up'");
 copy($lib, "$lib.new") or die "copy: $!";
@@ -227,7 +322,7 @@ my $newer = '0.99.0';
 open(my $fh, '>', "$ext/ctxwin--$current--$newer.sql") or die $!;
 print $fh "SELECT ctxwin._require_library('$newer');\nCREATE TABLE ctxwin.must_not_exist ();\n";
 close $fh;
-my ($ret, $out, $err) = $node->psql('up', "ALTER EXTENSION ctxwin UPDATE TO '$newer'");
+($ret, $out, $err) = $node->psql('up', "ALTER EXTENSION ctxwin UPDATE TO '$newer'");
 isnt($ret, 0, 'an update to a version newer than the running library fails');
 like($err,
 	qr/ERROR:  ctxwin \Q$newer\E needs ctxwin's library \Q$newer\E or later, but this server runs library \Q$current\E\n(.*\n)?DETAIL:  A process keeps the library it loaded first.*\nHINT:  Install ctxwin \Q$newer\E, restart the server, then run ALTER EXTENSION ctxwin UPDATE again\./,

@@ -334,7 +334,7 @@ COMMENT ON FUNCTION ctxwin.system_messages(text, text, text) IS
 
 CREATE FUNCTION ctxwin.messages_tokens(messages jsonb, encoding text)
 RETURNS int
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN (SELECT coalesce(sum(ctxwin.count_message_tokens(m, encoding)), 0)
         FROM jsonb_array_elements(messages) m);
