@@ -438,6 +438,7 @@ CREATE TABLE ctxwin.messages (
     token_encoding text NOT NULL,
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
+    client_key text,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -451,6 +452,12 @@ COMMENT ON TABLE ctxwin.messages IS
 'Chat messages, append-only; id is the position in the session (1, 2, 3 ... in commit order), set by ctxwin';
 COMMENT ON COLUMN ctxwin.messages.token_count IS
 'Tokens of the message with its overhead, counted with token_encoding when it was inserted';
+COMMENT ON COLUMN ctxwin.messages.client_key IS
+'The key the application gave the message (append_messages), unique in its session; NULL: none';
+-- a client's own key of a message (a framework's message id, a hash of a
+-- retried request's message): stored once per session
+CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
+    WHERE client_key IS NOT NULL;
 
 CREATE TABLE ctxwin.summaries (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
@@ -1981,6 +1988,136 @@ GRANT SELECT ON ctxwin.worker_status TO PUBLIC;
 
 COMMENT ON VIEW ctxwin.worker_status IS
 'The background workers: state, queue depth, requests in flight, done, failed, retries, request latency and queue-to-summary lag percentiles, last error. Other roles than superusers and pg_read_all_stats see their own database only; empty without shared_preload_libraries.';
+-- ==== sql/install/85_clients.sql ====
+
+-- What the client packages (clients/python, clients/node) call, and any
+-- application may: messages appended at most once per client key, and a
+-- chat turn (append, then the window or the request body) in one call.
+
+/*
+ * Appends chat messages (a JSON array in OpenAI's chat shape: role,
+ * content, name, tool_call_id, tool_calls, metadata) to a session, each
+ * with its client key (keys[i], NULL: none), and returns their ids in
+ * order.  A message whose key the session already has is not stored again:
+ * the stored one's id is returned, so a request retried after a lost
+ * answer never duplicates a message.  The session's row is locked first,
+ * as an insert into the session locks it, so two appenders of one key
+ * cannot both store it.  The insert trigger numbers and counts the
+ * messages as any INSERT's.  SECURITY INVOKER: the caller's privileges and
+ * row-level security apply.
+ */
+CREATE FUNCTION ctxwin.append_messages(session uuid, messages jsonb, keys text[] DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n int;
+    ids bigint[] := '{}';
+    m jsonb;
+    k text;
+    bad text;
+    got bigint;
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF messages IS NULL OR jsonb_typeof(messages) <> 'array' THEN
+        RAISE EXCEPTION 'messages must be a JSON array of chat messages'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(jsonb_typeof(messages), 'NULL')),
+                  HINT = 'Pass [{"role": "user", "content": "..."}, ...].';
+    END IF;
+    n := jsonb_array_length(messages);
+    IF keys IS NOT NULL AND coalesce(array_length(keys, 1), 0) <> n THEN
+        RAISE EXCEPTION 'keys must have one element per message'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('There are %s messages and %s keys.', n, coalesce(array_length(keys, 1), 0)),
+                  HINT = 'Give NULL for a message without a key, or no keys at all.';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        m := messages -> (i - 1);
+        IF jsonb_typeof(m) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'message % is not a JSON object', i
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = 'Nothing was appended.';
+        END IF;
+        SELECT string_agg(x, ', ' ORDER BY x) INTO bad FROM jsonb_object_keys(m) x
+        WHERE x NOT IN ('role', 'content', 'name', 'tool_call_id', 'tool_calls', 'metadata');
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'message % has keys ctxwin does not store: %', i, bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'A message has role, content, name, tool_call_id, tool_calls and metadata. Nothing was appended.',
+                      HINT = 'Convert the message to OpenAI''s chat shape first, or keep the rest in metadata.';
+        END IF;
+        IF jsonb_typeof(m -> 'content') NOT IN ('string', 'null')
+           OR jsonb_typeof(m -> 'name') NOT IN ('string', 'null')
+           OR jsonb_typeof(m -> 'tool_call_id') NOT IN ('string', 'null')
+           OR jsonb_typeof(m -> 'tool_calls') NOT IN ('array', 'null')
+           OR jsonb_typeof(m -> 'metadata') NOT IN ('object', 'null') THEN
+            RAISE EXCEPTION 'message % has a value of the wrong type', i
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'content, name and tool_call_id are strings, tool_calls an array and metadata an object, or null. Nothing was appended.';
+        END IF;
+    END LOOP;
+
+    PERFORM FROM ctxwin.sessions s WHERE s.id = session FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', session
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        m := messages -> (i - 1);
+        k := keys[i];
+        got := NULL;
+        IF k IS NOT NULL THEN
+            SELECT x.id INTO got FROM ctxwin.messages x WHERE x.session_id = session AND x.client_key = k;
+        END IF;
+        IF got IS NULL THEN
+            INSERT INTO ctxwin.messages (session_id, role, content, name, tool_call_id, tool_calls, metadata,
+                                         client_key)
+            VALUES (session, m ->> 'role', m ->> 'content', m ->> 'name', m ->> 'tool_call_id',
+                    nullif(m -> 'tool_calls', 'null'::jsonb), coalesce(nullif(m -> 'metadata', 'null'::jsonb), '{}'),
+                    k)
+            RETURNING id INTO got;
+        END IF;
+        ids := ids || got;
+    END LOOP;
+    RETURN ids;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
+'Appends chat messages (OpenAI''s shape) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';
+
+/*
+ * One chat turn in one call: append_messages, then the window
+ * (build_context) or, with request, the whole request body
+ * (build_request) of the session with them.  Returns {"ids": [...],
+ * "context": ...} or {"ids": [...], "request": ...}.
+ */
+CREATE FUNCTION ctxwin.append_and_build(session uuid, messages jsonb, keys text[] DEFAULT NULL,
+                                        budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                        tools jsonb DEFAULT NULL, cache boolean DEFAULT true,
+                                        request boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    IF request IS NULL THEN
+        RAISE EXCEPTION 'request must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    ids := ctxwin.append_messages(session, messages, keys);
+    IF request THEN
+        RETURN jsonb_build_object('ids', to_jsonb(ids),
+                                  'request', ctxwin.build_request(session, budget, format, tools, cache));
+    END IF;
+    RETURN jsonb_build_object('ids', to_jsonb(ids),
+                              'context', ctxwin.build_context(session, budget, format, tools, cache));
+END $$;
+
+COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean) IS
+'One chat turn: append_messages, then build_context (or, with request, build_request) of the session; {"ids": [...], "context" or "request": ...}';
 -- ==== sql/install/90_usage.sql ====
 
 ------------------------------------------------------------------------------

@@ -142,7 +142,7 @@ my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', s), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', m), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
+       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
        (SELECT string_agg(format('%s', x), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl']), E'\n' ORDER BY p.name)
         FROM ctxwin.profiles p),

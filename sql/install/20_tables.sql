@@ -273,6 +273,7 @@ CREATE TABLE ctxwin.messages (
     token_encoding text NOT NULL,
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
+    client_key text,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -286,6 +287,12 @@ COMMENT ON TABLE ctxwin.messages IS
 'Chat messages, append-only; id is the position in the session (1, 2, 3 ... in commit order), set by ctxwin';
 COMMENT ON COLUMN ctxwin.messages.token_count IS
 'Tokens of the message with its overhead, counted with token_encoding when it was inserted';
+COMMENT ON COLUMN ctxwin.messages.client_key IS
+'The key the application gave the message (append_messages), unique in its session; NULL: none';
+-- a client's own key of a message (a framework's message id, a hash of a
+-- retried request's message): stored once per session
+CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
+    WHERE client_key IS NOT NULL;
 
 CREATE TABLE ctxwin.summaries (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
