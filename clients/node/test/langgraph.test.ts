@@ -33,7 +33,9 @@ after(async () => {
   await mock?.stop();
 });
 
-const searchHistory = tool(async ({ query }: { query: string }) => `Found invoices about ${query}: INV-7 (USD 120) and INV-9 (USD 80).`,
+// a long result, so that windows are cut by the budget and not only by summaries
+const searchHistory = tool(async ({ query }: { query: string }) => `Found invoices about ${query}: INV-7 (USD 120) and INV-9 (USD 80). ` +
+  Array.from({ length: 12 }, (_, i) => `Line ${i}: invoice INV-${100 + i} paid by card on day ${i + 1}.`).join(" "),
   { name: "search_history", description: "Search the billing history.", schema: z.object({ query: z.string() }) });
 
 function chatModel(name: string) {
@@ -117,13 +119,19 @@ async function runAgent(equalKeys: boolean) {
   for (let t = 0; t < turns; t++) {
     const n = mock.requests().length;
     const human = new HumanMessage({ content: `Turn ${t}: what did customer C-${t} pay on invoice INV-${t}?`, id: `human-${t}` });
-    const final = await graph.invoke({ messages: [human] }, config);
+    seen.set(human.id!, human);
+    // every message the agent and the tools produce, as they produce them
+    for await (const update of await graph.stream({ messages: [human] }, { ...config, streamMode: "updates" })) {
+      for (const [name, u] of Object.entries(update as Record<string, { messages?: BaseMessage[] }>)) {
+        if (name === "summarize") continue;
+        for (const m of u.messages ?? []) seen.set(m.id!, m);
+      }
+    }
+    const final = (await graph.getState(config)).values;
     const reqs = mock.requests().slice(n);
     assert.deepEqual(reqs.map((r) => r.model), ["fault-tool-calls", "mock"], `turn ${t}: a tool call, then an answer`);
     for (const r of reqs) assert.ok(await windowTokens(db.pool, r.body.messages, "o200k_base") <= maxTokens + 16,
       "what the model got is the window (its tool-call arguments as LangChain writes them)");
-    const history = (await graph.getState(config)).values.messages as BaseMessage[];
-    for (const m of history) if (!m.id!.startsWith("ctxwin:")) seen.set(m.id!, m);
     assert.equal((final.messages as BaseMessage[]).at(-1)!.getType(), "ai");
   }
   assert.equal(outputs.length, 2 * turns, "the node ran before each model call");
