@@ -1,0 +1,269 @@
+/**
+ * The ctxwin client over node-postgres: sessions, appending messages of any
+ * shape (idempotent by key), windows and request bodies, one chat turn in
+ * one round trip, usage, status and summaries.  Works with a pg Client, a
+ * Pool or a PoolClient: anything with query(text, values).
+ */
+import { type MessageInput } from "./convert.js";
+import type { AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, ToolDefinition } from "./types.js";
+/** What the client needs of node-postgres: pg.Client, pg.Pool and pg.PoolClient all have it. */
+export interface Queryable {
+    query(text: string, values?: any[]): Promise<{
+        rows: any[];
+    }>;
+}
+/** A session's row (ctxwin.sessions), in camelCase. */
+export interface SessionInfo {
+    id: string;
+    profile: string;
+    systemPrompt: string | null;
+    metadata: Record<string, unknown>;
+    conversationSummary: string | null;
+    summaryThroughId: number;
+    summaryTokens: number;
+    summaryVersion: number;
+    summaryUpdatedAt: Date | null;
+    messageCount: number;
+    tokenCount: number;
+    unsummarizedMessages: number;
+    unsummarizedTokens: number;
+    promptTokens: number;
+    compactionQueuedAt: Date | null;
+    compactionFailures: number;
+    lastError: string | null;
+    lastErrorAt: Date | null;
+    createdAt: Date;
+    updatedAt: Date;
+}
+/** ctxwin.context_status(session), in camelCase. */
+export interface ContextStatus {
+    sessionId: string;
+    profile: string;
+    model: string;
+    encoding: string;
+    contextWindow: number;
+    budget: number;
+    messageCount: number;
+    summaryThroughId: number;
+    messagesSinceSummary: number;
+    tokensSinceSummary: number;
+    maxMessagesBeforeSummary: number | null;
+    messagesPct: number | null;
+    maxTokensBeforeSummary: number | null;
+    tokensPct: number | null;
+    triggerRatio: number | null;
+    contextTokens: number;
+    contextPct: number | null;
+    ratioPct: number | null;
+    willTrigger: boolean;
+    triggersFiring: string[] | null;
+    summaryVersion: number;
+    summaryTokens: number;
+    summaryUpdatedAt: Date | null;
+    /** An interval, as PostgreSQL writes it ("00:05:12.3"). */
+    summaryAge: string | null;
+    windowMessages: number;
+    windowTokens: number;
+    droppedMessages: number;
+    queuedAt: Date | null;
+    compactionFailures: number;
+    lastError: string | null;
+    lastErrorAt: Date | null;
+    note: string | null;
+    budgetMargin: number;
+}
+/** A row of ctxwin.summaries. */
+export interface Summary {
+    sessionId: string;
+    version: number;
+    fromId: number;
+    throughId: number;
+    content: string;
+    tokenCount: number;
+    strategy: string;
+    model: string | null;
+    usage: Record<string, unknown> | null;
+    latencyMs: number | null;
+    createdAt: Date;
+}
+/** A stored message (ctxwin.messages). */
+export interface StoredMessage {
+    sessionId: string;
+    id: number;
+    role: ChatMessage["role"];
+    content: string | null;
+    toolCalls: ChatMessage["tool_calls"] | null;
+    toolCallId: string | null;
+    name: string | null;
+    tokenCount: number;
+    tokenEncoding: string;
+    metadata: Record<string, unknown>;
+    clientKey: string | null;
+    createdAt: Date;
+}
+export interface CreateSessionOptions {
+    /** The session's id; default: a new random uuid. */
+    id?: string;
+    /** A row of ctxwin.profiles; default "default". */
+    profile?: string;
+    systemPrompt?: string | null;
+    metadata?: Record<string, unknown>;
+}
+export interface WindowOptions {
+    /** Tokens; default: the model's window less the profile's response_reserve. */
+    budget?: number | null;
+    tools?: readonly ToolDefinition[] | null;
+    /** Anthropic prompt-cache marks (and OpenAI's prompt_cache_key in requests); default true. */
+    cache?: boolean;
+}
+export interface AppendOptions {
+    /** One per input message: its key (null or undefined: its own id, if any). */
+    keys?: readonly (string | null | undefined)[];
+}
+export interface UsageOptions {
+    /** Id of the oldest message of the window the request sent. */
+    windowFirstId?: number | null;
+    /** Tokens of that window as ctxwin counted them. */
+    windowTokens?: number | null;
+}
+export type SessionRef = string | {
+    id: string;
+};
+/**
+ * The usage object to record for an answer: the answer's own usage (OpenAI
+ * chat or responses, Anthropic), a usage object as it came, or the AI SDK's
+ * LanguageModelUsage (its raw provider usage if it has one, else its counts
+ * in the OpenAI chat shape).
+ */
+export declare function usageOf(responseOrUsage: object): Record<string, unknown>;
+/** The result of one chat turn: the stored ids of the messages appended, and the window. */
+export interface TurnResult<C> {
+    ids: number[];
+    context: C;
+}
+/** The result of one chat turn with request: true: the ids and the whole request body. */
+export interface TurnRequestResult<R> {
+    ids: number[];
+    request: R;
+}
+export declare class Ctxwin {
+    readonly db: Queryable;
+    constructor(db: Queryable);
+    /** Runs one statement; PostgreSQL's errors become CtxwinErrors. */
+    query(text: string, values?: unknown[]): Promise<Record<string, unknown>[]>;
+    private one;
+    /** A handle on a session, bound to this client (no query). */
+    session(session: SessionRef): CtxwinSession;
+    createSession(options?: CreateSessionOptions): Promise<SessionInfo>;
+    /** The session's row, or null if there is none (or the role may not see it). */
+    getSession(session: SessionRef): Promise<SessionInfo | null>;
+    /**
+     * Appends messages of any supported shape; returns the stored ids, one per
+     * stored message (a message whose key the session has returns its stored id).
+     */
+    append(session: SessionRef, messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]>;
+    buildContext(session: SessionRef, options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<ChatMessage[]>;
+    buildContext(session: SessionRef, options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<AnthropicContext>;
+    buildContext(session: SessionRef, options?: WindowOptions & {
+        format?: Format;
+    }): Promise<ChatMessage[] | AnthropicContext>;
+    buildRequest(session: SessionRef, options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<OpenAIRequest>;
+    buildRequest(session: SessionRef, options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<AnthropicRequest>;
+    buildRequest(session: SessionRef, options?: WindowOptions & {
+        format?: Format;
+    }): Promise<OpenAIRequest | AnthropicRequest>;
+    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options?: AppendOptions & WindowOptions & {
+        format?: "openai";
+        request?: false;
+    }): Promise<TurnResult<ChatMessage[]>>;
+    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+        format: "anthropic";
+        request?: false;
+    }): Promise<TurnResult<AnthropicContext>>;
+    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+        format?: "openai";
+        request: true;
+    }): Promise<TurnRequestResult<OpenAIRequest>>;
+    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+        format: "anthropic";
+        request: true;
+    }): Promise<TurnRequestResult<AnthropicRequest>>;
+    /**
+     * ctxwin.record_usage: what the provider billed for one request.  Takes the
+     * answer (OpenAI ChatCompletion or Response, Anthropic Message), its usage
+     * object, or an AI SDK usage.  Returns the request's number in the session.
+     */
+    recordUsage(session: SessionRef, responseOrUsage: object, options?: UsageOptions): Promise<number>;
+    /** ctxwin.context_status: where the session stands. */
+    status(session: SessionRef): Promise<ContextStatus>;
+    /** ctxwin.context_report: the status for a person. */
+    report(session: SessionRef): Promise<string>;
+    /**
+     * ctxwin.summarize_session: a summary now (with force, whatever is
+     * unsummarized beyond the newest min_recent_messages; without, only if a
+     * trigger fires).  Returns the new summary, or null when there was nothing
+     * to summarize.
+     */
+    summarize(session: SessionRef, options?: {
+        force?: boolean;
+        instructions?: string | null;
+    }): Promise<Summary | null>;
+    /** The stored messages after a message id (all of them by default), oldest first. */
+    messages(session: SessionRef, options?: {
+        after?: number | null;
+    }): Promise<StoredMessage[]>;
+}
+/** A session bound to a client: the client's calls without the session argument. */
+export declare class CtxwinSession {
+    readonly client: Ctxwin;
+    readonly id: string;
+    constructor(client: Ctxwin, id: string);
+    info(): Promise<SessionInfo | null>;
+    append(messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]>;
+    buildContext(options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<ChatMessage[]>;
+    buildContext(options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<AnthropicContext>;
+    buildRequest(options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<OpenAIRequest>;
+    buildRequest(options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<AnthropicRequest>;
+    turn(messages: MessageInput | readonly MessageInput[], options?: AppendOptions & WindowOptions & {
+        format?: "openai";
+        request?: false;
+    }): Promise<TurnResult<ChatMessage[]>>;
+    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+        format: "anthropic";
+        request?: false;
+    }): Promise<TurnResult<AnthropicContext>>;
+    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+        format?: "openai";
+        request: true;
+    }): Promise<TurnRequestResult<OpenAIRequest>>;
+    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+        format: "anthropic";
+        request: true;
+    }): Promise<TurnRequestResult<AnthropicRequest>>;
+    recordUsage(responseOrUsage: object, options?: UsageOptions): Promise<number>;
+    status(): Promise<ContextStatus>;
+    report(): Promise<string>;
+    summarize(options?: {
+        force?: boolean;
+        instructions?: string | null;
+    }): Promise<Summary | null>;
+    messages(options?: {
+        after?: number | null;
+    }): Promise<StoredMessage[]>;
+}

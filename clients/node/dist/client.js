@@ -1,0 +1,187 @@
+/**
+ * The ctxwin client over node-postgres: sessions, appending messages of any
+ * shape (idempotent by key), windows and request bodies, one chat turn in
+ * one round trip, usage, status and summaries.  Works with a pg Client, a
+ * Pool or a PoolClient: anything with query(text, values).
+ */
+import { toChatMessages } from "./convert.js";
+import { CtxwinError, toCtxwinError } from "./errors.js";
+const TIMESTAMP = /_at$/;
+function camel(row) {
+    const out = {};
+    for (const [k, v] of Object.entries(row)) {
+        const c = k.replace(/_([a-z])/g, (_, x) => x.toUpperCase());
+        out[c] = TIMESTAMP.test(k) && typeof v === "string" ? new Date(v) : v;
+    }
+    return out;
+}
+function sid(s) {
+    return typeof s === "string" ? s : s.id;
+}
+function jsonOrNull(v) {
+    return v == null ? null : JSON.stringify(v);
+}
+/**
+ * The usage object to record for an answer: the answer's own usage (OpenAI
+ * chat or responses, Anthropic), a usage object as it came, or the AI SDK's
+ * LanguageModelUsage (its raw provider usage if it has one, else its counts
+ * in the OpenAI chat shape).
+ */
+export function usageOf(responseOrUsage) {
+    const o = responseOrUsage;
+    if (typeof o["usage"] === "object" && o["usage"] !== null && !("inputTokens" in o)) {
+        return usageOf(o["usage"]);
+    }
+    if ("inputTokens" in o || "outputTokens" in o) {
+        const raw = o["raw"];
+        if (typeof raw === "object" && raw !== null &&
+            ("prompt_tokens" in raw || "input_tokens" in raw))
+            return raw;
+        const input = Number(o["inputTokens"] ?? 0);
+        const output = Number(o["outputTokens"] ?? 0);
+        const details = o["inputTokenDetails"];
+        const cached = Number(details?.["cacheReadTokens"] ?? o["cachedInputTokens"] ?? 0);
+        const u = { prompt_tokens: input, completion_tokens: output, total_tokens: input + output };
+        if (cached)
+            u["prompt_tokens_details"] = { cached_tokens: cached };
+        return u;
+    }
+    return o;
+}
+export class Ctxwin {
+    db;
+    constructor(db) {
+        if (!db || typeof db.query !== "function")
+            throw new TypeError("new Ctxwin(db): db must be a pg Client, Pool or PoolClient");
+        this.db = db;
+    }
+    /** Runs one statement; PostgreSQL's errors become CtxwinErrors. */
+    async query(text, values = []) {
+        try {
+            return (await this.db.query(text, values)).rows;
+        }
+        catch (e) {
+            throw toCtxwinError(e);
+        }
+    }
+    async one(text, values) {
+        const rows = await this.query(text, values);
+        return rows[0]?.["r"] ?? null;
+    }
+    /** A handle on a session, bound to this client (no query). */
+    session(session) {
+        return new CtxwinSession(this, sid(session));
+    }
+    async createSession(options = {}) {
+        const r = await this.one(`INSERT INTO ctxwin.sessions AS s (id, profile, system_prompt, metadata)
+       VALUES (coalesce($1::uuid, gen_random_uuid()), coalesce($2::text, 'default'), $3::text,
+               coalesce($4::jsonb, '{}'))
+       RETURNING to_jsonb(s) AS r`, [options.id ?? null, options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
+        return camel(r);
+    }
+    /** The session's row, or null if there is none (or the role may not see it). */
+    async getSession(session) {
+        const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.sessions s WHERE s.id = $1::uuid", [sid(session)]);
+        return r === null ? null : camel(r);
+    }
+    /**
+     * Appends messages of any supported shape; returns the stored ids, one per
+     * stored message (a message whose key the session has returns its stored id).
+     */
+    async append(session, messages, options = {}) {
+        const c = toChatMessages(messages, options.keys);
+        const r = await this.one("SELECT to_jsonb(ctxwin.append_messages($1::uuid, $2::jsonb, $3::text[])) AS r", [sid(session), JSON.stringify(c.messages), c.keys]);
+        return (r ?? []);
+    }
+    /** ctxwin.build_context: the window to send. */
+    async buildContext(session, options = {}) {
+        return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
+    }
+    /** ctxwin.build_request: the whole body to POST. */
+    async buildRequest(session, options = {}) {
+        return await this.one("SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
+    }
+    /**
+     * One chat turn in one round trip (ctxwin.append_and_build): appends the
+     * messages (the user's, or a tool's results) and returns the window to
+     * send, or with request: true the whole request body.
+     */
+    async turn(session, messages, options = {}) {
+        const c = toChatMessages(messages, options.keys);
+        const r = await this.one(`SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
+                                      $7::boolean, $8::boolean) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
+            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false]);
+        return r;
+    }
+    /**
+     * ctxwin.record_usage: what the provider billed for one request.  Takes the
+     * answer (OpenAI ChatCompletion or Response, Anthropic Message), its usage
+     * object, or an AI SDK usage.  Returns the request's number in the session.
+     */
+    async recordUsage(session, responseOrUsage, options = {}) {
+        const r = await this.one("SELECT ctxwin.record_usage($1::uuid, $2::jsonb, $3::bigint, $4::int) AS r", [sid(session), JSON.stringify(usageOf(responseOrUsage)), options.windowFirstId ?? null, options.windowTokens ?? null]);
+        return Number(r);
+    }
+    /** ctxwin.context_status: where the session stands. */
+    async status(session) {
+        const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.context_status($1::uuid) s", [sid(session)]);
+        if (r === null)
+            throw new CtxwinError(`no status for session ${sid(session)}`);
+        return camel(r);
+    }
+    /** ctxwin.context_report: the status for a person. */
+    async report(session) {
+        return String(await this.one("SELECT ctxwin.context_report($1::uuid) AS r", [sid(session)]));
+    }
+    /**
+     * ctxwin.summarize_session: a summary now (with force, whatever is
+     * unsummarized beyond the newest min_recent_messages; without, only if a
+     * trigger fires).  Returns the new summary, or null when there was nothing
+     * to summarize.
+     */
+    async summarize(session, options = {}) {
+        const r = await this.one("SELECT to_jsonb(ctxwin.summarize_session($1::uuid, $2::boolean, $3::text)) AS r", [sid(session), options.force ?? false, options.instructions ?? null]);
+        if (r === null || r["version"] == null)
+            return null;
+        return camel(r);
+    }
+    /** The stored messages after a message id (all of them by default), oldest first. */
+    async messages(session, options = {}) {
+        const r = await this.one("SELECT coalesce(jsonb_agg(to_jsonb(m) ORDER BY m.id), '[]') AS r FROM ctxwin.messages_after($1::uuid, $2::bigint) m", [sid(session), options.after ?? null]);
+        return r.map((m) => camel(m));
+    }
+}
+/** A session bound to a client: the client's calls without the session argument. */
+export class CtxwinSession {
+    client;
+    id;
+    constructor(client, id) {
+        this.client = client;
+        this.id = id;
+    }
+    info() { return this.client.getSession(this.id); }
+    append(messages, options) {
+        return this.client.append(this.id, messages, options);
+    }
+    buildContext(options) {
+        return this.client.buildContext(this.id, options);
+    }
+    buildRequest(options) {
+        return this.client.buildRequest(this.id, options);
+    }
+    turn(messages, options = {}) {
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any
+        return this.client.turn(this.id, messages, options);
+    }
+    recordUsage(responseOrUsage, options) {
+        return this.client.recordUsage(this.id, responseOrUsage, options);
+    }
+    status() { return this.client.status(this.id); }
+    report() { return this.client.report(this.id); }
+    summarize(options) {
+        return this.client.summarize(this.id, options);
+    }
+    messages(options) {
+        return this.client.messages(this.id, options);
+    }
+}

@@ -1,0 +1,74 @@
+/**
+ * A LangGraph.js node with the semantics of LangMem's SummarizationNode,
+ * whose history and summaries are ctxwin's.
+ *
+ * It reads the messages of inputMessagesKey ("messages") and writes the
+ * window to send to outputMessagesKey ("summarized_messages"): ctxwin's
+ * system prompt and summary as SystemMessages, then the newest messages that
+ * fit maxTokens, a tool call never apart from its results.  When the two
+ * keys are equal it writes RemoveMessage(REMOVE_ALL_MESSAGES) followed by
+ * that list, so the state holds the window only.  The state's
+ * context.running_summary holds a RunningSummary once there is a summary.
+ *
+ * The LangGraph thread (config.configurable.thread_id) is the ctxwin
+ * session: sessionId(threadId), a uuid v5 of the thread id, created on first
+ * use with metadata {"langgraph_thread_id": ...}.  Each message of the state
+ * is appended once, keyed by its id; messages whose id starts with
+ * "ctxwin:" (the system prompt and summary the node wrote) are not.
+ * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
+ * background worker's, or, when none runs (or summarize: "inline"), made by
+ * the node with ctxwin.summarize_session when the messages since the
+ * summary pass maxTokensBeforeSummary less maxSummaryTokens, or the window
+ * would leave messages out.
+ */
+import { type BaseMessage } from "@langchain/core/messages";
+import { RunnableLambda } from "@langchain/core/runnables";
+import { Ctxwin, type Queryable } from "./client.js";
+import type { ChatMessage } from "./types.js";
+/** LangMem's RunningSummary (summarizedMessageIds an array, so that checkpoints keep it). */
+export interface RunningSummary {
+    summary: string;
+    summarizedMessageIds: string[];
+    lastSummarizedMessageId: string | null;
+}
+/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
+export declare const THREAD_NAMESPACE: string;
+/** The ctxwin session of a LangGraph thread. */
+export declare function sessionIdForThread(threadId: string): string;
+export interface SummarizationNodeOptions {
+    /** A Ctxwin, or a pg Pool / Client. */
+    ctxwin: Ctxwin | Queryable;
+    /** The largest window written to outputMessagesKey, in tokens (ctxwin's count). */
+    maxTokens: number;
+    /** Summarize when the messages since the summary (and the prompt) pass this less maxSummaryTokens; default maxTokens. */
+    maxTokensBeforeSummary?: number;
+    /** Room kept for the summary (its length is the profile's max_summary_tokens); default 256. */
+    maxSummaryTokens?: number;
+    inputMessagesKey?: string;
+    outputMessagesKey?: string;
+    /** Profile and system prompt of the sessions the node creates. */
+    profile?: string;
+    systemPrompt?: string | null;
+    /** inline: the node summarizes; worker: it leaves that to ctxwin's worker; auto (default): inline unless a worker serves the database. */
+    summarize?: "inline" | "worker" | "auto";
+    /** Focus for the summaries the node makes. */
+    instructions?: string | null;
+    /** The session of a thread; default sessionIdForThread. */
+    sessionId?: (threadId: string) => string;
+    name?: string;
+}
+type State = Record<string, unknown>;
+/** A message of ctxwin's window as a LangChain message with the given id. */
+export declare function toLangChainMessage(m: ChatMessage, id?: string): BaseMessage;
+/**
+ * LangMem's SummarizationNode on ctxwin: add it to a StateGraph as a node
+ * (graph.addNode("summarize", new SummarizationNode({ ctxwin: pool, maxTokens: 4000 }))).
+ */
+export declare class SummarizationNode extends RunnableLambda<State, State> {
+    readonly inputMessagesKey: string;
+    readonly outputMessagesKey: string;
+    readonly maxTokens: number;
+    readonly maxSummaryTokens: number;
+    constructor(options: SummarizationNodeOptions);
+}
+export {};

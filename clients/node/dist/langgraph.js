@@ -1,0 +1,207 @@
+/**
+ * A LangGraph.js node with the semantics of LangMem's SummarizationNode,
+ * whose history and summaries are ctxwin's.
+ *
+ * It reads the messages of inputMessagesKey ("messages") and writes the
+ * window to send to outputMessagesKey ("summarized_messages"): ctxwin's
+ * system prompt and summary as SystemMessages, then the newest messages that
+ * fit maxTokens, a tool call never apart from its results.  When the two
+ * keys are equal it writes RemoveMessage(REMOVE_ALL_MESSAGES) followed by
+ * that list, so the state holds the window only.  The state's
+ * context.running_summary holds a RunningSummary once there is a summary.
+ *
+ * The LangGraph thread (config.configurable.thread_id) is the ctxwin
+ * session: sessionId(threadId), a uuid v5 of the thread id, created on first
+ * use with metadata {"langgraph_thread_id": ...}.  Each message of the state
+ * is appended once, keyed by its id; messages whose id starts with
+ * "ctxwin:" (the system prompt and summary the node wrote) are not.
+ * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
+ * background worker's, or, when none runs (or summarize: "inline"), made by
+ * the node with ctxwin.summarize_session when the messages since the
+ * summary pass maxTokensBeforeSummary less maxSummaryTokens, or the window
+ * would leave messages out.
+ */
+import { AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage, } from "@langchain/core/messages";
+import { RunnableLambda } from "@langchain/core/runnables";
+import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
+import { Ctxwin } from "./client.js";
+import { toChatMessages } from "./convert.js";
+import { CtxwinError, SessionNotFoundError } from "./errors.js";
+import { NAMESPACE_URL, uuidv5 } from "./uuid.js";
+/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
+export const THREAD_NAMESPACE = uuidv5("ctxwin:langgraph:thread", NAMESPACE_URL);
+/** The ctxwin session of a LangGraph thread. */
+export function sessionIdForThread(threadId) {
+    return uuidv5(threadId, THREAD_NAMESPACE);
+}
+function lcType(m) {
+    return m.getType();
+}
+/** A message of ctxwin's window as a LangChain message with the given id. */
+export function toLangChainMessage(m, id) {
+    const base = id === undefined ? {} : { id };
+    switch (m.role) {
+        case "system": return new SystemMessage({ content: m.content ?? "", ...base });
+        case "user": return new HumanMessage({ content: m.content ?? "", ...base, ...(m.name ? { name: m.name } : {}) });
+        case "tool": return new ToolMessage({ content: m.content ?? "", tool_call_id: m.tool_call_id ?? "", ...base,
+            ...(m.name ? { name: m.name } : {}) });
+        default: return new AIMessage({
+            content: m.content ?? "", ...base, ...(m.name ? { name: m.name } : {}),
+            tool_calls: (m.tool_calls ?? []).map((c) => {
+                let args = {};
+                try {
+                    args = JSON.parse(c.function.arguments);
+                }
+                catch { /* kept empty */ }
+                return { id: c.id, name: c.function.name, args, type: "tool_call" };
+            }),
+        });
+    }
+}
+function sameStored(a, b) {
+    return a.role === b.role && (a.content ?? "") === (b.content ?? "") && (a.tool_call_id ?? null) === (b.tool_call_id ?? null) &&
+        JSON.stringify((a.tool_calls ?? []).map((c) => [c.id, c.function.name])) ===
+            JSON.stringify((b.tool_calls ?? []).map((c) => [c.id, c.function.name]));
+}
+class Summarizer {
+    o;
+    cw;
+    maxTokens;
+    maxTokensBeforeSummary;
+    maxSummaryTokens;
+    inputKey;
+    outputKey;
+    inline;
+    constructor(o) {
+        this.o = o;
+        this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
+        if (!Number.isInteger(o.maxTokens) || o.maxTokens <= 0)
+            throw new TypeError("maxTokens must be a positive integer");
+        this.maxTokens = o.maxTokens;
+        this.maxTokensBeforeSummary = o.maxTokensBeforeSummary ?? o.maxTokens;
+        this.maxSummaryTokens = o.maxSummaryTokens ?? 256;
+        if (this.maxSummaryTokens >= this.maxTokensBeforeSummary)
+            throw new TypeError("maxSummaryTokens must be less than maxTokensBeforeSummary");
+        this.inputKey = o.inputMessagesKey ?? "messages";
+        this.outputKey = o.outputMessagesKey ?? "summarized_messages";
+        if (o.summarize === "inline")
+            this.inline = true;
+        if (o.summarize === "worker")
+            this.inline = false;
+    }
+    async summarizesInline() {
+        if (this.inline === undefined) {
+            const r = await this.cw.query(`SELECT NOT EXISTS (SELECT 1 FROM ctxwin.worker_status
+                            WHERE database = current_database() AND state IN ('idle', 'working', 'starting')) AS r`);
+            this.inline = r[0]?.["r"] === true;
+        }
+        return this.inline;
+    }
+    async append(session, threadId, messages) {
+        const keys = messages.map((m) => m.id);
+        try {
+            return await this.cw.append(session, messages, { keys });
+        }
+        catch (e) {
+            if (!(e instanceof SessionNotFoundError))
+                throw e;
+            await this.cw.query(`INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
+         VALUES ($1::uuid, coalesce($2::text, 'default'), $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
+         ON CONFLICT (id) DO NOTHING`, [session, this.o.profile ?? null, this.o.systemPrompt ?? null, threadId]);
+            return await this.cw.append(session, messages, { keys });
+        }
+    }
+    async state(session) {
+        const r = await this.cw.query(`SELECT jsonb_build_object(
+         'window', w, 'through', s.summary_through_id, 'summary', s.conversation_summary,
+         'version', s.summary_version, 'queued', s.compaction_queued_at IS NOT NULL,
+         'unsummarized_tokens', s.unsummarized_tokens, 'prompt_tokens', s.prompt_tokens,
+         'lastKey', (SELECT m.client_key FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id),
+         'window_keys', (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'key', m.client_key) ORDER BY m.id)
+                         FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id >= (w->>'first_id')::bigint)) AS r
+       FROM ctxwin.sessions s, ctxwin._window(s.id, $2::int) w WHERE s.id = $1::uuid`, [session, this.maxTokens]);
+        if (!r[0])
+            throw new SessionNotFoundError(`session ${session} does not exist`);
+        return r[0]["r"];
+    }
+    async run(input, config) {
+        const threadId = config?.configurable?.["thread_id"];
+        if (typeof threadId !== "string" && typeof threadId !== "number")
+            throw new CtxwinError("the ctxwin SummarizationNode needs config.configurable.thread_id", { hint: "Invoke the graph with { configurable: { thread_id } } (and a checkpointer)." });
+        const tid = String(threadId);
+        const session = (this.o.sessionId ?? sessionIdForThread)(tid);
+        const all = (input[this.inputKey] ?? []);
+        const context = (input["context"] ?? {});
+        const prev = context["running_summary"];
+        const fresh = all.filter((m) => lcType(m) !== "remove" && !(typeof m.id === "string" && m.id.startsWith("ctxwin:")));
+        for (const m of fresh) {
+            if (typeof m.id !== "string" || m.id === "")
+                throw new CtxwinError("Messages are required to have ID field", { hint: "Keep them in a channel with messagesStateReducer, which gives every message an id." });
+        }
+        const stored = fresh.length ? await this.append(session, tid, fresh) : [];
+        if (!fresh.length && (await this.cw.getSession(session)) === null) {
+            await this.append(session, tid, []);
+        }
+        const storedId = new Map();
+        const byId = new Map();
+        fresh.forEach((m, i) => { storedId.set(m.id, stored[i]); byId.set(m.id, m); });
+        let st = await this.state(session);
+        const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
+        if ((st.queued || st.window.dropped_messages > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
+            await this.summarizesInline()) {
+            const made = await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null });
+            if (made)
+                st = await this.state(session);
+        }
+        const ctx = st.window.messages;
+        const lead = ctx.length - st.window.window_messages;
+        const out = [];
+        ctx.forEach((m, i) => {
+            if (i < lead) {
+                out.push(toLangChainMessage(m, `ctxwin:system:${session}:${i}`));
+                return;
+            }
+            const row = st.window_keys?.[i - lead];
+            const key = row?.key ?? `ctxwin:message:${session}:${row?.id ?? i}`;
+            const original = byId.get(key);
+            const converted = original ? toChatMessages(original).messages : [];
+            out.push(original && converted.length === 1 && sameStored(converted[0], m) ? original : toLangChainMessage(m, key));
+        });
+        const update = {};
+        update[this.outputKey] = this.inputKey === this.outputKey
+            ? [new RemoveMessage({ id: REMOVE_ALL_MESSAGES }), ...out]
+            : out;
+        if (st.version > 0 && st.summary !== null) {
+            const ids = new Set(prev?.summarizedMessageIds ?? []);
+            for (const [id, n] of storedId)
+                if (n <= st.through)
+                    ids.add(id);
+            const running = {
+                summary: st.summary,
+                summarizedMessageIds: [...ids],
+                lastSummarizedMessageId: st.lastKey ?? prev?.lastSummarizedMessageId ?? null,
+            };
+            update["context"] = { ...context, running_summary: running };
+        }
+        return update;
+    }
+}
+/**
+ * LangMem's SummarizationNode on ctxwin: add it to a StateGraph as a node
+ * (graph.addNode("summarize", new SummarizationNode({ ctxwin: pool, maxTokens: 4000 }))).
+ */
+export class SummarizationNode extends RunnableLambda {
+    inputMessagesKey;
+    outputMessagesKey;
+    maxTokens;
+    maxSummaryTokens;
+    constructor(options) {
+        const s = new Summarizer(options);
+        super({ func: (input, config) => s.run(input, config) });
+        this.name = options.name ?? "summarization";
+        this.inputMessagesKey = s.inputKey;
+        this.outputMessagesKey = s.outputKey;
+        this.maxTokens = s.maxTokens;
+        this.maxSummaryTokens = s.maxSummaryTokens;
+    }
+}

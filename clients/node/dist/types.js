@@ -1,0 +1,2 @@
+/** The shapes ctxwin stores and returns. */
+export {};

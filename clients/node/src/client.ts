@@ -1,0 +1,388 @@
+/**
+ * The ctxwin client over node-postgres: sessions, appending messages of any
+ * shape (idempotent by key), windows and request bodies, one chat turn in
+ * one round trip, usage, status and summaries.  Works with a pg Client, a
+ * Pool or a PoolClient: anything with query(text, values).
+ */
+import { toChatMessages, type MessageInput } from "./convert.js";
+import { CtxwinError, toCtxwinError } from "./errors.js";
+import type {
+  AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, ToolDefinition,
+} from "./types.js";
+
+/** What the client needs of node-postgres: pg.Client, pg.Pool and pg.PoolClient all have it. */
+export interface Queryable {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  query(text: string, values?: any[]): Promise<{ rows: any[] }>;
+}
+
+/** A session's row (ctxwin.sessions), in camelCase. */
+export interface SessionInfo {
+  id: string;
+  profile: string;
+  systemPrompt: string | null;
+  metadata: Record<string, unknown>;
+  conversationSummary: string | null;
+  summaryThroughId: number;
+  summaryTokens: number;
+  summaryVersion: number;
+  summaryUpdatedAt: Date | null;
+  messageCount: number;
+  tokenCount: number;
+  unsummarizedMessages: number;
+  unsummarizedTokens: number;
+  promptTokens: number;
+  compactionQueuedAt: Date | null;
+  compactionFailures: number;
+  lastError: string | null;
+  lastErrorAt: Date | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/** ctxwin.context_status(session), in camelCase. */
+export interface ContextStatus {
+  sessionId: string;
+  profile: string;
+  model: string;
+  encoding: string;
+  contextWindow: number;
+  budget: number;
+  messageCount: number;
+  summaryThroughId: number;
+  messagesSinceSummary: number;
+  tokensSinceSummary: number;
+  maxMessagesBeforeSummary: number | null;
+  messagesPct: number | null;
+  maxTokensBeforeSummary: number | null;
+  tokensPct: number | null;
+  triggerRatio: number | null;
+  contextTokens: number;
+  contextPct: number | null;
+  ratioPct: number | null;
+  willTrigger: boolean;
+  triggersFiring: string[] | null;
+  summaryVersion: number;
+  summaryTokens: number;
+  summaryUpdatedAt: Date | null;
+  /** An interval, as PostgreSQL writes it ("00:05:12.3"). */
+  summaryAge: string | null;
+  windowMessages: number;
+  windowTokens: number;
+  droppedMessages: number;
+  queuedAt: Date | null;
+  compactionFailures: number;
+  lastError: string | null;
+  lastErrorAt: Date | null;
+  note: string | null;
+  budgetMargin: number;
+}
+
+/** A row of ctxwin.summaries. */
+export interface Summary {
+  sessionId: string;
+  version: number;
+  fromId: number;
+  throughId: number;
+  content: string;
+  tokenCount: number;
+  strategy: string;
+  model: string | null;
+  usage: Record<string, unknown> | null;
+  latencyMs: number | null;
+  createdAt: Date;
+}
+
+/** A stored message (ctxwin.messages). */
+export interface StoredMessage {
+  sessionId: string;
+  id: number;
+  role: ChatMessage["role"];
+  content: string | null;
+  toolCalls: ChatMessage["tool_calls"] | null;
+  toolCallId: string | null;
+  name: string | null;
+  tokenCount: number;
+  tokenEncoding: string;
+  metadata: Record<string, unknown>;
+  clientKey: string | null;
+  createdAt: Date;
+}
+
+export interface CreateSessionOptions {
+  /** The session's id; default: a new random uuid. */
+  id?: string;
+  /** A row of ctxwin.profiles; default "default". */
+  profile?: string;
+  systemPrompt?: string | null;
+  metadata?: Record<string, unknown>;
+}
+
+export interface WindowOptions {
+  /** Tokens; default: the model's window less the profile's response_reserve. */
+  budget?: number | null;
+  tools?: readonly ToolDefinition[] | null;
+  /** Anthropic prompt-cache marks (and OpenAI's prompt_cache_key in requests); default true. */
+  cache?: boolean;
+}
+
+export interface AppendOptions {
+  /** One per input message: its key (null or undefined: its own id, if any). */
+  keys?: readonly (string | null | undefined)[];
+}
+
+export interface UsageOptions {
+  /** Id of the oldest message of the window the request sent. */
+  windowFirstId?: number | null;
+  /** Tokens of that window as ctxwin counted them. */
+  windowTokens?: number | null;
+}
+
+export type SessionRef = string | { id: string };
+
+const TIMESTAMP = /_at$/;
+
+function camel(row: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(row)) {
+    const c = k.replace(/_([a-z])/g, (_, x: string) => x.toUpperCase());
+    out[c] = TIMESTAMP.test(k) && typeof v === "string" ? new Date(v) : v;
+  }
+  return out;
+}
+
+function sid(s: SessionRef): string {
+  return typeof s === "string" ? s : s.id;
+}
+
+function jsonOrNull(v: unknown): string | null {
+  return v == null ? null : JSON.stringify(v);
+}
+
+/**
+ * The usage object to record for an answer: the answer's own usage (OpenAI
+ * chat or responses, Anthropic), a usage object as it came, or the AI SDK's
+ * LanguageModelUsage (its raw provider usage if it has one, else its counts
+ * in the OpenAI chat shape).
+ */
+export function usageOf(responseOrUsage: object): Record<string, unknown> {
+  const o = responseOrUsage as Record<string, unknown>;
+  if (typeof o["usage"] === "object" && o["usage"] !== null && !("inputTokens" in o)) {
+    return usageOf(o["usage"] as object);
+  }
+  if ("inputTokens" in o || "outputTokens" in o) {
+    const raw = o["raw"];
+    if (typeof raw === "object" && raw !== null &&
+      ("prompt_tokens" in raw || "input_tokens" in raw)) return raw as Record<string, unknown>;
+    const input = Number(o["inputTokens"] ?? 0);
+    const output = Number(o["outputTokens"] ?? 0);
+    const details = o["inputTokenDetails"] as Record<string, unknown> | undefined;
+    const cached = Number(details?.["cacheReadTokens"] ?? o["cachedInputTokens"] ?? 0);
+    const u: Record<string, unknown> = { prompt_tokens: input, completion_tokens: output, total_tokens: input + output };
+    if (cached) u["prompt_tokens_details"] = { cached_tokens: cached };
+    return u;
+  }
+  return o;
+}
+
+/** The result of one chat turn: the stored ids of the messages appended, and the window. */
+export interface TurnResult<C> {
+  ids: number[];
+  context: C;
+}
+
+/** The result of one chat turn with request: true: the ids and the whole request body. */
+export interface TurnRequestResult<R> {
+  ids: number[];
+  request: R;
+}
+
+export class Ctxwin {
+  readonly db: Queryable;
+
+  constructor(db: Queryable) {
+    if (!db || typeof db.query !== "function")
+      throw new TypeError("new Ctxwin(db): db must be a pg Client, Pool or PoolClient");
+    this.db = db;
+  }
+
+  /** Runs one statement; PostgreSQL's errors become CtxwinErrors. */
+  async query(text: string, values: unknown[] = []): Promise<Record<string, unknown>[]> {
+    try {
+      return (await this.db.query(text, values)).rows as Record<string, unknown>[];
+    } catch (e) {
+      throw toCtxwinError(e);
+    }
+  }
+
+  private async one(text: string, values: unknown[]): Promise<unknown> {
+    const rows = await this.query(text, values);
+    return rows[0]?.["r"] ?? null;
+  }
+
+  /** A handle on a session, bound to this client (no query). */
+  session(session: SessionRef): CtxwinSession {
+    return new CtxwinSession(this, sid(session));
+  }
+
+  async createSession(options: CreateSessionOptions = {}): Promise<SessionInfo> {
+    const r = await this.one(
+      `INSERT INTO ctxwin.sessions AS s (id, profile, system_prompt, metadata)
+       VALUES (coalesce($1::uuid, gen_random_uuid()), coalesce($2::text, 'default'), $3::text,
+               coalesce($4::jsonb, '{}'))
+       RETURNING to_jsonb(s) AS r`,
+      [options.id ?? null, options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
+    return camel(r as Record<string, unknown>) as unknown as SessionInfo;
+  }
+
+  /** The session's row, or null if there is none (or the role may not see it). */
+  async getSession(session: SessionRef): Promise<SessionInfo | null> {
+    const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.sessions s WHERE s.id = $1::uuid", [sid(session)]);
+    return r === null ? null : camel(r as Record<string, unknown>) as unknown as SessionInfo;
+  }
+
+  /**
+   * Appends messages of any supported shape; returns the stored ids, one per
+   * stored message (a message whose key the session has returns its stored id).
+   */
+  async append(session: SessionRef, messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions = {}): Promise<number[]> {
+    const c = toChatMessages(messages, options.keys);
+    const r = await this.one("SELECT to_jsonb(ctxwin.append_messages($1::uuid, $2::jsonb, $3::text[])) AS r",
+      [sid(session), JSON.stringify(c.messages), c.keys]);
+    return (r ?? []) as number[];
+  }
+
+  buildContext(session: SessionRef, options?: WindowOptions & { format?: "openai" }): Promise<ChatMessage[]>;
+  buildContext(session: SessionRef, options: WindowOptions & { format: "anthropic" }): Promise<AnthropicContext>;
+  buildContext(session: SessionRef, options?: WindowOptions & { format?: Format }): Promise<ChatMessage[] | AnthropicContext>;
+  /** ctxwin.build_context: the window to send. */
+  async buildContext(session: SessionRef, options: WindowOptions & { format?: Format } = {}): Promise<ChatMessage[] | AnthropicContext> {
+    return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
+      [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
+      ChatMessage[] | AnthropicContext;
+  }
+
+  buildRequest(session: SessionRef, options?: WindowOptions & { format?: "openai" }): Promise<OpenAIRequest>;
+  buildRequest(session: SessionRef, options: WindowOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
+  buildRequest(session: SessionRef, options?: WindowOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest>;
+  /** ctxwin.build_request: the whole body to POST. */
+  async buildRequest(session: SessionRef, options: WindowOptions & { format?: Format } = {}): Promise<OpenAIRequest | AnthropicRequest> {
+    return await this.one("SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
+      [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
+      OpenAIRequest | AnthropicRequest;
+  }
+
+  turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
+    options?: AppendOptions & WindowOptions & { format?: "openai"; request?: false }): Promise<TurnResult<ChatMessage[]>>;
+  turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format: "anthropic"; request?: false }): Promise<TurnResult<AnthropicContext>>;
+  turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format?: "openai"; request: true }): Promise<TurnRequestResult<OpenAIRequest>>;
+  turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
+  /**
+   * One chat turn in one round trip (ctxwin.append_and_build): appends the
+   * messages (the user's, or a tool's results) and returns the window to
+   * send, or with request: true the whole request body.
+   */
+  async turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean } = {}):
+    Promise<TurnResult<ChatMessage[] | AnthropicContext> | TurnRequestResult<OpenAIRequest | AnthropicRequest>> {
+    const c = toChatMessages(messages, options.keys);
+    const r = await this.one(
+      `SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
+                                      $7::boolean, $8::boolean) AS r`,
+      [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
+        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false]);
+    return r as TurnResult<ChatMessage[]>;
+  }
+
+  /**
+   * ctxwin.record_usage: what the provider billed for one request.  Takes the
+   * answer (OpenAI ChatCompletion or Response, Anthropic Message), its usage
+   * object, or an AI SDK usage.  Returns the request's number in the session.
+   */
+  async recordUsage(session: SessionRef, responseOrUsage: object, options: UsageOptions = {}): Promise<number> {
+    const r = await this.one("SELECT ctxwin.record_usage($1::uuid, $2::jsonb, $3::bigint, $4::int) AS r",
+      [sid(session), JSON.stringify(usageOf(responseOrUsage)), options.windowFirstId ?? null, options.windowTokens ?? null]);
+    return Number(r);
+  }
+
+  /** ctxwin.context_status: where the session stands. */
+  async status(session: SessionRef): Promise<ContextStatus> {
+    const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.context_status($1::uuid) s", [sid(session)]);
+    if (r === null) throw new CtxwinError(`no status for session ${sid(session)}`);
+    return camel(r as Record<string, unknown>) as unknown as ContextStatus;
+  }
+
+  /** ctxwin.context_report: the status for a person. */
+  async report(session: SessionRef): Promise<string> {
+    return String(await this.one("SELECT ctxwin.context_report($1::uuid) AS r", [sid(session)]));
+  }
+
+  /**
+   * ctxwin.summarize_session: a summary now (with force, whatever is
+   * unsummarized beyond the newest min_recent_messages; without, only if a
+   * trigger fires).  Returns the new summary, or null when there was nothing
+   * to summarize.
+   */
+  async summarize(session: SessionRef, options: { force?: boolean; instructions?: string | null } = {}): Promise<Summary | null> {
+    const r = await this.one("SELECT to_jsonb(ctxwin.summarize_session($1::uuid, $2::boolean, $3::text)) AS r",
+      [sid(session), options.force ?? false, options.instructions ?? null]);
+    if (r === null || (r as Record<string, unknown>)["version"] == null) return null;
+    return camel(r as Record<string, unknown>) as unknown as Summary;
+  }
+
+  /** The stored messages after a message id (all of them by default), oldest first. */
+  async messages(session: SessionRef, options: { after?: number | null } = {}): Promise<StoredMessage[]> {
+    const r = await this.one(
+      "SELECT coalesce(jsonb_agg(to_jsonb(m) ORDER BY m.id), '[]') AS r FROM ctxwin.messages_after($1::uuid, $2::bigint) m",
+      [sid(session), options.after ?? null]);
+    return (r as Record<string, unknown>[]).map((m) => camel(m) as unknown as StoredMessage);
+  }
+}
+
+/** A session bound to a client: the client's calls without the session argument. */
+export class CtxwinSession {
+  constructor(readonly client: Ctxwin, readonly id: string) {}
+
+  info(): Promise<SessionInfo | null> { return this.client.getSession(this.id); }
+  append(messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]> {
+    return this.client.append(this.id, messages, options);
+  }
+  buildContext(options?: WindowOptions & { format?: "openai" }): Promise<ChatMessage[]>;
+  buildContext(options: WindowOptions & { format: "anthropic" }): Promise<AnthropicContext>;
+  buildContext(options?: WindowOptions & { format?: Format }): Promise<ChatMessage[] | AnthropicContext> {
+    return this.client.buildContext(this.id, options);
+  }
+  buildRequest(options?: WindowOptions & { format?: "openai" }): Promise<OpenAIRequest>;
+  buildRequest(options: WindowOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
+  buildRequest(options?: WindowOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest> {
+    return this.client.buildRequest(this.id, options);
+  }
+  turn(messages: MessageInput | readonly MessageInput[],
+    options?: AppendOptions & WindowOptions & { format?: "openai"; request?: false }): Promise<TurnResult<ChatMessage[]>>;
+  turn(messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format: "anthropic"; request?: false }): Promise<TurnResult<AnthropicContext>>;
+  turn(messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format?: "openai"; request: true }): Promise<TurnRequestResult<OpenAIRequest>>;
+  turn(messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
+  turn(messages: MessageInput | readonly MessageInput[],
+    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean } = {}): Promise<unknown> {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return this.client.turn(this.id, messages, options as any);
+  }
+  recordUsage(responseOrUsage: object, options?: UsageOptions): Promise<number> {
+    return this.client.recordUsage(this.id, responseOrUsage, options);
+  }
+  status(): Promise<ContextStatus> { return this.client.status(this.id); }
+  report(): Promise<string> { return this.client.report(this.id); }
+  summarize(options?: { force?: boolean; instructions?: string | null }): Promise<Summary | null> {
+    return this.client.summarize(this.id, options);
+  }
+  messages(options?: { after?: number | null }): Promise<StoredMessage[]> {
+    return this.client.messages(this.id, options);
+  }
+}
