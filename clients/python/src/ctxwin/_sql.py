@@ -82,6 +82,8 @@ WHERE session_id = %s::uuid AND id > %s::bigint AND id <= %s::bigint ORDER BY id
 # pipeline), after it; matched from the newest message back.
 TAIL = """
 SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
+       (s.compaction_queued_at IS NOT NULL
+        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
        (SELECT k.client_key FROM ctxwin.messages k
         WHERE k.session_id = s.id AND k.id = s.summary_through_id) AS summary_through_key,
        (SELECT coalesce(jsonb_agg(jsonb_build_array(t.id, t.role, t.client_key,
@@ -182,7 +184,8 @@ def match_window(ids: list[int], context: list[ChatMessage], tail_row: Mapping[s
                   summary_through_id=int(tail_row["summary_through_id"] or 0),
                   conversation_summary=tail_row["conversation_summary"],
                   summary_version=int(tail_row["summary_version"] or 0),
-                  summary_through_key=tail_row["summary_through_key"])
+                  summary_through_key=tail_row["summary_through_key"],
+                  queued=bool(tail_row["queued"]))
 
 
 def as_uuid(v: Any) -> UUID:

@@ -233,6 +233,9 @@ class Window:
     conversation_summary: str | None = None
     summary_version: int = 0
     summary_through_key: str | None = None
+    queued: bool = False
+    """The session is queued for a summary (a trigger fired) and not waiting
+    out a failure's backoff."""
 
     @property
     def chat(self) -> list[ChatMessage]:
