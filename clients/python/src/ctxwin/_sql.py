@@ -49,6 +49,10 @@ SELECT ctxwin.append_and_build(%s::uuid, %s::jsonb, %s::text[], %s::int, %s::tex
 
 BUILD_CONTEXT = "SELECT ctxwin.build_context(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
 
+BUILD_WINDOW = """
+SELECT jsonb_build_object('ids', '[]'::jsonb, 'context', ctxwin.build_context(s.id, %s::int, 'openai', %s::jsonb, true)) AS r
+FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
+
 BUILD_REQUEST = "SELECT ctxwin.build_request(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
 
 RECORD_USAGE = "SELECT ctxwin.record_usage(%s::uuid, %s::jsonb, %s::bigint, %s::int) AS id"

@@ -236,18 +236,22 @@ class Client:
         """Appends the messages (if any) and returns the window in OpenAI's
         format with, for each message, the stored row it shows (id, client
         key, the items it was appended from), in one round trip."""
-        body, ks, _ = _sql.prepare_messages(messages, keys)
+        body, ks, chat = _sql.prepare_messages(messages, keys)
         sid = session_id(session)
         t = _sql.jsonb(list(tools) if tools is not None else None)
 
         def go(conn: Conn) -> Window:
             with conn.pipeline():
                 c1 = conn.cursor(row_factory=dict_row)
-                c1.execute(_sql.APPEND_AND_BUILD, (sid, body, ks, budget, "openai", t, True, False))
+                if chat:
+                    c1.execute(_sql.APPEND_AND_BUILD, (sid, body, ks, budget, "openai", t, True, False))
+                else:       # only reads: no lock, and a hot standby serves it
+                    c1.execute(_sql.BUILD_WINDOW, (budget, t, sid))
                 c2 = conn.cursor(row_factory=dict_row)
                 c2.execute(_sql.TAIL, (_sql.TAIL_LIMIT, sid))
             r1, r2 = c1.fetchone(), c2.fetchone()
-            assert r1 is not None
+            if r1 is None:
+                raise SessionNotFound(f"session {sid} does not exist", sqlstate="P0002")
             r = r1["r"]
             return _sql.match_window([int(i) for i in r.get("ids") or []], r.get("context") or [], r2)
         return self._run(go)
