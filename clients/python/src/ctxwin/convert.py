@@ -45,6 +45,9 @@ _CARRIED_ITEMS = {"reasoning", "web_search_call", "file_search_call", "computer_
                   "apply_patch_call", "apply_patch_call_output", "custom_tool_call",
                   "custom_tool_call_output"}
 RESPONSES_ITEMS_KEY = "responses_items"
+# ids that are not ids: the Agents SDK gives every item its chat completions
+# models make this one
+_FAKE_IDS = {"__fake_id__"}
 
 
 def _plain(obj: Any) -> Any:
@@ -241,7 +244,7 @@ def _responses_key(item: Mapping[str, Any]) -> str | None:
         return f"call:{item['call_id']}"
     if t == "function_call_output" and item.get("call_id"):
         return f"output:{item['call_id']}"
-    if item.get("id"):
+    if item.get("id") and item["id"] not in _FAKE_IDS:
         return f"item:{item['id']}"
     return None
 
