@@ -145,15 +145,16 @@ def test_append_responses_items(client: ctxwin.Client, db: psycopg.Connection[An
     got = rows(db, s.id)
     assert [(r[1], r[2], r[3], r[4]) for r in got] == [
         ("user", "Weather in Oslo and Bergen?", None, None),
-        ("assistant", "Checking.", None, "item:msg_1"),
+        ("assistant", "Checking.", None, "call:call_a"),
         ("tool", "4 °C", "call_a", "output:call_a"),
         ("tool", "9 °C", "call_b", "output:call_b")]
     assert [c["id"] for c in got[1][5]] == ["call_a", "call_b"]
     meta = db.execute("SELECT metadata FROM ctxwin.messages WHERE session_id = %s AND id = 2",
                       (s.id,)).fetchone()[0]  # type: ignore[index]
     assert meta[RESPONSES_ITEMS_KEY] == items[1:5]
-    # stored once when the same items come again
+    # stored once when the same items come again, or the calls alone
     assert client.append(s, items[2:]) == [2, 3, 4]
+    assert client.append(s, items[3:]) == [2, 3, 4]
 
 
 def test_content_that_is_not_text_is_refused_before_anything_is_stored(

@@ -310,7 +310,9 @@ def to_chat_messages(
                     meta = pending_calls.setdefault("metadata", {})
                     meta.setdefault(RESPONSES_ITEMS_KEY, []).extend(carried + [item])
                     carried = []
-                    if out_keys[-1] is None:
+                    # the merged message is known by its first call (what a
+                    # retried write of the calls alone finds)
+                    if key is not None and not (out_keys[-1] or "").startswith("call:"):
                         out_keys[-1] = key
                     continue
                 msg: ChatMessage = {"role": "assistant", "content": None, "tool_calls": [call]}
