@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Tests of the Python client (clients/python): a virtualenv outside the tree
+# with the pinned frameworks of requirements-test.txt and the package
+# installed from this directory, then mypy --strict on the package, then
+# pytest against the PostgreSQL cluster libpq's environment names (PGHOST,
+# PGPORT, PGUSER, PGDATABASE), which must have ctxwin installed and
+# available.  The tests create a database of their own there and start the
+# mock LLM (test/mockllm.py) themselves.
+#
+#   bash clients/python/run-tests.sh [pytest arguments]
+#
+# The virtualenv is $CTXWIN_CACHE/py-venv-<hash of requirements-test.txt and
+# pyproject.toml> (CTXWIN_CACHE: /var/cache/ctxwin), made once and reused.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${CTXWIN_CACHE:-/var/cache/ctxwin}
+python=${PYTHON:-python3}
+
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+	echo "run-tests.sh: Python 3.10 or later is needed ($python is $("$python" --version 2>&1))" >&2
+	exit 1
+fi
+if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+	echo "run-tests.sh: installing python3-venv"
+	if [ "$(id -u)" -eq 0 ]; then
+		apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+	else
+		sudo apt-get update -qq && sudo apt-get install -y -qq python3-venv >/dev/null
+	fi
+fi
+
+hash=$(cat "$here/requirements-test.txt" "$here/pyproject.toml" | sha256sum | cut -c1-16)
+pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+venv=$cache/py-venv-$pyver-$hash
+mkdir -p "$cache"
+if [ ! -f "$venv/.complete" ]; then
+	echo "run-tests.sh: making the virtualenv $venv"
+	rm -rf "$venv"
+	"$python" -m venv "$venv"
+	"$venv/bin/python" -m pip install -q --upgrade pip
+	"$venv/bin/python" -m pip install -q -r "$here/requirements-test.txt"
+	touch "$venv/.complete"
+fi
+# the package itself, from this tree, every run (not editable: what users install)
+"$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$here" >/dev/null
+"$venv/bin/python" -m pip check >/dev/null || { "$venv/bin/python" -m pip check; exit 1; }
+
+echo "run-tests.sh: mypy --strict"
+(cd "$here" && "$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy_cache" src/ctxwin)
+
+echo "run-tests.sh: pytest"
+cd "$here"
+exec "$venv/bin/python" -m pytest -p no:cacheprovider -o console_output_style=classic "$@"

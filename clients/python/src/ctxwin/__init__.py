@@ -1,0 +1,67 @@
+"""ctxwin: LLM context windows in PostgreSQL, from Python.
+
+The core client (:class:`Client`, :class:`AsyncClient`) runs on psycopg 3;
+the framework adapters are in :mod:`ctxwin.langgraph`,
+:mod:`ctxwin.langchain`, :mod:`ctxwin.agents`, :mod:`ctxwin.sqlalchemy`
+and :mod:`ctxwin.alembic`, each needing its framework installed (the
+package's extras of the same names).
+"""
+
+from ._version import __version__
+from .aio import AsyncClient
+from .client import Client
+from .convert import to_chat, to_chat_messages, to_langchain, to_responses_items
+from .errors import (
+    BudgetTooSmall,
+    CtxwinError,
+    DuplicateMessage,
+    ExtensionNotInstalled,
+    IntegrityViolation,
+    InvalidArgument,
+    LockTimeout,
+    MessageConversionError,
+    NullValueNotAllowed,
+    PermissionDenied,
+    SessionNotFound,
+    SummaryFailed,
+)
+from .types import (
+    ChatMessage,
+    ContextStatus,
+    Session,
+    StoredMessage,
+    Summary,
+    Turn,
+    Window,
+    WindowMessage,
+)
+
+__all__ = [
+    "AsyncClient",
+    "BudgetTooSmall",
+    "ChatMessage",
+    "Client",
+    "ContextStatus",
+    "CtxwinError",
+    "DuplicateMessage",
+    "ExtensionNotInstalled",
+    "IntegrityViolation",
+    "InvalidArgument",
+    "LockTimeout",
+    "MessageConversionError",
+    "NullValueNotAllowed",
+    "PermissionDenied",
+    "Session",
+    "SessionNotFound",
+    "StoredMessage",
+    "Summary",
+    "SummaryFailed",
+    "Turn",
+    "Window",
+    "WindowMessage",
+    "__version__",
+    "to_chat",
+    "to_chat_messages",
+    "to_langchain",
+    "to_responses_items",
+]

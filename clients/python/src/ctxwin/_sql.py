@@ -1,0 +1,199 @@
+"""The SQL the clients send, and what they make of its results (shared by
+the sync and async clients)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterable, Mapping, Sequence
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from .convert import RESPONSES_ITEMS_KEY, to_chat_messages
+from .errors import InvalidArgument
+from .types import ChatMessage, Window, WindowMessage
+
+TAIL_LIMIT = 1000
+"""The most unsummarized messages read to match a window with its stored rows."""
+
+CREATE_SESSION = """
+INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
+VALUES (coalesce(%(id)s::uuid, gen_random_uuid()), coalesce(%(profile)s::text, 'default'),
+        %(system_prompt)s::text, coalesce(%(metadata)s::jsonb, '{}'))
+RETURNING *"""
+
+ENSURE_SESSION = """
+WITH ins AS (
+    INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
+    VALUES (%(id)s::uuid, coalesce(%(profile)s::text, 'default'), %(system_prompt)s::text,
+            coalesce(%(metadata)s::jsonb, '{}'))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING *)
+SELECT * FROM ins
+UNION ALL
+SELECT * FROM ctxwin.sessions WHERE id = %(id)s::uuid AND NOT EXISTS (SELECT FROM ins)"""
+
+GET_SESSION = "SELECT * FROM ctxwin.sessions WHERE id = %s::uuid"
+
+LIST_SESSIONS = """
+SELECT * FROM ctxwin.sessions
+ORDER BY updated_at DESC, id
+LIMIT %s"""
+
+APPEND = "SELECT ctxwin.append_messages(%s::uuid, %s::jsonb, %s::text[]) AS ids"
+
+APPEND_AND_BUILD = """
+SELECT ctxwin.append_and_build(%s::uuid, %s::jsonb, %s::text[], %s::int, %s::text, %s::jsonb,
+                               %s::boolean, %s::boolean) AS r"""
+
+BUILD_CONTEXT = "SELECT ctxwin.build_context(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
+
+BUILD_WINDOW = """
+SELECT jsonb_build_object('ids', '[]'::jsonb, 'context', ctxwin.build_context(s.id, %s::int, 'openai', %s::jsonb, true)) AS r
+FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
+
+BUILD_REQUEST = "SELECT ctxwin.build_request(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
+
+RECORD_USAGE = "SELECT ctxwin.record_usage(%s::uuid, %s::jsonb, %s::bigint, %s::int) AS id"
+
+STATUS = "SELECT * FROM ctxwin.context_status(%s::uuid)"
+
+REPORT = "SELECT ctxwin.context_report(%s::uuid) AS r"
+
+SUMMARIZE = """
+SELECT (s).* FROM (SELECT ctxwin.summarize_session(%s::uuid, %s::boolean, %s::text) AS s) x
+WHERE (s).version IS NOT NULL"""
+
+MESSAGES = """
+SELECT * FROM ctxwin.messages
+WHERE session_id = %(s)s::uuid AND id > coalesce(%(after)s::bigint, 0)
+ORDER BY id
+LIMIT %(limit)s"""
+
+LAST_MESSAGES = """
+SELECT * FROM (SELECT * FROM ctxwin.messages WHERE session_id = %(s)s::uuid
+               ORDER BY id DESC LIMIT %(limit)s) t
+ORDER BY id"""
+
+SUMMARIES = "SELECT * FROM ctxwin.summaries WHERE session_id = %s::uuid ORDER BY version"
+
+SUMMARIZED_KEYS = """
+SELECT id, client_key FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id <= %s::bigint ORDER BY id"""
+
+# The window's stored rows: read in the same round trip as the window (a
+# pipeline), after it; matched from the newest message back.
+TAIL = """
+SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
+       (s.compaction_queued_at IS NOT NULL
+        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
+       (SELECT k.client_key FROM ctxwin.messages k
+        WHERE k.session_id = s.id AND k.id = s.summary_through_id) AS summary_through_key,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(t.id, t.role, t.client_key,
+                                                    md5(coalesce(t.content, '')), t.tool_call_id,
+                                                    t.tool_calls, t.metadata -> 'responses_items')
+                                  ORDER BY t.id), '[]'::jsonb)
+        FROM (SELECT m.* FROM ctxwin.messages m
+              WHERE m.session_id = s.id AND m.id > s.summary_through_id
+              ORDER BY m.id DESC LIMIT %s) t) AS tail
+FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
+
+WORKER_RUNNING = """
+SELECT EXISTS (SELECT FROM ctxwin.worker_status
+               WHERE database = current_database() AND pid IS NOT NULL) AS running"""
+
+
+def jsonb(v: Any) -> Jsonb | None:
+    return None if v is None else Jsonb(v)
+
+
+def prepare_messages(
+    messages: Iterable[Any] | Any, keys: Sequence[str | None] | None
+) -> tuple[Jsonb, list[str | None] | None, list[ChatMessage]]:
+    """The jsonb and keys append_messages takes."""
+    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Iterable):
+        messages = [messages]
+    chat, ks = to_chat_messages(messages, keys)
+    return Jsonb(chat), (ks if any(k is not None for k in ks) else None), chat
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in ("openai", "anthropic"):
+        raise InvalidArgument(f"unknown format {fmt!r}", hint="Use 'openai' or 'anthropic'.")
+
+
+def usage_object(response: Any) -> dict[str, Any]:
+    """The usage object of a provider's response (the OpenAI or Anthropic SDK's
+    response, a LangChain AIMessage, a dict with "usage") or the usage itself."""
+    obj: Any = response
+    # LangChain's AIMessage: the provider's own usage in response_metadata
+    meta = getattr(obj, "response_metadata", None)
+    if isinstance(meta, Mapping):
+        raw = meta.get("token_usage") or meta.get("usage")
+        if isinstance(raw, Mapping) and raw:
+            return _jsonable(raw)
+        um = getattr(obj, "usage_metadata", None)
+        if isinstance(um, Mapping):
+            details = um.get("input_token_details") or {}
+            return {"input_tokens": um.get("input_tokens", 0), "output_tokens": um.get("output_tokens", 0),
+                    "total_tokens": um.get("total_tokens", 0),
+                    "input_tokens_details": {"cached_tokens": details.get("cache_read", 0) or 0}}
+    if not isinstance(obj, Mapping) and hasattr(obj, "usage"):
+        obj = obj.usage
+    elif isinstance(obj, Mapping) and isinstance(obj.get("usage"), Mapping):
+        obj = obj["usage"]
+    if obj is None:
+        raise InvalidArgument("the response has no usage", hint="Pass the response object or its usage.")
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        obj = dump(exclude_none=True, mode="json")
+    if not isinstance(obj, Mapping):
+        raise InvalidArgument(f"cannot read a usage object from {type(response).__name__}")
+    return _jsonable(obj)
+
+
+def _jsonable(obj: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(obj, default=lambda o: getattr(o, "__dict__", str(o))))
+    return out
+
+
+def _md5(s: str | None) -> str:
+    return hashlib.md5((s or "").encode("utf-8")).hexdigest()
+
+
+def match_window(ids: list[int], context: list[ChatMessage], tail_row: Mapping[str, Any] | None) -> Window:
+    """The window's messages with the stored rows they show, matched from the
+    newest back by role and tool call id; what is left in front is the
+    system prompt and summary (or, if a summary was written between the two
+    reads, messages it now covers, shown without their rows)."""
+    if tail_row is None:
+        return Window(ids=ids, messages=[WindowMessage(message=m) for m in context])
+    tail = tail_row["tail"] or []
+    out: list[WindowMessage] = []
+    j = len(tail) - 1
+    i = len(context) - 1
+    while i >= 0 and j >= 0:
+        m = context[i]
+        tid, role, key, md5, tcid, tcalls, items = tail[j]
+        if m.get("role") != role or (m.get("tool_call_id") or None) != (tcid or None):
+            break
+        intact = _md5(m.get("content")) == md5 and (m.get("tool_calls") or None) == (tcalls or None)
+        out.append(WindowMessage(message=m, id=int(tid), client_key=key, source=items, intact=intact))
+        i -= 1
+        j -= 1
+    head = [WindowMessage(message=context[k]) for k in range(i + 1)]
+    out.reverse()
+    return Window(ids=ids, messages=head + out,
+                  summary_through_id=int(tail_row["summary_through_id"] or 0),
+                  conversation_summary=tail_row["conversation_summary"],
+                  summary_version=int(tail_row["summary_version"] or 0),
+                  summary_through_key=tail_row["summary_through_key"],
+                  queued=bool(tail_row["queued"]))
+
+
+def as_uuid(v: Any) -> UUID:
+    return v if isinstance(v, UUID) else UUID(str(v))
+
+
+__all__ = ["RESPONSES_ITEMS_KEY"]

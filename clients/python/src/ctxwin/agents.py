@@ -1,0 +1,202 @@
+"""OpenAI Agents SDK: :class:`CtxwinSession`, an implementation of its
+``Session`` protocol on ctxwin.
+
+``Runner.run(agent, input, session=CtxwinSession(session_id, pool))`` sends
+ctxwin's window (the summary, then the newest items that fit the budget,
+tool calls never split from their outputs) instead of the whole history,
+appends the run's new items once each, summarizes when no worker does, and
+records what each model request of the run cost (``ctxwin.record_usage``,
+from the run's usage, which the SDK hands the session)::
+
+    session = CtxwinSession("7c1d...", pool, budget=8000)
+    result = await Runner.run(agent, "What did we decide?", session=session)
+
+Items are stored as chat messages; the items they came from are kept in
+their metadata and given back as they came while ctxwin shows the message
+whole (items without a chat equivalent, such as reasoning items, ride with
+the message next to them).  ``pop_item`` is refused: ctxwin never deletes a
+message (append a correction instead); ``clear_session`` deletes the whole
+session (an erasure).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+import warnings
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from .aio import AsyncClient
+from .convert import to_responses_items
+from .errors import CtxwinError, IntegrityViolation, SessionNotFound
+from .types import Window
+
+if TYPE_CHECKING:
+    import psycopg
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+    from agents.run_context import RunContextWrapper
+    from psycopg_pool import AsyncConnectionPool
+
+AsyncSource = Union["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]", AsyncClient]
+
+_RECORDED = "_ctxwin_recorded_requests"
+
+
+def window_items(w: Window) -> list[dict[str, Any]]:
+    """A window as Responses input items: the items a message was appended
+    from while it is shown whole, else the message converted."""
+    out: list[dict[str, Any]] = []
+    for m in w.messages:
+        if m.id is not None and m.intact and isinstance(m.source, list) and m.source:
+            out.extend(dict(i) for i in m.source)
+        else:
+            out.extend(to_responses_items([m.message]))
+    return out
+
+
+class CtxwinSession:
+    """A ctxwin session as an OpenAI Agents SDK ``Session`` (see the module)."""
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        session_id: str | uuid.UUID,
+        connection: AsyncSource,
+        *,
+        budget: int | None = None,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        summarize: Literal["auto", "inline", "worker"] = "auto",
+        record_usage: bool = True,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        """session_id: a UUID (ctxwin's session id; the session is created on
+        first use, with ``profile`` and ``system_prompt``); connection: a psycopg
+        ``AsyncConnection``, ``AsyncConnectionPool`` or :class:`~ctxwin.AsyncClient`;
+        budget: the window's tokens (None: the profile's); summarize: as
+        :class:`ctxwin.langgraph.SummarizationNode`'s; record_usage: record
+        each model request's usage."""
+        self._sid = uuid.UUID(str(session_id))
+        self.session_id = str(self._sid)
+        self._client = connection if isinstance(connection, AsyncClient) else AsyncClient(connection)
+        self.budget = budget
+        self.profile = profile
+        self.system_prompt = system_prompt
+        self.summarize = summarize
+        self.record_usage = record_usage
+        self.session_settings = session_settings
+        self._worker: tuple[float, bool] | None = None
+        self._last_id: int | None = None
+        self._window_first_id: int | None = None
+
+    @property
+    def client(self) -> AsyncClient:
+        return self._client
+
+    async def get_items(self, limit: int | None = None,
+                        wrapper: RunContextWrapper[Any] | None = None) -> list[TResponseInputItem]:
+        """The window as input items (the newest ``limit`` of them, if given)."""
+        try:
+            w = await self._client.window(self._sid, budget=self.budget)
+        except SessionNotFound:
+            return []
+        self._window_first_id = w.first_id
+        ids = [m.id for m in w.messages if m.id is not None]
+        if ids:
+            self._last_id = max(ids)
+        items: list[Any] = window_items(w)
+        if limit is not None:
+            items = items[-limit:] if limit > 0 else []
+        return items
+
+    def _keys(self, items: list[Any]) -> list[str | None]:
+        """Keys of items that have no id of their own: made from the newest
+        message this session object knew of and the item, so the same
+        request retried stores them once."""
+        keys: list[str | None] = []
+        base = str(self._last_id or 0)
+        for i, it in enumerate(items):
+            d = it if isinstance(it, dict) else {}
+            h = hashlib.sha256(f"{self.session_id}\0{base}\0{i}\0".encode()
+                               + json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:32]
+            keys.append(f"agents:{h}")
+        return keys
+
+    async def add_items(self, items: list[TResponseInputItem],
+                        wrapper: RunContextWrapper[Any] | None = None) -> None:
+        """Appends the items (each once), then records the run's new requests' usage."""
+        batch: list[Any] = list(items)
+        if batch:
+            merged = self._merge_keys(batch, self._keys(batch))
+            try:
+                w = await self._client.window(self._sid, batch, keys=merged, budget=self.budget)
+            except SessionNotFound:
+                await self._client.ensure_session(self._sid, profile=self.profile, system_prompt=self.system_prompt)
+                w = await self._client.window(self._sid, batch, keys=merged, budget=self.budget)
+            if w.ids:
+                self._last_id = max(w.ids)
+            await self._maybe_summarize(w)
+        if wrapper is not None and self.record_usage:
+            await self._record(wrapper)
+
+    @staticmethod
+    def _merge_keys(batch: list[Any], made: list[str | None]) -> list[str | None]:
+        """Keys per item: the item's own (id or call id) where it has one, else the made one."""
+        from .convert import _responses_key
+
+        out: list[str | None] = []
+        for it, k in zip(batch, made):
+            own = _responses_key(it) if isinstance(it, dict) else None
+            out.append(own if own is not None else k)
+        return out
+
+    async def _maybe_summarize(self, w: Window) -> None:
+        if self.summarize == "worker":
+            return
+        now = time.monotonic()
+        if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
+            self._worker = (now, await self._client.worker_running())
+        if self.summarize == "auto" and self._worker and self._worker[1]:
+            return
+        if w.queued:
+            try:
+                await self._client.summarize(self._sid)
+            except CtxwinError as e:
+                warnings.warn(f"ctxwin could not summarize session {self._sid}: {e}", RuntimeWarning, stacklevel=3)
+
+    async def _record(self, wrapper: RunContextWrapper[Any]) -> None:
+        usage = getattr(wrapper, "usage", None)
+        entries = list(getattr(usage, "request_usage_entries", None) or [])
+        done = int(getattr(wrapper, _RECORDED, 0) or 0)
+        for e in entries[done:]:
+            details = getattr(e, "input_tokens_details", None)
+            out_details = getattr(e, "output_tokens_details", None)
+            u = {"input_tokens": int(e.input_tokens), "output_tokens": int(e.output_tokens),
+                 "total_tokens": int(e.total_tokens),
+                 "input_tokens_details": {"cached_tokens": int(getattr(details, "cached_tokens", 0) or 0)},
+                 "output_tokens_details": {"reasoning_tokens": int(getattr(out_details, "reasoning_tokens", 0)
+                                                                   or 0)}}
+            await self._client.record_usage(self._sid, u, window_first_id=self._window_first_id)
+        try:
+            setattr(wrapper, _RECORDED, len(entries))
+        except AttributeError:  # pragma: no cover - a wrapper that takes no attributes
+            pass
+
+    async def pop_item(self, wrapper: RunContextWrapper[Any] | None = None) -> TResponseInputItem | None:
+        """Refused: ctxwin never deletes a message."""
+        raise IntegrityViolation(
+            "ctxwin never deletes a message of a session",
+            detail="Messages are append-only: a summary may already cover the newest one.",
+            hint="Append a correction instead, or clear_session() to erase the whole session.")
+
+    async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
+        """Deletes the session with its whole history (an erasure)."""
+        await self._client.delete_session(self._sid)
+        self._last_id = None
+
+
+__all__ = ["CtxwinSession", "window_items"]

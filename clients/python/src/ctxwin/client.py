@@ -1,0 +1,314 @@
+"""The synchronous client, on a psycopg 3 connection or connection pool."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import _sql
+from .errors import CtxwinError, SessionNotFound, from_psycopg
+from .types import (
+    ContextStatus,
+    Format,
+    Session,
+    SessionRef,
+    StoredMessage,
+    Summary,
+    Turn,
+    Window,
+    session_id,
+)
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+Source = Union["psycopg.Connection[Any]", "ConnectionPool[Any]"]
+
+
+class Client:
+    """ctxwin on a psycopg 3 connection or a ``psycopg_pool.ConnectionPool``.
+
+    Each call is one statement, its own transaction, unless the connection is
+    inside a transaction the caller opened (then it runs in it and the
+    caller commits).  A connection in autocommit mode (or a pool of them,
+    ``ConnectionPool(kwargs={"autocommit": True})``) makes each call one
+    round trip to the server; on a connection out of autocommit mode that is
+    idle, the call runs in autocommit mode all the same (one round trip,
+    committed), and the connection is put back as it was.
+    """
+
+    def __init__(self, conn: Source) -> None:
+        self._source = conn
+
+    # -- plumbing ----------------------------------------------------------
+
+    @contextmanager
+    def connection(self) -> Iterator[Conn]:
+        """The connection (from the pool, for the duration of the block)."""
+        src = self._source
+        if isinstance(src, psycopg.Connection):
+            yield src
+        else:
+            with src.connection() as conn:
+                yield conn
+
+    def _run(self, fn: Callable[[Conn], T]) -> T:
+        try:
+            with self.connection() as conn:
+                if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    return fn(conn)
+                conn.autocommit = True
+                try:
+                    return fn(conn)
+                finally:
+                    conn.autocommit = False
+        except psycopg.Error as e:
+            if e.sqlstate is None:
+                raise
+            raise from_psycopg(e) from e
+
+    def _one(self, query: str, params: Any) -> dict[str, Any] | None:
+        def go(conn: Conn) -> dict[str, Any] | None:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(query, params)
+                return cur.fetchone()
+        return self._run(go)
+
+    def _all(self, query: str, params: Any) -> list[dict[str, Any]]:
+        def go(conn: Conn) -> list[dict[str, Any]]:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(query, params)
+                return cur.fetchall()
+        return self._run(go)
+
+    # -- sessions ----------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        id: UUID | str | None = None,
+    ) -> Session:
+        """Creates a session (profile ``default`` unless named) and returns it."""
+        row = self._one(_sql.CREATE_SESSION, {"id": None if id is None else str(id), "profile": profile,
+                                              "system_prompt": system_prompt,
+                                              "metadata": _sql.jsonb(dict(metadata) if metadata else None)})
+        assert row is not None
+        return Session.from_row(row)
+
+    def ensure_session(
+        self,
+        id: UUID | str,
+        *,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """The session with this id, created with these settings if it does not exist."""
+        params = {"id": str(id), "profile": profile, "system_prompt": system_prompt,
+                  "metadata": _sql.jsonb(dict(metadata) if metadata else None)}
+        row = self._one(_sql.ENSURE_SESSION, params)
+        if row is None:     # created by another transaction after this statement's snapshot
+            return self.get_session(id)
+        return Session.from_row(row)
+
+    def get_session(self, session: SessionRef) -> Session:
+        """The session; :class:`~ctxwin.errors.SessionNotFound` if there is none."""
+        sid = session_id(session)
+        row = self._one(_sql.GET_SESSION, (sid,))
+        if row is None:
+            raise SessionNotFound(f"session {sid} does not exist", sqlstate="P0002")
+        return Session.from_row(row)
+
+    def sessions(self, *, limit: int = 50) -> list[Session]:
+        """The sessions the role can see, most recently active first."""
+        return [Session.from_row(r) for r in self._all(_sql.LIST_SESSIONS, (limit,))]
+
+    def delete_session(self, session: SessionRef) -> bool:
+        """Deletes a session with its messages, summaries and usage (erasure)."""
+        def go(conn: Conn) -> bool:
+            cur = conn.execute("DELETE FROM ctxwin.sessions WHERE id = %s::uuid", (session_id(session),))
+            return cur.rowcount > 0
+        return self._run(go)
+
+    # -- messages ----------------------------------------------------------
+
+    def append(
+        self,
+        session: SessionRef,
+        messages: Iterable[Any] | Any,
+        *,
+        keys: Sequence[str | None] | None = None,
+    ) -> list[int]:
+        """Appends messages (any shape :mod:`ctxwin.convert` takes) and returns
+        their ids.  A message whose client key the session already has is not
+        stored again (its id is returned): retrying is safe."""
+        body, ks, _ = _sql.prepare_messages(messages, keys)
+        row = self._one(_sql.APPEND, (session_id(session), body, ks))
+        assert row is not None
+        return [int(i) for i in row["ids"] or []]
+
+    def messages(
+        self, session: SessionRef, *, after: int | None = None, limit: int = 10000, last: int | None = None
+    ) -> list[StoredMessage]:
+        """Stored messages, oldest first: those after ``after``, or the ``last`` N."""
+        if last is not None:
+            rows = self._all(_sql.LAST_MESSAGES, {"s": session_id(session), "limit": last})
+        else:
+            rows = self._all(_sql.MESSAGES, {"s": session_id(session), "after": after, "limit": limit})
+        return [StoredMessage.from_row(r) for r in rows]
+
+    # -- windows -----------------------------------------------------------
+
+    def build_context(
+        self,
+        session: SessionRef,
+        *,
+        budget: int | None = None,
+        format: Format = "openai",
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cache: bool = True,
+    ) -> Any:
+        """The window: system prompt, summary and the newest messages that fit."""
+        _sql.check_format(format)
+        row = self._one(_sql.BUILD_CONTEXT, (session_id(session), budget, format,
+                                             _sql.jsonb(list(tools) if tools is not None else None), cache))
+        assert row is not None
+        return row["r"]
+
+    def build_request(
+        self,
+        session: SessionRef,
+        format: Format = "openai",
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        budget: int | None = None,
+        cache: bool = True,
+    ) -> dict[str, Any]:
+        """The whole request body to POST to the provider."""
+        _sql.check_format(format)
+        row = self._one(_sql.BUILD_REQUEST, (session_id(session), budget, format,
+                                             _sql.jsonb(list(tools) if tools is not None else None), cache))
+        assert row is not None
+        r: dict[str, Any] = row["r"]
+        return r
+
+    def append_and_build(
+        self,
+        session: SessionRef,
+        messages: Iterable[Any] | Any,
+        *,
+        keys: Sequence[str | None] | None = None,
+        budget: int | None = None,
+        format: Format = "openai",
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        cache: bool = True,
+        request: bool = False,
+    ) -> Turn:
+        """One chat turn in one round trip: appends the messages, then returns
+        the window (or, with ``request=True``, the whole request body)."""
+        _sql.check_format(format)
+        body, ks, _ = _sql.prepare_messages(messages, keys)
+        row = self._one(_sql.APPEND_AND_BUILD, (session_id(session), body, ks, budget, format,
+                                                _sql.jsonb(list(tools) if tools is not None else None),
+                                                cache, request))
+        assert row is not None
+        r = row["r"]
+        return Turn(ids=[int(i) for i in r.get("ids") or []], context=r.get("context"), request=r.get("request"))
+
+    def window(
+        self,
+        session: SessionRef,
+        messages: Iterable[Any] | Any = (),
+        *,
+        keys: Sequence[str | None] | None = None,
+        budget: int | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Window:
+        """Appends the messages (if any) and returns the window in OpenAI's
+        format with, for each message, the stored row it shows (id, client
+        key, the items it was appended from), in one round trip."""
+        body, ks, chat = _sql.prepare_messages(messages, keys)
+        sid = session_id(session)
+        t = _sql.jsonb(list(tools) if tools is not None else None)
+
+        def go(conn: Conn) -> Window:
+            with conn.pipeline():
+                c1 = conn.cursor(row_factory=dict_row)
+                if chat:
+                    c1.execute(_sql.APPEND_AND_BUILD, (sid, body, ks, budget, "openai", t, True, False))
+                else:       # only reads: no lock, and a hot standby serves it
+                    c1.execute(_sql.BUILD_WINDOW, (budget, t, sid))
+                c2 = conn.cursor(row_factory=dict_row)
+                c2.execute(_sql.TAIL, (_sql.TAIL_LIMIT, sid))
+            r1, r2 = c1.fetchone(), c2.fetchone()
+            if r1 is None:
+                raise SessionNotFound(f"session {sid} does not exist", sqlstate="P0002")
+            r = r1["r"]
+            return _sql.match_window([int(i) for i in r.get("ids") or []], r.get("context") or [], r2)
+        return self._run(go)
+
+    # -- usage, status, summaries -----------------------------------------
+
+    def record_usage(
+        self,
+        session: SessionRef,
+        response: Any,
+        *,
+        window_first_id: int | None = None,
+        window_tokens: int | None = None,
+    ) -> int:
+        """Records what the provider billed for a request: the SDK's response
+        object (OpenAI, Anthropic, a LangChain AIMessage) or its usage.
+        Returns the request's id in the session."""
+        usage = _sql.usage_object(response)
+        row = self._one(_sql.RECORD_USAGE, (session_id(session), _sql.jsonb(usage), window_first_id,
+                                            window_tokens))
+        assert row is not None
+        return int(row["id"])
+
+    def status(self, session: SessionRef) -> ContextStatus:
+        """Where the session stands against its triggers, its summary, its window."""
+        row = self._one(_sql.STATUS, (session_id(session),))
+        if row is None or row.get("session_id") is None:
+            raise SessionNotFound(f"session {session_id(session)} does not exist", sqlstate="P0002")
+        return ContextStatus.from_row(row)
+
+    def report(self, session: SessionRef) -> str:
+        """``ctxwin.context_report``: the status for a person."""
+        row = self._one(_sql.REPORT, (session_id(session),))
+        assert row is not None
+        return str(row["r"])
+
+    def summarize(
+        self, session: SessionRef, *, force: bool = False, instructions: str | None = None
+    ) -> Summary | None:
+        """Summarizes now, in this call (``ctxwin.summarize_session``): without
+        ``force`` only if a trigger fires.  None when nothing was summarized."""
+        row = self._one(_sql.SUMMARIZE, (session_id(session), force, instructions))
+        return None if row is None else Summary.from_row(row)
+
+    def summaries(self, session: SessionRef) -> list[Summary]:
+        """Every summary made for the session, oldest first."""
+        return [Summary.from_row(r) for r in self._all(_sql.SUMMARIES, (session_id(session),))]
+
+    def summarized_keys(self, session: SessionRef, after: int, through: int) -> list[tuple[int, str | None]]:
+        """(id, client key) of the messages with ids in (after, through]."""
+        rows = self._all(_sql.SUMMARIZED_KEYS, (session_id(session), after, through))
+        return [(int(r["id"]), r["client_key"]) for r in rows]
+
+    def worker_running(self) -> bool:
+        """Whether a background worker serves this database."""
+        row = self._one(_sql.WORKER_RUNNING, ())
+        return bool(row and row["running"])
+
+
+__all__ = ["Client", "CtxwinError"]

@@ -1,0 +1,199 @@
+"""LangChain: :class:`CtxwinChatMessageHistory`, a ``BaseChatMessageHistory``.
+
+A drop-in for langchain-postgres's ``PostgresChatMessageHistory`` (same
+arguments: a table name, which ctxwin does not need, and a session id that
+is a UUID; ``sync_connection`` and/or ``async_connection``), whose
+``messages`` is ctxwin's window: the system prompt and the summary first,
+then the newest messages that fit the budget.  Messages are appended once
+per id (a LangChain message's ``id`` is its client key), the session is
+created on first use, and summaries are made by ctxwin (its worker, or
+here, after an append, when no worker serves the database)::
+
+    history = CtxwinChatMessageHistory("chat_history", session_id, sync_connection=conn)
+    chain = RunnableWithMessageHistory(prompt | model, lambda sid: CtxwinChatMessageHistory(
+        "chat_history", sid, sync_connection=conn), input_messages_key="question",
+        history_messages_key="history")
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import warnings
+from typing import TYPE_CHECKING, Any, Literal, Sequence, Union, overload
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage
+
+from .aio import AsyncClient
+from .client import Client
+from .convert import to_langchain
+from .errors import CtxwinError, SessionNotFound
+from .types import Window
+
+if TYPE_CHECKING:
+    import psycopg
+
+SyncConn = Union["psycopg.Connection[Any]", Client, Any]
+AsyncConn = Union["psycopg.AsyncConnection[Any]", AsyncClient, Any]
+
+
+def _ids(w: Window) -> list[str | None]:
+    return [m.client_key for m in w.messages]
+
+
+class CtxwinChatMessageHistory(BaseChatMessageHistory):
+    """Chat history in ctxwin (see the module's documentation)."""
+
+    @overload
+    def __init__(self, session_id: str, /, *, sync_connection: SyncConn | None = None,
+                 async_connection: AsyncConn | None = None, budget: int | None = None,
+                 profile: str | None = None, system_prompt: str | None = None,
+                 summarize: Literal["auto", "inline", "worker"] = "auto") -> None: ...
+
+    @overload
+    def __init__(self, table_name: str, session_id: str, /, *, sync_connection: SyncConn | None = None,
+                 async_connection: AsyncConn | None = None, budget: int | None = None,
+                 profile: str | None = None, system_prompt: str | None = None,
+                 summarize: Literal["auto", "inline", "worker"] = "auto") -> None: ...
+
+    def __init__(
+        self,
+        *args: str,
+        sync_connection: SyncConn | None = None,
+        async_connection: AsyncConn | None = None,
+        budget: int | None = None,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        summarize: Literal["auto", "inline", "worker"] = "auto",
+    ) -> None:
+        """``(session_id)`` or, as ``PostgresChatMessageHistory``,
+        ``(table_name, session_id)`` (the table name is not used).
+
+        budget: the window's token budget (None: the profile's).
+        profile, system_prompt: of the session when this history creates it.
+        summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s.
+        """
+        if len(args) not in (1, 2):
+            raise TypeError("CtxwinChatMessageHistory takes (session_id) or (table_name, session_id)")
+        if sync_connection is None and async_connection is None:
+            raise ValueError("Must provide sync_connection or async_connection")
+        sid = args[-1]
+        try:
+            self.session_id = uuid.UUID(str(sid))
+        except ValueError as e:
+            raise ValueError(f"Invalid session id. Session id must be a valid UUID. Got {sid}") from e
+        self.table_name = args[0] if len(args) == 2 else None
+        self._client = (None if sync_connection is None else
+                        sync_connection if isinstance(sync_connection, Client) else Client(sync_connection))
+        self._aclient = (None if async_connection is None else
+                         async_connection if isinstance(async_connection, AsyncClient)
+                         else AsyncClient(async_connection))
+        self.budget = budget
+        self.profile = profile
+        self.system_prompt = system_prompt
+        self.summarize = summarize
+        self._worker: tuple[float, bool] | None = None
+
+    # the table ctxwin needs is its extension's
+    @staticmethod
+    def create_tables(connection: Any, table_name: str = "", /) -> None:
+        """Creates the ctxwin extension if it is not there (needs a superuser):
+        the tables are ctxwin's."""
+        connection.execute("CREATE EXTENSION IF NOT EXISTS ctxwin")
+
+    @staticmethod
+    async def acreate_tables(connection: Any, table_name: str = "", /) -> None:
+        await connection.execute("CREATE EXTENSION IF NOT EXISTS ctxwin")
+
+    def _sync(self) -> Client:
+        if self._client is None:
+            raise ValueError("Please initialize the CtxwinChatMessageHistory with a sync connection "
+                             "or use the async methods instead.")
+        return self._client
+
+    def _async(self) -> AsyncClient:
+        if self._aclient is None:
+            raise ValueError("Please initialize the CtxwinChatMessageHistory with an async connection "
+                             "or use the sync methods instead.")
+        return self._aclient
+
+    def _want_summary(self, w: Window, worker: bool) -> bool:
+        if self.summarize == "worker" or (self.summarize == "auto" and worker):
+            return False
+        return w.queued
+
+    # -- sync --------------------------------------------------------------
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Appends the messages (each once per id)."""
+        cl = self._sync()
+        try:
+            w = cl.window(self.session_id, list(messages), budget=self.budget)
+        except SessionNotFound:
+            cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
+            w = cl.window(self.session_id, list(messages), budget=self.budget)
+        if self.summarize != "worker":
+            now = time.monotonic()
+            if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
+                self._worker = (now, cl.worker_running())
+            if self._want_summary(w, bool(self._worker and self._worker[1])):
+                try:
+                    cl.summarize(self.session_id)
+                except CtxwinError as e:
+                    warnings.warn(f"ctxwin could not summarize session {self.session_id}: {e}",
+                                  RuntimeWarning, stacklevel=2)
+
+    def get_messages(self) -> list[BaseMessage]:
+        """The window: system prompt and summary, then the newest messages that fit."""
+        try:
+            w = self._sync().window(self.session_id, budget=self.budget)
+        except SessionNotFound:
+            return []
+        return to_langchain(w.chat, _ids(w))
+
+    @property
+    def messages(self) -> list[BaseMessage]:
+        return self.get_messages()
+
+    @messages.setter
+    def messages(self, value: list[BaseMessage]) -> None:
+        raise NotImplementedError("Use add_messages instead")
+
+    def clear(self) -> None:
+        """Deletes the session and its whole history (an erasure: ctxwin never
+        deletes single messages).  Adding messages afterwards starts it anew."""
+        self._sync().delete_session(self.session_id)
+
+    # -- async -------------------------------------------------------------
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        cl = self._async()
+        try:
+            w = await cl.window(self.session_id, list(messages), budget=self.budget)
+        except SessionNotFound:
+            await cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
+            w = await cl.window(self.session_id, list(messages), budget=self.budget)
+        if self.summarize != "worker":
+            now = time.monotonic()
+            if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
+                self._worker = (now, await cl.worker_running())
+            if self._want_summary(w, bool(self._worker and self._worker[1])):
+                try:
+                    await cl.summarize(self.session_id)
+                except CtxwinError as e:
+                    warnings.warn(f"ctxwin could not summarize session {self.session_id}: {e}",
+                                  RuntimeWarning, stacklevel=2)
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        try:
+            w = await self._async().window(self.session_id, budget=self.budget)
+        except SessionNotFound:
+            return []
+        return to_langchain(w.chat, _ids(w))
+
+    async def aclear(self) -> None:
+        await self._async().delete_session(self.session_id)
+
+
+__all__ = ["CtxwinChatMessageHistory"]

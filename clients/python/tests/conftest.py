@@ -1,0 +1,176 @@
+"""Fixtures: a database of its own with ctxwin, on the cluster libpq's
+environment variables name (PGHOST, PGPORT, PGUSER, PGDATABASE), whose
+summaries are written by the mock LLM (test/mockllm.py, started here on a
+free loopback port), and clients on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import psycopg
+import pytest
+
+import ctxwin
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent.parent
+MOCKLLM = REPO / "test" / "mockllm.py"
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
+
+@dataclass
+class MockLLM:
+    port: int
+    key: str
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def chat_requests(self, since: int = 0) -> list[dict[str, Any]]:
+        """The chat completions requests from a framework (not ctxwin's summary
+        requests, whose system prompt is ctxwin's summary prompt)."""
+        return [r for r in self.requests()[since:] if r["path"].endswith("/chat/completions")
+                and not _is_summary_request(r)]
+
+    def summary_requests(self, since: int = 0) -> list[dict[str, Any]]:
+        return [r for r in self.requests()[since:] if _is_summary_request(r)]
+
+
+def _is_summary_request(r: dict[str, Any]) -> bool:
+    return "New messages:" in json.dumps(r.get("body"))
+
+
+@pytest.fixture(scope="session")
+def mockllm() -> Iterator[MockLLM]:
+    tmp = Path(tempfile.mkdtemp(prefix="ctxwin-py-mock-"))
+    tmp.chmod(0o755)
+    key = "sk-test-" + uuid.uuid4().hex
+    log = tmp / "requests.jsonl"
+    proc = subprocess.Popen([sys.executable, str(MOCKLLM), "--port", "0", "--key", key, "--log", str(log)],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    if not line.isdigit():
+        proc.kill()
+        raise RuntimeError(f"the mock LLM did not start: {line!r}")
+    keyfile = tmp / "llm.key"
+    keyfile.write_text(key + "\n")
+    keyfile.chmod(0o644)
+    try:
+        yield MockLLM(port=int(line), key=key, log=log, proc=proc)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def dsn(mockllm: MockLLM) -> Iterator[str]:
+    """A database of this run with ctxwin, summaries by the mock LLM."""
+    name = f"ctxwin_py_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = psycopg.connect(autocommit=True)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    keyfile = mockllm.log.parent / "llm.key"
+    try:
+        with psycopg.connect(dbname=name, autocommit=True) as c:
+            c.execute("CREATE EXTENSION ctxwin")
+            c.execute("LOAD 'ctxwin'")
+            for k, v in (("llm_provider", "openai"), ("llm_base_url", mockllm.base_url),
+                         ("llm_model", "mock"), ("llm_api_key_file", str(keyfile)),
+                         ("llm_max_retries", "0"), ("llm_timeout_ms", "10000")):
+                c.execute(f'ALTER DATABASE "{name}" SET ctxwin.{k} = \'{v}\'')
+            # small profiles for the tests: summaries after a few messages
+            c.execute("""
+                INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
+                                             trigger_ratio, min_recent_messages, max_summary_tokens,
+                                             summary_strategy, window_policy)
+                VALUES ('small', 'gpt-4o', 8, NULL, NULL, 2, 200, 'llm', 'sliding'),
+                       ('offline', 'gpt-4o', 8, NULL, NULL, 2, 200, 'extractive', 'sliding')""")
+        info = psycopg.conninfo.conninfo_to_dict("")
+        info["dbname"] = name
+        yield psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def client(conn: psycopg.Connection[Any]) -> ctxwin.Client:
+    return ctxwin.Client(conn)
+
+
+@pytest.fixture
+def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for the tests' own checks, apart from the client's."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+def rows(db: psycopg.Connection[Any], session: Any) -> list[tuple[Any, ...]]:
+    """(id, role, content, tool_call_id, client_key) of every stored message."""
+    return db.execute("SELECT id, role, content, tool_call_id, client_key, tool_calls FROM ctxwin.messages "
+                      "WHERE session_id = %s ORDER BY id", (str(session),)).fetchall()
+
+
+def tokens_of(db: psycopg.Connection[Any], messages: list[Any], encoding: str = "o200k_base") -> int:
+    """A message list's tokens as ctxwin counts them (the budget's measure)."""
+    n = 3
+    for m in messages:
+        n += db.execute("SELECT ctxwin.count_message_tokens(%s::jsonb, %s)",
+                        (json.dumps(m), encoding)).fetchone()[0]  # type: ignore[index]
+    return int(n)
+
+
+class RoundTrips:
+    """Counts the client's round trips to the server with libpq's trace: a
+    round trip is a run of messages sent followed by an answer."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.file = tempfile.TemporaryFile("w+")
+
+    def __enter__(self) -> RoundTrips:
+        self.conn.pgconn.trace(self.file.fileno())
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self.conn.pgconn.untrace()
+        self.file.seek(0)
+        dirs = [line.split("\t")[1] for line in self.file.read().splitlines() if "\t" in line]
+        self.count = sum(1 for a_, b in zip(dirs, dirs[1:]) if a_ == "F" and b == "B")
+
+
+def wait_for(pred: Any, timeout: float = 20.0) -> Any:
+    t0 = time.monotonic()
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.1)
+
+

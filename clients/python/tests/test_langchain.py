@@ -1,0 +1,119 @@
+"""ctxwin.langchain.CtxwinChatMessageHistory in a real LangChain program:
+RunnableWithMessageHistory around a prompt and ChatOpenAI on the mock LLM,
+the same program run on langchain-postgres's PostgresChatMessageHistory
+(the history it replaces), sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Callable
+
+import psycopg
+import pytest
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+from langchain_openai import ChatOpenAI
+
+from ctxwin.langchain import CtxwinChatMessageHistory
+
+from .conftest import MockLLM, tokens_of
+
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
+
+def question(i: int) -> str:
+    return f"Question {i}: where does the parcel for customer number {i} go on a weekday morning?"
+
+
+def chain(mockllm: MockLLM, history: Callable[[str], BaseChatMessageHistory]) -> RunnableWithMessageHistory:
+    prompt = ChatPromptTemplate.from_messages([("system", "You answer about parcels."),
+                                               MessagesPlaceholder("history"), ("human", "{question}")])
+    model = ChatOpenAI(model="mock", base_url=mockllm.base_url, api_key=mockllm.key, max_retries=0)  # type: ignore[arg-type]
+    return RunnableWithMessageHistory(prompt | model, history, input_messages_key="question",
+                                      history_messages_key="history")
+
+
+def conversation(db: psycopg.Connection[Any], sid: uuid.UUID) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in db.execute(
+        "SELECT role, content FROM ctxwin.messages WHERE session_id = %s ORDER BY id", (sid,)).fetchall()]
+
+
+def test_runnable_with_message_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+    sid = uuid.uuid4()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def history(session_id: str) -> BaseChatMessageHistory:
+            return CtxwinChatMessageHistory("chat_history", session_id, sync_connection=conn, budget=400,
+                                            profile="small")
+        c = chain(mockllm, history)
+        since = len(mockllm.requests())
+        answers = []
+        for i in range(20):
+            out = c.invoke({"question": question(i)}, {"configurable": {"session_id": str(sid)}})
+            answers.append(out.content)
+        got = conversation(db, sid)
+        # each question and answer stored once, in order; nothing deleted
+        assert got == [x for i in range(20) for x in (("user", question(i)), ("assistant", answers[i]))]
+        reqs = mockllm.chat_requests(since)
+        assert len(reqs) == 20
+        summary = db.execute("SELECT conversation_summary, summary_version FROM ctxwin.sessions WHERE id = %s",
+                             (sid,)).fetchone()
+        assert summary is not None and summary[1] >= 2, "no summaries (profile small: every 8 messages)"
+        last = reqs[-1]["body"]["messages"]
+        # the prompt's system message, then ctxwin's summary, the window, the question
+        assert last[0] == {"role": "system", "content": "You answer about parcels."}
+        assert summary[0] in last[1]["content"] and last[-1]["content"] == question(19)
+        for r in reqs:
+            hist = r["body"]["messages"][1:-1]
+            assert tokens_of(db, hist) <= 400
+        h = CtxwinChatMessageHistory(str(sid), sync_connection=conn, budget=400)
+        msgs = h.messages
+        assert msgs[0].type == "system" and summary[0] in msgs[0].content
+        assert [m.content for m in msgs[1:]] == [c for _, c in got[-(len(msgs) - 1):]]
+        # clear() erases the session; the history starts anew
+        h.clear()
+        assert h.messages == [] and conversation(db, sid) == []
+        c.invoke({"question": question(0)}, {"configurable": {"session_id": str(sid)}})
+        assert len(conversation(db, sid)) == 2
+
+
+def test_drop_in_for_postgres_chat_message_history(dsn: str, db: psycopg.Connection[Any],
+                                                   mockllm: MockLLM) -> None:
+    """The same program, first on langchain-postgres's history, then on
+    ctxwin's: the same conversation stored."""
+    from langchain_postgres import PostgresChatMessageHistory
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        PostgresChatMessageHistory.create_tables(conn, "chat_history")
+        CtxwinChatMessageHistory.create_tables(conn, "chat_history")
+        results = {}
+        for cls in (PostgresChatMessageHistory, CtxwinChatMessageHistory):
+            sid = str(uuid.uuid4())
+            c = chain(mockllm, lambda s, cls=cls: cls("chat_history", s, sync_connection=conn))  # type: ignore[misc]
+            for i in range(3):
+                c.invoke({"question": question(i)}, {"configurable": {"session_id": sid}})
+            h = cls("chat_history", sid, sync_connection=conn)
+            results[cls.__name__] = [(m.type, m.content) for m in h.messages]
+        assert results["PostgresChatMessageHistory"] == results["CtxwinChatMessageHistory"]
+        assert len(results["CtxwinChatMessageHistory"]) == 6
+    with pytest.raises(ValueError):
+        CtxwinChatMessageHistory("chat_history", "not-a-uuid", sync_connection=conn)
+
+
+def test_async_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+    sid = uuid.uuid4()
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac:
+            c = chain(mockllm, lambda s: CtxwinChatMessageHistory("chat_history", s, async_connection=ac,
+                                                                   profile="small"))
+            for i in range(10):
+                await c.ainvoke({"question": question(i)}, {"configurable": {"session_id": str(sid)}})
+            h = CtxwinChatMessageHistory(str(sid), async_connection=ac)
+            msgs = await h.aget_messages()
+            assert msgs[-1].type == "ai" and msgs[-2].content == question(9)
+    asyncio.run(main())
+    got = conversation(db, sid)
+    assert [c for r, c in got if r == "user"] == [question(i) for i in range(10)]
+    assert db.execute("SELECT summary_version FROM ctxwin.sessions WHERE id = %s", (sid,)).fetchone() == (3,)
