@@ -118,7 +118,7 @@ read_tally() {
 	fi
 	read -r t_passed t_failed skipped nfiles bad <"$1"
 	t_detail="$nfiles files"
-	[ "$skipped" -gt 0 ] && t_detail="$t_detail, $skipped tests skipped"
+	[ "$skipped" -gt 0 ] && t_detail="$t_detail, $skipped skipped"
 	[ -n "$bad" ] && t_detail="$t_detail; failed: $bad"
 	return 0
 }
