@@ -111,14 +111,15 @@ stage=
 # t_passed, t_failed and t_detail; a prove that stopped before its summary
 # counts as one failed test.
 read_tally() {
-	local skipped nfiles bad
+	local skipped nfiles skipped_files bad
 	if [ ! -s "$1" ]; then
 		t_passed=0 t_failed=1 t_detail="prove stopped before its summary"
 		return 0
 	fi
-	read -r t_passed t_failed skipped nfiles bad <"$1"
+	read -r t_passed t_failed skipped nfiles skipped_files bad <"$1"
 	t_detail="$nfiles files"
-	[ "$skipped" -gt 0 ] && t_detail="$t_detail, $skipped skipped"
+	[ "$skipped_files" -gt 0 ] && t_detail="$t_detail ($skipped_files skipped whole)"
+	[ "$skipped" -gt 0 ] && t_detail="$t_detail, $skipped tests skipped"
 	[ -n "$bad" ] && t_detail="$t_detail; failed: $bad"
 	return 0
 }

@@ -159,22 +159,6 @@ sub live_worker_pid
 }
 sub alive { my ($pid) = @_; return $pid =~ /^[0-9]+$/ && $pid > 1 && kill(0, $pid); }
 sub commits_w1 { return sq('postgres', "SELECT xact_commit FROM pg_stat_database WHERE datname = 'w1'"); }
-# settled(DB): the worker of DB has looked at its queue since now, and that
-# look is over.  Woken three times (ctxwin._wake_worker() at commit), each
-# time it counts the queue after the wake (worker_status.last_sweep_at): a
-# look of the worker sends what it claims before the next one begins, so
-# what it claimed after the first wake is in its counters by the third.
-sub settled
-{
-	my ($db) = @_;
-	for (1 .. 3)
-	{
-		my $t = sq($db, 'SELECT now() FROM (SELECT ctxwin._wake_worker()) w');
-		return 0
-		  unless wait_for($node, $db, "SELECT last_sweep_at > '$t' FROM ctxwin.worker_status WHERE database = '$db'", 10);
-	}
-	return 1;
-}
 sub requests_w1 { return sq('w1', "SELECT requests FROM ctxwin.worker_status WHERE database = 'w1'"); }
 # lock_waits(OFFSET): the lock waits of over deadlock_timeout logged since OFFSET
 sub lock_waits { return scalar(() = log_since($node, $_[0]) =~ /still waiting for/g); }
@@ -285,7 +269,7 @@ $n = requests_w1();
 sql_do($node, 'w1', "INSERT INTO ctxwin.messages (session_id, role, content)
                      SELECT '$s', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END, repeat('word ', 40)
                      FROM generate_series(1, 15) i");
-settled('w1');
+worker_settled($node, 'w1');
 is(sq('w1', "SELECT (SELECT context_tokens BETWEEN 600 AND 799 FROM ctxwin.context_status(id))
                     AND compaction_queued_at IS NOT NULL AND summary_through_id = 0 AND compaction_failures = 0
                     AND (SELECT requests = $n FROM ctxwin.worker_status WHERE database = 'w1')
@@ -371,7 +355,7 @@ ok(wait_for($node, 'w1', "SELECT compaction_failures = 3 FROM ctxwin.sessions WH
 	'a refused request is a failed compaction, retried after 1 s and 4 s, three in all');
 like(sq('w1', "SELECT last_error FROM ctxwin.sessions WHERE id = '$s'"),
 	qr/\QLLM endpoint refused the summary request: HTTP 400\E/, "the session's last_error says why");
-settled('w1');
+worker_settled($node, 'w1');
 is((nreq() - $before) . '|' . (requests_w1() - $n), '3|3',
 	'then the breaker holds: no more requests for it (the worker looked at its queue since, three times)');
 is( sq('w1', "SELECT held_back FROM ctxwin.worker_status WHERE database = 'w1'") . '|'
@@ -529,7 +513,7 @@ ok(wait_for($node, 'w1', "SELECT count(*) = 7 FROM ctxwin.sessions WHERE id IN (
 	'with the 5 oldest of 12 queued sessions held FOR UPDATE, the worker summarizes the 7 free ones');
 $ms = elapsed_ms($start);
 $n = requests_w1();
-settled('w1');
+worker_settled($node, 'w1');
 is(lock_waits($from), 0, "at once ($ms ms from its start): it never waited on a held row's lock");
 is( reqs_for($before, @ids[0 .. 4]) . '|' . reqs_for($before, @ids[5 .. 11]) . '|' . (requests_w1() - $n) . '|'
 	  . sq('w1', "SELECT count(*) FROM ctxwin.sessions WHERE id IN ($held) AND summary_through_id > 0"),

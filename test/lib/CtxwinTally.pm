@@ -2,13 +2,13 @@
 # scripts/test.sh (prove --formatter CtxwinTally, with CTXWIN_TALLY naming
 # the file).  The file holds one line:
 #
-#   PASSED FAILED SKIPPED FILES FAILED-FILE ...
+#   PASSED FAILED SKIPPED FILES SKIPPED-FILES FAILED-FILE ...
 #
-# PASSED counts the tests that passed (not those skipped); FAILED the tests
+# PASSED counts the tests that passed (not those skipped); SKIPPED the tests
+# skipped, SKIPPED-FILES the files that skipped everything; FAILED the tests
 # that failed, plus those a file planned but never ran (it died), and at
 # least one for a file that went wrong with no failed test to show for it
-# (a non-zero exit, a parse error such as a missing plan).  A file that
-# skipped everything counts in SKIPPED only.
+# (a non-zero exit, a parse error such as a missing plan).
 package CtxwinTally;
 
 use strict;
@@ -20,11 +20,12 @@ sub summary
 	my ($self, $aggregate, $interrupted) = @_;
 	$self->SUPER::summary($aggregate, $interrupted);
 	my $path = $ENV{CTXWIN_TALLY} or return;
-	my ($passed, $failed, $skipped, $files, @bad) = (0, 0, 0, 0);
+	my ($passed, $failed, $skipped, $files, $skipped_files, @bad) = (0, 0, 0, 0, 0);
 	for my $file ($aggregate->descriptions)
 	{
 		my ($p) = $aggregate->parsers($file);
 		$files++;
+		$skipped_files++ if $p->skip_all;
 		my $skips = scalar(my @s = $p->skipped);
 		my $fails = scalar(my @f = $p->failed);
 		my $planned = $p->tests_planned;
@@ -39,7 +40,7 @@ sub summary
 	# interrupted: the files it never started are not counted anywhere
 	$failed++ if $interrupted && !$failed;
 	open(my $fh, '>', $path) or die "$path: $!";
-	print $fh join(' ', $passed, $failed, $skipped, $files, @bad), "\n";
+	print $fh join(' ', $passed, $failed, $skipped, $files, $skipped_files, @bad), "\n";
 	close $fh;
 	return;
 }
