@@ -477,10 +477,11 @@ PY
 }
 quoted() { local IFS=,; echo "'$*'" | sed "s/,/', '/g"; }
 # logsize; lock_waits OFFSET: the server log's size, and the waits on a lock
-# it logged since OFFSET (log_lock_waits)
+# it logged since OFFSET (log_lock_waits; the pattern is not the text it
+# finds, as the statement itself may be logged)
 logsize() { q -c "SELECT size FROM pg_stat_file(pg_current_logfile())"; }
 lock_waits() {
-	q -c "SELECT count(*) FROM regexp_matches(pg_read_file(pg_current_logfile(), $1, 1000000000), 'still waiting for', 'g')"
+	q -c "SELECT count(*) FROM regexp_matches(pg_read_file(pg_current_logfile(), $1, 1000000000), 'still waiting (f)or', 'g')"
 }
 X="-c ctxwin.llm_model=mock" ql openai -c "SELECT ctxwin.compact()" >/dev/null
 mapfile -t ids < <(for _ in $(seq 1 12); do marked; done)
