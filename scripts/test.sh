@@ -119,7 +119,8 @@ read_tally() {
 	read -r t_passed t_failed skipped nfiles skipped_files bad <"$1"
 	t_detail="$nfiles files"
 	[ "$skipped_files" -gt 0 ] && t_detail="$t_detail ($skipped_files skipped whole)"
-	[ "$skipped" -gt 0 ] && t_detail="$t_detail, $skipped tests skipped"
+	[ "$skipped" -eq 1 ] && t_detail="$t_detail, 1 test skipped"
+	[ "$skipped" -gt 1 ] && t_detail="$t_detail, $skipped tests skipped"
 	[ -n "$bad" ] && t_detail="$t_detail; failed: $bad"
 	return 0
 }
