@@ -269,12 +269,12 @@ $n = requests_w1();
 sql_do($node, 'w1', "INSERT INTO ctxwin.messages (session_id, role, content)
                      SELECT '$s', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END, repeat('word ', 40)
                      FROM generate_series(1, 15) i");
-worker_settled($node, 'w1');
-is(sq('w1', "SELECT (SELECT context_tokens BETWEEN 600 AND 799 FROM ctxwin.context_status(id))
+my $looked = worker_settled($node, 'w1');
+is($looked . sq('w1', "SELECT (SELECT context_tokens BETWEEN 600 AND 799 FROM ctxwin.context_status(id))
                     AND compaction_queued_at IS NOT NULL AND summary_through_id = 0 AND compaction_failures = 0
                     AND (SELECT requests = $n FROM ctxwin.worker_status WHERE database = 'w1')
              FROM ctxwin.sessions WHERE id = '$s'"),
-	't', 'a stable session queued with its context between the low-water mark and halfway to the budget is not summarized: it waits (the worker looked, and sent nothing)');
+	'1t', 'a stable session queued with its context between the low-water mark and halfway to the budget is not summarized: it waits (the worker looked, and sent nothing)');
 sql_do($node, 'w1', "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$s', 'user', repeat('word ', 200))");
 ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$s'", 10),
 	'the message that brings it past halfway wakes the worker, which summarizes it (naptime is 60 s)');
@@ -355,8 +355,8 @@ ok(wait_for($node, 'w1', "SELECT compaction_failures = 3 FROM ctxwin.sessions WH
 	'a refused request is a failed compaction, retried after 1 s and 4 s, three in all');
 like(sq('w1', "SELECT last_error FROM ctxwin.sessions WHERE id = '$s'"),
 	qr/\QLLM endpoint refused the summary request: HTTP 400\E/, "the session's last_error says why");
-worker_settled($node, 'w1');
-is((nreq() - $before) . '|' . (requests_w1() - $n), '3|3',
+$looked = worker_settled($node, 'w1');
+is($looked . '|' . (nreq() - $before) . '|' . (requests_w1() - $n), '1|3|3',
 	'then the breaker holds: no more requests for it (the worker looked at its queue since, three times)');
 is( sq('w1', "SELECT held_back FROM ctxwin.worker_status WHERE database = 'w1'") . '|'
 	  . sq('w1', "SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '$s'"),
@@ -513,11 +513,11 @@ ok(wait_for($node, 'w1', "SELECT count(*) = 7 FROM ctxwin.sessions WHERE id IN (
 	'with the 5 oldest of 12 queued sessions held FOR UPDATE, the worker summarizes the 7 free ones');
 $ms = elapsed_ms($start);
 $n = requests_w1();
-worker_settled($node, 'w1');
+$looked = worker_settled($node, 'w1');
 is(lock_waits($from), 0, "at once ($ms ms from its start): it never waited on a held row's lock");
-is( reqs_for($before, @ids[0 .. 4]) . '|' . reqs_for($before, @ids[5 .. 11]) . '|' . (requests_w1() - $n) . '|'
+is( $looked . '|' . reqs_for($before, @ids[0 .. 4]) . '|' . reqs_for($before, @ids[5 .. 11]) . '|' . (requests_w1() - $n) . '|'
 	  . sq('w1', "SELECT count(*) FROM ctxwin.sessions WHERE id IN ($held) AND summary_through_id > 0"),
-	'0|7|0|0', 'no LLM request for a held session (one each for the 7 free, none since), and the held ones untouched');
+	'1|0|7|0|0', 'no LLM request for a held session (one each for the 7 free, none since), and the held ones untouched');
 sq('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_holder'");
 $holder->finish;
 ok(wait_for($node, 'w1', "SELECT count(*) = 12 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0", 20),
