@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what ctxwin needs, build it, and run every test on a throwaway
-# cluster: the core's corpus checks, pg_regress (make installcheck) and the
-# pgTAP and TAP suites (prove), then the window, summary and bill suites
-# again with ctxwin.messages hash-partitioned.  Run as root or with sudo.
+# cluster: pg_regress (make installcheck), the pgTAP and TAP suites (prove;
+# the core's corpus checks are among them), then the window, summary and
+# bill suites again with ctxwin.messages hash-partitioned.  Run as root or
+# with sudo, from wherever the tree is.  It ends with a line per stage and
+# the line "N passed, M failed"; the exit code is non-zero if anything failed.
 #
 #   bash scripts/test.sh                  everything, on PostgreSQL 15
 #   bash scripts/test.sh --pg 18          everything, on PostgreSQL 18 (built
@@ -11,16 +13,69 @@
 # CTXWIN_PG=18 works as --pg 18 does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tree=$(pwd -P)
 major=${CTXWIN_PG:-15}
 files=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--pg) major=$2; shift 2 ;;
 	--pg=*) major=${1#--pg=}; shift ;;
-	-h | --help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) files+=("$1"); shift ;;
 	esac
 done
+
+# The files asked for, as paths in the tree (relative to its top; the TAP
+# tests run from a copy of it, below).
+tap_files=()
+for f in "${files[@]}"; do
+	[ -e "$f" ] || { echo "no such test file: $f (paths are relative to $tree)" >&2; exit 2; }
+	r=$(realpath "$f")
+	case $r in
+	"$tree") r=. ;;
+	"$tree"/*) r=${r#"$tree"/} ;;
+	*) echo "not a file of this tree ($tree): $f" >&2; exit 2 ;;
+	esac
+	tap_files+=("$r")
+done
+
+# --- the outcome: a line per stage, then "N passed, M failed" ---------------
+# A stage that stops before it reports its counts (a build that fails, a
+# prove that dies) counts as one failed test, never as none.
+n_passed=0
+n_failed=0
+outcome=()
+stage= # the stage under way: failed if the script stops in it
+# stage_done NAME PASSED FAILED [DETAIL]
+stage_done() {
+	local word=passed
+	[ "$3" -gt 0 ] && word=failed
+	outcome+=("$1: $word ($2 passed, $3 failed${4:+; $4})")
+	n_passed=$((n_passed + $2))
+	n_failed=$((n_failed + $3))
+	stage=
+}
+testdir=
+finish() {
+	local rc=$?
+	set +e
+	[ -n "$stage" ] && stage_done "$stage" 0 1 "it stopped before its end, exit code $rc"
+	type ctxwin_cluster_stop >/dev/null 2>&1 && ctxwin_cluster_stop
+	[ -n "$testdir" ] && rm -rf "$testdir"
+	echo
+	echo "=== the outcome on PostgreSQL $major"
+	local l
+	for l in "${outcome[@]}"; do echo "$l"; done
+	[ "$rc" -ne 0 ] && [ "$n_failed" -eq 0 ] && n_failed=1 # never a silent pass
+	echo "$n_passed passed, $n_failed failed"
+	[ "$n_failed" -eq 0 ] && exit 0
+	exit 1
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# --- build, install, the throwaway cluster -----------------------------------
+stage=setup
 . scripts/deps.sh
 . scripts/pg.sh
 . scripts/cluster.sh
@@ -28,49 +83,107 @@ ctxwin_deps
 ctxwin_pg_use "$major"
 echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
-# the test programs too: the TAP tests run as another OS user, who cannot
-# write into the tree
+# the test programs too (tools/)
 ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge tools/rules_check
 
-# Where PostgreSQL's Perl test framework keeps its clusters and logs; pg_regress
-# writes its pg_hba.conf for them.
+# Where PostgreSQL's Perl test framework keeps its clusters and logs
+# (pg_regress writes its pg_hba.conf for them), and the copy of the tree the
+# TAP tests run from.
 testdir=$(mktemp -d /tmp/ctxwin-tap.XXXXXX)
 chmod 755 "$testdir"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$testdir"
-trap 'ctxwin_cluster_stop; rm -rf "$testdir"' EXIT
-ctxwin_cluster_start
+# The TAP tests run as the server's OS user (PostgreSQL's test framework
+# refuses to run initdb as root), who may not be able to read the tree: a
+# clone in root's home (/root is mode 700), under any private directory, or
+# made with umask 077.  So they run from a copy of the tree, with the test
+# programs just built, that every user can read.  Nothing writes into it.
+copy=$testdir/tree
+mkdir "$copy"
+tar -C "$tree" -cf - --exclude=./.git --exclude=node_modules --exclude=./fuzz/build \
+	--exclude=./results --exclude=./tmp_check --exclude=./log --exclude='./regression.*' \
+	--exclude='*.o' --exclude='*.bc' --exclude='*.so' . | tar -C "$copy" -xf -
+chmod -R a+rX "$copy"
 
-rc=0
+ctxwin_cluster_start
+stage=
+
+# read_tally FILE: a prove run's counts (test/lib/CtxwinTally.pm) into
+# t_passed, t_failed and t_detail; a prove that stopped before its summary
+# counts as one failed test.
+read_tally() {
+	local skipped nfiles skipped_files bad
+	if [ ! -s "$1" ]; then
+		t_passed=0 t_failed=1 t_detail="prove stopped before its summary"
+		return 0
+	fi
+	read -r t_passed t_failed skipped nfiles skipped_files bad <"$1"
+	t_detail="$nfiles files"
+	[ "$skipped_files" -gt 0 ] && t_detail="$t_detail ($skipped_files skipped whole)"
+	[ "$skipped" -eq 1 ] && t_detail="$t_detail, 1 test skipped"
+	[ "$skipped" -gt 1 ] && t_detail="$t_detail, $skipped tests skipped"
+	[ -n "$bad" ] && t_detail="$t_detail; failed: $bad"
+	return 0
+}
+
 verbose=-v # chosen files: every line of their output
-if [ ${#files[@]} -eq 0 ]; then
-	files=(test/)
+if [ ${#tap_files[@]} -eq 0 ]; then
+	tap_files=(test/)
 	verbose=
-	make installcheck PG_CONFIG="$PG_CONFIG" || { cat regression.diffs 2>/dev/null; rc=1; }
+	stage=pg_regress
+	set +e
+	make installcheck PG_CONFIG="$PG_CONFIG" 2>&1 | tee "$testdir/regress.out"
+	rrc=${PIPESTATUS[0]}
+	set -e
+	[ "$rrc" -ne 0 ] && cat regression.diffs 2>/dev/null
+	# pg_regress's last words: "All N tests passed." or "F of N tests failed."
+	if all=$(grep -oE 'All [0-9]+ tests passed' "$testdir/regress.out" | grep -oE '[0-9]+') && [ "$rrc" -eq 0 ]; then
+		stage_done pg_regress "$all" 0
+	elif some=$(grep -oE '[0-9]+ of [0-9]+ tests failed' "$testdir/regress.out"); then
+		read -r f _ n _ <<<"$some"
+		stage_done pg_regress $((n - f)) "$f"
+	else
+		stage_done pg_regress 0 1 "make installcheck stopped before pg_regress's summary, exit code $rrc"
+	fi
 fi
+
+stage=prove
 psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
-# The TAP tests run as the server's OS user: PostgreSQL's test framework
-# refuses to run initdb as root.
-ctxwin_as_pg env PATH="$PATH" PERL5LIB="$PERL5LIB" PG_CONFIG="$PG_CONFIG" \
-	PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" \
-	PG_REGRESS="$(dirname "$(pg_config --pgxs)")/../test/regress/pg_regress" \
-	TESTDIR="$testdir" TESTDATADIR="$testdir/data" TESTLOGDIR="$testdir/log" \
-	CTXWIN_PG_MAJOR="$CTXWIN_PG_MAJOR" HOME="$testdir" \
-	prove $verbose --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
-	--source Perl --ext .t --ext .sql --ext .pl "${files[@]}" || rc=1
+(
+	cd "$copy"
+	ctxwin_as_pg env PATH="$PATH" PERL5LIB="$copy/test/lib:$PERL5LIB" PG_CONFIG="$PG_CONFIG" \
+		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" \
+		PG_REGRESS="$(dirname "$(pg_config --pgxs)")/../test/regress/pg_regress" \
+		TESTDIR="$testdir" TESTDATADIR="$testdir/data" TESTLOGDIR="$testdir/log" \
+		CTXWIN_PG_MAJOR="$CTXWIN_PG_MAJOR" HOME="$testdir" CTXWIN_TALLY="$testdir/prove.tally" \
+		prove $verbose --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
+		--source Perl --ext .t --ext .sql --ext .pl "${tap_files[@]}"
+) || true
+read_tally "$testdir/prove.tally"
+stage_done prove "$t_passed" "$t_failed" "$t_detail"
 
 # The whole run also runs the suites of the window, the summaries and the
 # bill again with ctxwin.messages hash-partitioned by session (each file
 # creates the extension itself, with the setting its connection carries).
 if [ "$verbose" = "" ]; then
+	stage=partitioned
 	echo "=== again, with ctxwin.messages hash-partitioned (ctxwin.messages_partitions = 8)"
 	kind=$(PGOPTIONS="-c ctxwin.messages_partitions=8" psql -X -q -At -c "BEGIN" -c "CREATE EXTENSION ctxwin" \
-		-c "SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass" -c "ROLLBACK")
-	if [ "$kind" != p ]; then
+		-c "SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass" -c "ROLLBACK") || true
+	[ "$kind" = p ] ||
 		echo "ctxwin.messages_partitions = 8 did not make ctxwin.messages partitioned (relkind: $kind)"
-		rc=1
+	(
+		cd "$copy"
+		PGOPTIONS="-c ctxwin.messages_partitions=8" PERL5LIB="$copy/test/lib:$PERL5LIB" \
+			CTXWIN_TALLY="$testdir/partitioned.tally" \
+			prove --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
+			test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
+			test/extractive.sql test/request.sql test/usage.sql test/rls.sql
+	) || true
+	read_tally "$testdir/partitioned.tally"
+	# the relkind check is one more test of this stage
+	if [ "$kind" = p ]; then
+		stage_done partitioned $((t_passed + 1)) "$t_failed" "$t_detail, and the relkind check"
+	else
+		stage_done partitioned "$t_passed" $((t_failed + 1)) "$t_detail; failed: the relkind check"
 	fi
-	PGOPTIONS="-c ctxwin.messages_partitions=8" prove --timer --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
-		test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
-		test/extractive.sql test/request.sql test/usage.sql test/rls.sql || rc=1
 fi
-exit $rc

@@ -343,6 +343,13 @@ got=$(q -d "$db" -c "BEGIN" -c "INSERT INTO ctxwin.messages (session_id, role, c
 	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'again') RETURNING id")
 is "$(echo $got)" "$((n + 1)) $((n + 1))" "after a rolled-back insert the next insert takes the same id"
 
+# A transaction below keeps what it holds through "$hold" until release()
+# (a row in gate): the checks run while it certainly holds it.
+q -d "$db" -c "CREATE TABLE gate ()"
+hold="DO \$\$ BEGIN WHILE NOT EXISTS (SELECT FROM gate) LOOP PERFORM pg_sleep(0.02); END LOOP; END \$\$"
+release() { q -d "$db" -c "INSERT INTO gate DEFAULT VALUES"; }
+close_gate() { q -d "$db" -c "DELETE FROM gate"; }
+
 # Deterministic lock order: while one transaction has inserted into a session
 # and not committed, a second insert into the same session waits (ids by a
 # sequence would let it commit id n+2 before n+1 is visible), an insert into
@@ -350,7 +357,7 @@ is "$(echo $got)" "$((n + 1)) $((n + 1))" "after a rolled-back insert the next i
 n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
 PGAPPNAME=ctxwin_t_first q -d "$db" -c "BEGIN" \
 	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'first') RETURNING id" \
-	-c "SELECT pg_sleep(3)" -c "COMMIT" >"$tmp/first" 2>&1 &
+	-c "$hold" -c "COMMIT" >"$tmp/first" 2>&1 &
 first=$!
 for _ in $(seq 1 100); do
 	[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_first' AND query LIKE '%pg_sleep%'")" = 1 ] && break
@@ -369,7 +376,9 @@ other=$(q -d "$db" -c "SET lock_timeout = '500ms'" -c "INSERT INTO ctxwin.messag
 is "$other" "1" "an insert into another session does not wait"
 is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)") $(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages WHERE session_id = sess(5)")" \
 	"$n $n" "meanwhile readers see neither insert"
+release
 wait $first $second
+close_gate
 is "$(cat "$tmp/first") $(cat "$tmp/second")" "$((n + 1)) $((n + 2))" \
 	"the waiting insert takes the next id once the first commits"
 
@@ -378,7 +387,7 @@ is "$(cat "$tmp/first") $(cat "$tmp/second")" "$((n + 1)) $((n + 2))" \
 n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
 PGAPPNAME=ctxwin_t_first3 q -d "$db" -c "BEGIN" \
 	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'user', 'first ' || i FROM generate_series(1, 3) i RETURNING id" \
-	-c "SELECT pg_sleep(3)" -c "COMMIT" >"$tmp/first" 2>&1 &
+	-c "$hold" -c "COMMIT" >"$tmp/first" 2>&1 &
 first=$!
 for _ in $(seq 1 100); do
 	[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_first3' AND query LIKE '%pg_sleep%'")" = 1 ] && break
@@ -393,7 +402,9 @@ for _ in $(seq 1 100); do
 	sleep 0.05
 done
 is "$waiting" "Lock" "a statement of several messages waits for an uncommitted one into the same session"
+release
 wait $first $second
+close_gate
 is "$(echo $(cat "$tmp/first") $(cat "$tmp/second"))" "$((n + 1)) $((n + 2)) $((n + 3)) $((n + 4)) $((n + 5)) $((n + 6))" \
 	"and takes the ids after it, in commit order"
 is "$(q -d "$db" -c "SELECT message_count = $n + 6 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
@@ -408,14 +419,24 @@ for end in COMMIT ROLLBACK; do
 	n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
 	PGAPPNAME=ctxwin_t_app q -d "$db" -c "BEGIN" \
 		-c "UPDATE ctxwin.sessions SET metadata = '{\"end\": \"$end\"}' WHERE id = sess(5)" \
-		-c "SELECT pg_sleep(2)" -c "$end" >/dev/null 2>&1 &
+		-c "$hold" -c "$end" >/dev/null 2>&1 &
 	first=$!
 	for _ in $(seq 1 100); do
 		[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_app' AND query LIKE '%pg_sleep%'")" = 1 ] && break
 		sleep 0.05
 	done
-	got=$(q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'after $end') RETURNING id" 2>&1)
-	wait $first
+	PGAPPNAME=ctxwin_t_insert q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'after $end') RETURNING id" \
+		>"$tmp/insert" 2>&1 &
+	second=$!
+	# the insert waits for the update; then the update ends
+	for _ in $(seq 1 100); do
+		[ "$(q -d "$db" -c "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'ctxwin_t_insert' AND state = 'active'")" = Lock ] && break
+		sleep 0.05
+	done
+	release
+	wait $first $second
+	close_gate
+	got=$(cat "$tmp/insert")
 	# the rolled-back update leaves the metadata the committed one set
 	want='{"end": "COMMIT"}'
 	is "$got|$(q -d "$db" -c "SELECT metadata::text, message_count = $n + 1 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))

@@ -250,8 +250,12 @@ SQL
 	ok(wait_for($node, 'r1', "SELECT count(*) = $n FROM ctxwin.sessions WHERE $where AND compaction_failures = 3", 40),
 		"$p: every one of the $n answers is a failed compaction, three times (the circuit breaker), in "
 		  . (time - $start) . ' s');
-	sleep 2;
-	is(sq('r1', $sums_sql), $sums, "$p: each session still holds the summary made before");
+	# the worker looks at its queue again, and sends nothing more
+	my $rq_sql = "SELECT requests FROM ctxwin.worker_status WHERE database = 'r1'";
+	my $rq = sq('r1', $rq_sql);
+	my $looked = worker_settled($node, 'r1');
+	is($looked . '|' . sq('r1', $sums_sql) . '|' . (sq('r1', $rq_sql) - $rq), "1|$sums|0",
+		"$p: each session still holds the summary made before (the worker looked again and sent nothing)");
 	is( sq('r1', "SELECT count(*) FILTER (WHERE summary_version = 1 AND summary_through_id = 7 AND compaction_queued_at IS NOT NULL)
 	                      || ':' || (SELECT count(*) FROM ctxwin.summaries x JOIN ctxwin.sessions s ON s.id = x.session_id WHERE s.$where)
 	                      || ':' || (SELECT count(*) FROM ctxwin.flush_events x JOIN ctxwin.sessions s ON s.id = x.session_id WHERE s.$where)

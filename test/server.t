@@ -35,12 +35,12 @@ for _ in $(seq 1 100); do
 	[ -n "$pid" ] && break
 	sleep 0.1
 done
-sleep 0.3
 is "$(q -d "$db" -c "SELECT pg_cancel_backend($pid)")" "t" "the counting backend was signalled"
-start=$(date +%s)
 wait $bg
 like "$(cat /tmp/ctxwin_cancel.$$)" "canceling statement due to user request" "pg_cancel_backend interrupts counting"
-ok $(( $(date +%s) - start < 10 ? 0 : 1 )) "the cancel took effect before the query could finish"
+r=0
+grep -q '^[0-9]' /tmp/ctxwin_cancel.$$ && r=1
+ok $r "the cancel took effect before the query could finish (no count came back)"
 rm -f /tmp/ctxwin_cancel.$$
 
 # Peak RSS of a backend counting the text grows by the detoasted text, not

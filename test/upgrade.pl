@@ -80,6 +80,22 @@ sub add_turns
 		  . "SELECT '00000000-0000-4000-8000-00000000000$n', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END, "
 		  . "format('$format', i) FROM generate_series(1, $count) i");
 }
+# worker_looked(): two rounds of the worker begun since now are over (a
+# round is a transaction of the worker: query_start in pg_stat_activity is
+# its start, state idle its end); a worker that does not serve the database
+# looks at it every naptime (200 ms) and leaves it alone
+sub worker_looked
+{
+	my $t = q_up('SELECT now()');
+	my $worker = "FROM pg_stat_activity WHERE backend_type = 'ctxwin worker' AND datname = 'up'";
+	for (1 .. 2)
+	{
+		$node->poll_query_until('up', "SELECT query_start > '$t' AND state = 'idle' $worker")
+		  or die "the worker of up did not look at it\n";
+		$t = q_up("SELECT query_start $worker");
+	}
+	return;
+}
 sub worker_state
 {
 	return $node->safe_psql('up', "SELECT state FROM ctxwin.worker_status WHERE database = 'up'");
@@ -131,7 +147,7 @@ add_turns(3, 8, 'Question %s about shipping to Zürich');
 my $queued_sql = "SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions "
   . "WHERE id = '00000000-0000-4000-8000-000000000003'";
 is(q_up($queued_sql), 't', 'a session over its trigger is queued in 0.1.0');
-sleep 1;    # five of the worker's naptimes
+worker_looked();
 is(q_up($queued_sql), 't', '... and the waiting worker leaves it queued');
 is(q_up("SELECT count(*) FROM ctxwin.summaries WHERE session_id = '00000000-0000-4000-8000-000000000002'"),
 	'1', 'summarize_session of 0.1.0 works under the current library');
@@ -345,7 +361,7 @@ ok( $node->log_contains(
 	),
 	'... and says why in the log');
 add_turns(3, 8, 'More about Zürich %s');
-sleep 1;
+worker_looked();
 is(q_up($queued_sql), 't', '... and leaves its queued sessions queued');
 ok(!$node->log_contains(qr/TRAP:|server process .* was terminated|PANIC/), 'no crash and no failed assertion in the server log');
 

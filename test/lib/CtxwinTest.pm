@@ -27,7 +27,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(
-  ctxwin_node sql sql_ok sql_do set_conf wait_for wait_until
+  ctxwin_node sql sql_ok sql_do set_conf wait_for wait_until worker_settled
   log_offset log_since bg_psql now_ms elapsed_ms
 );
 
@@ -149,8 +149,10 @@ sub sql_do
 
 =item set_conf(NODE, NAME => VALUE, ...)
 
-ALTER SYSTEM SET each, reload the configuration and give the server's
-processes half a second to read it.
+ALTER SYSTEM SET each, reload the configuration, and wait until a new
+connection says the server has read it (pg_conf_load_time() after the
+reload): the postmaster signals its processes when it has, and the worker
+and the launcher read it before their next round.
 
 =cut
 
@@ -162,8 +164,10 @@ sub set_conf
 	{
 		$stmts .= "ALTER SYSTEM SET $k = " . _quote($v) . ";\n";
 	}
-	sql_do($node, 'postgres', $stmts . 'SELECT pg_reload_conf();');
-	usleep(500_000);
+	my $t = sql_do($node, 'postgres', $stmts . 'SELECT now() FROM (SELECT pg_reload_conf()) r;');
+	$t =~ s/\s+\z//;
+	wait_for($node, 'postgres', "SELECT pg_conf_load_time() > '$t'", 30)
+	  or die "the server did not read its configuration again\n";
 	return;
 }
 
@@ -200,6 +204,34 @@ sub wait_for
 	my $ok = wait_until($seconds, sub { ($last = sql($node, $db, $query)) eq 't' });
 	note("wait_for gave up after $seconds s: $query\nlast answer: $last") unless $ok;
 	return $ok;
+}
+
+=pod
+
+=item worker_settled(NODE, DB)
+
+The background worker of DB has looked at its compaction queue since now,
+and that look is over: woken three times (ctxwin._wake_worker() at commit),
+each time it counts the queue after the wake (last_sweep_at in
+ctxwin.worker_status).  A look sends what it claims before the next one
+begins, so what the worker claimed after the first wake is in its counters
+(requests, in_flight) by the third.  The positive event that a check of
+"nothing was sent" waits for.  False if it did not come in time.
+
+=cut
+
+sub worker_settled
+{
+	my ($node, $db) = @_;
+	for (1 .. 3)
+	{
+		my $t = sql_do($node, $db, 'SELECT now() FROM (SELECT ctxwin._wake_worker()) w');
+		$t =~ s/\s+\z//;
+		return 0
+		  unless wait_for($node, $db,
+			"SELECT last_sweep_at > '$t' FROM ctxwin.worker_status WHERE database = '$db'", 10);
+	}
+	return 1;
 }
 
 =pod
