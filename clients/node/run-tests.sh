@@ -7,9 +7,11 @@
 #
 #   bash clients/node/run-tests.sh [test/NAME.test.ts ...]
 #
-# Steps: npm ci (node_modules here, git-ignored), tsc --noEmit (strict), the
-# build of sources and tests into .test-build/, then node --test, whose
-# closing lines ("# pass N", "# fail M") are the summary.
+# Steps: npm ci (node_modules here, git-ignored), the READMEs' ts blocks made
+# modules in .snippets/ (test/snippets.mjs; git-ignored), tsc --noEmit
+# (strict: sources, tests and those modules), the build of them into
+# .test-build/, then node --test, whose closing lines ("# pass N",
+# "# fail M") are the summary.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,6 +19,7 @@ command -v python3 >/dev/null || { echo "python3 is needed for test/mockllm.py" 
 : "${PGHOST:?set PGHOST (and PGPORT, PGUSER) to a cluster with ctxwin installed}"
 
 npm ci --no-audit --no-fund --loglevel=error
+node test/snippets.mjs
 npx tsc --noEmit -p .
 rm -rf .test-build
 npx tsc -p .

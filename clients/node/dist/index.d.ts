@@ -4,5 +4,5 @@ export { toChatMessages } from "./convert.js";
 export type { Converted, MessageInput } from "./convert.js";
 export { CtxwinError, InvalidValueError, SessionNotFoundError, toCtxwinError } from "./errors.js";
 export type { CtxwinErrorFields } from "./errors.js";
-export type { AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, Format, OpenAIRequest, ToolDefinition, } from "./types.js";
+export type { AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, Format, OpenAIRequest, RequestMessage, ToolDefinition, } from "./types.js";
 export { uuidv5, NAMESPACE_URL } from "./uuid.js";

@@ -9,6 +9,6 @@ export { CtxwinError, InvalidValueError, SessionNotFoundError, toCtxwinError } f
 export type { CtxwinErrorFields } from "./errors.js";
 export type {
   AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, Format, OpenAIRequest,
-  ToolDefinition,
+  RequestMessage, ToolDefinition,
 } from "./types.js";
 export { uuidv5, NAMESPACE_URL } from "./uuid.js";

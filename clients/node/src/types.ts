@@ -41,10 +41,22 @@ export interface AnthropicContext {
   messages: Array<{ role: "user" | "assistant"; content: Array<Record<string, unknown>> }>;
 }
 
+/**
+ * A message of build_request's 'openai' body: a ChatMessage as the chat
+ * completions API takes it, per role (what OpenAI's SDK types as
+ * ChatCompletionMessageParam), so that the body can be passed to
+ * `openai.chat.completions.create` as it is.
+ */
+export type RequestMessage =
+  | { role: "system"; content: string; name?: string }
+  | { role: "user"; content: string; name?: string }
+  | { role: "assistant"; content?: string | null; name?: string; tool_calls?: ChatToolCall[] }
+  | { role: "tool"; content: string; tool_call_id: string; name?: string };
+
 /** build_request's 'openai' body (chat completions). */
 export interface OpenAIRequest {
   model: string;
-  messages: ChatMessage[];
+  messages: RequestMessage[];
   max_completion_tokens?: number;
   max_tokens?: number;
   tools?: ToolDefinition[];

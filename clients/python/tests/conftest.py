@@ -5,6 +5,7 @@ free loopback port), and clients on it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -81,10 +82,11 @@ def mockllm() -> Iterator[MockLLM]:
         proc.wait(10)
 
 
-@pytest.fixture(scope="session")
-def dsn(mockllm: MockLLM) -> Iterator[str]:
-    """A database of this run with ctxwin, summaries by the mock LLM."""
-    name = f"ctxwin_py_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+@contextlib.contextmanager
+def ctxwin_database(mockllm: MockLLM, prefix: str = "ctxwin_py") -> Iterator[str]:
+    """A new database with ctxwin, summaries by the mock LLM, and the
+    profiles of the tests; yields its connection string, drops it after."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = psycopg.connect(autocommit=True)
     admin.execute(f'CREATE DATABASE "{name}"')
     keyfile = mockllm.log.parent / "llm.key"
@@ -109,6 +111,13 @@ def dsn(mockllm: MockLLM) -> Iterator[str]:
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture(scope="session")
+def dsn(mockllm: MockLLM) -> Iterator[str]:
+    """A database of this run with ctxwin, summaries by the mock LLM."""
+    with ctxwin_database(mockllm) as d:
+        yield d
 
 
 @pytest.fixture

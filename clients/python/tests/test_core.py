@@ -97,6 +97,20 @@ def test_append_langchain_messages_by_id(client: ctxwin.Client, db: psycopg.Conn
     assert back[0].tool_calls[0]["args"] == {"city": "Oslo"} and back[0].tool_calls[0]["id"] == "call_1"
 
 
+def test_append_one_sdk_object(client: ctxwin.Client, db: psycopg.Connection[Any]) -> None:
+    """One SDK object or LangChain message, not in a list, is one message
+    (pydantic models are iterable, over their fields)."""
+    from langchain_core.messages import HumanMessage
+    from openai.types.chat import ChatCompletionMessage
+
+    s = client.create_session()
+    assert client.append(s, HumanMessage("Where is order 8812?", id="h1")) == [1]
+    assert client.append(s, ChatCompletionMessage(role="assistant", content="On its way."), keys=["a1"]) == [2]
+    assert client.append_and_build(s, HumanMessage("And 8813?", id="h2")).ids == [3]
+    assert [(r[1], r[2], r[4]) for r in rows(db, s.id)] == [
+        ("user", "Where is order 8812?", "h1"), ("assistant", "On its way.", "a1"), ("user", "And 8813?", "h2")]
+
+
 def test_append_anthropic_messages(client: ctxwin.Client, db: psycopg.Connection[Any]) -> None:
     s = client.create_session()
     msgs = [

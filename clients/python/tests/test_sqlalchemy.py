@@ -4,6 +4,8 @@ downgrade) on a database of its own."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 import uuid
 from pathlib import Path
@@ -66,6 +68,15 @@ def test_orm_inserts_through_ctxwins_trigger(dsn: str, client: ctxwin.Client) ->
         db.commit()
         assert db.scalar(sa.select(sa.func.count()).select_from(Message).where(Message.session_id == sid)) == 0
     eng.dispose()
+
+
+def test_mappers_configure_without_warnings() -> None:
+    """The mapped classes are defined and configured without SQLAlchemy's
+    warnings (in a new process: they are made, and warn, once per process)."""
+    code = ("import warnings, sqlalchemy.exc, sqlalchemy.orm; warnings.simplefilter('error', sqlalchemy.exc.SAWarning); "
+            "import ctxwin.sqlalchemy; sqlalchemy.orm.configure_mappers()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 def test_alembic_migration_creates_the_extension(tmp_path: Path) -> None:

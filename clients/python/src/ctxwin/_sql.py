@@ -112,7 +112,10 @@ def prepare_messages(
     messages: Iterable[Any] | Any, keys: Sequence[str | None] | None
 ) -> tuple[Jsonb, list[str | None] | None, list[ChatMessage]]:
     """The jsonb and keys append_messages takes."""
-    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Iterable):
+    # one message, or several: pydantic models (the SDKs' objects, LangChain's
+    # messages) are iterable, over their fields, and are one message each
+    if isinstance(messages, (str, Mapping)) or callable(getattr(messages, "model_dump", None)) \
+            or not isinstance(messages, Iterable):
         messages = [messages]
     chat, ks = to_chat_messages(messages, keys)
     return Jsonb(chat), (ks if any(k is not None for k in ks) else None), chat

@@ -107,8 +107,7 @@ class Session(Base):
 
     messages: Mapped[list[Message]] = relationship(back_populates="session", order_by="Message.id",
                                                    passive_deletes=True, viewonly=False)
-    summaries: Mapped[list[Summary]] = relationship(order_by="Summary.version", passive_deletes=True,
-                                                    viewonly=True)
+    summaries: Mapped[list[Summary]] = relationship(order_by="Summary.version", viewonly=True)
 
 
 class Message(Base):
