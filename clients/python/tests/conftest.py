@@ -1,13 +1,17 @@
 """Fixtures: a database of its own with ctxwin, on the cluster libpq's
 environment variables name (PGHOST, PGPORT, PGUSER, PGDATABASE), whose
 summaries are written by the mock LLM (test/mockllm.py, started here on a
-free loopback port), and clients on it."""
+free loopback port), and clients on it; for the tests of ctxwin's
+background worker, a cluster of their own with ctxwin preloaded
+(``worker_cluster``)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -183,3 +187,112 @@ def wait_for(pred: Any, timeout: float = 20.0) -> Any:
         time.sleep(0.1)
 
 
+
+
+# -- a cluster with ctxwin's background worker ------------------------------
+
+WORKER_DB = "ctxwin_worker"
+"""The database the worker serves."""
+WAITING_DB = "ctxwin_worker_waiting"
+"""A database of ctxwin.databases with ctxwin 0.1.0: its worker runs and
+waits for ALTER EXTENSION ctxwin UPDATE, serving nothing."""
+
+
+def _as_server_user(cmd: list[str]) -> list[str]:
+    """initdb and pg_ctl refuse root: run as postgres when the tests are root."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@dataclass
+class WorkerCluster:
+    """A PostgreSQL of its own (Unix socket in ``dir``) with
+    ``shared_preload_libraries = 'ctxwin'`` and the worker serving
+    :data:`WORKER_DB`, summaries by the mock LLM."""
+
+    dir: Path
+    port: int
+    bindir: Path
+
+    def dsn(self, dbname: str = WORKER_DB) -> str:
+        return psycopg.conninfo.make_conninfo(host=str(self.dir), port=self.port, user="postgres", dbname=dbname)
+
+    def worker(self, dbname: str = WORKER_DB) -> dict[str, Any] | None:
+        """The database's row of ctxwin.worker_status (as the superuser sees it), or None."""
+        with psycopg.connect(self.dsn(dbname), autocommit=True) as c:
+            cur = c.execute("SELECT database, pid, state, done, requests, failed, last_error "
+                            "FROM ctxwin.worker_status WHERE database = %s", (dbname,))
+            r = cur.fetchone()
+            if r is None:
+                return None
+            return dict(zip([d.name for d in cur.description or []], r))
+
+    def serving(self, dbname: str = WORKER_DB) -> bool:
+        w = self.worker(dbname)
+        return bool(w and w["pid"] is not None and w["state"] in ("idle", "working"))
+
+    def log(self) -> str:
+        f = self.dir / "server.log"
+        return f.read_text(errors="replace") if f.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def worker_cluster(mockllm: MockLLM) -> Iterator[WorkerCluster]:
+    """Starts the cluster (initdb and pg_ctl of ``pg_config --bindir``, in a
+    directory of /tmp that the server's OS user owns), creates the two
+    databases of ctxwin.databases, waits until the worker serves one and
+    waits in the other; stops the cluster and removes it at the end."""
+    bindir = Path(subprocess.run(["pg_config", "--bindir"], check=True, capture_output=True,
+                                 text=True).stdout.strip())
+    d = Path(tempfile.mkdtemp(prefix="ctxwin-py-worker-", dir="/tmp"))
+    d.chmod(0o755)
+    if os.geteuid() == 0:
+        shutil.chown(d, "postgres", "postgres")
+    with socket.socket() as s:         # the socket file's name carries the port: any free one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    keyfile = d / "llm.key"            # the server's OS user reads it
+    keyfile.write_text(mockllm.key + "\n")
+    keyfile.chmod(0o644)
+    cluster = WorkerCluster(dir=d, port=port, bindir=bindir)
+    data = d / "data"
+    started = False
+    try:
+        subprocess.run(_as_server_user([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+                                        "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]),
+                       check=True, capture_output=True)
+        conf = {
+            "port": str(port), "listen_addresses": "", "unix_socket_directories": str(d), "fsync": "off",
+            "max_connections": "30", "shared_buffers": "32MB",
+            "shared_preload_libraries": "ctxwin",
+            "ctxwin.databases": f"{WORKER_DB},{WAITING_DB}",
+            "ctxwin.naptime_ms": "1000",
+            "ctxwin.llm_provider": "openai", "ctxwin.llm_base_url": mockllm.base_url,
+            "ctxwin.llm_api_key_file": str(keyfile), "ctxwin.llm_model": "mock",
+            "ctxwin.llm_max_retries": "0", "ctxwin.llm_timeout_ms": "20000",
+        }
+        with open(data / "postgresql.conf", "a") as f:
+            for k, v in conf.items():
+                f.write(f"{k} = '{v}'\n")
+        p = subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(d / "server.log"),
+                                            "-w", "-t", "60", "start"]), capture_output=True, text=True)
+        started = True
+        assert p.returncode == 0, f"pg_ctl start failed: {p.stderr}\n{cluster.log()}"
+        with psycopg.connect(cluster.dsn("postgres"), autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{WORKER_DB}"')
+            c.execute(f'CREATE DATABASE "{WAITING_DB}"')
+        with psycopg.connect(cluster.dsn(WORKER_DB), autocommit=True) as c:
+            c.execute("CREATE EXTENSION ctxwin")
+        with psycopg.connect(cluster.dsn(WAITING_DB), autocommit=True) as c:
+            c.execute("CREATE EXTENSION ctxwin VERSION '0.1.0'")
+        try:
+            wait_for(cluster.serving, 30)
+            wait_for(lambda: (cluster.worker(WAITING_DB) or {}).get("state") == "version mismatch", 30)
+        except AssertionError:
+            raise AssertionError(f"the workers did not start: {cluster.worker()}, {cluster.worker(WAITING_DB)}\n"
+                                 f"{cluster.log()}") from None
+        yield cluster
+    finally:
+        if started:
+            subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+                           capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)

@@ -99,9 +99,14 @@ SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
               ORDER BY m.id DESC LIMIT %s) t) AS tail
 FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
 
+# A worker serves the database when its process runs and it is idle or
+# working: one that runs but waits (for ALTER EXTENSION ctxwin UPDATE: state
+# "version mismatch"; on a Citus worker node) compacts nothing, and one
+# starting, stopped or paused has no process yet.
 WORKER_RUNNING = """
 SELECT EXISTS (SELECT FROM ctxwin.worker_status
-               WHERE database = current_database() AND pid IS NOT NULL) AS running"""
+               WHERE database = current_database() AND pid IS NOT NULL
+                 AND state IN ('idle', 'working')) AS running"""
 
 
 def jsonb(v: Any) -> Jsonb | None:

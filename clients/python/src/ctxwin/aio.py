@@ -308,7 +308,9 @@ class AsyncClient:
         return [(int(r["id"]), r["client_key"]) for r in rows]
 
     async def worker_running(self) -> bool:
-        """Whether a background worker serves this database."""
+        """Whether a background worker serves this database now
+        (``ctxwin.worker_status``: its process runs, idle or working; not
+        one that waits for ``ALTER EXTENSION ctxwin UPDATE``)."""
         row = await self._one(_sql.WORKER_RUNNING, ())
         return bool(row and row["running"])
 

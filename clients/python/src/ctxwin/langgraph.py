@@ -19,10 +19,14 @@ results), never over ``max_tokens`` even before a summary exists;
 summaries are made by ctxwin, incrementally, by its background worker or,
 when no worker serves the database, by the node itself in the same call,
 and they survive the process because they live in the database, where no
-message is ever deleted.  ``model``, ``token_counter`` and the prompt
-templates are accepted for compatibility and not used: ctxwin counts with
-tiktoken's vocabularies and writes summaries with the LLM the server is
-configured with (``ctxwin.llm_model``, or the profile's ``summary_model``).
+message is ever deleted.  The node asks ``ctxwin.worker_status`` whenever
+the session waits for a summary; with a worker it never waits for one: the
+turn goes on with the window as it is (within ``max_tokens``), and the
+first turn after the worker's summary lands carries it.  ``model``,
+``token_counter`` and the prompt templates are accepted for compatibility
+and not used: ctxwin counts with tiktoken's vocabularies and writes
+summaries with the LLM the server is configured with (``ctxwin.llm_model``,
+or the profile's ``summary_model``).
 
 A graph::
 
@@ -37,7 +41,6 @@ or the prebuilt ReAct agent::
 
 from __future__ import annotations
 
-import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -75,7 +78,6 @@ BOOKKEEPING_KEY = "ctxwin"
 appended, so that each state message is sent once."""
 
 _NAMESPACE = uuid.UUID("8e1b9f8c-62a3-4d3e-9a49-5c2b8f0d7a11")
-_WORKER_CHECK_SECONDS = 60.0
 
 
 @dataclass
@@ -158,7 +160,8 @@ class SummarizationNode(RunnableCallable):
         session_id: the session of a run's config (default: from the thread
             id, :func:`session_for_thread`).
         summarize: ``"auto"``: the node summarizes a session that needs it
-            when no background worker serves the database; ``"inline"``:
+            when no background worker serves the database (idle or working
+            in ``ctxwin.worker_status``, asked on each such turn); ``"inline"``:
             always in the node; ``"worker"``: never (the worker or
             ``ctxwin.compact()`` does).
         """
@@ -186,7 +189,6 @@ class SummarizationNode(RunnableCallable):
             else AsyncClient(async_connection))
         self._ready: dict[uuid.UUID, str | None] = {}     # session -> system prompt stored
         self._profile_ready = profile is not None
-        self._worker: tuple[float, bool] | None = None
 
     # -- what both paths share --------------------------------------------
 
@@ -251,10 +253,10 @@ class SummarizationNode(RunnableCallable):
                 {"name": self.profile_name, "before": self.max_tokens_before_summary or self.max_tokens,
                  "summary": self.max_summary_tokens, "base": self.base_profile})
 
-    def _needs_summary(self, w: Window, worker: bool) -> bool:
-        if self.summarize == "worker" or (self.summarize == "auto" and worker):
-            return False
-        return w.queued
+    def _summary_due(self, w: Window) -> bool:
+        """Whether the session waits for a summary the node may make (the
+        worker's, with ``"auto"``, unless :meth:`_worker_serves` says none runs)."""
+        return self.summarize != "worker" and w.queued
 
     def _result(self, plan: _Plan, w: Window, keys: list[tuple[int, str | None]] | None) -> dict[str, Any]:
         sid = plan.session
@@ -336,13 +338,10 @@ class SummarizationNode(RunnableCallable):
                                               (plan.system_prompt, plan.session)))
             self._ready[plan.session] = plan.system_prompt
 
-    def _worker_running(self, cl: Client) -> bool:
-        if self.summarize != "auto":
-            return False
-        now = time.monotonic()
-        if self._worker is None or now - self._worker[0] > _WORKER_CHECK_SECONDS:
-            self._worker = (now, cl.worker_running())
-        return self._worker[1]
+    def _worker_serves(self, cl: Client) -> bool:
+        """Asked when a summary is due, each time: a worker that stops (or
+        starts) is noticed on the next turn that needs a summary."""
+        return self.summarize == "auto" and cl.worker_running()
 
     def _func(self, input: dict[str, Any] | BaseModel, config: RunnableConfig) -> dict[str, Any]:
         cl = self._sync_client()
@@ -354,7 +353,7 @@ class SummarizationNode(RunnableCallable):
             self._ready.pop(plan.session, None)
             self._setup(cl, plan)
             w = cl.window(plan.session, plan.new, budget=self.max_tokens)
-        if self._needs_summary(w, self._worker_running(cl)):
+        if self._summary_due(w) and not self._worker_serves(cl):
             try:
                 cl.summarize(plan.session)
             except CtxwinError as e:    # recorded on the session; the window still fits
@@ -399,13 +398,8 @@ class SummarizationNode(RunnableCallable):
             await cl._run(up)
             self._ready[plan.session] = plan.system_prompt
 
-    async def _aworker_running(self, cl: AsyncClient) -> bool:
-        if self.summarize != "auto":
-            return False
-        now = time.monotonic()
-        if self._worker is None or now - self._worker[0] > _WORKER_CHECK_SECONDS:
-            self._worker = (now, await cl.worker_running())
-        return self._worker[1]
+    async def _aworker_serves(self, cl: AsyncClient) -> bool:
+        return self.summarize == "auto" and await cl.worker_running()
 
     async def _afunc(self, input: dict[str, Any] | BaseModel, config: RunnableConfig) -> dict[str, Any]:
         cl = self._async_client()
@@ -417,7 +411,7 @@ class SummarizationNode(RunnableCallable):
             self._ready.pop(plan.session, None)
             await self._asetup(cl, plan)
             w = await cl.window(plan.session, plan.new, budget=self.max_tokens)
-        if self._needs_summary(w, await self._aworker_running(cl)):
+        if self._summary_due(w) and not await self._aworker_serves(cl):
             try:
                 await cl.summarize(plan.session)
             except CtxwinError as e:
