@@ -146,6 +146,14 @@ export interface TurnRequestResult<R> {
     ids: number[];
     request: R;
 }
+/**
+ * Whether a background worker serves the current database, as an SQL
+ * expression: its process runs and it is idle or working in
+ * ctxwin.worker_status (one that runs and waits, for ALTER EXTENSION ctxwin
+ * UPDATE or on a Citus worker node, compacts nothing; one starting, stopped
+ * or paused has no process).
+ */
+export declare const WORKER_SERVES_SQL = "EXISTS (SELECT FROM ctxwin.worker_status ws WHERE ws.database = current_database()\n           AND ws.pid IS NOT NULL AND ws.state IN ('idle', 'working'))";
 export declare class Ctxwin {
     readonly db: Queryable;
     constructor(db: Queryable);
@@ -216,6 +224,8 @@ export declare class Ctxwin {
         force?: boolean;
         instructions?: string | null;
     }): Promise<Summary | null>;
+    /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
+    workerRunning(): Promise<boolean>;
     /** The stored messages after a message id (all of them by default), oldest first. */
     messages(session: SessionRef, options?: {
         after?: number | null;

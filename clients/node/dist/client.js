@@ -48,6 +48,15 @@ export function usageOf(responseOrUsage) {
     }
     return o;
 }
+/**
+ * Whether a background worker serves the current database, as an SQL
+ * expression: its process runs and it is idle or working in
+ * ctxwin.worker_status (one that runs and waits, for ALTER EXTENSION ctxwin
+ * UPDATE or on a Citus worker node, compacts nothing; one starting, stopped
+ * or paused has no process).
+ */
+export const WORKER_SERVES_SQL = `EXISTS (SELECT FROM ctxwin.worker_status ws WHERE ws.database = current_database()
+           AND ws.pid IS NOT NULL AND ws.state IN ('idle', 'working'))`;
 export class Ctxwin {
     db;
     constructor(db) {
@@ -144,6 +153,10 @@ export class Ctxwin {
         if (r === null || r["version"] == null)
             return null;
         return camel(r);
+    }
+    /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
+    async workerRunning() {
+        return (await this.one(`SELECT ${WORKER_SERVES_SQL} AS r`, [])) === true;
     }
     /** The stored messages after a message id (all of them by default), oldest first. */
     async messages(session, options = {}) {

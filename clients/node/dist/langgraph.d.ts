@@ -16,10 +16,13 @@
  * is appended once, keyed by its id; messages whose id starts with
  * "ctxwin:" (the system prompt and summary the node wrote) are not.
  * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
- * background worker's, or, when none runs (or summarize: "inline"), made by
- * the node with ctxwin.summarize_session when the messages since the
- * summary pass maxTokensBeforeSummary less maxSummaryTokens, or the window
- * would leave messages out.
+ * background worker's, made when the profile's triggers queue the session
+ * (the node never waits for one: the first run after it lands carries it),
+ * or, when no worker serves the database (ctxwin.worker_status, read on
+ * every run) or with summarize: "inline", made by the node with
+ * ctxwin.summarize_session when the session is queued, the messages since
+ * the summary pass maxTokensBeforeSummary less maxSummaryTokens, or the
+ * window would leave messages out.
  */
 import { type BaseMessage } from "@langchain/core/messages";
 import { RunnableLambda } from "@langchain/core/runnables";

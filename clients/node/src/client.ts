@@ -197,6 +197,17 @@ export interface TurnRequestResult<R> {
   request: R;
 }
 
+/**
+ * Whether a background worker serves the current database, as an SQL
+ * expression: its process runs and it is idle or working in
+ * ctxwin.worker_status (one that runs and waits, for ALTER EXTENSION ctxwin
+ * UPDATE or on a Citus worker node, compacts nothing; one starting, stopped
+ * or paused has no process).
+ */
+export const WORKER_SERVES_SQL =
+  `EXISTS (SELECT FROM ctxwin.worker_status ws WHERE ws.database = current_database()
+           AND ws.pid IS NOT NULL AND ws.state IN ('idle', 'working'))`;
+
 export class Ctxwin {
   readonly db: Queryable;
 
@@ -332,6 +343,11 @@ export class Ctxwin {
       [sid(session), options.force ?? false, options.instructions ?? null]);
     if (r === null || (r as Record<string, unknown>)["version"] == null) return null;
     return camel(r as Record<string, unknown>) as unknown as Summary;
+  }
+
+  /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
+  async workerRunning(): Promise<boolean> {
+    return (await this.one(`SELECT ${WORKER_SERVES_SQL} AS r`, [])) === true;
   }
 
   /** The stored messages after a message id (all of them by default), oldest first. */

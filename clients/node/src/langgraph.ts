@@ -16,17 +16,20 @@
  * is appended once, keyed by its id; messages whose id starts with
  * "ctxwin:" (the system prompt and summary the node wrote) are not.
  * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
- * background worker's, or, when none runs (or summarize: "inline"), made by
- * the node with ctxwin.summarize_session when the messages since the
- * summary pass maxTokensBeforeSummary less maxSummaryTokens, or the window
- * would leave messages out.
+ * background worker's, made when the profile's triggers queue the session
+ * (the node never waits for one: the first run after it lands carries it),
+ * or, when no worker serves the database (ctxwin.worker_status, read on
+ * every run) or with summarize: "inline", made by the node with
+ * ctxwin.summarize_session when the session is queued, the messages since
+ * the summary pass maxTokensBeforeSummary less maxSummaryTokens, or the
+ * window would leave messages out.
  */
 import {
   AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage, type BaseMessage,
 } from "@langchain/core/messages";
 import { RunnableLambda, type RunnableConfig } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
-import { Ctxwin, type Queryable } from "./client.js";
+import { Ctxwin, WORKER_SERVES_SQL, type Queryable } from "./client.js";
 import { toChatMessages } from "./convert.js";
 import { CtxwinError, SessionNotFoundError } from "./errors.js";
 import type { ChatMessage } from "./types.js";
@@ -82,6 +85,8 @@ interface SessionState {
   queued: boolean;
   unsummarized_tokens: number;
   prompt_tokens: number;
+  /** A background worker serves the database (asked on each run). */
+  worker: boolean;
 }
 
 function lcType(m: BaseMessage): string {
@@ -120,7 +125,6 @@ class Summarizer {
   readonly maxSummaryTokens: number;
   readonly inputKey: string;
   readonly outputKey: string;
-  private inline: boolean | undefined;
 
   constructor(readonly o: SummarizationNodeOptions) {
     this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
@@ -132,18 +136,13 @@ class Summarizer {
       throw new TypeError("maxSummaryTokens must be less than maxTokensBeforeSummary");
     this.inputKey = o.inputMessagesKey ?? "messages";
     this.outputKey = o.outputMessagesKey ?? "summarized_messages";
-    if (o.summarize === "inline") this.inline = true;
-    if (o.summarize === "worker") this.inline = false;
   }
 
-  private async summarizesInline(): Promise<boolean> {
-    if (this.inline === undefined) {
-      const r = await this.cw.query(
-        `SELECT NOT EXISTS (SELECT 1 FROM ctxwin.worker_status
-                            WHERE database = current_database() AND state IN ('idle', 'working', 'starting')) AS r`);
-      this.inline = r[0]?.["r"] === true;
-    }
-    return this.inline;
+  /** Whether the node makes the summary the session needs (else the worker does). */
+  private summarizesInline(st: SessionState): boolean {
+    if (this.o.summarize === "inline") return true;
+    if (this.o.summarize === "worker") return false;
+    return !st.worker;
   }
 
   private async append(session: string, threadId: string, messages: BaseMessage[]): Promise<number[]> {
@@ -167,6 +166,7 @@ class Summarizer {
          'window', w, 'through', s.summary_through_id, 'summary', s.conversation_summary,
          'version', s.summary_version, 'queued', s.compaction_queued_at IS NOT NULL,
          'unsummarized_tokens', s.unsummarized_tokens, 'prompt_tokens', s.prompt_tokens,
+         'worker', ${WORKER_SERVES_SQL},
          'lastKey', (SELECT m.client_key FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id),
          'window_keys', (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'key', m.client_key) ORDER BY m.id)
                          FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id >= (w->>'first_id')::bigint)) AS r
@@ -204,7 +204,7 @@ class Summarizer {
     let st = await this.state(session);
     const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
     if ((st.queued || st.window.dropped_messages > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
-      await this.summarizesInline()) {
+      this.summarizesInline(st)) {
       const made = await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null });
       if (made) st = await this.state(session);
     }
