@@ -12,11 +12,18 @@
  *
  * The LangGraph thread (config.configurable.thread_id) is the ctxwin
  * session: sessionId(threadId), a uuid v5 of the thread id, created on first
- * use with metadata {"langgraph_thread_id": ...}.  Each message of the state
+ * use with metadata {"langgraph_thread_id": ...} and the profile
+ * profileName: the profile option as it is, or else
+ * "langgraph-<baseProfile>-<maxTokensBeforeSummary>-<maxSummaryTokens>",
+ * a copy of baseProfile ("default") whose only summary trigger is
+ * maxTokensBeforeSummary tokens and whose summaries are at most
+ * maxSummaryTokens long, created once if missing (INSERT ... ON CONFLICT
+ * DO NOTHING; the role needs INSERT on ctxwin.profiles, or else name a
+ * profile), so that the worker summarizes at the node's trigger.  Each message of the state
  * is appended once, keyed by its id; messages whose id starts with
  * "ctxwin:" (the system prompt and summary the node wrote) are not.
  * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
- * background worker's, made when the profile's triggers queue the session
+ * background worker's, made when the profile's trigger queues the session
  * (the node never waits for one: the first run after it lands carries it),
  * or, when no worker serves the database (ctxwin.worker_status, read on
  * every run) or with summarize: "inline", made by the node with
@@ -49,8 +56,19 @@ export interface SummarizationNodeOptions {
     maxSummaryTokens?: number;
     inputMessagesKey?: string;
     outputMessagesKey?: string;
-    /** Profile and system prompt of the sessions the node creates. */
+    /**
+     * The profile of the sessions the node creates, as it is.  Default: a
+     * profile made from baseProfile with this node's trigger and summary
+     * length (maxTokensBeforeSummary tokens, no message-count or ratio
+     * trigger, maxSummaryTokens), named
+     * "langgraph-<baseProfile>-<maxTokensBeforeSummary>-<maxSummaryTokens>",
+     * created once if missing (the role needs INSERT on ctxwin.profiles; else
+     * name a profile).
+     */
     profile?: string;
+    /** The profile the node's own profile copies (model, window, summary settings); default "default". */
+    baseProfile?: string;
+    /** System prompt of the sessions the node creates. */
     systemPrompt?: string | null;
     /** inline: the node summarizes; worker: it leaves that to ctxwin's worker; auto (default): inline unless a worker serves the database. */
     summarize?: "inline" | "worker" | "auto";
@@ -72,6 +90,8 @@ export declare class SummarizationNode extends RunnableLambda<State, State> {
     readonly outputMessagesKey: string;
     readonly maxTokens: number;
     readonly maxSummaryTokens: number;
+    /** The profile of the sessions the node creates (the profile option, or the node's own). */
+    readonly profileName: string;
     constructor(options: SummarizationNodeOptions);
 }
 export {};

@@ -12,11 +12,18 @@
  *
  * The LangGraph thread (config.configurable.thread_id) is the ctxwin
  * session: sessionId(threadId), a uuid v5 of the thread id, created on first
- * use with metadata {"langgraph_thread_id": ...}.  Each message of the state
+ * use with metadata {"langgraph_thread_id": ...} and the profile
+ * profileName: the profile option as it is, or else
+ * "langgraph-<baseProfile>-<maxTokensBeforeSummary>-<maxSummaryTokens>",
+ * a copy of baseProfile ("default") whose only summary trigger is
+ * maxTokensBeforeSummary tokens and whose summaries are at most
+ * maxSummaryTokens long, created once if missing (INSERT ... ON CONFLICT
+ * DO NOTHING; the role needs INSERT on ctxwin.profiles, or else name a
+ * profile), so that the worker summarizes at the node's trigger.  Each message of the state
  * is appended once, keyed by its id; messages whose id starts with
  * "ctxwin:" (the system prompt and summary the node wrote) are not.
  * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
- * background worker's, made when the profile's triggers queue the session
+ * background worker's, made when the profile's trigger queues the session
  * (the node never waits for one: the first run after it lands carries it),
  * or, when no worker serves the database (ctxwin.worker_status, read on
  * every run) or with summarize: "inline", made by the node with
@@ -74,6 +81,9 @@ class Summarizer {
     maxSummaryTokens;
     inputKey;
     outputKey;
+    profileName;
+    /** The node's profile exists (or was named, and is used as it is). */
+    profileReady;
     constructor(o) {
         this.o = o;
         this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
@@ -86,6 +96,34 @@ class Summarizer {
             throw new TypeError("maxSummaryTokens must be less than maxTokensBeforeSummary");
         this.inputKey = o.inputMessagesKey ?? "messages";
         this.outputKey = o.outputMessagesKey ?? "summarized_messages";
+        this.profileName = o.profile ??
+            `langgraph-${o.baseProfile ?? "default"}-${this.maxTokensBeforeSummary}-${this.maxSummaryTokens}`;
+        this.profileReady = o.profile !== undefined;
+    }
+    /** Creates the node's profile, once, if it is missing: a copy of baseProfile with the node's trigger and summary length. */
+    async ensureProfile() {
+        if (this.profileReady)
+            return;
+        try {
+            await this.cw.query(`INSERT INTO ctxwin.profiles (name, model, context_window, trigger_ratio, max_messages_before_summary,
+           max_tokens_before_summary, min_recent_messages, response_reserve, max_summary_tokens,
+           summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
+           window_low_water, cache_ttl)
+         SELECT $1::text, model, context_window, NULL, NULL, $2::int, min_recent_messages, response_reserve,
+           $3::int, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
+           window_low_water, cache_ttl
+         FROM ctxwin.profiles WHERE name = $4::text
+         ON CONFLICT (name) DO NOTHING`, [this.profileName, this.maxTokensBeforeSummary, this.maxSummaryTokens, this.o.baseProfile ?? "default"]);
+        }
+        catch (e) {
+            if (e instanceof CtxwinError && e.code === "42501")
+                throw new CtxwinError(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
+                    code: e.code, detail: e.detail, cause: e,
+                    hint: `Create a profile and name it: new SummarizationNode({ ..., profile: "name" }).`,
+                });
+            throw e;
+        }
+        this.profileReady = true;
     }
     /** Whether the node makes the summary the session needs (else the worker does). */
     summarizesInline(st) {
@@ -103,9 +141,10 @@ class Summarizer {
         catch (e) {
             if (!(e instanceof SessionNotFoundError))
                 throw e;
+            await this.ensureProfile();
             await this.cw.query(`INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
-         VALUES ($1::uuid, coalesce($2::text, 'default'), $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
-         ON CONFLICT (id) DO NOTHING`, [session, this.o.profile ?? null, this.o.systemPrompt ?? null, threadId]);
+         VALUES ($1::uuid, $2::text, $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
+         ON CONFLICT (id) DO NOTHING`, [session, this.profileName, this.o.systemPrompt ?? null, threadId]);
             return await this.cw.append(session, messages, { keys });
         }
     }
@@ -194,6 +233,8 @@ export class SummarizationNode extends RunnableLambda {
     outputMessagesKey;
     maxTokens;
     maxSummaryTokens;
+    /** The profile of the sessions the node creates (the profile option, or the node's own). */
+    profileName;
     constructor(options) {
         const s = new Summarizer(options);
         super({ func: (input, config) => s.run(input, config) });
@@ -202,5 +243,6 @@ export class SummarizationNode extends RunnableLambda {
         this.outputMessagesKey = s.outputKey;
         this.maxTokens = s.maxTokens;
         this.maxSummaryTokens = s.maxSummaryTokens;
+        this.profileName = s.profileName;
     }
 }

@@ -12,11 +12,18 @@
  *
  * The LangGraph thread (config.configurable.thread_id) is the ctxwin
  * session: sessionId(threadId), a uuid v5 of the thread id, created on first
- * use with metadata {"langgraph_thread_id": ...}.  Each message of the state
+ * use with metadata {"langgraph_thread_id": ...} and the profile
+ * profileName: the profile option as it is, or else
+ * "langgraph-<baseProfile>-<maxTokensBeforeSummary>-<maxSummaryTokens>",
+ * a copy of baseProfile ("default") whose only summary trigger is
+ * maxTokensBeforeSummary tokens and whose summaries are at most
+ * maxSummaryTokens long, created once if missing (INSERT ... ON CONFLICT
+ * DO NOTHING; the role needs INSERT on ctxwin.profiles, or else name a
+ * profile), so that the worker summarizes at the node's trigger.  Each message of the state
  * is appended once, keyed by its id; messages whose id starts with
  * "ctxwin:" (the system prompt and summary the node wrote) are not.
  * Nothing is ever deleted from the database.  Summaries are ctxwin's: the
- * background worker's, made when the profile's triggers queue the session
+ * background worker's, made when the profile's trigger queues the session
  * (the node never waits for one: the first run after it lands carries it),
  * or, when no worker serves the database (ctxwin.worker_status, read on
  * every run) or with summarize: "inline", made by the node with
@@ -61,8 +68,19 @@ export interface SummarizationNodeOptions {
   maxSummaryTokens?: number;
   inputMessagesKey?: string;
   outputMessagesKey?: string;
-  /** Profile and system prompt of the sessions the node creates. */
+  /**
+   * The profile of the sessions the node creates, as it is.  Default: a
+   * profile made from baseProfile with this node's trigger and summary
+   * length (maxTokensBeforeSummary tokens, no message-count or ratio
+   * trigger, maxSummaryTokens), named
+   * "langgraph-<baseProfile>-<maxTokensBeforeSummary>-<maxSummaryTokens>",
+   * created once if missing (the role needs INSERT on ctxwin.profiles; else
+   * name a profile).
+   */
   profile?: string;
+  /** The profile the node's own profile copies (model, window, summary settings); default "default". */
+  baseProfile?: string;
+  /** System prompt of the sessions the node creates. */
   systemPrompt?: string | null;
   /** inline: the node summarizes; worker: it leaves that to ctxwin's worker; auto (default): inline unless a worker serves the database. */
   summarize?: "inline" | "worker" | "auto";
@@ -125,6 +143,9 @@ class Summarizer {
   readonly maxSummaryTokens: number;
   readonly inputKey: string;
   readonly outputKey: string;
+  readonly profileName: string;
+  /** The node's profile exists (or was named, and is used as it is). */
+  private profileReady: boolean;
 
   constructor(readonly o: SummarizationNodeOptions) {
     this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
@@ -136,6 +157,35 @@ class Summarizer {
       throw new TypeError("maxSummaryTokens must be less than maxTokensBeforeSummary");
     this.inputKey = o.inputMessagesKey ?? "messages";
     this.outputKey = o.outputMessagesKey ?? "summarized_messages";
+    this.profileName = o.profile ??
+      `langgraph-${o.baseProfile ?? "default"}-${this.maxTokensBeforeSummary}-${this.maxSummaryTokens}`;
+    this.profileReady = o.profile !== undefined;
+  }
+
+  /** Creates the node's profile, once, if it is missing: a copy of baseProfile with the node's trigger and summary length. */
+  private async ensureProfile(): Promise<void> {
+    if (this.profileReady) return;
+    try {
+      await this.cw.query(
+        `INSERT INTO ctxwin.profiles (name, model, context_window, trigger_ratio, max_messages_before_summary,
+           max_tokens_before_summary, min_recent_messages, response_reserve, max_summary_tokens,
+           summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
+           window_low_water, cache_ttl)
+         SELECT $1::text, model, context_window, NULL, NULL, $2::int, min_recent_messages, response_reserve,
+           $3::int, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
+           window_low_water, cache_ttl
+         FROM ctxwin.profiles WHERE name = $4::text
+         ON CONFLICT (name) DO NOTHING`,
+        [this.profileName, this.maxTokensBeforeSummary, this.maxSummaryTokens, this.o.baseProfile ?? "default"]);
+    } catch (e) {
+      if (e instanceof CtxwinError && e.code === "42501")
+        throw new CtxwinError(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
+          code: e.code, detail: e.detail, cause: e,
+          hint: `Create a profile and name it: new SummarizationNode({ ..., profile: "name" }).`,
+        });
+      throw e;
+    }
+    this.profileReady = true;
   }
 
   /** Whether the node makes the summary the session needs (else the worker does). */
@@ -151,11 +201,12 @@ class Summarizer {
       return await this.cw.append(session, messages, { keys });
     } catch (e) {
       if (!(e instanceof SessionNotFoundError)) throw e;
+      await this.ensureProfile();
       await this.cw.query(
         `INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
-         VALUES ($1::uuid, coalesce($2::text, 'default'), $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
+         VALUES ($1::uuid, $2::text, $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
          ON CONFLICT (id) DO NOTHING`,
-        [session, this.o.profile ?? null, this.o.systemPrompt ?? null, threadId]);
+        [session, this.profileName, this.o.systemPrompt ?? null, threadId]);
       return await this.cw.append(session, messages, { keys });
     }
   }
@@ -251,6 +302,8 @@ export class SummarizationNode extends RunnableLambda<State, State> {
   readonly outputMessagesKey: string;
   readonly maxTokens: number;
   readonly maxSummaryTokens: number;
+  /** The profile of the sessions the node creates (the profile option, or the node's own). */
+  readonly profileName: string;
 
   constructor(options: SummarizationNodeOptions) {
     const s = new Summarizer(options);
@@ -260,5 +313,6 @@ export class SummarizationNode extends RunnableLambda<State, State> {
     this.outputMessagesKey = s.outputKey;
     this.maxTokens = s.maxTokens;
     this.maxSummaryTokens = s.maxSummaryTokens;
+    this.profileName = s.profileName;
   }
 }

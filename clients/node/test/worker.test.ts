@@ -62,6 +62,61 @@ describe("SummarizationNode with ctxwin's background worker", () => {
     }
   });
 
+  test("without a profile the node's own profile carries its trigger: the worker summarizes there, not at 30 messages", async () => {
+    const sent: string[] = [];
+    const recorded = { query: (text: string, values?: unknown[]) => { sent.push(text); return pool.query(text, values); } };
+    const node = new SummarizationNode({ ctxwin: recorded, maxTokens: MAX_TOKENS, maxTokensBeforeSummary: 300,
+      maxSummaryTokens: 100 });
+    assert.equal(node.profileName, "langgraph-default-300-100");
+    const model = new ChatOpenAI({ model: "mock", apiKey: mock.key, configuration: { baseURL: mock.url + "/v1" }, maxRetries: 0 });
+    const graph = new StateGraph(State)
+      .addNode("summarize", (state: typeof State.State, config: Parameters<SummarizationNode["invoke"]>[1]) => node.invoke(state, config))
+      .addNode("agent", async (state: typeof State.State) => ({ messages: [await model.invoke(state.summarized_messages)] }))
+      .addEdge(START, "summarize")
+      .addEdge("summarize", "agent")
+      .compile({ checkpointer: new MemorySaver() });
+    const thread = "node-trigger-thread";
+    const session = sessionIdForThread(thread);
+    const config = { configurable: { thread_id: thread } };
+    const summaries = async () => (await pool.query(
+      "SELECT through_id::int FROM ctxwin.summaries WHERE session_id = $1 ORDER BY version", [session])).rows as Array<{ through_id: number }>;
+    const sessionRow = async () => (await pool.query(
+      `SELECT profile, compaction_queued_at IS NOT NULL AS queued,
+              (SELECT count(*)::int FROM ctxwin.messages m WHERE m.session_id = s.id) AS n
+       FROM ctxwin.sessions s WHERE id = $1`, [session])).rows[0] as { profile: string; queued: boolean; n: number };
+    let t = 0;
+    const turn = () => graph.invoke({ messages: [new HumanMessage({ content: userText(t), id: `trigger-${t++}` })] }, config);
+
+    await turn();
+    const s0 = await sessionRow();
+    assert.equal(s0.profile, "langgraph-default-300-100", "the session is not on the node's profile");
+    const p = (await pool.query(
+      `SELECT p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary, p.max_summary_tokens,
+              p.model = d.model AND p.window_policy = d.window_policy AND p.min_recent_messages = d.min_recent_messages
+                AND p.summary_model IS NOT DISTINCT FROM d.summary_model AS copied
+       FROM ctxwin.profiles p, ctxwin.profiles d WHERE p.name = $1 AND d.name = 'default'`, [node.profileName])).rows[0];
+    assert.deepEqual(p, { trigger_ratio: null, max_messages_before_summary: null, max_tokens_before_summary: 300,
+      max_summary_tokens: 100, copied: true });
+    assert.equal(s0.queued, false, "queued before the node's trigger");
+    assert.deepEqual(await summaries(), []);
+
+    // turns until the session passes the node's 300 tokens, far before the default profile's 30 messages
+    let s = s0;
+    while (!s.queued && (await summaries()).length === 0) {
+      assert.ok(s.n < 29, `no summary queued after ${s.n} messages: the node's trigger has no effect`);
+      await turn();
+      s = await sessionRow();
+    }
+    const sums = await waitFor(async () => { const r = await summaries(); return r.length ? r : null; }, 30000, "the worker's summary");
+    assert.ok(sums[0]!.through_id > 0 && sums[0]!.through_id < 30, JSON.stringify(sums));
+    assert.ok(!sent.some((q) => q.includes("summarize_session")), "the node summarized, not the worker");
+    // a second node with the same arguments finds the profile made (ON CONFLICT DO NOTHING)
+    const again = new SummarizationNode({ ctxwin: pool, maxTokens: MAX_TOKENS, maxTokensBeforeSummary: 300, maxSummaryTokens: 100 });
+    await again.invoke({ messages: [new HumanMessage({ content: "hello", id: "again-0" })] }, { configurable: { thread_id: "node-trigger-again" } });
+    assert.equal((await pool.query("SELECT profile FROM ctxwin.sessions WHERE id = $1", [sessionIdForThread("node-trigger-again")])).rows[0]?.profile,
+      "langgraph-default-300-100");
+  });
+
   test("a StateGraph: the worker summarizes, no run waits, the next carries it; without the worker the node does", async () => {
     await pool.query(`INSERT INTO ctxwin.profiles (name, model, trigger_ratio, max_messages_before_summary,
                         max_tokens_before_summary, min_recent_messages, max_summary_tokens, summary_strategy,
