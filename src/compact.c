@@ -25,14 +25,12 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -279,25 +277,36 @@ CompactStep(void (*step) (void *), CompactOne *c, MemoryContext cxt)
  * the row is on another node, and a rolled-back subtransaction there is
  * not relied on: the session is taken, its write waits if it must.
  */
+/* What RowFree's probe found. */
+typedef struct RowProbe
+{
+	Datum		id;
+	uint64		found;
+} RowProbe;
+
+/* The body of RowFree's subtransaction: the row locked SKIP LOCKED. */
+static void
+RowProbeBody(void *arg)
+{
+	RowProbe   *p = (RowProbe *) arg;
+	Datum		one;
+	bool		one_null;
+
+	p->found = SummaryRun(&probe_q, &p->id, NULL, &one, &one_null, 1);
+}
+
 static bool
 RowFree(const pg_uuid_t *id)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Datum		arg = UUIDPGetDatum(id);
-	Datum		one;
-	bool		one_null;
-	uint64		n;
+	RowProbe	p = {.id = UUIDPGetDatum(id)};
+	ErrorData  *edata;
 
 	if (CtxwinCitusLoaded())
 		return true;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	n = SummaryRun(&probe_q, &arg, NULL, &one, &one_null, 1);
-	RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return n > 0;
+	edata = CtxwinInSubxactUndone(RowProbeBody, &p);
+	if (edata != NULL)
+		ReThrowError(edata);
+	return p.found > 0;
 }
 
 /* SQL: ctxwin.compact(int) returns int: how many queued sessions were summarized. */

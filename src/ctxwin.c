@@ -165,15 +165,12 @@ CtxwinRequireCitusCoordinator(const char *what)
 }
 
 /*
- * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
- * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
- * subtransaction released), else its error, copied into the caller's
- * memory context, with the subtransaction rolled back.  fn runs in the
- * caller's memory context and resource owner's subtransaction; at_end (if
- * not NULL) runs first on either way out, before the subtransaction ends.
+ * Runs fn(arg) in a subtransaction of its own, kept if it succeeded (keep)
+ * or always rolled back: NULL if fn succeeded, else its error, copied into
+ * the caller's memory context.  See CtxwinInSubxact.
  */
-ErrorData *
-CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
+static ErrorData *
+InSubxact(void (*fn) (void *), void *arg, void (*at_end) (void), bool keep)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -186,7 +183,10 @@ CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
 		fn(arg);
 		if (at_end)
 			at_end();
-		ReleaseCurrentSubTransaction();
+		if (keep)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
 	{
@@ -201,6 +201,31 @@ CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
 	return edata;
+}
+
+/*
+ * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
+ * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
+ * subtransaction released), else its error, copied into the caller's
+ * memory context, with the subtransaction rolled back.  fn runs in the
+ * caller's memory context and resource owner's subtransaction; at_end (if
+ * not NULL) runs first on either way out, before the subtransaction ends.
+ */
+ErrorData *
+CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
+{
+	return InSubxact(fn, arg, at_end, true);
+}
+
+/*
+ * The same, but the subtransaction is rolled back whether fn succeeded or
+ * not: what fn read is kept (in the caller's memory), what it wrote or
+ * locked is not (a row lock taken in it is released).
+ */
+ErrorData *
+CtxwinInSubxactUndone(void (*fn) (void *), void *arg)
+{
+	return InSubxact(fn, arg, NULL, false);
 }
 
 /* A uuid as text, for a message. */

@@ -116,6 +116,8 @@ extern void CtxwinRequireCitusCoordinator(const char *what);
 
 /* ctxwin.c: fn(arg) in a subtransaction; its error (copied), or NULL */
 extern ErrorData *CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void));
+/* ctxwin.c: fn(arg) in a subtransaction always rolled back; its error, or NULL */
+extern ErrorData *CtxwinInSubxactUndone(void (*fn) (void *), void *arg);
 
 /* ctxwin.c: a query prepared once per backend, generic plan, kept */
 extern SPIPlanPtr CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes);

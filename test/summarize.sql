@@ -11,7 +11,7 @@ CREATE EXTENSION ctxwin;
 ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
 UPDATE ctxwin.profiles SET window_policy = 'sliding';
 
-SELECT plan(44);
+SELECT plan(46);
 
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
                              trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)
@@ -195,6 +195,19 @@ SELECT is((SELECT extract(epoch FROM compaction_retry_at - now())::int
            FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000022'), 60,
           '... looked at again a minute later');
 RESET ROLE;
+-- a role that may read sessions but not update them is refused before any
+-- summary is planned (the write at the end would fail), and nothing changes
+CREATE ROLE ctxwin_sum_ro;
+GRANT USAGE ON SCHEMA ctxwin TO ctxwin_sum_ro;
+GRANT SELECT ON ctxwin.sessions, ctxwin.messages, ctxwin.models, ctxwin.profiles TO ctxwin_sum_ro;
+SET ROLE ctxwin_sum_ro;
+SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-000000000001', true)$$,
+                 '42501', 'permission denied for table sessions',
+                 'summarize_session by a role that cannot update sessions');
+RESET ROLE;
+SELECT is((SELECT summary_version FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000001'),
+          (SELECT max(version) FROM ctxwin.summaries WHERE session_id = '30000000-0000-0000-0000-000000000001'),
+          '... and no summary was written');
 CREATE TEMP TABLE backoff AS
 SELECT g, extract(epoch FROM ctxwin._compaction_failed('30000000-0000-0000-0000-000000000021', 'boom ' || g) - now())::int AS s
 FROM generate_series(1, 8) g ORDER BY g;
