@@ -5,36 +5,42 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ctxwin.control)
 MODULE_big = ctxwin
 OBJS = \
 	src/ctxwin.o \
-	src/tokenizer.o \
-	src/messages.o \
-	src/trigger.o \
-	src/counters.o \
-	src/session_read.o \
-	src/session_write.o \
-	src/sessions_guard.o \
-	src/session.o \
-	src/walk.o \
-	src/citus.o \
-	src/window.o \
-	src/history.o \
-	src/format.o \
-	src/tools.o \
-	src/request.o \
-	src/status.o \
-	src/rules.o \
-	src/summary.o \
-	src/compact.o \
-	src/summary_spi.o \
-	src/llm.o \
-	src/launcher.o \
-	src/worker_loop.o \
-	src/worker_claim.o \
-	src/worker_transfer.o \
-	src/worker_status.o \
-	src/symbols_0_1.o \
-	src/bpe.o \
-	src/vocab_cl100k_base.o \
-	src/vocab_o200k_base.o
+	src/base/guc.o \
+	src/base/spi.o \
+	src/base/heap.o \
+	src/base/util.o \
+	src/policy/rules.o \
+	src/tokenizer/bpe.o \
+	src/tokenizer/vocab_cl100k_base.o \
+	src/tokenizer/vocab_o200k_base.o \
+	src/tokenizer/tokenizer.o \
+	src/tokenizer/messages.o \
+	src/citus/citus.o \
+	src/session/session.o \
+	src/window/walk.o \
+	src/window/window.o \
+	src/window/history.o \
+	src/window/format.o \
+	src/window/tools.o \
+	src/window/request.o \
+	src/window/status.o \
+	src/llm/llm.o \
+	src/summary/summary.o \
+	src/summary/compact.o \
+	src/summary/summary_spi.o \
+	src/summary/claim.o \
+	src/worker/shmem.o \
+	src/worker/launcher.o \
+	src/worker/loop.o \
+	src/worker/jobs.o \
+	src/worker/transfer.o \
+	src/worker/status.o \
+	src/ingest/trigger.o \
+	src/ingest/counters.o \
+	src/ingest/session_read.o \
+	src/ingest/session_write.o \
+	src/ingest/sessions_guard.o \
+	src/compat/symbols_0_1.o
 
 # The install script of the current version is made from one file per area
 # (sql/install/); the released scripts and the update scripts are plain files.
@@ -45,7 +51,7 @@ REGRESS = tokenizer window
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
-EXTRA_CLEAN = src/vocab_*.c tools/gen_vocab tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
+EXTRA_CLEAN = src/tokenizer/vocab_*.c tools/gen_vocab tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
 	.ctxwin-built-for
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
@@ -58,7 +64,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# One tree builds for several PostgreSQL major versions (src/compat.h): the
+# One tree builds for several PostgreSQL major versions (src/compat/compat.h): the
 # objects depend on a stamp holding the version of the server they were
 # built for, rewritten only when PG_CONFIG names another one, so switching
 # servers rebuilds everything and nothing of the other version is linked.
@@ -83,59 +89,50 @@ endif
 HOST_CC ?= cc
 HOST_CFLAGS ?= -O2 -g -Wall -Wextra
 
-tools/gen_vocab: tools/gen_vocab.c src/bpe_vocab.h
+tools/gen_vocab: tools/gen_vocab.c src/tokenizer/bpe_vocab.h
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ tools/gen_vocab.c
 
 # The vocabularies are checked against their published sha256 before use.
-src/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
+src/tokenizer/vocab_%.c: vocab/%.tiktoken vocab/SHA256SUMS tools/gen_vocab
 	cd vocab && grep ' $*.tiktoken$$' SHA256SUMS | sha256sum --check --strict --quiet
 	tools/gen_vocab $* $$(awk '$$2 == "$*.tiktoken" {print $$1}' vocab/SHA256SUMS) $< > $@.tmp
 	mv $@.tmp $@
 
 # CTXWIN_VERSION comes from the control file: rebuild what uses it
-src/ctxwin.o src/llm.o src/worker_loop.o: ctxwin.control
-src/bpe.o: src/bpe.c src/bpe.h src/bpe_vocab.h src/unicode_data.h
-src/tokenizer.o: src/tokenizer.c src/bpe.h src/ctxwin.h src/compat.h
-src/ctxwin.o: src/ctxwin.c src/ctxwin.h src/compat.h
-src/messages.o: src/messages.c src/ctxwin.h src/compat.h
-src/trigger.o: src/trigger.c src/ctxwin.h src/compat.h
-src/walk.o: src/walk.c src/window.h src/ctxwin.h src/compat.h src/rules.h
-src/citus.o: src/citus.c src/ctxwin.h src/compat.h
-src/window.o: src/window.c src/window.h src/ctxwin.h src/compat.h src/rules.h
-src/session.o: src/session.c src/window.h src/ctxwin.h src/compat.h
-src/history.o: src/history.c src/window.h src/ctxwin.h src/compat.h
-src/format.o: src/format.c src/window.h src/ctxwin.h src/compat.h
-src/tools.o: src/tools.c src/window.h src/ctxwin.h src/compat.h
-src/request.o: src/request.c src/window.h src/ctxwin.h src/compat.h
-src/status.o: src/status.c src/window.h src/ctxwin.h src/compat.h src/rules.h
-src/rules.o: src/rules.c src/rules.h
-src/summary.o: src/summary.c src/summary.h src/ctxwin.h src/compat.h
-src/compact.o: src/compact.c src/summary.h src/ctxwin.h src/compat.h
-src/summary_spi.o: src/summary_spi.c src/summary.h
-src/messages.o src/trigger.o: src/rules.h
-src/llm.o: src/llm.c src/ctxwin.h src/compat.h
-src/launcher.o: src/launcher.c src/worker.h src/ctxwin.h src/compat.h
-src/worker_loop.o: src/worker_loop.c src/worker.h src/ctxwin.h src/compat.h
-src/worker_claim.o: src/worker_claim.c src/worker.h src/ctxwin.h src/compat.h
-src/worker_transfer.o: src/worker_transfer.c src/worker.h src/ctxwin.h src/compat.h
-src/worker_status.o: src/worker_status.c src/worker.h src/ctxwin.h src/compat.h
+src/base/util.o src/llm/llm.o src/worker/loop.o: ctxwin.control
+
+# Header dependencies: the compiler writes them (-MMD -MP) next to each
+# object it builds (src/*/x.o.d, and x.bc.d for the JIT's bitcode), and
+# make reads them back, so touching a header rebuilds exactly the objects
+# that include it (test/layout.pl checks it).  The first build needs none:
+# every object is built anyway.  These rules take the place of PGXS's for
+# src/ (a pattern with the shorter stem wins).
+src/%.o: src/%.c
+	$(COMPILE.c) -MMD -MP -MF $@.d -o $@ $<
+ifeq ($(with_llvm), yes)
+src/%.bc: src/%.c
+	$(COMPILE.c.bc) -MMD -MP -MF $@.d -o $@ $<
+endif
+DEPS = $(wildcard $(OBJS:.o=.o.d) $(OBJS:.o=.bc.d))
+-include $(DEPS)
+EXTRA_CLEAN += $(OBJS:.o=.o.d) $(OBJS:.o=.bc.d)
 
 # The corpus checker: the tokenizer core against tiktoken's reference output.
-CORE_SRCS = src/bpe.c src/vocab_cl100k_base.c src/vocab_o200k_base.c tools/standalone.c
-tools/corpus_check: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
+CORE_SRCS = src/tokenizer/bpe.c src/tokenizer/vocab_cl100k_base.c src/tokenizer/vocab_o200k_base.c tools/standalone.c
+tools/corpus_check: tools/corpus_check.c $(CORE_SRCS) src/tokenizer/bpe.h tools/standalone.h
 	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
 
 # Every piece through the long-piece merge, to check it on the whole corpus.
-tools/corpus_check_heap: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
+tools/corpus_check_heap: tools/corpus_check.c $(CORE_SRCS) src/tokenizer/bpe.h tools/standalone.h
 	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
 
 # Every piece over 64 bytes through the bounded-memory merge of huge pieces.
-tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/bpe.h tools/standalone.h
+tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/tokenizer/bpe.h tools/standalone.h
 	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -DBPE_LARGE_PIECE=64 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
 
-# The policy's pure functions (src/rules.c) on boundary and generated cases.
-tools/rules_check: tools/rules_check.c src/rules.c src/rules.h
-	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/rules.c -lm
+# The policy's pure functions (src/policy/rules.c) on boundary and generated cases.
+tools/rules_check: tools/rules_check.c src/policy/rules.c src/policy/rules.h
+	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/policy/rules.c -lm
 
 check-core: tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 	tools/rules_check
@@ -152,3 +149,10 @@ dist:
 	PG_CONFIG="$(PG_CONFIG)" scripts/dist.sh
 
 .PHONY: dist
+
+# The graph of src/'s folders from the objects' symbols, lowest layer first;
+# fails on a cycle (scripts/layers.sh).
+layers: $(OBJS)
+	scripts/layers.sh $(OBJS)
+
+.PHONY: layers

@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/bpe.h"
+#include "../src/tokenizer/bpe.h"
 #include "../tools/standalone.h"
 
 /* What runs when no INPUTS are named. */

@@ -1,6 +1,6 @@
 /*
  * fuzz_bpe.c
- *		libFuzzer target for the tokenizer core (src/bpe.c).
+ *		libFuzzer target for the tokenizer core (src/tokenizer/bpe.c).
  *
  * Built once per encoding (-DFUZZ_ENCODING=cl100k_base or o200k_base) by
  * fuzz/run, with -fsanitize=fuzzer,address,undefined.
@@ -16,7 +16,7 @@
  *	- encoding each piece on its own and concatenating the ids gives exactly
  *	  the ids of the whole input (no token crosses a piece boundary and the
  *	  pre-tokenizer used by bpe_encode is the one bpe_next_piece exposes);
- *	- the merge is independent of the BPE_SMALL_PIECE split: src/bpe.c is
+ *	- the merge is independent of the BPE_SMALL_PIECE split: src/tokenizer/bpe.c is
  *	  also compiled twice more by fuzz/run, once with BPE_SMALL_PIECE=1 (every
  *	  merge goes through the heap, merge_large) and once with a large
  *	  BPE_SMALL_PIECE (every merge is tiktoken's quadratic loop,
@@ -39,7 +39,7 @@
 #define CONCAT(a, b) CONCAT2(a, b)
 
 /*
- * The variant builds of src/bpe.c rename their public symbols with a prefix
+ * The variant builds of src/tokenizer/bpe.c rename their public symbols with a prefix
  * (bpe_ becomes bpeH_ for the heap-only build, bpeS_ for the
  * small-only one).
  */
@@ -67,7 +67,7 @@ fail(const char *what, const uint8_t *data, size_t size, size_t at)
 /*
  * Length of the well-formed UTF-8 sequence at s[pos], or 1 if there is none
  * there (the core then takes the byte as a one-byte character).  Written
- * independently of src/bpe.c's decoder, from the table of well-formed byte
+ * independently of src/tokenizer/bpe.c's decoder, from the table of well-formed byte
  * sequences in the Unicode standard (Table 3-7).
  */
 static size_t

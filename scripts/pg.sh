@@ -169,7 +169,7 @@ ctxwin_pg_use() {
 	15) _ctxwin_pg15_perl || return 1 ;;
 	17 | 18) _ctxwin_pg_build "$major" || return 1 ;;
 	16)
-		echo "PostgreSQL 16 is in no Debian suite reachable here; ctxwin compiles for it by construction (src/compat.h)" >&2
+		echo "PostgreSQL 16 is in no Debian suite reachable here; ctxwin compiles for it by construction (src/compat/compat.h)" >&2
 		return 1
 		;;
 	*)

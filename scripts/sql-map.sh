@@ -15,7 +15,7 @@ q() { psql -X -q -A -t -F '|' -v ON_ERROR_STOP=1 -d "$db" -c "SET search_path = 
 # the file that defines a C symbol of the library
 file_of() {
 	local f
-	f=$(grep -l "PG_FUNCTION_INFO_V1($1)" src/*.c | head -1 || true)
+	f=$(grep -l "PG_FUNCTION_INFO_V1($1)" src/*.c src/*/*.c | head -1 || true)
 	echo "${f:-(not found)}"
 }
 

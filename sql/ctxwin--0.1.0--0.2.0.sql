@@ -28,7 +28,7 @@ SELECT ctxwin._require_library('0.2.0');
 
 -- The C functions carry the ctxwin_ prefix (the library's symbols are
 -- global in the server); the old names stay in the library for databases
--- still at 0.1.0 (src/symbols_0_1.c).
+-- still at 0.1.0 (src/compat/symbols_0_1.c).
 --
 -- The counting functions become IMMUTABLE (0.1.0 declared them STABLE), so
 -- that a token count can define an index expression or a stored generated
@@ -136,8 +136,8 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'ctxwin_session_claimed'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
--- The window and the status are C functions (src/window.c, src/format.c,
--- src/status.c); the PL/pgSQL walk, packing, cut and Anthropic conversion
+-- The window and the status are C functions (src/window/window.c, src/window/format.c,
+-- src/window/status.c); the PL/pgSQL walk, packing, cut and Anthropic conversion
 -- they replace are gone.
 CREATE OR REPLACE FUNCTION ctxwin._window(p_session uuid, p_budget int)
 RETURNS jsonb
@@ -193,7 +193,7 @@ DROP FUNCTION ctxwin._window_walk(uuid, bigint, int, text);
 DROP FUNCTION ctxwin._to_anthropic(jsonb);
 DROP FUNCTION ctxwin._arguments_object(text);
 
--- The summary trigger rule is one C function (src/rules.c), shared by the
+-- The summary trigger rule is one C function (src/policy/rules.c), shared by the
 -- insert trigger, context_status and this SQL face.
 CREATE OR REPLACE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
                                                 max_messages int, max_tokens int, ratio real,
@@ -209,7 +209,7 @@ LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 -- The system messages and a message as OpenAI JSON are made by the C code
--- build_context uses (src/window.c, src/format.c), written once.
+-- build_context uses (src/window/window.c, src/window/format.c), written once.
 CREATE OR REPLACE FUNCTION ctxwin.system_messages(system_prompt text, summary text, placement text)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_system_messages'
@@ -285,7 +285,7 @@ END $$;
 DROP FUNCTION ctxwin._bar(numeric, int);
 
 -- The summary plan and finish, summarize_session and compact in C
--- (src/summary.c, src/compact.c); the pieces without policy stay SQL.
+-- (src/summary/summary.c, src/summary/compact.c); the pieces without policy stay SQL.
 CREATE OR REPLACE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_summary_plan'
@@ -458,11 +458,11 @@ BEGIN
 END $$;
 
 -- Whether a session argument names a session is checked in C
--- (src/session.c), by every function that takes one.
+-- (src/session/session.c), by every function that takes one.
 DROP FUNCTION ctxwin._session_must_exist(uuid);
 
 -- Whether a trigger fires for a session now is counted by context_status's
--- C code (src/status.c).
+-- C code (src/window/status.c).
 CREATE OR REPLACE FUNCTION ctxwin._session_due(p_session uuid)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'ctxwin_session_due'
@@ -470,7 +470,7 @@ LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 -- Where a summary may end (never inside a tool group) is one rule,
--- SummaryMayEnd in src/rules.c, used by the sessions guard, the summary's
+-- SummaryMayEnd in src/policy/rules.c, used by the sessions guard, the summary's
 -- cut and its fit to the request (written three times before).
 CREATE FUNCTION ctxwin._summary_may_end(has_tool_calls boolean, next_role text)
 RETURNS boolean
@@ -666,7 +666,7 @@ JOIN ctxwin.models m ON m.name = p.model;
 -- Whether a queued session's summary waits, under a stable window, for the
 -- window to near its jump or for the session to be idle for cache_ttl, so
 -- that it does not change the beginning of requests the provider has
--- cached.  The rule is SummaryWaits in src/rules.c; the worker and
+-- cached.  The rule is SummaryWaits in src/policy/rules.c; the worker and
 -- compact() pass such sessions over until then.
 CREATE FUNCTION ctxwin._summary_waits(context_tokens bigint, window_policy text, budget int,
                                       low_water real, idle interval, cache_ttl interval)
@@ -680,7 +680,7 @@ COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, real, interval, int
 -- Tools in the budget, prompt-cache breakpoints and the whole request body:
 -- build_context and _window take the tools sent with the request (and
 -- build_context a cache switch), build_request returns the whole body,
--- count_tool_tokens what tools cost (src/tools.c, src/request.c).
+-- count_tool_tokens what tools cost (src/window/tools.c, src/window/request.c).
 CREATE FUNCTION ctxwin.count_tool_tokens(tools jsonb, encoding text DEFAULT 'cl100k_base')
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_count_tool_tokens'

@@ -59,7 +59,7 @@ COMMENT ON FUNCTION ctxwin._require_library(text) IS
 -- index expression or a stored generated column.  Their encoding argument
 -- names an encoding or a model ctxwin ships (a built-in row of
 -- ctxwin.models), both known to the library without reading a table
--- (src/tokenizer.c); a model a user adds to ctxwin.models is counted in the
+-- (src/tokenizer/tokenizer.c); a model a user adds to ctxwin.models is counted in the
 -- encoding model_encoding(model) reads from its row.  A user's row that
 -- replaces a built-in one changes what the session functions count with,
 -- not what these do: they keep the model's published encoding.
@@ -115,7 +115,7 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
 
--- What tools cost a request (src/tools.c): OpenAI's published formula for an
+-- What tools cost a request (src/window/tools.c): OpenAI's published formula for an
 -- encoding or a model ctxwin ships of any provider but anthropic;
 -- Anthropic's tool-use system prompt and the tools' JSON text for a built-in
 -- model of provider anthropic.  (build_context takes the provider of the
@@ -388,9 +388,9 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 -- conversation_summary and summary_through_id (checked by
 -- _sessions_maintain); every other column is ctxwin's bookkeeping, written
 -- by its triggers and C code, or by the table's owner (a restore, a
--- superuser).  The guard is in C (src/sessions_guard.c): it runs on every
+-- superuser).  The guard is in C (src/ingest/sessions_guard.c): it runs on every
 -- update through SQL, the insert trigger's UPDATE of the counters included;
--- where that write is made directly (src/session_write.c), it is ctxwin's
+-- where that write is made directly (src/ingest/session_write.c), it is ctxwin's
 -- own and the guard would let it pass.
 CREATE FUNCTION ctxwin._sessions_guard() RETURNS trigger
 AS 'MODULE_PATHNAME', 'ctxwin_sessions_guard'
@@ -555,7 +555,7 @@ COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
 -- Whether a session's counters put it in the compaction queue: a summary
 -- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
 -- and there is more than the newest min_recent_messages to summarize.  The
--- rule is SessionQueues in src/rules.c, which the insert trigger and
+-- rule is SessionQueues in src/policy/rules.c, which the insert trigger and
 -- context_status use too.
 CREATE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
                                      max_messages int, max_tokens int, ratio real,
@@ -570,7 +570,7 @@ COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real,
 -- Whether a queued session's summary waits, under a stable window, for the
 -- window to near its jump or for the session to be idle for cache_ttl, so
 -- that it does not change the beginning of requests the provider has
--- cached.  The rule is SummaryWaits in src/rules.c; the worker and
+-- cached.  The rule is SummaryWaits in src/policy/rules.c; the worker and
 -- compact() pass such sessions over until then.
 CREATE FUNCTION ctxwin._summary_waits(context_tokens bigint, window_policy text, budget int,
                                       low_water real, idle interval, cache_ttl interval)
@@ -583,7 +583,7 @@ COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, real, interval, int
 
 -- Whether a summary may end at a message, given whether it has tool calls
 -- and the role of the message after it (NULL: none): never inside a tool
--- group.  The rule is SummaryMayEnd in src/rules.c; the guard below, the
+-- group.  The rule is SummaryMayEnd in src/policy/rules.c; the guard below, the
 -- summary's cut and its fit to the request use it.
 CREATE FUNCTION ctxwin._summary_may_end(has_tool_calls boolean, next_role text)
 RETURNS boolean
@@ -781,7 +781,7 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
 -- session's counters and queues the session when a summary trigger fires
 -- (waking the worker when the session enters the queue, or is released by
 -- the message from its failures).  It never calls the network.  In C
--- (src/trigger.c), it runs on every message insert; it pins no search_path
+-- (src/ingest/trigger.c), it runs on every message insert; it pins no search_path
 -- but resolves no name through it: every name in its queries is qualified.
 -- The counters of a statement's messages are kept in memory and written
 -- once per session at the end of the statement (so a load of n messages in
@@ -860,8 +860,8 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';
 
--- The window is made in C (src/window.c: the walk, the packing and the
--- middle cut; src/format.c: the two output formats).  Both run as the
+-- The window is made in C (src/window/window.c: the walk, the packing and the
+-- middle cut; src/window/format.c: the two output formats).  Both run as the
 -- caller: privileges and row-level security apply to what they read.
 
 CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int, p_tools jsonb DEFAULT NULL)
@@ -883,7 +883,7 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
 'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
--- The whole request body (src/request.c), the window built as build_context
+-- The whole request body (src/window/request.c), the window built as build_context
 -- builds it.
 CREATE FUNCTION ctxwin.build_request(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
                                      tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
@@ -1643,7 +1643,7 @@ COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
 'The last message id at or before a target where a summary may end without splitting a tool group';
 
 -- Whether a summary trigger fires for a session now: context_status's
--- will_trigger, without the window (src/status.c).  Counts in the encoding
+-- will_trigger, without the window (src/window/status.c).  Counts in the encoding
 -- in effect now (the counters' own if the model did not change since).
 CREATE FUNCTION ctxwin._session_due(p_session uuid)
 RETURNS boolean
@@ -1821,7 +1821,7 @@ COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
  * unsummarized message is among the newest min_recent_messages or in an
  * unfinished tool group.  Without force, such a session leaves the
  * compaction queue (the next message that fires a trigger queues it again).
- * In C (src/summary.c), with the cut, the trigger check and the request in
+ * In C (src/summary/summary.c), with the cut, the trigger check and the request in
  * SQL.
  */
 CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
@@ -1838,7 +1838,7 @@ COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
  * LLM's answer, checks it and writes it with a compare-and-set (only if the
  * session's summary did not change since the plan), with its summaries row,
  * flush event and NOTIFY.  Raises, leaving everything as it was, for an
- * answer that must not become a summary.  In C (src/summary.c), with the
+ * answer that must not become a summary.  In C (src/summary/summary.c), with the
  * extractive summarizer and the answer check (_llm_answer) in SQL.
  */
 CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
@@ -1851,7 +1851,7 @@ COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
 'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
 
 -- The plan, the LLM request (_llm_summarize) and the finish, in this
--- backend and transaction.  In C (src/compact.c).
+-- backend and transaction.  In C (src/summary/compact.c).
 CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
                                          instructions text DEFAULT NULL)
 RETURNS ctxwin.summaries
@@ -1906,7 +1906,7 @@ COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS
 
 -- The queued sessions, oldest queued first, each summarized in a
 -- subtransaction of its own; a failure is recorded with _compaction_failed.
--- In C (src/compact.c).
+-- In C (src/summary/compact.c).
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_compact'

@@ -1,4 +1,4 @@
--- The walk has two sources of the same rows (src/walk.c): a direct backward
+-- The walk has two sources of the same rows (src/window/walk.c): a direct backward
 -- scan of the primary key where the caller may read ctxwin.messages
 -- directly, and SPI queries where row-level security (or Citus) applies.
 -- Both must give the same windows, byte for byte, for every budget and both

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/bpe.h"
+#include "../src/tokenizer/bpe.h"
 #include "standalone.h"
 
 static int	test_no = 0;

@@ -6,7 +6,7 @@
  *
  * The input is tiktoken's format: one line per token, "<base64 bytes> <rank>",
  * ranks dense from 0.  The output holds the constant tables described in
- * src/bpe_vocab.h.  The Makefile checks the file's sha256 before running this.
+ * src/tokenizer/bpe_vocab.h.  The Makefile checks the file's sha256 before running this.
  * A host program, not part of the extension: it uses plain malloc and exits
  * non-zero on any malformed input.
  */
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/bpe_vocab.h"
+#include "../src/tokenizer/bpe_vocab.h"
 
 static void
 die(const char *msg, long line)

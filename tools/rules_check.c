@@ -1,6 +1,6 @@
 /*
  * rules_check.c
- *		src/rules.c outside the server: the summary triggers on hand-picked
+ *		src/policy/rules.c outside the server: the summary triggers on hand-picked
  *		boundary cases, and the packing of a window and the water-filling
  *		cut against brute-force references on generated cases.
  *
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/rules.h"
+#include "../src/policy/rules.h"
 
 static int	test_no = 0;
 static int	failures = 0;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/bpe.h"
+#include "../src/tokenizer/bpe.h"
 #include "standalone.h"
 
 void *

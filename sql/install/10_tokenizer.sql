@@ -2,7 +2,7 @@
 -- index expression or a stored generated column.  Their encoding argument
 -- names an encoding or a model ctxwin ships (a built-in row of
 -- ctxwin.models), both known to the library without reading a table
--- (src/tokenizer.c); a model a user adds to ctxwin.models is counted in the
+-- (src/tokenizer/tokenizer.c); a model a user adds to ctxwin.models is counted in the
 -- encoding model_encoding(model) reads from its row.  A user's row that
 -- replaces a built-in one changes what the session functions count with,
 -- not what these do: they keep the model's published encoding.
@@ -58,7 +58,7 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
 'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
 
--- What tools cost a request (src/tools.c): OpenAI's published formula for an
+-- What tools cost a request (src/window/tools.c): OpenAI's published formula for an
 -- encoding or a model ctxwin ships of any provider but anthropic;
 -- Anthropic's tool-use system prompt and the tools' JSON text for a built-in
 -- model of provider anthropic.  (build_context takes the provider of the

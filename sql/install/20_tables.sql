@@ -223,9 +223,9 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 -- conversation_summary and summary_through_id (checked by
 -- _sessions_maintain); every other column is ctxwin's bookkeeping, written
 -- by its triggers and C code, or by the table's owner (a restore, a
--- superuser).  The guard is in C (src/sessions_guard.c): it runs on every
+-- superuser).  The guard is in C (src/ingest/sessions_guard.c): it runs on every
 -- update through SQL, the insert trigger's UPDATE of the counters included;
--- where that write is made directly (src/session_write.c), it is ctxwin's
+-- where that write is made directly (src/ingest/session_write.c), it is ctxwin's
 -- own and the guard would let it pass.
 CREATE FUNCTION ctxwin._sessions_guard() RETURNS trigger
 AS 'MODULE_PATHNAME', 'ctxwin_sessions_guard'

@@ -17,7 +17,7 @@ COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
 -- Whether a session's counters put it in the compaction queue: a summary
 -- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
 -- and there is more than the newest min_recent_messages to summarize.  The
--- rule is SessionQueues in src/rules.c, which the insert trigger and
+-- rule is SessionQueues in src/policy/rules.c, which the insert trigger and
 -- context_status use too.
 CREATE FUNCTION ctxwin._should_queue(messages bigint, tokens bigint, prompt_tokens bigint,
                                      max_messages int, max_tokens int, ratio real,
@@ -32,7 +32,7 @@ COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real,
 -- Whether a queued session's summary waits, under a stable window, for the
 -- window to near its jump or for the session to be idle for cache_ttl, so
 -- that it does not change the beginning of requests the provider has
--- cached.  The rule is SummaryWaits in src/rules.c; the worker and
+-- cached.  The rule is SummaryWaits in src/policy/rules.c; the worker and
 -- compact() pass such sessions over until then.
 CREATE FUNCTION ctxwin._summary_waits(context_tokens bigint, window_policy text, budget int,
                                       low_water real, idle interval, cache_ttl interval)
@@ -45,7 +45,7 @@ COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, real, interval, int
 
 -- Whether a summary may end at a message, given whether it has tool calls
 -- and the role of the message after it (NULL: none): never inside a tool
--- group.  The rule is SummaryMayEnd in src/rules.c; the guard below, the
+-- group.  The rule is SummaryMayEnd in src/policy/rules.c; the guard below, the
 -- summary's cut and its fit to the request use it.
 CREATE FUNCTION ctxwin._summary_may_end(has_tool_calls boolean, next_role text)
 RETURNS boolean
@@ -243,7 +243,7 @@ CREATE TRIGGER models_requeue AFTER UPDATE ON ctxwin.models
 -- session's counters and queues the session when a summary trigger fires
 -- (waking the worker when the session enters the queue, or is released by
 -- the message from its failures).  It never calls the network.  In C
--- (src/trigger.c), it runs on every message insert; it pins no search_path
+-- (src/ingest/trigger.c), it runs on every message insert; it pins no search_path
 -- but resolves no name through it: every name in its queries is qualified.
 -- The counters of a statement's messages are kept in memory and written
 -- once per session at the end of the statement (so a load of n messages in

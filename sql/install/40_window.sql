@@ -12,8 +12,8 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';
 
--- The window is made in C (src/window.c: the walk, the packing and the
--- middle cut; src/format.c: the two output formats).  Both run as the
+-- The window is made in C (src/window/window.c: the walk, the packing and the
+-- middle cut; src/window/format.c: the two output formats).  Both run as the
 -- caller: privileges and row-level security apply to what they read.
 
 CREATE FUNCTION ctxwin._window(p_session uuid, p_budget int, p_tools jsonb DEFAULT NULL)
@@ -35,7 +35,7 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
 'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
--- The whole request body (src/request.c), the window built as build_context
+-- The whole request body (src/window/request.c), the window built as build_context
 -- builds it.
 CREATE FUNCTION ctxwin.build_request(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
                                      tools jsonb DEFAULT NULL, cache boolean DEFAULT true)

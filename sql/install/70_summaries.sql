@@ -353,7 +353,7 @@ COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
 'The last message id at or before a target where a summary may end without splitting a tool group';
 
 -- Whether a summary trigger fires for a session now: context_status's
--- will_trigger, without the window (src/status.c).  Counts in the encoding
+-- will_trigger, without the window (src/window/status.c).  Counts in the encoding
 -- in effect now (the counters' own if the model did not change since).
 CREATE FUNCTION ctxwin._session_due(p_session uuid)
 RETURNS boolean
@@ -531,7 +531,7 @@ COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
  * unsummarized message is among the newest min_recent_messages or in an
  * unfinished tool group.  Without force, such a session leaves the
  * compaction queue (the next message that fires a trigger queues it again).
- * In C (src/summary.c), with the cut, the trigger check and the request in
+ * In C (src/summary/summary.c), with the cut, the trigger check and the request in
  * SQL.
  */
 CREATE FUNCTION ctxwin._summary_plan(p_session uuid, p_force boolean, p_instructions text)
@@ -548,7 +548,7 @@ COMMENT ON FUNCTION ctxwin._summary_plan(uuid, boolean, text) IS
  * LLM's answer, checks it and writes it with a compare-and-set (only if the
  * session's summary did not change since the plan), with its summaries row,
  * flush event and NOTIFY.  Raises, leaving everything as it was, for an
- * answer that must not become a summary.  In C (src/summary.c), with the
+ * answer that must not become a summary.  In C (src/summary/summary.c), with the
  * extractive summarizer and the answer check (_llm_answer) in SQL.
  */
 CREATE FUNCTION ctxwin._summary_finish(plan jsonb, answer jsonb)
@@ -561,7 +561,7 @@ COMMENT ON FUNCTION ctxwin._summary_finish(jsonb, jsonb) IS
 'Makes or reads the summary a plan asks for and writes it with a compare-and-set, with its summaries row and flush event';
 
 -- The plan, the LLM request (_llm_summarize) and the finish, in this
--- backend and transaction.  In C (src/compact.c).
+-- backend and transaction.  In C (src/summary/compact.c).
 CREATE FUNCTION ctxwin.summarize_session(session uuid, force boolean DEFAULT false,
                                          instructions text DEFAULT NULL)
 RETURNS ctxwin.summaries

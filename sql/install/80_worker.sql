@@ -40,7 +40,7 @@ COMMENT ON FUNCTION ctxwin._session_claimed(uuid) IS
 
 -- The queued sessions, oldest queued first, each summarized in a
 -- subtransaction of its own; a failure is recorded with _compaction_failed.
--- In C (src/compact.c).
+-- In C (src/summary/compact.c).
 CREATE FUNCTION ctxwin.compact(max_sessions int DEFAULT 100)
 RETURNS int
 AS 'MODULE_PATHNAME', 'ctxwin_compact'

@@ -1,0 +1,96 @@
+/*
+ * util.c
+ *		Small helpers: a uuid as text, texts compared, and the library's
+ *		version against the installed SQL's.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/uuid.h"
+
+#include "base/base.h"
+
+/* A uuid as text, for a message. */
+char *
+CtxwinUuidText(Datum id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, id));
+}
+
+/* Whether two texts hold the same bytes. */
+bool
+CtxwinTextsEqual(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * Versions as ctxwin writes them, major.minor.patch: negative, zero or
+ * positive as a is older than, the same as or newer than b.  A missing part
+ * counts as 0; text after the numbers is ignored.
+ */
+int
+ctxwin_version_cmp(const char *a, const char *b)
+{
+	for (int i = 0; i < 3; i++)
+	{
+		long		x = 0;
+		long		y = 0;
+
+		if (*a >= '0' && *a <= '9')
+			x = strtol(a, (char **) &a, 10);
+		if (*b >= '0' && *b <= '9')
+			y = strtol(b, (char **) &b, 10);
+		if (x != y)
+			return x < y ? -1 : 1;
+		if (*a == '.')
+			a++;
+		if (*b == '.')
+			b++;
+	}
+	return 0;
+}
+
+PG_FUNCTION_INFO_V1(ctxwin_library_version);
+
+/*
+ * ctxwin._library_version() returns text
+ *
+ * The version of the ctxwin library this backend runs, which can differ from
+ * the extension's version in the database (pg_extension.extversion) between
+ * installing a new ctxwin and ALTER EXTENSION ctxwin UPDATE, or while a
+ * server that preloads ctxwin still runs the library it started with.
+ */
+Datum
+ctxwin_library_version(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(CTXWIN_VERSION));
+}
+
+PG_FUNCTION_INFO_V1(ctxwin_require_library);
+
+/*
+ * ctxwin._require_library(version text) returns void
+ *
+ * Each update script calls it first with its own target version: the
+ * library this backend runs must be that version or newer, or the update
+ * stops before it changes anything.  The library a process has loaded stays
+ * until the process ends; with ctxwin in shared_preload_libraries that is
+ * the server's lifetime.
+ */
+Datum
+ctxwin_require_library(PG_FUNCTION_ARGS)
+{
+	char	   *want = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	if (ctxwin_version_cmp(CTXWIN_VERSION, want) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ctxwin %s needs ctxwin's library %s or later, but this server runs library %s",
+						want, want, CTXWIN_VERSION),
+				 errdetail("A process keeps the library it loaded first; with ctxwin in shared_preload_libraries, every process keeps the one the server started with."),
+				 errhint("Install ctxwin %s, restart the server, then run ALTER EXTENSION ctxwin UPDATE again.", want)));
+	PG_RETURN_VOID();
+}

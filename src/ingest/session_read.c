@@ -1,0 +1,316 @@
+/*
+ * session_read.c
+ *		Reads for the insert trigger of ctxwin.messages: a session's row,
+ *		locked, the settings of its profile and model, and its counters
+ *		recounted in another encoding.
+ *
+ * The session row and the settings are read on every message, so they are
+ * read directly from the tables' heaps and primary keys (a query costs an
+ * executor start and run, about 6 us for the lock, and a join in SQL a
+ * hash join per message: about 20 us), with the privilege checks and the
+ * concurrency rules the queries have.  Where a table cannot be read so
+ * (see DirectReadable) the same rows are read by a query, kept prepared
+ * with a generic plan (see CtxwinKeptPlan): row-level security policies
+ * then apply as they would to it, and Citus finds the rows.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/objectaddress.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+
+#include "ingest/ingest.h"
+#include "window/window.h"
+
+/* The columns of a session's row the insert trigger reads (SessionColumn), the key first. */
+static const char *const session_cols[SC_NCOLUMNS] = {
+	"id", "message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
+	"prompt_tokens", "count_encoding", "pending_tool_calls", "profile",
+	"compaction_queued_at", "compaction_failures", "compaction_retry_at"
+};
+
+/* The same, locked, where ctxwin.sessions is not DirectReadable. */
+static const char *const session_lock_query =
+"SELECT x.id, x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
+"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.profile, "
+"       x.compaction_queued_at, x.compaction_failures, x.compaction_retry_at "
+"FROM ctxwin.sessions x "
+"WHERE x.id OPERATOR(pg_catalog.=) $1 "
+"FOR NO KEY UPDATE OF x";
+
+/* The columns of profiles and models read for the settings, the key first. */
+static const char *const profile_cols[] = {
+	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
+	"max_tokens_before_summary", "min_recent_messages", "summary_placement", "response_reserve",
+	"window_policy", "window_low_water"
+};
+enum
+{
+	P_NAME, P_MODEL, P_WINDOW, P_RATIO, P_MAX_MESSAGES, P_MAX_TOKENS, P_MIN_RECENT, P_PLACEMENT,
+	P_RESERVE, P_POLICY, P_LOW_WATER
+};
+static const char *const model_cols[] = {"name", "encoding", "context_window"};
+enum
+{
+	M_NAME, M_ENCODING, M_WINDOW
+};
+
+/* The settings, where profiles or models is not DirectReadable. */
+static const char *const settings_query =
+"SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
+"       p.max_messages_before_summary, p.max_tokens_before_summary, "
+"       p.min_recent_messages, p.summary_placement, p.response_reserve, "
+"       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_policy', "
+"       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
+"FROM ctxwin.profiles p "
+"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
+"WHERE p.name OPERATOR(pg_catalog.=) $1";
+
+/*
+ * What a recount reads of a session: its unsummarized tokens counted in an
+ * encoding ($2; the messages the statement inserted so far are visible to
+ * it), its system prompt and summary.
+ */
+static const char *const recount_query =
+"SELECT ctxwin._unsummarized_tokens(x.id, x.summary_through_id, $2), "
+"       x.system_prompt, x.conversation_summary "
+"FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) $1";
+
+/* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
+static SPIPlanPtr session_lock_plan = NULL;
+static SPIPlanPtr settings_plan = NULL;
+static SPIPlanPtr recount_plan = NULL;
+
+/* The settings of a profile and its model, by settings_query; false if none.  Needs SPI. */
+static bool
+SettingsByQuery(text *profile, Settings *st)
+{
+	TupleDesc	desc;
+	HeapTuple	row = CtxwinKeptPlanRow(&settings_plan, settings_query, TEXTOID,
+								  PointerGetDatum(profile), &desc);
+	bool		isnull;
+	Datum		d;
+
+	if (row == NULL)
+		return false;
+	st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
+	st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+	st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
+	st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
+	st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
+	st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
+	st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
+	st->response_reserve = DatumGetInt32(SPI_getbinval(row, desc, 8, &isnull));
+	d = SPI_getbinval(row, desc, 9, &isnull);
+	st->stable = !isnull && strcmp(TextDatumGetCString(d), "stable") == 0;
+	d = SPI_getbinval(row, desc, 10, &isnull);
+	st->low_water = isnull ? 0.6 : DatumGetFloat4(d);
+	return true;
+}
+
+/*
+ * The settings of a profile and its model, as of a snapshot taken now (as
+ * the statement that follows the lock would see them).  False if there is
+ * no such profile or model.  Needs SPI (under Citus, to find this node's
+ * copies of the reference tables).
+ */
+bool
+CtxwinReadSettings(text *profile, Settings *st)
+{
+	Oid			nsp = get_namespace_oid("ctxwin", false);
+	Oid			profiles = get_relname_relid("profiles", nsp);
+	Oid			models = get_relname_relid("models", nsp);
+	Datum		pv[lengthof(profile_cols)];
+	bool		pn[lengthof(profile_cols)];
+	Datum		mv[lengthof(model_cols)];
+	bool		mn[lengthof(model_cols)];
+	Snapshot	snapshot;
+	bool		found;
+
+	if (!OidIsValid(profiles) || !OidIsValid(models))
+		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
+
+	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
+	{
+		/* under Citus: this node's copies of the reference tables, if it has them */
+		profiles = CtxwinReferenceRelation(profiles);
+		models = CtxwinReferenceRelation(models);
+		if (!OidIsValid(profiles) || !OidIsValid(models))
+			return SettingsByQuery(profile, st);
+	}
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	found = CtxwinFetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
+		!pn[P_MODEL] &&
+		CtxwinFetchRow(models, DatumGetTextPP(pv[P_MODEL]), snapshot, model_cols, lengthof(model_cols), mv, mn);
+	UnregisterSnapshot(snapshot);
+	if (!found)
+		return false;
+	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
+	if (mn[M_ENCODING] || mn[M_WINDOW] || pn[P_MIN_RECENT] || pn[P_RESERVE])
+		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
+	st->encoding = DatumGetTextPP(mv[M_ENCODING]);
+	st->context_window = DatumGetInt32(pn[P_WINDOW] ? mv[M_WINDOW] : pv[P_WINDOW]);
+	st->ratio_null = pn[P_RATIO];
+	st->trigger_ratio = pn[P_RATIO] ? 0 : DatumGetFloat4(pv[P_RATIO]);
+	st->max_messages_null = pn[P_MAX_MESSAGES];
+	st->max_messages = pn[P_MAX_MESSAGES] ? 0 : DatumGetInt32(pv[P_MAX_MESSAGES]);
+	st->max_tokens_null = pn[P_MAX_TOKENS];
+	st->max_tokens = pn[P_MAX_TOKENS] ? 0 : DatumGetInt32(pv[P_MAX_TOKENS]);
+	st->min_recent = DatumGetInt32(pv[P_MIN_RECENT]);
+	st->placement = pv[P_PLACEMENT];
+	st->placement_null = pn[P_PLACEMENT];
+	st->response_reserve = DatumGetInt32(pv[P_RESERVE]);
+	/* NULL: a database still at 0.1.0, whose windows slide */
+	st->stable = !pn[P_POLICY] && strcmp(TextDatumGetCString(pv[P_POLICY]), "stable") == 0;
+	st->low_water = pn[P_LOW_WATER] ? 0.6 : DatumGetFloat4(pv[P_LOW_WATER]);
+	return true;
+}
+
+/*
+ * A session's row (session_cols), read directly from the table and its
+ * primary key, and locked unless lock is false (the caller then updates
+ * that very version, or reads it again locked).  The privileges are
+ * checked as the executor checks them for session_lock_query: SELECT on
+ * the columns read, and, for FOR NO KEY UPDATE, UPDATE on the table or any
+ * of its columns.  As for SPI's query, the command counter is advanced
+ * first, so the row is seen as changed by the statement so far.  False if
+ * there is no such row.
+ */
+static bool
+ReadSessionDirect(Oid relid, Datum session_id, bool lock, Datum *vals, bool *nulls,
+				  ItemPointer tid)
+{
+	Relation	rel = table_open(relid, RowShareLock);
+	Oid			userid = GetUserId();
+	AttrNumber	attnos[SC_NCOLUMNS];
+	Relation	index;
+	Snapshot	snapshot;
+	TupleTableSlot *slot;
+	bool		found;
+
+	CtxwinReadableColumns(rel, session_cols, SC_NCOLUMNS, attnos);
+	if (pg_class_aclcheck(relid, userid, ACL_UPDATE) != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relid, userid, ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
+					   RelationGetRelationName(rel));
+	index = CtxwinOpenPrimaryKey(rel, attnos[SC_ID]);
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	slot = table_slot_create(rel, NULL);
+	found = CtxwinFetchByPrimaryKey(rel, index, snapshot, F_UUID_EQ, session_id, slot) &&
+		(!lock || CtxwinLockRowForUpdate(rel, slot, snapshot, attnos[SC_ID], session_id));
+	if (found)
+	{
+		CtxwinSlotColumns(slot, attnos, SC_NCOLUMNS, vals, nulls);
+		*tid = slot->tts_tid;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * A session's row (session_cols) into vals and nulls, and where it is into
+ * tid: directly where ctxwin.sessions is DirectReadable, locked unless lock
+ * is false, else by session_lock_query, locked (tid then invalid).  False
+ * if there is no such row.  Needs SPI.
+ */
+bool
+CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls, ItemPointer tid)
+{
+	Oid			sessions = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
+	TupleDesc	desc;
+	HeapTuple	row;
+	int			i;
+
+	if (!OidIsValid(sessions))
+		elog(ERROR, "ctxwin.sessions is missing");
+	if (CtxwinDirectReadable(sessions))
+		return ReadSessionDirect(sessions, session_id, lock, vals, nulls, tid);
+	ItemPointerSetInvalid(tid);
+	row = CtxwinKeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
+	if (row == NULL)
+		return false;
+	for (i = 0; i < SC_NCOLUMNS; i++)
+		vals[i] = SPI_getbinval(row, desc, i + 1, &nulls[i]);
+	return true;
+}
+
+/*
+ * A session's counters recounted in the encoding of its model now (its
+ * counters are in another: its profile or the profile's model changed, or
+ * it was restored so): its unsummarized tokens, and its prompt tokens, the
+ * tokens of the system messages that carry its prompt and summary
+ * (CtxwinSystemMessages), as ctxwin.messages_tokens(ctxwin.system_messages(
+ * ...)) counts them.  The row is locked by CtxwinReadSession, so it is the
+ * row that read.  Needs SPI.
+ */
+void
+CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding *enc,
+					 int64 *unsummarized_tokens, int32 *prompt_tokens)
+{
+	Oid			argtypes[2] = {UUIDOID, TEXTOID};
+	Datum		args[2] = {session_id, PointerGetDatum(st->encoding)};
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		d;
+	text	   *prompt,
+			   *summary;
+	WindowMessage sys[2];
+	int			nsys,
+				i;
+	int64		tokens = 0;
+
+	if (SPI_execute_plan(CtxwinKeptPlan(&recount_plan, recount_query, 2, argtypes), args, NULL,
+						 false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "recounting the tokens of session %s failed", CtxwinUuidText(session_id));
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	/* a sum, coalesced: never NULL */
+	*unsummarized_tokens = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+	if (isnull)
+		elog(ERROR, "unsummarized tokens of session are NULL");
+	d = SPI_getbinval(row, desc, 2, &isnull);
+	prompt = isnull ? NULL : DatumGetTextPP(d);
+	d = SPI_getbinval(row, desc, 3, &isnull);
+	summary = isnull ? NULL : DatumGetTextPP(d);
+
+	nsys = CtxwinSystemMessages(prompt, summary,
+								st->placement_null ? NULL : TextDatumGetCString(st->placement),
+								enc, sys);
+	/* each message's count an int, as count_message_tokens gives it; their sum an int */
+	for (i = 0; i < nsys; i++)
+		tokens += Min(sys[i].tokens, PG_INT32_MAX);
+	if (tokens > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("integer out of range")));
+	*prompt_tokens = (int32) tokens;
+}

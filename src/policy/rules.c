@@ -1,0 +1,223 @@
+/*
+ * rules.c
+ *		The summary triggers and the packing of a window, as pure functions
+ *		(see rules.h); every caller, in the server or in tools/, uses these.
+ */
+#include <math.h>
+
+#include "policy/rules.h"
+
+/*
+ * The tokens a session's context would send: its system messages, the
+ * unsummarized messages and the list's overhead.
+ */
+int64_t
+ContextTokens(const TriggerCounts *c)
+{
+	return c->prompt_tokens + c->tokens + CTXWIN_LIST_OVERHEAD;
+}
+
+/*
+ * The summary triggers that fire (TRIGGER_* bits): N messages or K tokens
+ * since the summary, or the context over trigger_ratio of the window.
+ * The ratio compares as SQL's float8 arithmetic did: the real ratio
+ * widened, then multiplied.
+ */
+unsigned
+TriggersFiring(const TriggerSettings *s, const TriggerCounts *c)
+{
+	unsigned	firing = 0;
+
+	if (s->max_messages_on && c->messages >= s->max_messages)
+		firing |= TRIGGER_MESSAGES;
+	if (s->max_tokens_on && c->tokens >= s->max_tokens)
+		firing |= TRIGGER_TOKENS;
+	if (s->ratio_on &&
+		(double) ContextTokens(c) > (double) s->ratio * (double) s->context_window)
+		firing |= TRIGGER_RATIO;
+	return firing;
+}
+
+/*
+ * Whether a session belongs in the compaction queue: a trigger fires and
+ * there is more than the newest min_recent messages to summarize.  A
+ * negative min_recent asks whether a trigger fires at all.
+ */
+bool
+SessionQueues(const TriggerSettings *s, const TriggerCounts *c)
+{
+	return c->messages > s->min_recent && TriggersFiring(s, c) != 0;
+}
+
+/*
+ * Whether a summary may end at a message: never inside a tool group, so the
+ * next message is no tool result (it would lose the call it answers), and
+ * an assistant message with tool calls is not the last (its results are
+ * summarized with it).
+ */
+bool
+SummaryMayEnd(bool has_tool_calls, bool next_exists, bool next_is_tool)
+{
+	if (next_exists)
+		return !next_is_tool;
+	return !has_tool_calls;
+}
+
+/* A walk with room tokens for messages. */
+void
+PackWalkInit(PackWalk *w, int64_t room)
+{
+	w->room = room;
+	w->unit = 0;
+	w->pushed = 0;
+	w->packed = 0;
+	w->used = 0;
+	w->done = false;
+	w->cut = false;
+}
+
+/*
+ * The next older message: packed with its unit when the unit closes (at a
+ * message that is not a tool result) and fits.  Returns false once the
+ * walk is done: the first unit that does not fit ends it, so the window is
+ * the newest units, whole and contiguous.  When that is the newest unit,
+ * cut is set: nothing is packed, and the unit is the one to cut.
+ */
+bool
+PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens)
+{
+	if (w->done)
+		return false;
+	w->pushed++;
+	w->unit += tokens;
+	/* a tool result goes with the assistant message that called it */
+	if (is_tool)
+		return true;
+	if (w->unit <= w->room)
+	{
+		w->room -= w->unit;
+		w->used += w->unit;
+		w->unit = 0;
+		w->packed = w->pushed;
+		return true;
+	}
+	w->cut = (w->packed == 0);
+	w->done = true;
+	return false;
+}
+
+/* What the contents cost when each is capped at level (never below its least). */
+int64_t
+PackCostAtLevel(const int64_t *tokens, const int64_t *least, int n, int64_t level)
+{
+	int64_t		sum = 0;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		int64_t		cap = level > least[i] ? level : least[i];
+
+		sum += tokens[i] < cap ? tokens[i] : cap;
+	}
+	return sum;
+}
+
+/*
+ * Water-filling: the highest level at which the contents fit room, so the
+ * largest are cut first and no more than needed; INT64_MAX if they fit
+ * uncut, -1 if not even every content cut to its least fits.
+ */
+int64_t
+PackFitLevel(const int64_t *tokens, const int64_t *least, int n, int64_t room)
+{
+	int64_t		lo = 0,
+				hi = 0;
+	int			i;
+
+	if (PackCostAtLevel(tokens, least, n, 0) > room)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (tokens[i] > hi)
+			hi = tokens[i];
+	if (PackCostAtLevel(tokens, least, n, hi) <= room)
+		return INT64_MAX;
+	/* PackCostAtLevel grows with the level: the last level that fits */
+	while (hi - lo > 1)
+	{
+		int64_t		mid = lo + (hi - lo) / 2;
+
+		if (PackCostAtLevel(tokens, least, n, mid) <= room)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * A stable window (window_policy 'stable') starts where the previous
+ * request started while everything since then still fits, so that each
+ * request begins with the bytes of the previous one and the provider's
+ * prompt cache serves them.  Only when the messages would no longer fit
+ * does the start jump forward, to where the window fills no more than the
+ * low-water mark, and stays there again.
+ *
+ * The start is a pure function of the messages since the summary: with
+ * positions counted in tokens from the first of them, it is the first
+ * whole unit at or after k * stride, where stride = room - low (the
+ * tokens between two jumps) and k = ceil((total - room) / stride), the
+ * fewest jumps that make the newest messages fit.  While total grows and
+ * the window from k * stride still fits (k fixed), the start stays; when
+ * total passes room + k * stride, k grows and the window starts again
+ * with about low tokens.  So two servers that
+ * read the same rows build the same window, with no state kept anywhere.
+ *
+ * Returns the room the walk packs into: the window holds the units whose
+ * start is at or after k * stride, the newest total - k * stride tokens,
+ * which is never more than room.  While everything fits (total <= room) it
+ * is room, as for a sliding window.
+ */
+int64_t
+StableRoom(int64_t total, int64_t room, int64_t low)
+{
+	int64_t		stride;
+
+	if (low < 0)
+		low = 0;
+	stride = room - low;
+	if (total <= room || stride <= 0)
+		return room;
+	return total - ((total - room + stride - 1) / stride) * stride;
+}
+
+/*
+ * A new summary changes the beginning of every request after it: under a
+ * stable window it throws away the provider's warm cache of the current
+ * one, and the next request pays for the whole window again.  Where that
+ * window is large, the jump it nears would throw the cache away soon
+ * anyway: a summary that a trigger makes due then waits for it, so that
+ * the summary is the jump.  So a due summary waits while
+ *	- the context (prompt, summary and messages since it, context_tokens)
+ *	  is at or over the low-water mark: below it, a summary costs little (a
+ *	  small window sent again) and waiting would only let the window grow,
+ *	  which costs more on every request than the one miss it saves
+ *	  (measured by bench/cache/run: waiting from the trigger on raised the
+ *	  bill of a chat with a 30-message trigger by half);
+ *	- and below halfway from the low-water mark to the budget, which leaves
+ *	  the summary time to be written before the window would have to jump
+ *	  by itself;
+ *	- and the session was active within the cache's lifetime (ttl_ms; 0:
+ *	  never waits): an idle session's cache is cold.
+ * A sliding window changes its beginning every turn: its summaries never
+ * wait.
+ */
+bool
+SummaryWaits(bool stable, int64_t context_tokens, int64_t budget, double low_water,
+			 int64_t idle_ms, int64_t ttl_ms)
+{
+	int64_t		low = (int64_t) floor(low_water * (double) budget);
+
+	if (!stable || idle_ms >= ttl_ms || budget <= 0)
+		return false;
+	return context_tokens >= low && context_tokens < budget - (budget - low) / 2;
+}

@@ -1,0 +1,531 @@
+/*
+ * summary.c
+ *		The two halves of a summary: the plan (_summary_plan: which messages
+ *		the next summary of a session covers, and the LLM request that makes
+ *		it) and the finish (_summary_finish: the extractive summary or the
+ *		LLM's answer, checked and written with a compare-and-set, with its
+ *		summaries row, flush event and NOTIFY).  summarize_session and
+ *		compact (src/summary/compact.c) and the background worker (through SPI) use
+ *		them.
+ *
+ * Contract: the behaviour of the PL/pgSQL functions they replace, to the
+ * error texts and SQLSTATEs: the plan reads the session as committed,
+ * without locking its row (its caller holds the session's claim, see
+ * src/worker/jobs.c), and returns a jsonb object with the keys session,
+ * strategy, after, through, version, encoding, max_tokens and instructions
+ * (and, for the llm and hybrid strategies, those of _summary_request), or
+ * NULL; the finish locks the row (waiting for a transaction that writes
+ * it) and writes nothing unless the session's summary is still the one the
+ * plan saw.  The pieces that hold no
+ * policy stay SQL and are called through SPI with kept plans: the cut
+ * (_summary_cut), the trigger check (CtxwinSessionDue, status.c), the request
+ * (_summary_request), the extractive summarizer and the answer check
+ * (_llm_answer).  Every name in the queries is schema-qualified.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/timestamp.h"
+
+#include "base/base.h"
+#include "citus/citus.h"
+#include "compat/compat.h"
+#include "tokenizer/tokenizer.h"
+#include "summary/summary.h"
+#include "window/window.h"
+
+PG_FUNCTION_INFO_V1(ctxwin_summary_plan);
+PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
+
+#define OP(o) "OPERATOR(pg_catalog." o ")"
+
+/* ' ' or 'n': a parameter's null flag as SPI takes it */
+#define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
+
+/*
+ * The session row as committed (and as this transaction wrote it): not
+ * locked, so that the application's inserts never wait for a summary.
+ */
+static SummaryQuery read_q = {
+	"SELECT x.summary_through_id, x.message_count, x.summary_version FROM ctxwin.sessions x "
+	"WHERE x.id " OP("=") " $1",
+	1, {UUIDOID}
+};
+
+static SummaryQuery settings_q = {
+	"SELECT x.min_recent_messages, x.summary_strategy, x.encoding, x.max_summary_tokens "
+	"FROM ctxwin.session_settings x WHERE x.session_id " OP("=") " $1",
+	1, {UUIDOID}
+};
+
+static SummaryQuery cut_q = {
+	"SELECT ctxwin._summary_cut($1, $2, $3)", 3, {UUIDOID, INT8OID, INT8OID}
+};
+
+static SummaryQuery settle_q = {
+	"SELECT ctxwin._compaction_settle($1)", 1, {UUIDOID}
+};
+
+static SummaryQuery plan_q = {
+	"SELECT pg_catalog.jsonb_build_object('session', $1, 'strategy', $2, 'after', $3, 'through', $4, "
+	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8)",
+	8, {UUIDOID, TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, INT4OID, TEXTOID}
+};
+
+static SummaryQuery request_q = {
+	"SELECT $1 " OP("||") " ctxwin._summary_request($2, $3, $4, $5)",
+	5, {JSONBOID, UUIDOID, INT8OID, INT8OID, TEXTOID}
+};
+
+/* What _summary_finish reads of the plan first. */
+static SummaryQuery finish_args_q = {
+	"SELECT ($1 " OP("->>") " 'session')::pg_catalog.uuid, $1 " OP("->>") " 'strategy', "
+	"($1 " OP("->>") " 'after')::pg_catalog.int8, ($1 " OP("->>") " 'through')::pg_catalog.int8, "
+	"$1 " OP("->>") " 'encoding', ($1 " OP("->>") " 'max_tokens')::pg_catalog.int4",
+	1, {JSONBOID}
+};
+
+/*
+ * The session row if its summary is still the plan's, locked: a transaction
+ * that writes the row (an insert into the session) is waited for, and the
+ * condition read again on the row it leaves.
+ */
+static SummaryQuery finish_lock_q = {
+	"SELECT x.conversation_summary FROM ctxwin.sessions x "
+	"WHERE x.id " OP("=") " $1 AND x.summary_through_id " OP("=") " $2 "
+	"AND x.summary_version " OP("=") " ($3 " OP("->>") " 'version')::pg_catalog.int4 "
+	"FOR NO KEY UPDATE",
+	3, {UUIDOID, INT8OID, JSONBOID}
+};
+
+static SummaryQuery extractive_q = {
+	"SELECT ctxwin.extractive_summary($1, ctxwin._summary_messages($2, $3, $4), $5, $6, "
+	"$7 " OP("->>") " 'instructions')",
+	7, {TEXTOID, UUIDOID, INT8OID, INT8OID, INT4OID, TEXTOID, JSONBOID}
+};
+
+/* The LLM's answer, checked: content (with the plan's facts), model, usage, latency. */
+static SummaryQuery answer_q = {
+	"SELECT pg_catalog.concat_ws(E'\\n\\n', $1 " OP("->>") " 'facts', r.a " OP("->>") " 'content'), "
+	"COALESCE(r.a " OP("->>") " 'model', $1 " OP("->>") " 'model'), r.a " OP("->") " 'usage', "
+	"COALESCE(($2 " OP("->>") " 'total_ms')::pg_catalog.int4, (r.a " OP("->>") " 'latency_ms')::pg_catalog.int4) "
+	"FROM ctxwin._llm_answer($2, ($1 " OP("->>") " 'answer_tokens')::pg_catalog.int4) AS r(a)",
+	2, {JSONBOID, JSONBOID}
+};
+
+static SummaryQuery count_q = {
+	"SELECT ctxwin.count_tokens($1, $2)", 2, {TEXTOID, TEXTOID}
+};
+
+/*
+ * The compare-and-set.  The sessions trigger derives the rest:
+ * summary_version and summary_updated_at, and the failures, retry time and
+ * last error cleared.
+ */
+static SummaryQuery cas_q = {
+	"UPDATE ctxwin.sessions x SET conversation_summary = $1, summary_through_id = $2 "
+	"WHERE x.id " OP("=") " $3 AND x.summary_through_id " OP("=") " $4 "
+	"AND x.summary_version " OP("=") " ($5 " OP("->>") " 'version')::pg_catalog.int4 "
+	"RETURNING x.summary_version",
+	5, {TEXTOID, INT8OID, UUIDOID, INT8OID, JSONBOID}
+};
+
+/*
+ * The summaries row, returned whole (a ctxwin.summaries value), built from
+ * its columns: under Citus the row returned whole would be of the shard's
+ * row type (summaries_102040), which does not cast to the table's.
+ */
+static SummaryQuery insert_q = {
+	"INSERT INTO ctxwin.summaries AS x (session_id, version, from_id, through_id, content, token_count, "
+	"strategy, model, usage, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+	"RETURNING ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at)::ctxwin.summaries",
+	10, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID}
+};
+
+static SummaryQuery flush_q = {
+	"INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id) VALUES ($1, $2, $3, $4)",
+	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
+};
+
+static SummaryQuery notify_q = {
+	"SELECT pg_catalog.pg_notify('ctxwin_flush', pg_catalog.json_build_object('session_id', $1, 'id', $2, "
+	"'from_id', $3, 'through_id', $4)::pg_catalog.text)",
+	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
+};
+
+/* What ReadSession reads: summary_through_id, message_count, summary_version. */
+typedef struct SessionState
+{
+	Datum		id;
+	Datum		cols[3];
+	bool		nulls[3];
+} SessionState;
+
+/* Reads the session as committed into s; false if there is no such session. */
+static bool
+ReadSession(SessionState *s)
+{
+	return SummaryRun(&read_q, &s->id, NULL, s->cols, s->nulls, 3) > 0;
+}
+
+/*
+ * Takes a session whose counters say it is due but which has nothing to
+ * summarize off the compaction queue, or looks at it again in a minute
+ * (_compaction_settle).  Writes the session's row.
+ */
+void
+SummarySettle(Datum session)
+{
+	Datum		due;
+	bool		due_null;
+
+	SummaryRun(&settle_q, &session, NULL, &due, &due_null, 1);
+}
+
+/*
+ * Where the next summary of a session ends: it covers the oldest
+ * unsummarized messages, keeping the newest min_recent_messages and tool
+ * groups whole; without force, only when a trigger fires.  Sets
+ * *through_null when there is nothing to summarize: with force, saying so
+ * (NOTICE); without, the session is to be settled (SummarySettle): now, or
+ * by the caller if settle is not NULL (*settle set).
+ */
+static Datum
+PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool force,
+			bool *through_null, bool *settle)
+{
+	int64		after = DatumGetInt64(s->cols[0]);
+	int64		count = DatumGetInt64(s->cols[1]);
+	Datum		args[3] = {s->id, s->cols[0],
+	Int64GetDatum(count - (min_recent_null ? 0 : DatumGetInt32(min_recent)))};
+	char		nulls[3] = {' ', ' ', SPI_NULL(min_recent_null)};
+	Datum		through = (Datum) 0;
+
+	*through_null = true;
+	if (force)
+	{
+		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
+		if (*through_null)
+			ereport(NOTICE,
+					(errmsg("session %s has nothing to summarize", SummaryUuidText(s->id, false)),
+					 errdetail("Its %lld unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).",
+							   (long long) (count - after),
+							   min_recent_null ? "" : psprintf("%d", DatumGetInt32(min_recent)))));
+		return through;
+	}
+	if (CtxwinSessionDue(s->id))
+		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
+	/*
+	 * Off the queue, or, if its counters say it is due but its messages do
+	 * not (yet), looked at again in a minute.
+	 */
+	if (*through_null)
+	{
+		if (settle != NULL)
+			*settle = true;
+		else
+			SummarySettle(s->id);
+	}
+	return through;
+}
+
+/*
+ * The plan of the next summary of a session: see the SQL declaration of
+ * _summary_plan.  Returns it (a jsonb Datum in the current memory context)
+ * and its strategy, or sets *isnull when there is nothing to do.  A session
+ * with nothing to do is settled (SummarySettle) here, or, if settle is not
+ * NULL, *settle is set for the caller to settle it later.  The caller holds
+ * the session's claim.
+ */
+Datum
+SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
+			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
+{
+	SessionState s = {.id = session};
+	Datum		st[4];			/* min_recent_messages, summary_strategy, encoding,
+								 * max_summary_tokens */
+	bool		stnull[4];
+	Datum		args[8];
+	char		nulls[8];
+	Datum		through;
+	bool		through_null;
+	Datum		plan;
+	bool		plan_null;
+
+	*isnull = true;
+	*strategy = NULL;
+	if (settle != NULL)
+		*settle = false;
+	if (session_null || !ReadSession(&s))
+		return (Datum) 0;
+	/* another backend's claim: it is summarizing the session */
+	if (SummarySessionClaimed(session))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("session %s is being summarized by another backend", SummaryUuidText(session, false)),
+				 errhint("Try again when that summary is done.")));
+	SummaryRun(&settings_q, &session, NULL, st, stnull, 4);
+
+	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
+	if (through_null)
+		return (Datum) 0;
+
+	if (!stnull[1])
+		*strategy = TextDatumGetCString(st[1]);
+	else
+		*strategy = ctxwin_llm_provider == CTXWIN_PROVIDER_OPENAI ||
+			ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "llm" : "extractive";
+	args[0] = session;
+	args[1] = CStringGetTextDatum(*strategy);
+	args[2] = s.cols[0];
+	args[3] = through;
+	args[4] = s.cols[2];
+	args[5] = st[2];
+	args[6] = st[3];
+	args[7] = instructions;
+	memset(nulls, ' ', sizeof(nulls));
+	nulls[5] = SPI_NULL(stnull[2]);
+	nulls[6] = SPI_NULL(stnull[3]);
+	nulls[7] = SPI_NULL(instructions_null);
+	SummaryRun(&plan_q, args, nulls, &plan, &plan_null, 1);
+	*isnull = false;
+	if (strcmp(*strategy, "extractive") == 0)
+		return plan;
+	if (ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("summary strategy \"%s\" needs an LLM, and none is configured", *strategy),
+				 errhint("Set the profile's summary_strategy to 'extractive', or configure ctxwin.llm_provider.")));
+
+	args[0] = plan;
+	args[1] = session;
+	args[2] = s.cols[0];
+	args[3] = through;
+	args[4] = instructions;
+	nulls[4] = SPI_NULL(instructions_null);
+	SummaryRun(&request_q, args, nulls, &plan, &plan_null, 1);
+	*isnull = plan_null;
+	return plan;
+}
+
+/* The fields of a plan _summary_finish reads first, in this order (finish_args_q). */
+enum
+{
+	F_SESSION, F_STRATEGY, F_AFTER, F_THROUGH, F_ENCODING, F_MAX_TOKENS, F_NFIELDS
+};
+
+typedef struct FinishPlan
+{
+	Datum		plan;
+	bool		plan_null;
+	Datum		f[F_NFIELDS];
+	bool		fn[F_NFIELDS];
+	char	   *strategy;		/* or NULL */
+} FinishPlan;
+
+/* A new summary: its text, tokens, model, usage and latency in ms. */
+typedef struct NewSummary
+{
+	Datum		content,
+				tokens,
+				model,
+				usage,
+				latency;
+	bool		content_null,
+				tokens_null,
+				model_null,
+				usage_null,
+				latency_null;
+} NewSummary;
+
+/* Raises the error of a compare-and-set that found the session's summary changed. */
+pg_noreturn static void
+SummaryChanged(const FinishPlan *fp)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("the summary of session %s changed while it was being summarized",
+					SummaryUuidText(fp->f[F_SESSION], fp->fn[F_SESSION])),
+			 errdetail("The new summary was discarded."),
+			 errhint("Call summarize_session again.")));
+}
+
+/*
+ * Makes the summary of the plan into ns: the extractive summary of its
+ * messages after the previous summary prev, or the content of the LLM's
+ * answer (checked by _llm_answer) after the plan's facts.
+ */
+static void
+MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool answer_null,
+			TimestampTz t0, NewSummary *ns)
+{
+	if (fp->strategy != NULL && strcmp(fp->strategy, "extractive") == 0)
+	{
+		Datum		args[7] = {prev, fp->f[F_SESSION], fp->f[F_AFTER], fp->f[F_THROUGH],
+		fp->f[F_MAX_TOKENS], fp->f[F_ENCODING], fp->plan};
+		char		nulls[7] = {SPI_NULL(prev_null), SPI_NULL(fp->fn[F_SESSION]), SPI_NULL(fp->fn[F_AFTER]),
+			SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_MAX_TOKENS]), SPI_NULL(fp->fn[F_ENCODING]),
+		SPI_NULL(fp->plan_null)};
+
+		SummaryRun(&extractive_q, args, nulls, &ns->content, &ns->content_null, 1);
+		ns->latency = Int32GetDatum(SummaryMsSince(t0));
+		ns->latency_null = false;
+		ns->model_null = ns->usage_null = true;
+	}
+	else
+	{
+		Datum		args[2] = {fp->plan, answer};
+		char		nulls[2] = {SPI_NULL(fp->plan_null), SPI_NULL(answer_null)};
+		Datum		a[4];		/* content, model, usage, latency */
+		bool		an[4];
+
+		SummaryRun(&answer_q, args, nulls, a, an, 4);
+		ns->content = a[0];
+		ns->content_null = an[0];
+		ns->model = a[1];
+		ns->model_null = an[1];
+		ns->usage = a[2];
+		ns->usage_null = an[2];
+		ns->latency = a[3];
+		ns->latency_null = an[3];
+	}
+}
+
+/*
+ * Counts the tokens of a new summary into ns; raises for an empty one or
+ * one over the plan's max_tokens.
+ */
+static void
+CheckSummary(const FinishPlan *fp, NewSummary *ns)
+{
+	char	   *str = ns->content_null ? NULL : TextDatumGetCString(ns->content);
+	Datum		args[2] = {ns->content, fp->f[F_ENCODING]};
+	char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+
+	/* btrim(content) = '': spaces only */
+	if (str == NULL || str[strspn(str, " ")] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
+				 errdetail("The session was left unchanged.")));
+	SummaryRun(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
+	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] &&
+		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
+						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
+						DatumGetInt32(fp->f[F_MAX_TOKENS])),
+				 errdetail("The session was left unchanged.")));
+}
+
+/*
+ * Writes a checked summary: the compare-and-set of the session (only if
+ * nobody moved its summary point since the plan), the summaries row, the
+ * flush event and, unless ctxwin.flush_notify is off, the NOTIFY.  Returns
+ * the summaries row.
+ */
+static Datum
+WriteSummary(const FinishPlan *fp, const NewSummary *ns)
+{
+	Datum		cas[5] = {ns->content, fp->f[F_THROUGH], fp->f[F_SESSION], fp->f[F_AFTER], fp->plan};
+	char		casnulls[5] = {' ', SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_SESSION]),
+	SPI_NULL(fp->fn[F_AFTER]), SPI_NULL(fp->plan_null)};
+	Datum		version,
+				row;
+	bool		version_null,
+				row_null;
+
+	if (SummaryRun(&cas_q, cas, casnulls, &version, &version_null, 1) == 0)
+		SummaryChanged(fp);
+
+	{
+		/*
+		 * session, version, from_id, through_id: also the parameters of
+		 * flush_q and notify_q.  The lock query found the row by session and
+		 * after: neither is null.
+		 */
+		Datum		args[10] = {fp->f[F_SESSION], version, Int64GetDatum(DatumGetInt64(fp->f[F_AFTER]) + 1),
+			fp->f[F_THROUGH], ns->content, ns->tokens, fp->f[F_STRATEGY], ns->model, ns->usage,
+		ns->latency};
+		char		nulls[10] = {' ', ' ', ' ', SPI_NULL(fp->fn[F_THROUGH]), ' ', SPI_NULL(ns->tokens_null),
+			SPI_NULL(fp->fn[F_STRATEGY]), SPI_NULL(ns->model_null), SPI_NULL(ns->usage_null),
+		SPI_NULL(ns->latency_null)};
+
+		SummaryRun(&insert_q, args, nulls, &row, &row_null, 1);
+		SummaryRun(&flush_q, args, nulls, NULL, NULL, 0);
+		if (ctxwin_flush_notify)
+			SummaryRun(&notify_q, args, nulls, NULL, NULL, 0);
+	}
+	return row;
+}
+
+/*
+ * The second half of a summary: see the SQL declaration of _summary_finish.
+ * Returns the new ctxwin.summaries row (a Datum in the current memory
+ * context); raises, leaving everything as it was, for an answer that must
+ * not become a summary or a session whose summary changed since the plan.
+ */
+Datum
+SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null)
+{
+	TimestampTz t0 = GetCurrentTimestamp();
+	FinishPlan	fp = {.plan = plan,.plan_null = plan_null};
+	NewSummary	ns;
+	char		nulls[3] = {SPI_NULL(plan_null)};
+	Datum		args[3] = {plan};
+	Datum		prev;
+	bool		prev_null;
+
+	SummaryRun(&finish_args_q, args, nulls, fp.f, fp.fn, F_NFIELDS);
+	fp.strategy = fp.fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp.f[F_STRATEGY]);
+
+	/*
+	 * Nobody held the row since the plan: a transaction that writes it now
+	 * (an insert) is waited for; its messages are not this summary's.
+	 */
+	args[0] = fp.f[F_SESSION];
+	args[1] = fp.f[F_AFTER];
+	args[2] = plan;
+	nulls[0] = SPI_NULL(fp.fn[F_SESSION]);
+	nulls[1] = SPI_NULL(fp.fn[F_AFTER]);
+	nulls[2] = SPI_NULL(plan_null);
+	if (SummaryRun(&finish_lock_q, args, nulls, &prev, &prev_null, 1) == 0)
+		SummaryChanged(&fp);
+	MakeSummary(&fp, prev, prev_null, answer, answer_null, t0, &ns);
+	CheckSummary(&fp, &ns);
+	return WriteSummary(&fp, &ns);
+}
+
+/* SQL: ctxwin._summary_plan(uuid, boolean, text) returns jsonb. */
+Datum
+ctxwin_summary_plan(PG_FUNCTION_ARGS)
+{
+	Datum		plan;
+	bool		isnull;
+	const char *strategy;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	/* a NULL force is no force, as IF p_force reads it */
+	plan = SummaryPlan(PG_GETARG_DATUM(0), PG_ARGISNULL(0), !PG_ARGISNULL(1) && PG_GETARG_BOOL(1),
+					   PG_GETARG_DATUM(2), PG_ARGISNULL(2), &isnull, &strategy, NULL);
+	return SummaryReturn(fcinfo, plan, isnull);
+}
+
+/* SQL: ctxwin._summary_finish(jsonb, jsonb) returns ctxwin.summaries. */
+Datum
+ctxwin_summary_finish(PG_FUNCTION_ARGS)
+{
+	Datum		row;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	row = SummaryFinish(PG_GETARG_DATUM(0), PG_ARGISNULL(0), PG_GETARG_DATUM(1), PG_ARGISNULL(1));
+	return SummaryReturn(fcinfo, row, false);
+}

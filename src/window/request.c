@@ -1,0 +1,71 @@
+/*
+ * request.c
+ *		The whole request body a provider takes, window included:
+ *		build_request.
+ *
+ * An app POSTs it as it is: to OpenAI's chat completions (or an
+ * OpenAI-compatible server) or to Anthropic's Messages API.  The model is
+ * the session's (its profile's), the answer's limit the profile's
+ * response_reserve, the window the one build_context returns for the same
+ * arguments (format.c builds both bodies).
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
+
+#include "window/window.h"
+
+PG_FUNCTION_INFO_V1(ctxwin_build_request);
+
+/*
+ * build_request(session uuid, budget int, format text, tools jsonb, cache
+ * boolean) returns jsonb.
+ *
+ * openai: {"model", "messages", "max_completion_tokens" for a model whose
+ * provider is openai (OpenAI's reasoning models refuse max_tokens), else
+ * "max_tokens" (what OpenAI-compatible servers take), "tools" (as given),
+ * "prompt_cache_key" (the session id, with cache)}.  A response_reserve of
+ * 0 leaves the limit out.
+ *
+ * anthropic: {"model", "system", "messages" (with prompt-cache breakpoints
+ * if cache), "max_tokens", "tools" (in Anthropic's shape)}.
+ *
+ * "tools" is left out when there are none (NULL or []): both APIs refuse
+ * an empty list or treat it as none.
+ */
+Datum
+ctxwin_build_request(PG_FUNCTION_ARGS)
+{
+	bool		anthropic = CtxwinFormatArg(fcinfo, 2);
+	Jsonb	   *tools = CtxwinToolsArg(fcinfo, 3);
+	bool		cache = PG_NARGS() <= 4 || PG_ARGISNULL(4) || PG_GETARG_BOOL(4);
+	SessionView sv;
+	Window		w;
+	char	   *provider;
+	Jsonb	   *result;
+	MemoryContext callcxt = CurrentMemoryContext;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	CtxwinWindowOfArgs(fcinfo, tools, &sv, &w, &provider);
+	if (anthropic && sv.response_reserve < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("profile \"%s\" has a response_reserve of 0, and an Anthropic request needs max_tokens of at least 1",
+						sv.profile),
+				 errhint("Set the profile's response_reserve to the longest answer to allow.")));
+	/* the result outlives SPI's memory */
+	MemoryContextSwitchTo(callcxt);
+	if (anthropic)
+		result = CtxwinRequestAnthropic(&w, sv.model, sv.response_reserve, tools, cache);
+	else
+		result = CtxwinRequestOpenAI(&w, sv.model,
+									 provider != NULL && strcmp(provider, "openai") == 0 ?
+									 "max_completion_tokens" : "max_tokens",
+									 sv.response_reserve, tools,
+									 cache ? CtxwinUuidText(sv.id) : NULL);
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}

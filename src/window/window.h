@@ -1,0 +1,92 @@
+/*
+ * window.h
+ *		A session's window and what is built from it: the walk over its
+ *		messages (walk.c), the window (window.c), its formats (format.c),
+ *		tools (tools.c), requests (request.c), history (history.c) and
+ *		status (status.c).
+ */
+#ifndef CTXWIN_WINDOW_H
+#define CTXWIN_WINDOW_H
+
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "policy/rules.h"
+#include "session/session.h"
+#include "tokenizer/tokenizer.h"
+
+/* A chat message of a window; NULL fields are absent. */
+typedef struct WindowMessage
+{
+	int64		id;				/* 0 for a system message of the session */
+	const char *role;
+	text	   *content;
+	text	   *name;
+	text	   *tool_call_id;
+	Jsonb	   *tool_calls;
+	int64		tokens;
+} WindowMessage;
+
+/* A session's window within a budget. */
+typedef struct Window
+{
+	int32		budget;
+	int			nsystem;
+	WindowMessage system[2];	/* the prompt and the summary */
+	int64		prompt_tokens;	/* theirs, with the list's overhead */
+	int64		tool_tokens;	/* of the tools sent with the request */
+	int			nmessages;
+	WindowMessage *messages;	/* oldest first */
+	int64		tokens;			/* of everything sent */
+	int64		first_id;		/* 0 if no message */
+	int64		window_messages;
+	int64		dropped_messages;
+	bool		cut;			/* the newest unit was cut to fit */
+	/* set instead when the budget cannot hold the window */
+	char	   *error;
+	char	   *error_detail;
+	char	   *error_hint;
+} Window;
+
+/* walk.c */
+extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
+					   WindowMessage **rows, bool counts_only);
+
+/* window.c */
+extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
+								 const CtxwinEncoding *enc, WindowMessage *sys);
+extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
+							  bool with_texts, Window *w);
+extern void CtxwinWindowRaise(const Window *w);
+extern bool CtxwinFormatArg(FunctionCallInfo fcinfo, int argno);
+extern Jsonb *CtxwinToolsArg(FunctionCallInfo fcinfo, int argno);
+extern void CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Window *w,
+							   char **provider);
+
+/* status.c */
+extern void CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts);
+extern bool CtxwinSessionDue(Datum id);
+
+/* format.c */
+extern Jsonb *CtxwinWindowOpenAI(const Window *w);
+extern Jsonb *CtxwinMessagesOpenAI(const WindowMessage *m, int n);
+extern Jsonb *CtxwinWindowReport(const Window *w, const char *encoding);
+extern Jsonb *CtxwinWindowAnthropic(const Window *w, bool cache);
+extern Jsonb *CtxwinToolAnthropic(JsonbValue *function);
+extern Jsonb *CtxwinRequestOpenAI(const Window *w, const char *model, const char *max_key,
+								  int32 max_tokens, Jsonb *tools, const char *cache_key);
+extern Jsonb *CtxwinRequestAnthropic(const Window *w, const char *model, int32 max_tokens,
+									 Jsonb *tools, bool cache);
+
+/* The prompt-cache breakpoints the Anthropic Messages API takes in one request. */
+#define CTXWIN_ANTHROPIC_MAX_BREAKPOINTS 4
+
+/* tools.c */
+extern char *CtxwinModelProvider(const char *model);
+extern int64 CtxwinToolTokens(Jsonb *tools, const CtxwinEncoding *enc, const char *model,
+							  const char *provider);
+
+#endif							/* CTXWIN_WINDOW_H */

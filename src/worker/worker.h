@@ -1,0 +1,222 @@
+/*
+ * worker.h
+ *		Declarations shared by the background workers' files only (the rest
+ *		of ctxwin sees ctxwin.h): shared memory, slot states, jobs, and the
+ *		steps the files call of each other.
+ *
+ *	launcher.c			shared memory, the launcher, waking a database's worker
+ *	worker_loop.c		a database's worker: its main, its loop, its transactions
+ *	worker_claim.c		claiming queued sessions, writing their outcomes
+ *	worker_transfer.c	the LLM requests in flight (libcurl multi handle)
+ *	worker_status.c		worker_status() and the counters it reports
+ *
+ * With ctxwin in shared_preload_libraries, the postmaster starts the ctxwin
+ * launcher.  It connects to no database; for each database named in
+ * ctxwin.databases that exists it starts one ctxwin worker (a dynamic
+ * background worker), restarts it with backoff when it exits, and stops it
+ * when the database leaves the list.
+ *
+ * A worker serves one database:
+ *	- It sleeps on its latch.  The insert trigger calls CtxwinWorkerWake()
+ *	  when a session enters the compaction queue; at commit that sets the
+ *	  slot's wake flag and the worker's latch (no polling).  A sweep every
+ *	  ctxwin.naptime_ms is the backstop (a changed profile, a restart).
+ *	- It claims queued sessions in one short transaction: the oldest whose
+ *	  rows nobody else holds (FOR NO KEY UPDATE SKIP LOCKED, so a held row is
+ *	  passed over, never waited for), and for each the plan of its summary
+ *	  (ctxwin._summary_plan).  Extractive summaries are made right there,
+ *	  each committed on its own.  An LLM summary's session is claimed with a
+ *	  lock no SQL can take (see worker_claim.c), and the transaction commits
+ *	  before any HTTP request.
+ *	- It runs up to ctxwin.max_concurrent_requests LLM requests at once on a
+ *	  libcurl multi handle, with no transaction open.  Failed requests are
+ *	  retried with exponential backoff (up to ctxwin.llm_max_retries); 429 and
+ *	  529 wait as Retry-After says without counting as a failure.  Each
+ *	  request has a memory context of its own, freed when the next is sent.
+ *	- It writes each answer in a transaction of its own, with
+ *	  ctxwin._summary_finish's compare-and-set: a summary is discarded if the
+ *	  session's summary changed meanwhile.  The row is locked NOWAIT: if an
+ *	  application transaction holds it, the answer is kept and written later
+ *	  (1, 2, 4, 8 s; then dropped, the session left alone for a minute),
+ *	  never paid for again at once.  A failed compaction is recorded on the
+ *	  session (compaction_failures, last_error, compaction_retry_at); after
+ *	  ctxwin.max_failures the session is left alone until a new message
+ *	  arrives or somebody calls summarize_session.
+ *	- Every statement it runs is bounded by ctxwin.worker_statement_timeout.
+ *
+ * The queue is the sessions table itself (compaction_queued_at), so a crash
+ * or restart loses nothing: locks die with the process, and unfinished work
+ * is planned again.  Nothing the worker holds survives it but the counters
+ * in shared memory, which hold no pointers.
+ *
+ * DROP DATABASE (and renaming a database) needs every connection to that
+ * database gone: a utility hook stops its worker first and keeps the
+ * launcher from restarting it for a while.  The claims are explained in
+ * worker_claim.c.
+ */
+#ifndef CTXWIN_WORKER_H
+#define CTXWIN_WORKER_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "lib/ilist.h"
+#include "port/atomics.h"
+#include "storage/spin.h"
+#include "utils/jsonb.h"
+#include "utils/uuid.h"
+
+#include "base/base.h"
+#include "citus/citus.h"
+#include "compat/compat.h"
+#include "llm/llm.h"
+
+PGDLLEXPORT void ctxwin_launcher_main(Datum arg);
+PGDLLEXPORT void ctxwin_worker_main(Datum arg);
+
+#define MAX_DATABASES 32
+#define LATENCY_RING 512
+
+/* What a slot's worker is doing; worker_status.c names each. */
+typedef enum WorkerState
+{
+	WS_STOPPED,
+	WS_STARTING,
+	WS_IDLE,
+	WS_WORKING,
+	WS_NO_EXTENSION,
+	WS_NO_DATABASE,
+	WS_PAUSED,
+	WS_NO_CONNECTIONS,
+	WS_VERSION_MISMATCH,
+	WS_CITUS_WORKER_NODE
+} WorkerState;
+
+/* One database's worker, in shared memory.  No pointers. */
+typedef struct WorkerSlot
+{
+	slock_t		mutex;
+	bool		in_use;			/* named in ctxwin.databases */
+	char		dbname[NAMEDATALEN];
+	Oid			dboid;
+	pid_t		pid;			/* the worker's, 0 when none runs */
+	int			procno;			/* its PGPROC number, for SetLatch */
+	pg_atomic_uint32 wake;		/* a commit queued a session */
+	TimestampTz paused_until;	/* no restart before (DROP DATABASE) */
+	TimestampTz started_at;
+	int			restarts;
+	WorkerState state;
+	/* counters and figures the worker keeps */
+	int64		queue_depth;
+	int64		held_back;		/* queued, but at max_failures */
+	int			in_flight;
+	int64		done;
+	int64		failed;
+	int64		retries;
+	int64		rate_limited;
+	int64		requests;
+	TimestampTz last_sweep_at;
+	TimestampTz last_error_at;
+	char		last_error[256];
+	bool		last_error_has_session;
+	pg_uuid_t	last_error_session;
+	int			latency_count;	/* request latencies, ms, a ring */
+	int32		latency_ms[LATENCY_RING];
+	int			lag_count;		/* queued to written, ms, a ring */
+	int32		lag_ms[LATENCY_RING];
+} WorkerSlot;
+
+/* The launcher's and every database's worker's, in shared memory. */
+typedef struct WorkerShared
+{
+	slock_t		mutex;
+	pid_t		launcher_pid;
+	int			launcher_procno;
+	pg_atomic_uint32 launcher_wake;
+	WorkerSlot	slots[MAX_DATABASES];
+} WorkerShared;
+
+/* A session being summarized with the LLM. */
+typedef struct Job
+{
+	dlist_node	node;
+	MemoryContext cxt;			/* the job's: plan and request */
+	MemoryContext attempt_cxt;	/* one request's: transfer, answer, errors;
+								 * reset when the next request is sent */
+	pg_uuid_t	id;
+	char	   *plan;			/* JSON text */
+	char	   *request;		/* JSON text */
+	TimestampTz queued_at;
+	TimestampTz first_sent;
+	TimestampTz next_at;		/* when to send (again), or to write (again) */
+	LlmTransfer *xfer;			/* in flight, or NULL */
+	int			attempts;		/* failed requests, charged */
+	int			rate_waits;
+	int			requests;
+	int			write_waits;	/* writes that found the row held */
+	/* set when a transfer finished */
+	int			curl_code;
+	Jsonb	   *answer;
+	char	   *error;			/* the transfer failed with this */
+	char	   *failure;		/* no summary: this is to be recorded */
+	bool		finished;		/* an outcome to write (at next_at) */
+	bool		dead;			/* done with: freed after the commit */
+} Job;
+
+/* launcher.c */
+extern WorkerShared *WorkerShmem;
+
+/* shmem.c: wakes this database's worker when the transaction commits
+ * (call when a session enters the compaction queue) */
+extern void CtxwinWorkerWake(void);
+extern void WorkerHooksInstall(void);
+/* launcher.c: registers the launcher (from _PG_init, when preloaded) */
+extern void CtxwinWorkerRegister(void);
+
+/* worker_loop.c */
+extern WorkerSlot *MySlot;
+extern MemoryContext WorkerContext;
+extern MemoryContext LoopContext;
+extern TimestampTz RetryWakeAt;
+extern bool QueueRecountPending;
+extern void ArmStatementTimeout(void);
+extern void DisarmStatementTimeout(void);
+extern bool RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
+extern bool SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
+							int ncols, Datum *result, bool *isnull,
+							char **err, int *sqlstate);
+extern bool SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
+						 Datum *result, bool *isnull, char **err, int *sqlstate);
+extern void BeginWork(const char *activity);
+extern void EndWork(void);
+
+/* worker_claim.c */
+extern dlist_head WorkerJobs;
+extern int	NumWorkerJobs;
+extern int	ClaimSessions(int room, int *progressed);
+extern bool QueueHasHeldSessions(void);
+extern bool JobDueToWrite(Job *j, TimestampTz now);
+extern bool AnyJobDueToWrite(TimestampTz now);
+extern void WriteFinishedJobs(void);
+extern void MarkJobDead(Job *j);
+extern void FreeDeadJobs(void);
+
+/* worker_transfer.c */
+extern int	RequestsInFlight;
+extern void TransfersInit(void);
+extern void TransfersShutdown(void);
+extern bool JobDueToSend(Job *j, TimestampTz now);
+extern void StartTransfers(TimestampTz now);
+extern void RunTransfers(void);
+extern void WaitForTransfers(long timeout_ms);
+extern void TransferAbandon(Job *j);
+extern bool TakeAnswer(Job *j);
+extern bool ScheduleRetry(Job *j, TimestampTz now);
+
+/* worker_status.c */
+extern void SlotSetLastError(const pg_uuid_t *session, const char *msg);
+extern void SlotCount(int64 *counter, int64 n);
+extern void SlotRecordMs(int32 *ring, int *count, int64 ms);
+extern void CountQueueForStatus(TimestampTz *next_retry);
+
+#endif							/* CTXWIN_WORKER_H */
