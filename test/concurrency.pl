@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # Concurrent inserts into shared sessions, with summaries written and the
 # window read at the same time, from several connections (pgbench):
 #  - the ids of a session are 1, 2, 3 ... in commit order: every snapshot
@@ -17,25 +16,33 @@
 # session (and not for one into another session), also when both are
 # statements of several messages, and a rolled-back insert hands its id to
 # the next one.
-# Needs a cluster in the environment (PGHOST etc.), as scripts/test.sh sets up.
-cd "$(dirname "$0")/.." || exit 1
-. test/tap.sh
+# A cluster of its own; pgbench is the server's own (its bin directory), and
+# the step-by-step checks hold a transaction open in one psql while others
+# act, waiting on conditions (a backend waiting on a lock), never on time.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use CtxwinTest;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
 
-export PGCLIENTENCODING=UTF8
-q() { psql -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
-db=ctxwin_concurrency_t
-tmp=$(mktemp -d)
-pgbench=$(command -v pgbench || echo /usr/lib/postgresql/15/bin/pgbench)
-cleanup() {
-	q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+plan tests => 31;
 
-plan 31
+my $node = ctxwin_node('concurrency');
+my $db = 'ctxwin_concurrency';
+my $tmp = PostgreSQL::Test::Utils::tempdir('concurrency');
+sql_do($node, 'postgres', "CREATE DATABASE $db");
 
-q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
-q -d "$db" >/dev/null <<'SQL'
+# sq(SQL): its output in $db, errors included
+sub sq { return scalar sql($node, $db, @_); }
+
+# show(SQL): each line SQL prints, as a diagnostic
+sub show { diag("  $_") for grep { $_ ne '' } split /\n/, sq(@_); }
+
+sql_do($node, $db, <<'SQL');
 CREATE EXTENSION ctxwin;
 
 -- four shared sessions with fixed ids, so the pgbench scripts can name them
@@ -160,10 +167,18 @@ RETURN (SELECT coalesce(jsonb_agg(x ORDER BY o), '[]')
         FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id);
 SQL
 
+# script(NAME, TEXT): a pgbench script in the temporary directory
+sub script
+{
+	my ($name, $text) = @_;
+	append_to_file("$tmp/$name", $text);
+	return;
+}
+
 # pgbench scripts.  :seq counts the messages each client inserts (pgbench
 # variables live per client across its transactions), so each client's
 # messages can be checked against the order it committed them in.
-cat >"$tmp/insert.sql" <<'EOF'
+script('insert.sql', <<'EOF');
 \set sid random(1, 4)
 \set n random(0, 40)
 \set seq :seq + 1
@@ -177,7 +192,7 @@ VALUES (sess(:sid), CASE WHEN :seq % 2 = 0 THEN 'assistant' ELSE 'user' END,
 EOF
 # 2 to 8 messages in one INSERT ... SELECT (the counters are kept in memory
 # for the statement and written at its end)
-cat >"$tmp/insertmany.sql" <<'EOF'
+script('insertmany.sql', <<'EOF');
 \set sid random(1, 4)
 \set k random(2, 8)
 \set b :seq + 1
@@ -189,7 +204,7 @@ FROM generate_series(1, :k) i;
 \set seq :seq + :k
 EOF
 # an assistant message with two tool calls and both results, one transaction
-cat >"$tmp/toolgroup.sql" <<'EOF'
+script('toolgroup.sql', <<'EOF');
 \set sid random(1, 4)
 \set seq :seq + 1
 \set g :seq
@@ -214,7 +229,7 @@ COMMIT;
 EOF
 # holds the session's lock a moment, then rolls back: the waiting inserts
 # must take the id it had
-cat >"$tmp/rollback.sql" <<'EOF'
+script('rollback.sql', <<'EOF');
 \set sid random(1, 4)
 BEGIN;
 INSERT INTO ctxwin.messages (session_id, role, content, metadata)
@@ -222,18 +237,18 @@ VALUES (sess(:sid), 'user', 'rolled back', jsonb_build_object('rolled_back', tru
 SELECT pg_sleep(0.002);
 ROLLBACK;
 EOF
-cat >"$tmp/summarize_locked.sql" <<'EOF'
+script('summarize_locked.sql', <<'EOF');
 \set sid random(1, 4)
 SELECT summarize_locked(sess(:sid));
 EOF
-cat >"$tmp/summarize_blind.sql" <<'EOF'
+script('summarize_blind.sql', <<'EOF');
 \set sid random(1, 4)
 SELECT summarize_blind(sess(:sid));
 EOF
 # Readers: in one snapshot, the visible ids are exactly 1..message_count and
 # the counters match the visible messages (an id assigned out of commit order
 # shows up as a hole), and build_context skips nothing.
-cat >"$tmp/check.sql" <<'EOF'
+script('check.sql', <<'EOF');
 INSERT INTO violations (kind, detail)
 SELECT 'snapshot', format('%s: %s visible, ids %s..%s, message_count %s, token_count %s/%s, unsummarized %s/%s tokens %s/%s',
                           s.id, count(m.id), min(m.id), max(m.id), s.message_count,
@@ -251,197 +266,226 @@ SELECT 'window', format('%s: summary_through_id %s, message_count %s', s.id, s.s
 FROM ctxwin.sessions s WHERE window_mismatch(s);
 EOF
 
-start=$(date +%s)
-out=$("$pgbench" -n -c 6 -j 2 -t 1000 -D seq=0 \
-	-f "$tmp/insert.sql@10" -f "$tmp/insertmany.sql@4" -f "$tmp/toolgroup.sql@3" -f "$tmp/rollback.sql@1" \
-	-f "$tmp/summarize_locked.sql@2" -f "$tmp/summarize_blind.sql@2" -f "$tmp/check.sql@2" \
-	"$db" 2>&1)
-rc=$?
-diag "pgbench: $(echo "$out" | grep -E '^(number of transactions actually processed|number of failed|tps)' | tr '\n' ';') $(( $(date +%s) - start )) s"
-ok $rc "pgbench ran 6 clients x 1000 transactions without an error"
-[ $rc -eq 0 ] || echo "$out" | grep -iE 'error|abort' | head -5 | sed 's/^/#   /'
-is "$(echo "$out" | sed -n 's/^number of transactions actually processed: //p')" "6000/6000" "every transaction committed"
+my $pgbench = $node->config_data('--bindir') . '/pgbench';
+my $start = time;
+my $out = '';
+my $ran = IPC::Run::run(
+	[
+		$pgbench, '-n', '-c', '6', '-j', '2', '-t', '1000', '-D', 'seq=0',
+		'-h', $node->host, '-p', $node->port,
+		'-f', "$tmp/insert.sql\@10", '-f', "$tmp/insertmany.sql\@4",
+		'-f', "$tmp/toolgroup.sql\@3", '-f', "$tmp/rollback.sql\@1",
+		'-f', "$tmp/summarize_locked.sql\@2", '-f', "$tmp/summarize_blind.sql\@2",
+		'-f', "$tmp/check.sql\@2", $db
+	],
+	'<', \undef, '>&', \$out);
+diag('pgbench: '
+	  . join(';', grep { /^(number of transactions actually processed|number of failed|tps)/ } split /\n/, $out)
+	  . ' ' . (time - $start) . ' s');
+ok($ran, 'pgbench ran 6 clients x 1000 transactions without an error');
+unless ($ran)
+{
+	my @errors = grep { /error|abort/i } split /\n/, $out;
+	diag("  $_") for @errors[ 0 .. ($#errors < 4 ? $#errors : 4) ];
+}
+my ($processed) = $out =~ /^number of transactions actually processed: (.*)$/m;
+is($processed, '6000/6000', 'every transaction committed');
 
-is "$(q -d "$db" -c "SELECT count(*) FROM violations WHERE kind IN ('snapshot')")" "0" \
-	"every snapshot saw ids 1..message_count and counters that match its messages"
-q -d "$db" -c "SELECT kind || ': ' || detail FROM violations WHERE kind = 'snapshot' LIMIT 3" | sed 's/^/#   /'
-is "$(q -d "$db" -c "SELECT count(*) FROM violations WHERE kind = 'window'")" "0" \
-	"in every snapshot build_context returned exactly the messages after summary_through_id"
-q -d "$db" -c "SELECT kind || ': ' || detail FROM violations WHERE kind = 'window' LIMIT 3" | sed 's/^/#   /'
-is "$(q -d "$db" -c "SELECT count(*) FROM violations WHERE kind IN ('guard', 'blind')")" "0" \
-	"the guard refused points inside a tool group or behind the summary, and only those"
-q -d "$db" -c "SELECT kind || ': ' || detail FROM violations WHERE kind IN ('guard', 'blind') LIMIT 3" | sed 's/^/#   /'
+is(sq("SELECT count(*) FROM violations WHERE kind IN ('snapshot')"), '0',
+	'every snapshot saw ids 1..message_count and counters that match its messages');
+show("SELECT kind || ': ' || detail FROM violations WHERE kind = 'snapshot' LIMIT 3");
+is(sq("SELECT count(*) FROM violations WHERE kind = 'window'"), '0',
+	'in every snapshot build_context returned exactly the messages after summary_through_id');
+show("SELECT kind || ': ' || detail FROM violations WHERE kind = 'window' LIMIT 3");
+is(sq("SELECT count(*) FROM violations WHERE kind IN ('guard', 'blind')"), '0',
+	'the guard refused points inside a tool group or behind the summary, and only those');
+show("SELECT kind || ': ' || detail FROM violations WHERE kind IN ('guard', 'blind') LIMIT 3");
 
 # The run did what it is meant to: every session got many messages, tool
 # groups and several summaries.
-diag "$(q -d "$db" -c "SELECT string_agg(format('%s msgs, summary through %s (v%s)', message_count, summary_through_id, summary_version), '; ' ORDER BY id) FROM ctxwin.sessions WHERE message_count > 0")"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE s.id IN (sess(1), sess(2), sess(3), sess(4))
+diag(sq("SELECT string_agg(format('%s msgs, summary through %s (v%s)', message_count, summary_through_id, summary_version), '; ' ORDER BY id) FROM ctxwin.sessions WHERE message_count > 0"));
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE s.id IN (sess(1), sess(2), sess(3), sess(4))
 	AND message_count >= 50 AND summary_version >= 3
-	AND EXISTS (SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.role = 'tool')")" "4" \
-	"all four sessions got messages, tool groups and summaries concurrently"
+	AND EXISTS (SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.role = 'tool')"), '4',
+	'all four sessions got messages, tool groups and summaries concurrently');
 
 # Final state, session by session.
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE message_count <> (SELECT count(DISTINCT id) FROM ctxwin.messages m WHERE m.session_id = s.id)
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE message_count <> (SELECT count(DISTINCT id) FROM ctxwin.messages m WHERE m.session_id = s.id)
 	OR message_count <> (SELECT count(*) FROM ctxwin.messages m WHERE m.session_id = s.id)
 	OR message_count <> coalesce((SELECT max(id) FROM ctxwin.messages m WHERE m.session_id = s.id), 0)
-	OR (message_count > 0 AND (SELECT min(id) FROM ctxwin.messages m WHERE m.session_id = s.id) <> 1)")" "0" \
-	"every session's ids are exactly 1..message_count, no gaps or duplicates"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s
-	WHERE token_count <> (SELECT coalesce(sum(token_count), 0) FROM ctxwin.messages m WHERE m.session_id = s.id)")" "0" \
-	"token_count is the sum of the messages' token counts"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE unsummarized_messages <> message_count - summary_through_id")" "0" \
-	"unsummarized_messages = message_count - summary_through_id"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE unsummarized_tokens <> (SELECT coalesce(sum(token_count), 0)
-	FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id)")" "0" \
-	"unsummarized_tokens is the sum over the messages after summary_through_id"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages m
-	WHERE token_count <> ctxwin.count_message_tokens(as_openai(m), 'o200k_base') OR token_encoding <> 'o200k_base'")" "0" \
-	"every message's token_count is its count_message_tokens, counted in the model's encoding"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE window_mismatch(s)")" "0" \
-	"nothing skipped: build_context returns exactly the messages after summary_through_id, in order"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s
+	OR (message_count > 0 AND (SELECT min(id) FROM ctxwin.messages m WHERE m.session_id = s.id) <> 1)"), '0',
+	"every session's ids are exactly 1..message_count, no gaps or duplicates");
+is(sq("SELECT count(*) FROM ctxwin.sessions s
+	WHERE token_count <> (SELECT coalesce(sum(token_count), 0) FROM ctxwin.messages m WHERE m.session_id = s.id)"), '0',
+	"token_count is the sum of the messages' token counts");
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE unsummarized_messages <> message_count - summary_through_id"), '0',
+	'unsummarized_messages = message_count - summary_through_id');
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE unsummarized_tokens <> (SELECT coalesce(sum(token_count), 0)
+	FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id)"), '0',
+	'unsummarized_tokens is the sum over the messages after summary_through_id');
+is(sq("SELECT count(*) FROM ctxwin.messages m
+	WHERE token_count <> ctxwin.count_message_tokens(as_openai(m), 'o200k_base') OR token_encoding <> 'o200k_base'"), '0',
+	"every message's token_count is its count_message_tokens, counted in the model's encoding");
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE window_mismatch(s)"), '0',
+	'nothing skipped: build_context returns exactly the messages after summary_through_id, in order');
+is(sq("SELECT count(*) FROM ctxwin.sessions s
 	WHERE jsonb_array_length(ctxwin.build_context(s.id, 10000000)) <> s.message_count - s.summary_through_id
-	      + (s.system_prompt IS NOT NULL OR s.conversation_summary IS NOT NULL)::int")" "0" \
-	"the window is one system message plus every unsummarized message"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE summary_through_id > 0 AND EXISTS (
-	SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id + 1 AND m.role = 'tool')")" "0" \
-	"no summary ends inside a tool call group"
+	      + (s.system_prompt IS NOT NULL OR s.conversation_summary IS NOT NULL)::int"), '0',
+	'the window is one system message plus every unsummarized message');
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE summary_through_id > 0 AND EXISTS (
+	SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id + 1 AND m.role = 'tool')"), '0',
+	'no summary ends inside a tool call group');
 # every summary newly covers the messages right after the previous one
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions s WHERE summary_version <> (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id)
+is(sq("SELECT count(*) FROM ctxwin.sessions s WHERE summary_version <> (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id)
 	OR summary_through_id <> (SELECT coalesce(max(through_id), 0) FROM ctxwin.summaries x WHERE x.session_id = s.id)
 	OR EXISTS (SELECT 1 FROM (SELECT version, from_id, lag(through_id, 1, 0::bigint) OVER (ORDER BY version) AS prev,
 	                                 row_number() OVER (ORDER BY version) AS n
 	                          FROM ctxwin.summaries x WHERE x.session_id = s.id) y
-	           WHERE from_id <> prev + 1 OR version <> n)")" "0" \
-	"summary versions count up by one and their ranges follow each other up to summary_through_id"
+	           WHERE from_id <> prev + 1 OR version <> n)"), '0',
+	'summary versions count up by one and their ranges follow each other up to summary_through_id');
 
 # Commit order, seen from each client: a client's transactions commit one
 # after the other, so its messages in one session have increasing ids.
-is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT (metadata ->> 'seq')::int AS seq,
+is(sq("SELECT count(*) FROM (SELECT (metadata ->> 'seq')::int AS seq,
 	lag((metadata ->> 'seq')::int) OVER (PARTITION BY session_id, metadata ->> 'client' ORDER BY id) AS prev
-	FROM ctxwin.messages) x WHERE seq <= prev")" "0" \
-	"each client's messages have ids in the order the client committed them"
+	FROM ctxwin.messages) x WHERE seq <= prev"), '0',
+	'each client\'s messages have ids in the order the client committed them');
 # nothing lost, nothing doubled: each client's sequence numbers are 1..its count
-is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT metadata ->> 'client' AS c, count(*) AS n,
+is(sq("SELECT count(*) FROM (SELECT metadata ->> 'client' AS c, count(*) AS n,
 	count(DISTINCT metadata ->> 'seq') AS d, max((metadata ->> 'seq')::int) AS mx
-	FROM ctxwin.messages WHERE metadata ? 'client' GROUP BY 1) x WHERE n <> d OR n <> mx")" "0" \
-	"every message each client committed is there, once"
-is "$(q -d "$db" -c "SELECT count(DISTINCT metadata ->> 'client') FROM ctxwin.messages")" "6" "all six clients inserted"
+	FROM ctxwin.messages WHERE metadata ? 'client' GROUP BY 1) x WHERE n <> d OR n <> mx"), '0',
+	'every message each client committed is there, once');
+is(sq("SELECT count(DISTINCT metadata ->> 'client') FROM ctxwin.messages"), '6', 'all six clients inserted');
 # one transaction's messages are consecutive: no other insert came between
-is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'grp', min(id), max(id), count(*) AS n
-	FROM ctxwin.messages WHERE metadata ? 'grp' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> 2 OR count(*) <> 3) x")" "0" \
-	"each tool call group (one transaction) has three consecutive ids"
-is "$(q -d "$db" -c "SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'batch', min(id), max(id), count(*) AS n
-	FROM ctxwin.messages WHERE metadata ? 'batch' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> count(*) - 1) x")|$(q -d "$db" -c "SELECT count(DISTINCT (metadata ->> 'client', metadata ->> 'batch')) > 50 FROM ctxwin.messages WHERE metadata ? 'batch'")" "0|t" \
-	"each multi-row INSERT ... SELECT (one statement) has consecutive ids"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages WHERE metadata ? 'rolled_back'")" "0" \
-	"no rolled-back message is visible"
+is(sq("SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'grp', min(id), max(id), count(*) AS n
+	FROM ctxwin.messages WHERE metadata ? 'grp' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> 2 OR count(*) <> 3) x"), '0',
+	'each tool call group (one transaction) has three consecutive ids');
+is(sq("SELECT count(*) FROM (SELECT session_id, metadata ->> 'client', metadata ->> 'batch', min(id), max(id), count(*) AS n
+	FROM ctxwin.messages WHERE metadata ? 'batch' GROUP BY 1, 2, 3 HAVING max(id) - min(id) <> count(*) - 1) x")
+	  . '|' . sq("SELECT count(DISTINCT (metadata ->> 'client', metadata ->> 'batch')) > 50 FROM ctxwin.messages WHERE metadata ? 'batch'"),
+	'0|t', 'each multi-row INSERT ... SELECT (one statement) has consecutive ids');
+is(sq("SELECT count(*) FROM ctxwin.messages WHERE metadata ? 'rolled_back'"), '0',
+	'no rolled-back message is visible');
 
 # Deterministic: an insert that rolls back leaves no gap.
-n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
-got=$(q -d "$db" -c "BEGIN" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'oops') RETURNING id" -c "ROLLBACK" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'again') RETURNING id")
-is "$(echo $got)" "$((n + 1)) $((n + 1))" "after a rolled-back insert the next insert takes the same id"
+my $n = sq("SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)");
+my $got = sq("BEGIN;
+	INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'oops') RETURNING id;
+	ROLLBACK;
+	INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'again') RETURNING id;");
+is(join(' ', split /\n/, $got), ($n + 1) . ' ' . ($n + 1),
+	'after a rolled-back insert the next insert takes the same id');
 
-# A transaction below keeps what it holds through "$hold" until release()
-# (a row in gate): the checks run while it certainly holds it.
-q -d "$db" -c "CREATE TABLE gate ()"
-hold="DO \$\$ BEGIN WHILE NOT EXISTS (SELECT FROM gate) LOOP PERFORM pg_sleep(0.02); END LOOP; END \$\$"
-release() { q -d "$db" -c "INSERT INTO gate DEFAULT VALUES"; }
-close_gate() { q -d "$db" -c "DELETE FROM gate"; }
+# psql(NAME, @args): psql in the background, application_name NAME, as
+# [harness, \stdin, \stdout+stderr]; psql stops at the first error
+sub psql_bg
+{
+	my ($name, @args) = @_;
+	my ($in, $out) = ('', '');
+	my $h = IPC::Run::start(
+		[
+			'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
+			'-d', $node->connstr($db) . " application_name=$name", @args
+		],
+		'<', \$in, '>&', \$out);
+	return [ $h, \$in, \$out ];
+}
+
+# hold(NAME, SQL): a transaction that ran SQL and stays open until
+# release() ends it: returns once SQL has run (dies if it did not in 20 s)
+sub hold
+{
+	my ($name, $stmt) = @_;
+	my $p = psql_bg($name);
+	${ $p->[1] } .= "BEGIN;\n$stmt;\nSELECT 'held';\n";
+	wait_until(20, sub { eval { $p->[0]->pump_nb }; ${ $p->[2] } =~ /^held$/m })
+	  or die "$name did not run its statement: ${ $p->[2] }\n";
+	return $p;
+}
+
+# release(P, COMMIT | ROLLBACK): ends a held transaction, waits for psql
+# to exit; what its statement printed
+sub release
+{
+	my ($p, $how) = @_;
+	${ $p->[1] } .= "$how;\n";
+	return finish($p);
+}
+
+# finish(P): waits for a background psql; what it printed, one line per row
+sub finish
+{
+	my ($p) = @_;
+	$p->[0]->finish;
+	my $out = ${ $p->[2] };
+	$out =~ s/^held\n//m;
+	chomp $out;
+	return $out;
+}
+
+# the backend of application NAME waits on a lock (true), for at most 20 s
+sub waits_on_lock
+{
+	my ($name) = @_;
+	return wait_for($node, $db,
+		"SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE application_name = '$name' AND state = 'active'",
+		20);
+}
 
 # Deterministic lock order: while one transaction has inserted into a session
 # and not committed, a second insert into the same session waits (ids by a
 # sequence would let it commit id n+2 before n+1 is visible), an insert into
 # another session does not, and the waiting insert takes the next id.
-n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
-PGAPPNAME=ctxwin_t_first q -d "$db" -c "BEGIN" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'first') RETURNING id" \
-	-c "$hold" -c "COMMIT" >"$tmp/first" 2>&1 &
-first=$!
-for _ in $(seq 1 100); do
-	[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_first' AND query LIKE '%pg_sleep%'")" = 1 ] && break
-	sleep 0.05
-done
-PGAPPNAME=ctxwin_t_second q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'assistant', 'second') RETURNING id" >"$tmp/second" 2>&1 &
-second=$!
-waiting=""
-for _ in $(seq 1 100); do
-	waiting=$(q -d "$db" -c "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'ctxwin_t_second' AND state = 'active'")
-	[ "$waiting" = Lock ] && break
-	sleep 0.05
-done
-is "$waiting" "Lock" "an insert into a session waits for an uncommitted insert into it"
-other=$(q -d "$db" -c "SET lock_timeout = '500ms'" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(6), 'user', 'elsewhere') RETURNING id" 2>&1)
-is "$other" "1" "an insert into another session does not wait"
-is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)") $(q -d "$db" -c "SELECT count(*) FROM ctxwin.messages WHERE session_id = sess(5)")" \
-	"$n $n" "meanwhile readers see neither insert"
-release
-wait $first $second
-close_gate
-is "$(cat "$tmp/first") $(cat "$tmp/second")" "$((n + 1)) $((n + 2))" \
-	"the waiting insert takes the next id once the first commits"
+$n = sq("SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)");
+my $first = hold('ctxwin_t_first',
+	"INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'first') RETURNING id");
+my $second = psql_bg('ctxwin_t_second', '-c',
+	"INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'assistant', 'second') RETURNING id");
+ok(waits_on_lock('ctxwin_t_second'), 'an insert into a session waits for an uncommitted insert into it');
+is(sq("SET lock_timeout = '500ms';
+	INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(6), 'user', 'elsewhere') RETURNING id"),
+	'1', 'an insert into another session does not wait');
+is(sq("SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)") . ' '
+	  . sq("SELECT count(*) FROM ctxwin.messages WHERE session_id = sess(5)"),
+	"$n $n", 'meanwhile readers see neither insert');
+my $r1 = release($first, 'COMMIT');
+is("$r1 " . finish($second), ($n + 1) . ' ' . ($n + 2),
+	'the waiting insert takes the next id once the first commits');
 
 # The same with statements of three messages each: the second statement waits
 # at its first message, and takes the three ids after the first's.
-n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
-PGAPPNAME=ctxwin_t_first3 q -d "$db" -c "BEGIN" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'user', 'first ' || i FROM generate_series(1, 3) i RETURNING id" \
-	-c "$hold" -c "COMMIT" >"$tmp/first" 2>&1 &
-first=$!
-for _ in $(seq 1 100); do
-	[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_first3' AND query LIKE '%pg_sleep%'")" = 1 ] && break
-	sleep 0.05
-done
-PGAPPNAME=ctxwin_t_second3 q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'assistant', 'second ' || i FROM generate_series(1, 3) i RETURNING id" >"$tmp/second" 2>&1 &
-second=$!
-waiting=""
-for _ in $(seq 1 100); do
-	waiting=$(q -d "$db" -c "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'ctxwin_t_second3' AND state = 'active'")
-	[ "$waiting" = Lock ] && break
-	sleep 0.05
-done
-is "$waiting" "Lock" "a statement of several messages waits for an uncommitted one into the same session"
-release
-wait $first $second
-close_gate
-is "$(echo $(cat "$tmp/first") $(cat "$tmp/second"))" "$((n + 1)) $((n + 2)) $((n + 3)) $((n + 4)) $((n + 5)) $((n + 6))" \
-	"and takes the ids after it, in commit order"
-is "$(q -d "$db" -c "SELECT message_count = $n + 6 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
-	FROM ctxwin.sessions WHERE id = sess(5)")" "t" "with the counters of both"
+$n = sq("SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)");
+$first = hold('ctxwin_t_first3',
+	"INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'user', 'first ' || i FROM generate_series(1, 3) i RETURNING id");
+$second = psql_bg('ctxwin_t_second3', '-c',
+	"INSERT INTO ctxwin.messages (session_id, role, content) SELECT sess(5), 'assistant', 'second ' || i FROM generate_series(1, 3) i RETURNING id");
+ok(waits_on_lock('ctxwin_t_second3'),
+	'a statement of several messages waits for an uncommitted one into the same session');
+$r1 = release($first, 'COMMIT');
+is(join(' ', split /\n/, $r1 . "\n" . finish($second)), join(' ', map { $n + $_ } 1 .. 6),
+	'and takes the ids after it, in commit order');
+is(sq("SELECT message_count = $n + 6 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
+	FROM ctxwin.sessions WHERE id = sess(5)"), 't', 'with the counters of both');
 
 # An insert reads its session's row without a lock and writes the counters
 # to the version it read; when an application's UPDATE of the session
 # (here its metadata) commits in between, the insert reads the row again
 # and counts again: the update is kept and the counters are right.  The
 # same when that update rolls back instead.
-for end in COMMIT ROLLBACK; do
-	n=$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)")
-	PGAPPNAME=ctxwin_t_app q -d "$db" -c "BEGIN" \
-		-c "UPDATE ctxwin.sessions SET metadata = '{\"end\": \"$end\"}' WHERE id = sess(5)" \
-		-c "$hold" -c "$end" >/dev/null 2>&1 &
-	first=$!
-	for _ in $(seq 1 100); do
-		[ "$(q -d "$db" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_app' AND query LIKE '%pg_sleep%'")" = 1 ] && break
-		sleep 0.05
-	done
-	PGAPPNAME=ctxwin_t_insert q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'after $end') RETURNING id" \
-		>"$tmp/insert" 2>&1 &
-	second=$!
+for my $how (qw(COMMIT ROLLBACK))
+{
+	$n = sq("SELECT message_count FROM ctxwin.sessions WHERE id = sess(5)");
+	my $app = hold('ctxwin_t_app', qq{UPDATE ctxwin.sessions SET metadata = '{"end": "$how"}' WHERE id = sess(5)});
+	my $insert = psql_bg('ctxwin_t_insert', '-c',
+		"INSERT INTO ctxwin.messages (session_id, role, content) VALUES (sess(5), 'user', 'after $how') RETURNING id");
 	# the insert waits for the update; then the update ends
-	for _ in $(seq 1 100); do
-		[ "$(q -d "$db" -c "SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'ctxwin_t_insert' AND state = 'active'")" = Lock ] && break
-		sleep 0.05
-	done
-	release
-	wait $first $second
-	close_gate
-	got=$(cat "$tmp/insert")
+	my $waited = waits_on_lock('ctxwin_t_insert') ? 'waited' : 'did not wait';
+	release($app, $how);
+	my $id = finish($insert);
 	# the rolled-back update leaves the metadata the committed one set
-	want='{"end": "COMMIT"}'
-	is "$got|$(q -d "$db" -c "SELECT metadata::text, message_count = $n + 1 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
-		FROM ctxwin.sessions WHERE id = sess(5)")" "$((n + 1))|$want|t" \
-		"an insert that waited for an update of its session ($end) takes the next id, keeps the update's outcome, and counts right"
-done
-
-done_testing
+	is("$waited|$id|"
+		  . sq("SELECT metadata::text, message_count = $n + 1 AND token_count = (SELECT sum(token_count) FROM ctxwin.messages WHERE session_id = sess(5))
+		FROM ctxwin.sessions WHERE id = sess(5)"),
+		'waited|' . ($n + 1) . '|{"end": "COMMIT"}|t',
+		"an insert that waited for an update of its session ($how) takes the next id, keeps the update's outcome, and counts right");
+}
