@@ -2,7 +2,7 @@
 -- operator name and built-in function name the ctxwin install script uses,
 -- over the argument types it uses.  Each one records its call in
 -- public.pwned and returns NULL.  An object whose exact signature already
--- exists in that schema is skipped.  Run by test/hostile.t.
+-- exists in that schema is skipped.  Run by test/hostile.pl.
 -- the planting itself must not run what it plants
 SET search_path = pg_catalog, pg_temp;
 CREATE TABLE IF NOT EXISTS public.pwned (what text, at timestamptz DEFAULT clock_timestamp());

@@ -1,5 +1,5 @@
 -- Every public function and trigger of ctxwin once, on session :'sid'.
--- test/hostile.t runs it with hostile objects first on search_path, so it
+-- test/hostile.pl runs it with hostile objects first on search_path, so it
 -- uses no operator and no function of its own: only literals and ctxwin's
 -- functions, whose results the test compares.
 \set ON_ERROR_STOP 1

@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # The insert trigger of ctxwin.messages (C, src/trigger.c) in the cases its
 # SQL cannot show by itself: it pins no search_path, so a hostile one must
 # change nothing; its prepared statements outlive DROP and CREATE EXTENSION
@@ -13,33 +12,43 @@
 # same ids, counts and queue state as one message per statement gives, also
 # when the statement fails, is rolled back to a savepoint, nests other
 # inserts, or has a trigger that writes the session meanwhile.
-# Needs a cluster in the environment (PGHOST etc.), as scripts/test.sh sets up.
-cd "$(dirname "$0")/.." || exit 1
-. test/tap.sh
+# Many checks run across commits (a commit the trigger refuses, a statement
+# that aborts its transaction, VACUUM, DROP and CREATE EXTENSION in one
+# backend), so the program has a cluster of its own, with a database for
+# them and a second, new one whose ctxwin.profiles VACUUM shortens.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use CtxwinTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
 
-export PGCLIENTENCODING=UTF8
-q() { psql -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
-db=ctxwin_trigger_t
-role=ctxwin_trigger_t_app
-app=ctxwin_trigger_t_readme
-owner=ctxwin_trigger_t_owner
-admin=ctxwin_trigger_t_settings
-s=00000000-0000-4000-8000-0000000000a1
-cleanup() {
-	q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
-		-c "DROP ROLE IF EXISTS $role" -c "DROP ROLE IF EXISTS $app" -c "DROP ROLE IF EXISTS $owner" \
-		-c "DROP ROLE IF EXISTS $admin" -c "DROP DATABASE IF EXISTS ${db}_hints WITH (FORCE)" >/dev/null 2>&1
-}
-trap cleanup EXIT
+plan tests => 42;
 
-plan 42
-cleanup
-q -d postgres -c "CREATE DATABASE $db" -c "CREATE ROLE $role" -c "CREATE ROLE $app" -c "CREATE ROLE $owner" \
-	-c "CREATE ROLE $admin" >/dev/null
-q -d "$db" -c "CREATE EXTENSION ctxwin" -c "INSERT INTO ctxwin.sessions (id) VALUES ('$s')" >/dev/null
+my $node = ctxwin_node('trigger');
+my $db = 'ctxwin_trigger_t';
+my $role = 'ctxwin_trigger_t_app';
+my $app = 'ctxwin_trigger_t_readme';
+my $owner = 'ctxwin_trigger_t_owner';
+my $admin = 'ctxwin_trigger_t_settings';
+my $s = '00000000-0000-4000-8000-0000000000a1';
+
+# sq(SQL): what SQL printed in $db, errors included
+sub sq { return sql($node, $db, @_); }
+
+# the superuser the test runs as
+my $su = sql_do($node, 'postgres', 'SELECT current_user');
+chomp $su;
+
+sql_do($node, 'postgres', "CREATE DATABASE $db; CREATE ROLE $role; CREATE ROLE $app; CREATE ROLE $owner; CREATE ROLE $admin;");
+sql_do($node, $db, "CREATE EXTENSION ctxwin; INSERT INTO ctxwin.sessions (id) VALUES ('$s');");
 
 # A search_path whose first schema has its own uuid =, bigint + int and now().
-out=$(q -d "$db" 2>&1 <<SQL
+my $tokens = sq("SELECT ctxwin.message_tokens('user', 'Hello there.', NULL, NULL, NULL, 'o200k_base') "
+	  . "+ ctxwin.message_tokens('assistant', 'Hi!', NULL, NULL, NULL, 'o200k_base')");
+is(sq(<<"SQL"), "2|$tokens|t\n0|0|t", 'a hostile search_path changes neither which session is updated, nor its counters, nor its timestamps');
 CREATE SCHEMA evil;
 CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS \$\$ SELECT '2000-01-01'::timestamptz \$\$;
 CREATE FUNCTION evil.uuid_eq(uuid, uuid) RETURNS boolean LANGUAGE sql AS \$\$ SELECT true \$\$;
@@ -53,12 +62,9 @@ INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$s', 'assistant
 RESET search_path;
 SELECT message_count, token_count, updated_at > '2001-01-01' FROM ctxwin.sessions ORDER BY id;
 SQL
-)
-is "$out" "2|$(q -d "$db" -c "SELECT ctxwin.message_tokens('user', 'Hello there.', NULL, NULL, NULL, 'o200k_base') + ctxwin.message_tokens('assistant', 'Hi!', NULL, NULL, NULL, 'o200k_base')")|t
-0|0|t" "a hostile search_path changes neither which session is updated, nor its counters, nor its timestamps"
 
 # DROP and CREATE EXTENSION in one backend: the kept statements are replanned.
-out=$(q -d "$db" 2>&1 <<SQL
+is(sq(<<"SQL"), "1|o200k_base\n1|o200k_base|t", 'DROP and CREATE EXTENSION in one backend: inserts and recounts go on working');
 INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$s', 'user', 'Before.');
 DROP EXTENSION ctxwin;
 CREATE EXTENSION ctxwin;
@@ -75,16 +81,13 @@ INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$s', 'user', 'O
 SELECT id, token_encoding FROM ctxwin.messages;
 SELECT message_count, count_encoding, unsummarized_tokens = token_count FROM ctxwin.sessions;
 SQL
-)
-is "$out" "1|o200k_base
-1|o200k_base|t" "DROP and CREATE EXTENSION in one backend: inserts and recounts go on working"
 
 # The profile and model rows are fetched where they were found last while
 # that version is the visible one: in one backend, a message is counted
 # with the model its profile has now, and a place beyond the end of a
 # table VACUUM truncated is not read.
-q -d postgres -c "CREATE DATABASE ${db}_hints" >/dev/null
-out=$(q -d "${db}_hints" 2>&1 <<SQL
+sql_do($node, 'postgres', "CREATE DATABASE ${db}_hints");
+is(sql($node, "${db}_hints", <<'SQL'), "o200k_base cl100k_base o200k_base\nt\nt\nNear. o200k_base",
 CREATE EXTENSION ctxwin;
 INSERT INTO ctxwin.sessions (id) VALUES ('00000000-0000-4000-8000-0000000000f1');
 INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f1', 'user', 'One.');
@@ -107,56 +110,57 @@ INSERT INTO ctxwin.sessions (id, profile) VALUES ('00000000-0000-4000-8000-00000
 INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000f2', 'user', 'Near.');
 SELECT string_agg(content || ' ' || token_encoding, ', ' ORDER BY id) FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-0000000000f2';
 SQL
-)
-is "$out" "o200k_base cl100k_base o200k_base
-t
-t
-Near. o200k_base" "in one backend each message is counted with its profile's model as it is now, also after VACUUM shortened ctxwin.profiles"
-q -d postgres -c "DROP DATABASE ${db}_hints WITH (FORCE)" >/dev/null
+	"in one backend each message is counted with its profile's model as it is now, also after VACUUM shortened ctxwin.profiles");
 
 # Privileges: what the trigger reads of profiles and models needs SELECT on
 # them (or on the columns it reads), as the query it replaces did.
-q -d "$db" >/dev/null <<SQL
+sql_do($node, $db, <<"SQL");
 INSERT INTO ctxwin.sessions (id) VALUES ('00000000-0000-4000-8000-0000000000a3');
 GRANT USAGE ON SCHEMA ctxwin TO $role;
 GRANT SELECT, INSERT, UPDATE ON ctxwin.sessions, ctxwin.messages TO $role;
 SQL
-ins() { q -d "$db" -c "SET ROLE $role" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000a3', 'user', '$1')" 2>&1; }
-like "$(ins one)" "permission denied for table profiles" "without SELECT on ctxwin.profiles an insert is refused"
-q -d "$db" -c "GRANT SELECT (name, model, context_window, trigger_ratio, max_messages_before_summary,
-	max_tokens_before_summary, min_recent_messages) ON ctxwin.profiles TO $role" -c "GRANT SELECT ON ctxwin.models TO $role"
-like "$(ins two)" "permission denied for table profiles" "nor without SELECT on profiles.summary_placement"
-q -d "$db" -c "GRANT SELECT (summary_placement, response_reserve, window_policy, window_low_water) ON ctxwin.profiles TO $role" \
-	-c "REVOKE SELECT ON ctxwin.models FROM $role" \
-	-c "GRANT SELECT (name, context_window) ON ctxwin.models TO $role"
-like "$(ins three)" "permission denied for table models" "nor without SELECT on models.encoding"
-q -d "$db" -c "GRANT SELECT (encoding) ON ctxwin.models TO $role"
-is "$(ins four)" "" "SELECT on the columns it reads is enough"
-q -d "$db" -c "GRANT SELECT ON ctxwin.profiles, ctxwin.models TO $role"
-is "$(ins five)" "" "and SELECT on the tables"
+sub ins
+{
+	my ($content) = @_;
+	return sq("SET ROLE $role;\nINSERT INTO ctxwin.messages (session_id, role, content) "
+		  . "VALUES ('00000000-0000-4000-8000-0000000000a3', 'user', '$content')");
+}
+like(ins('one'), qr/permission denied for table profiles/, 'without SELECT on ctxwin.profiles an insert is refused');
+sql_do($node, $db, "GRANT SELECT (name, model, context_window, trigger_ratio, max_messages_before_summary,
+	max_tokens_before_summary, min_recent_messages) ON ctxwin.profiles TO $role;
+	GRANT SELECT ON ctxwin.models TO $role;");
+like(ins('two'), qr/permission denied for table profiles/, 'nor without SELECT on profiles.summary_placement');
+sql_do($node, $db, "GRANT SELECT (summary_placement, response_reserve, window_policy, window_low_water) ON ctxwin.profiles TO $role;
+	REVOKE SELECT ON ctxwin.models FROM $role;
+	GRANT SELECT (name, context_window) ON ctxwin.models TO $role;");
+like(ins('three'), qr/permission denied for table models/, 'nor without SELECT on models.encoding');
+sql_do($node, $db, "GRANT SELECT (encoding) ON ctxwin.models TO $role");
+is(ins('four'), '', 'SELECT on the columns it reads is enough');
+sql_do($node, $db, "GRANT SELECT ON ctxwin.profiles, ctxwin.models TO $role");
+is(ins('five'), '', 'and SELECT on the tables');
 
 # Row-level security on profiles applies as to a query.
-q -d "$db" -c "ALTER TABLE ctxwin.profiles ENABLE ROW LEVEL SECURITY" \
-	-c "CREATE POLICY hide ON ctxwin.profiles USING (name <> 'default')"
-like "$(ins six)" "session 00000000-0000-4000-8000-0000000000a3 does not exist" \
-	"a profile a policy hides is no profile, as in a join"
-q -d "$db" -c "DROP POLICY hide ON ctxwin.profiles" -c "CREATE POLICY show ON ctxwin.profiles USING (true)"
-is "$(ins seven)" "" "a policy that shows it lets the insert through"
-q -d "$db" -c "DROP POLICY show ON ctxwin.profiles" -c "ALTER TABLE ctxwin.profiles DISABLE ROW LEVEL SECURITY" \
-	-c "ALTER TABLE ctxwin.models ENABLE ROW LEVEL SECURITY" \
-	-c "CREATE POLICY show ON ctxwin.models USING (true)"
-is "$(ins eight)" "" "as does one on models"
-is "$(q -d "$db" -c "SELECT string_agg(content, ',' ORDER BY id) FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-0000000000a3'")" \
-	"four,five,seven,eight" "the refused inserts left nothing"
-is "$(q -d "$db" -c "SELECT message_count, unsummarized_messages FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-0000000000a3'")" \
-	"4|4" "and the session counts the ones that went in"
+sql_do($node, $db, "ALTER TABLE ctxwin.profiles ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY hide ON ctxwin.profiles USING (name <> 'default');");
+like(ins('six'), qr/session 00000000-0000-4000-8000-0000000000a3 does not exist/,
+	'a profile a policy hides is no profile, as in a join');
+sql_do($node, $db, "DROP POLICY hide ON ctxwin.profiles; CREATE POLICY show ON ctxwin.profiles USING (true);");
+is(ins('seven'), '', 'a policy that shows it lets the insert through');
+sql_do($node, $db, "DROP POLICY show ON ctxwin.profiles; ALTER TABLE ctxwin.profiles DISABLE ROW LEVEL SECURITY;
+	ALTER TABLE ctxwin.models ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY show ON ctxwin.models USING (true);");
+is(ins('eight'), '', 'as does one on models');
+is(sq("SELECT string_agg(content, ',' ORDER BY id) FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-0000000000a3'"),
+	'four,five,seven,eight', 'the refused inserts left nothing');
+is(sq("SELECT message_count, unsummarized_messages FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-0000000000a3'"),
+	'4|4', 'and the session counts the ones that went in');
 
-q -d "$db" -c "DROP POLICY show ON ctxwin.models" -c "ALTER TABLE ctxwin.models DISABLE ROW LEVEL SECURITY" >/dev/null
+sql_do($node, $db, "DROP POLICY show ON ctxwin.models; ALTER TABLE ctxwin.models DISABLE ROW LEVEL SECURITY;");
 
 # --- who writes what ---------------------------------------------------------
 # The README's grants to an application role.
-b1=00000000-0000-4000-8000-0000000000f1
-q -d "$db" >/dev/null <<SQL
+my $b1 = '00000000-0000-4000-8000-0000000000f1';
+sql_do($node, $db, <<"SQL");
 GRANT USAGE ON SCHEMA ctxwin TO $app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $app;
 GRANT SELECT ON ctxwin.models, ctxwin.profiles TO $app;
@@ -185,26 +189,32 @@ INSERT INTO public.protected VALUES
   (17, 'updated_at', quote_literal('2000-01-01'));
 GRANT SELECT ON public.protected TO PUBLIC;
 SQL
-writes() {
-	# writes ROLE update|insert [SESSION]: each protected column and what writing it gave
-	q -d "$db" -c "SET ROLE $1" -c "SELECT string_agg(col || '=' || public.try(
-		CASE '$2' WHEN 'update' THEN format('UPDATE ctxwin.sessions SET %I = %s WHERE id = \$1', col, val)
-		          ELSE format('INSERT INTO ctxwin.sessions (%I) VALUES (%s)', col, replace(val, 'message_count + 5', '5')) END,
-		'${3:-$b1}'), ' ' ORDER BY o)
-		FROM public.protected"
+
+# writes(ROLE, update|insert, [SESSION]): each protected column and what writing it gave
+sub writes
+{
+	my ($who, $how, $sid) = @_;
+	$sid //= $b1;
+	return sq("SET ROLE $who;\n" . <<"SQL");
+SELECT string_agg(col || '=' || public.try(
+	CASE '$how' WHEN 'update' THEN format('UPDATE ctxwin.sessions SET %I = %s WHERE id = \$1', col, val)
+	          ELSE format('INSERT INTO ctxwin.sessions (%I) VALUES (%s)', col, replace(val, 'message_count + 5', '5')) END,
+	'$sid'), ' ' ORDER BY o)
+	FROM public.protected
+SQL
 }
-all() { q -d "$db" -c "SELECT string_agg(col || '=$1', ' ' ORDER BY o) FROM public.protected"; }
-is "$(writes "$app" update)" "$(all 42501)" \
-	"an application role may UPDATE none of the columns ctxwin maintains (insufficient_privilege for each)"
-is "$(writes "$app" insert)" "$(all 42501)" \
-	"nor INSERT a session with another value than the default in any of them"
-like "$(q -d "$db" -c "SET ROLE $app" -c "UPDATE ctxwin.sessions SET message_count = 1000 WHERE id = '$b1'" 2>&1)" \
-	'permission denied to write column "message_count" of ctxwin.sessions' "the error names the column"
-is "$(q -d "$db" -c "SELECT message_count, token_count > 0, unsummarized_messages, compaction_failures FROM ctxwin.sessions WHERE id = '$b1'")" \
-	"10|t|10|0" "and the session is as it was"
+sub all { my ($what) = @_; return sq("SELECT string_agg(col || '=$what', ' ' ORDER BY o) FROM public.protected"); }
+is(writes($app, 'update'), all('42501'),
+	'an application role may UPDATE none of the columns ctxwin maintains (insufficient_privilege for each)');
+is(writes($app, 'insert'), all('42501'),
+	'nor INSERT a session with another value than the default in any of them');
+like(sq("SET ROLE $app; UPDATE ctxwin.sessions SET message_count = 1000 WHERE id = '$b1'"),
+	qr/permission denied to write column "message_count" of ctxwin.sessions/, 'the error names the column');
+is(sq("SELECT message_count, token_count > 0, unsummarized_messages, compaction_failures FROM ctxwin.sessions WHERE id = '$b1'"),
+	'10|t|10|0', 'and the session is as it was');
 
 # what an application does write
-out=$(q -d "$db" 2>&1 <<SQL
+is(sq(<<"SQL"), "9\nother|y|4|12|8|cl100k_base|1",
 SET ROLE $app;
 INSERT INTO ctxwin.sessions (id, profile, system_prompt, conversation_summary, metadata, summary_through_id,
                              message_count, created_at)
@@ -221,56 +231,59 @@ RESET ROLE;
 SELECT profile, metadata ->> 'tag', summary_through_id, message_count, unsummarized_messages, count_encoding, summary_version
 FROM ctxwin.sessions WHERE id = '$b1';
 SQL
-)
-is "$out" "9
-other|y|4|12|8|cl100k_base|1" \
-	"an application role inserts sessions and messages, writes profile, system_prompt, metadata, the summary and its point, and ctxwin keeps the rest"
+	'an application role inserts sessions and messages, writes profile, system_prompt, metadata, the summary and its point, and ctxwin keeps the rest');
 
 # Ids and token counts: a role that could raise message_count and then
 # insert rows with ids and any token_count made build_context exceed its budget.
-out=$(q -d "$db" -c "SET ROLE $app" -c "SELECT string_agg(x, ' ' ORDER BY o) FROM (VALUES
+is(sq("SET ROLE $app;\n" . <<"SQL"), '42501 42501 42501 42501 42501',
+SELECT string_agg(x, ' ' ORDER BY o) FROM (VALUES
 	(1, public.try('INSERT INTO ctxwin.messages (session_id, id, role, content) VALUES (\$1, 13, ''user'', ''x'')', '$b1')),
 	(2, public.try('INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding) VALUES (\$1, 3, ''user'', ''x'', 0, ''o200k_base'')', '$b1')),
 	(3, public.try('INSERT INTO ctxwin.messages (session_id, role, content, token_count) VALUES (\$1, ''user'', ''x'', -100000)', '$b1')),
 	(4, public.try('INSERT INTO ctxwin.messages (session_id, role, content, token_encoding) VALUES (\$1, ''user'', ''x'', ''chars4'')', '$b1')),
-	(5, public.try('UPDATE ctxwin.sessions SET message_count = message_count + 100 WHERE id = \$1', '$b1'))) t(o, x)" 2>&1)
-is "$out" "42501 42501 42501 42501 42501" \
-	"an application role supplies no message id (not even the next one), token_count or token_encoding, and cannot raise message_count"
-like "$(q -d "$db" -c "SET ROLE $app" -c "INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding) VALUES ('$b1', 5, 'user', 'x', 0, 'o200k_base')" 2>&1)" \
-	'permission denied to write column "id" of ctxwin.messages' "the refusal names the column"
-like "$(q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding) VALUES ('$b1', 5, 'user', 'x', -3, 'o200k_base')" 2>&1)" \
-	'violates check constraint' "a negative token_count is refused by a CHECK, even from the owner"
-is "$(q -d "$db" -c "SELECT count(*), max(id), sum(token_count) = (SELECT token_count FROM ctxwin.sessions WHERE id = '$b1') FROM ctxwin.messages WHERE session_id = '$b1'")" \
-	"12|12|t" "nothing of it went in"
+	(5, public.try('UPDATE ctxwin.sessions SET message_count = message_count + 100 WHERE id = \$1', '$b1'))) t(o, x)
+SQL
+	'an application role supplies no message id (not even the next one), token_count or token_encoding, and cannot raise message_count');
+like(sq("SET ROLE $app; INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding) VALUES ('$b1', 5, 'user', 'x', 0, 'o200k_base')"),
+	qr/permission denied to write column "id" of ctxwin.messages/, 'the refusal names the column');
+like(sq("INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding) VALUES ('$b1', 5, 'user', 'x', -3, 'o200k_base')"),
+	qr/violates check constraint/, 'a negative token_count is refused by a CHECK, even from the owner');
+is(sq("SELECT count(*), max(id), sum(token_count) = (SELECT token_count FROM ctxwin.sessions WHERE id = '$b1') FROM ctxwin.messages WHERE session_id = '$b1'"),
+	'12|12|t', 'nothing of it went in');
 
 # The owner: a superuser, and a role that owns the tables.
-cols=$(q -d "$db" -c "SELECT string_agg(col || '=ok', ' ' ORDER BY o) FROM public.protected")
-is "$(writes postgres update 00000000-0000-4000-8000-0000000000b3)" "$cols" "a superuser may write every one of them"
-q -d "$db" -c "GRANT USAGE ON SCHEMA ctxwin TO $owner" -c "GRANT SELECT ON ctxwin.models, ctxwin.profiles TO $owner" \
-	-c "ALTER TABLE ctxwin.sessions OWNER TO $owner" -c "ALTER TABLE ctxwin.messages OWNER TO $owner" >/dev/null
-is "$(writes "$owner" insert)" "$cols" "so may the role that owns ctxwin.sessions"
-is "$(q -d "$db" -c "SET ROLE $owner" -c "INSERT INTO ctxwin.sessions (id, message_count, token_count, unsummarized_messages,
-	unsummarized_tokens, count_encoding) VALUES ('00000000-0000-4000-8000-0000000000b5', 2, 20, 2, 20, 'o200k_base')" \
-	-c "INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding)
+my $cols = sq("SELECT string_agg(col || '=ok', ' ' ORDER BY o) FROM public.protected");
+is(writes($su, 'update', '00000000-0000-4000-8000-0000000000b3'), $cols, 'a superuser may write every one of them');
+sql_do($node, $db, "GRANT USAGE ON SCHEMA ctxwin TO $owner; GRANT SELECT ON ctxwin.models, ctxwin.profiles TO $owner;
+	ALTER TABLE ctxwin.sessions OWNER TO $owner; ALTER TABLE ctxwin.messages OWNER TO $owner;");
+is(writes($owner, 'insert'), $cols, 'so may the role that owns ctxwin.sessions');
+is(sq(<<"SQL"), '3', 'and may restore a session with its counters and messages with their ids and counts');
+SET ROLE $owner;
+INSERT INTO ctxwin.sessions (id, message_count, token_count, unsummarized_messages,
+	unsummarized_tokens, count_encoding) VALUES ('00000000-0000-4000-8000-0000000000b5', 2, 20, 2, 20, 'o200k_base');
+INSERT INTO ctxwin.messages (session_id, id, role, content, token_count, token_encoding)
 	VALUES ('00000000-0000-4000-8000-0000000000b5', 1, 'user', 'a', 10, 'o200k_base'),
-	       ('00000000-0000-4000-8000-0000000000b5', 2, 'assistant', 'b', 10, 'o200k_base')" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000b5', 'user', 'c') RETURNING id" 2>&1)" \
-	"3" "and may restore a session with its counters and messages with their ids and counts"
-q -d "$db" -c "ALTER TABLE ctxwin.sessions OWNER TO postgres" -c "ALTER TABLE ctxwin.messages OWNER TO postgres" >/dev/null
+	       ('00000000-0000-4000-8000-0000000000b5', 2, 'assistant', 'b', 10, 'o200k_base');
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-0000000000b5', 'user', 'c') RETURNING id;
+SQL
+sql_do($node, $db, "ALTER TABLE ctxwin.sessions OWNER TO $su; ALTER TABLE ctxwin.messages OWNER TO $su;");
 
 # Derived: a summary point moving forward clears the compaction errors.
-q -d "$db" -c "UPDATE ctxwin.sessions SET compaction_failures = 3, compaction_retry_at = now() + interval '1 hour',
-	last_error = 'HTTP 500', last_error_at = now() WHERE id = '$b1'" >/dev/null
-is "$(q -d "$db" -c "SET ROLE $app" -c "UPDATE ctxwin.sessions SET conversation_summary = 'The first eight.', summary_through_id = 8 WHERE id = '$b1'" \
-	-c "SELECT compaction_failures, compaction_retry_at IS NULL, last_error IS NULL, last_error_at IS NULL FROM ctxwin.sessions WHERE id = '$b1'" 2>&1)" \
-	"0|t|t|t" "a new summary point clears failures, retry time and last error (derived, not written by the caller)"
+sql_do($node, $db, "UPDATE ctxwin.sessions SET compaction_failures = 3, compaction_retry_at = now() + interval '1 hour',
+	last_error = 'HTTP 500', last_error_at = now() WHERE id = '$b1'");
+is(sq("SET ROLE $app;
+	UPDATE ctxwin.sessions SET conversation_summary = 'The first eight.', summary_through_id = 8 WHERE id = '$b1';
+	SELECT compaction_failures, compaction_retry_at IS NULL, last_error IS NULL, last_error_at IS NULL FROM ctxwin.sessions WHERE id = '$b1';"),
+	'0|t|t|t', 'a new summary point clears failures, retry time and last error (derived, not written by the caller)');
 
 # A changed profile queues the sessions it puts over a trigger, whoever changes it.
-q -d "$db" -c "GRANT USAGE ON SCHEMA ctxwin TO $admin" -c "GRANT SELECT, UPDATE ON ctxwin.profiles TO $admin" \
-	-c "GRANT SELECT ON ctxwin.models TO $admin" >/dev/null
-is "$(q -d "$db" -c "SET ROLE $admin" -c "UPDATE ctxwin.profiles SET max_messages_before_summary = 3, min_recent_messages = 1 WHERE name = 'other'" \
-	-c "RESET ROLE" -c "SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '$b1'" 2>&1)" "t" \
-	"a role that may update profiles but not sessions lowers a trigger: the session is queued"
+sql_do($node, $db, "GRANT USAGE ON SCHEMA ctxwin TO $admin; GRANT SELECT, UPDATE ON ctxwin.profiles TO $admin;
+	GRANT SELECT ON ctxwin.models TO $admin;");
+is(sq("SET ROLE $admin;
+	UPDATE ctxwin.profiles SET max_messages_before_summary = 3, min_recent_messages = 1 WHERE name = 'other';
+	RESET ROLE;
+	SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '$b1';"),
+	't', 'a role that may update profiles but not sessions lowers a trigger: the session is queued');
 
 # --- statements of many messages ---------------------------------------------
 # The same messages into sessions in the same state: one INSERT per message
@@ -280,7 +293,7 @@ is "$(q -d "$db" -c "SET ROLE $admin" -c "UPDATE ctxwin.profiles SET max_message
 # (the messages reset them), session 3 with counters in another encoding
 # than its model's (recounted); a profile with low triggers queues them
 # mid-statement; tool call groups open and close.
-q -d "$db" >/dev/null <<'SQL'
+sql_do($node, $db, <<'SQL');
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary, trigger_ratio,
                              min_recent_messages)
 VALUES ('low', 'gpt-4o', 25, NULL, NULL, 3);
@@ -322,7 +335,7 @@ CREATE FUNCTION public.state(s uuid) RETURNS text LANGUAGE sql STABLE RETURN (
                       FROM ctxwin.messages m WHERE m.session_id = s))
     FROM ctxwin.sessions x WHERE x.id = s);
 SQL
-q -d "$db" >/dev/null <<'SQL'
+sql_do($node, $db, <<'SQL');
 DO $$
 DECLARE
     r record;
@@ -333,57 +346,79 @@ BEGIN
     END LOOP;
 END $$;
 SQL
-upd=$(q -d "$db" -c "BEGIN" -c "INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id, name)
-	SELECT public.sid('b', k), role, content, tool_calls, tool_call_id, name FROM public.src ORDER BY n, k" \
-	-c "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'ctxwin.sessions'::regclass" -c "COMMIT")
-for k in 1 2 3; do
-	q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id, name)
-		SELECT public.sid('c', k), role, content, tool_calls, tool_call_id, name FROM public.src WHERE k = $k ORDER BY n"
-done
-want=$(q -d "$db" -c "SELECT string_agg(public.state(public.sid('a', k)), E'\n' ORDER BY k) FROM generate_series(1, 3) k")
-is "$(q -d "$db" -c "SELECT string_agg(public.state(public.sid('b', k)), E'\n' ORDER BY k) FROM generate_series(1, 3) k")" "$want" \
-	"one INSERT ... SELECT into three sessions: the same ids, token counts, counters, tool calls pending and queue state as one INSERT per message"
-is "$(q -d "$db" -c "SELECT string_agg(public.state(public.sid('c', k)), E'\n' ORDER BY k) FROM generate_series(1, 3) k")" "$want" \
-	"one INSERT ... SELECT per session: the same"
-is "$(q -d "$db" -c "SELECT count(*) FROM ctxwin.sessions WHERE id IN (public.sid('a', 1), public.sid('a', 2), public.sid('a', 3))
-	AND compaction_queued_at IS NOT NULL AND compaction_failures = 0 AND compaction_retry_at IS NULL")|$(echo "$want" | cut -d' ' -f6 | sort -u | tr '\n' ' ')" \
-	"3|o200k_base " "(the three got queued, their failures and retry time reset, and session 3 recounted)"
-is "$upd" "6" "the statement wrote each session's row twice, not once per message (174 messages: its first message's write, and the statement's end)"
+my $upd = sq(<<'SQL');
+BEGIN;
+INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id, name)
+	SELECT public.sid('b', k), role, content, tool_calls, tool_call_id, name FROM public.src ORDER BY n, k;
+SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'ctxwin.sessions'::regclass;
+COMMIT;
+SQL
+for my $k (1 .. 3)
+{
+	sql_do($node, $db, "INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id, name)
+		SELECT public.sid('c', k), role, content, tool_calls, tool_call_id, name FROM public.src WHERE k = $k ORDER BY n");
+}
+sub states
+{
+	my ($t) = @_;
+	return sq("SELECT string_agg(public.state(public.sid('$t', k)), E'\\n' ORDER BY k) FROM generate_series(1, 3) k");
+}
+my $want = states('a');
+is(states('b'), $want,
+	'one INSERT ... SELECT into three sessions: the same ids, token counts, counters, tool calls pending and queue state as one INSERT per message');
+is(states('c'), $want, 'one INSERT ... SELECT per session: the same');
+# the encodings of the three (the sixth word of each state), each once
+my %enc = map { ((split / /)[5] => 1) } split /\n/, $want;
+is(sq("SELECT count(*) FROM ctxwin.sessions WHERE id IN (public.sid('a', 1), public.sid('a', 2), public.sid('a', 3))
+	AND compaction_queued_at IS NOT NULL AND compaction_failures = 0 AND compaction_retry_at IS NULL")
+	  . '|' . join('', map { "$_ " } sort keys %enc),
+	'3|o200k_base ', '(the three got queued, their failures and retry time reset, and session 3 recounted)');
+is($upd, '6',
+	"the statement wrote each session's row twice, not once per message (174 messages: its first message's write, and the statement's end)");
 
 # Errors: a statement that fails halfway, alone or rolled back to a
 # savepoint, leaves no trace; the next message takes the next id.
-e=00000000-0000-4000-8000-0000000000e1
-q -d "$db" -c "INSERT INTO ctxwin.sessions (id) VALUES ('$e')" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'First ' || i FROM generate_series(1, 10) i" >/dev/null
-before=$(q -d "$db" -c "SELECT public.state('$e')")
-bad="INSERT INTO ctxwin.messages (session_id, role, content)
-	SELECT '$e', CASE WHEN i = 500 THEN 'robot' ELSE 'user' END, 'Message ' || i FROM generate_series(1, 1000) i"
-like "$(q -d "$db" -c "$bad" 2>&1)" 'invalid message role "robot"' "a bad role in message 500 of 1,000 fails the statement"
-is "$(q -d "$db" -c "SELECT public.state('$e')")" "$before" "and leaves no trace"
-out=$(psql -X -q -A -t -d "$db" -c "BEGIN" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'Second ' || i FROM generate_series(1, 5) i" \
-	-c "SAVEPOINT s" -c "$bad" -c "ROLLBACK TO SAVEPOINT s" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$e', 'assistant', 'After the savepoint') RETURNING id" \
-	-c "SAVEPOINT t" -c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'Gone ' || i FROM generate_series(1, 7) i" \
-	-c "ROLLBACK TO SAVEPOINT t" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'Third ' || i FROM generate_series(1, 3) i RETURNING id" \
-	-c "COMMIT" 2>/dev/null)
-is "$(echo $out)" "16 17 18 19" "in a transaction, the statement rolled back to a savepoint leaves no counters behind: the next ids follow"
+my $e = '00000000-0000-4000-8000-0000000000e1';
+sql_do($node, $db, "INSERT INTO ctxwin.sessions (id) VALUES ('$e');
+	INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'First ' || i FROM generate_series(1, 10) i;");
+my $before = sq("SELECT public.state('$e')");
+my $bad = "INSERT INTO ctxwin.messages (session_id, role, content)
+	SELECT '$e', CASE WHEN i = 500 THEN 'robot' ELSE 'user' END, 'Message ' || i FROM generate_series(1, 1000) i";
+like(sq($bad), qr/invalid message role "robot"/, 'a bad role in message 500 of 1,000 fails the statement');
+is(sq("SELECT public.state('$e')"), $before, 'and leaves no trace');
+# psql goes on after the error (ON_ERROR_STOP off); what it printed, not its errors
+my (undef, $ids) = $node->psql($db, <<"SQL", on_error_stop => 0);
+BEGIN;
+INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'Second ' || i FROM generate_series(1, 5) i;
+SAVEPOINT s;
+$bad;
+ROLLBACK TO SAVEPOINT s;
+INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$e', 'assistant', 'After the savepoint') RETURNING id;
+SAVEPOINT t;
+INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'Gone ' || i FROM generate_series(1, 7) i;
+ROLLBACK TO SAVEPOINT t;
+INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$e', 'user', 'Third ' || i FROM generate_series(1, 3) i RETURNING id;
+COMMIT;
+SQL
+is(join(' ', split /\s+/, $ids), '16 17 18 19',
+	'in a transaction, the statement rolled back to a savepoint leaves no counters behind: the next ids follow');
 
-# the counters of the session match its messages (ids 1..n, sums)
-consistent() {
-	q -d "$db" -c "SELECT count(*) = x.message_count AND coalesce(max(m.id), 0) = x.message_count
+# consistent(SESSION): the counters of the session match its messages (ids 1..n, sums)
+sub consistent
+{
+	my ($id) = @_;
+	return sq("SELECT count(*) = x.message_count AND coalesce(max(m.id), 0) = x.message_count
 		AND coalesce(sum(m.token_count), 0) = x.token_count
 		AND count(*) FILTER (WHERE m.id > x.summary_through_id) = x.unsummarized_messages
 		AND coalesce(sum(m.token_count) FILTER (WHERE m.id > x.summary_through_id), 0) = x.unsummarized_tokens
-		FROM ctxwin.sessions x LEFT JOIN ctxwin.messages m ON m.session_id = x.id WHERE x.id = '$1' GROUP BY x.id"
+		FROM ctxwin.sessions x LEFT JOIN ctxwin.messages m ON m.session_id = x.id WHERE x.id = '$id' GROUP BY x.id");
 }
-is "$(consistent "$e")" "t" "and its counters match its messages"
+is(consistent($e), 't', 'and its counters match its messages');
 
 # Nested statements: a function the statement calls inserts into the same
 # session, in a subtransaction that rolls back one time in three.
-n=00000000-0000-4000-8000-0000000000e2
-q -d "$db" >/dev/null <<SQL
+my $n = '00000000-0000-4000-8000-0000000000e2';
+sql_do($node, $db, <<"SQL");
 INSERT INTO ctxwin.sessions (id) VALUES ('$n');
 CREATE FUNCTION public.nested(s uuid, i int) RETURNS text LANGUAGE plpgsql AS \$\$
 BEGIN
@@ -398,14 +433,15 @@ BEGIN
     RETURN 'outer ' || i;
 END \$\$;
 SQL
-q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$n', 'user', public.nested('$n', i) FROM generate_series(1, 30) i" >/dev/null
-is "$(q -d "$db" -c "SELECT count(*), max(id), count(*) FILTER (WHERE content LIKE 'nested%') FROM ctxwin.messages WHERE session_id = '$n'")|$(consistent "$n")" \
-	"50|50|20|t" "inserts nested in a statement, some rolled back: ids 1..50 without gaps and counters that match"
+sql_do($node, $db, "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$n', 'user', public.nested('$n', i) FROM generate_series(1, 30) i");
+is(sq("SELECT count(*), max(id), count(*) FILTER (WHERE content LIKE 'nested%') FROM ctxwin.messages WHERE session_id = '$n'")
+	  . '|' . consistent($n),
+	'50|50|20|t', 'inserts nested in a statement, some rolled back: ids 1..50 without gaps and counters that match');
 
 # A trigger that writes the session while the statement runs: its metadata
 # each message, and a summary point once.
-t=00000000-0000-4000-8000-0000000000e3
-q -d "$db" >/dev/null <<SQL
+my $t = '00000000-0000-4000-8000-0000000000e3';
+sql_do($node, $db, <<"SQL");
 INSERT INTO ctxwin.sessions (id) VALUES ('$t');
 CREATE FUNCTION public.touch() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN
@@ -421,13 +457,14 @@ INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$t', 'user', 'Me
 INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$t', 'assistant', 'One more.');
 DROP TRIGGER touch ON ctxwin.messages;
 SQL
-is "$(q -d "$db" -c "SELECT message_count, unsummarized_messages, metadata ->> 'last', summary_through_id FROM ctxwin.sessions WHERE id = '$t'")|$(consistent "$t")" \
-	"101|61|101|40|t" "a trigger that updates the session meanwhile keeps its change, and the counters stay right"
+is(sq("SELECT message_count, unsummarized_messages, metadata ->> 'last', summary_through_id FROM ctxwin.sessions WHERE id = '$t'")
+	  . '|' . consistent($t),
+	'101|61|101|40|t', 'a trigger that updates the session meanwhile keeps its change, and the counters stay right');
 
 # Two inserts in one statement (a data-modifying WITH), and inserts made by
 # another table's trigger, row by row.
-w=00000000-0000-4000-8000-0000000000e4
-q -d "$db" >/dev/null <<SQL
+my $w = '00000000-0000-4000-8000-0000000000e4';
+sql_do($node, $db, <<"SQL");
 INSERT INTO ctxwin.sessions (id) VALUES ('$w');
 WITH a AS (INSERT INTO ctxwin.messages (session_id, role, content)
            SELECT '$w', 'user', 'Question ' || i FROM generate_series(1, 20) i RETURNING id, content)
@@ -441,25 +478,24 @@ END \$\$;
 CREATE TRIGGER to_ctxwin AFTER INSERT ON public.chat_log FOR EACH ROW EXECUTE FUNCTION public.log_to_ctxwin();
 INSERT INTO public.chat_log SELECT '$w', 'Logged ' || i FROM generate_series(1, 30) i;
 SQL
-is "$(q -d "$db" -c "SELECT count(*), count(*) FILTER (WHERE content LIKE 'Logged%' AND id > 40) FROM ctxwin.messages WHERE session_id = '$w'")|$(consistent "$w")" \
-	"70|30|t" "two inserts in one WITH statement, then inserts by another table's trigger: counted right"
+is(sq("SELECT count(*), count(*) FILTER (WHERE content LIKE 'Logged%' AND id > 40) FROM ctxwin.messages WHERE session_id = '$w'")
+	  . '|' . consistent($w),
+	'70|30|t', "two inserts in one WITH statement, then inserts by another table's trigger: counted right");
 
 # The statement triggers: without the one that opens the statement, each
 # row writes its session at once; without the one that writes the
 # counters, a statement whose counters are not all written (its first
 # message of a session writes them at once) cannot commit (rather than
 # lose them).
-q -d "$db" -c "ALTER TABLE ctxwin.messages DISABLE TRIGGER messages_insert_begin" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$w', 'user', 'Row by row ' || i FROM generate_series(1, 10) i" \
-	-c "ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_begin" >/dev/null
-is "$(consistent "$w")" "t" "without messages_insert_begin the rows write their session one by one"
-like "$(q -d "$db" -c "ALTER TABLE ctxwin.messages DISABLE TRIGGER messages_insert_end" \
-	-c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Lost?'), ('$w', 'user', 'Lost too?')" 2>&1)" \
-	"the counters of session $w were not written" "without messages_insert_end a statement's second message cannot commit"
-is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = '$w'")|$(consistent "$w")" "80|t" "and nothing was lost"
-q -d "$db" -c "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Kept')" >/dev/null
-q -d "$db" -c "ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_end" >/dev/null
-is "$(q -d "$db" -c "SELECT message_count FROM ctxwin.sessions WHERE id = '$w'")|$(consistent "$w")" "81|t" \
-	"a statement of one message wrote its counters with it: it commits, counted"
-
-done_testing
+sql_do($node, $db, "ALTER TABLE ctxwin.messages DISABLE TRIGGER messages_insert_begin;
+	INSERT INTO ctxwin.messages (session_id, role, content) SELECT '$w', 'user', 'Row by row ' || i FROM generate_series(1, 10) i;
+	ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_begin;");
+is(consistent($w), 't', 'without messages_insert_begin the rows write their session one by one');
+like(sq("ALTER TABLE ctxwin.messages DISABLE TRIGGER messages_insert_end;
+	INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Lost?'), ('$w', 'user', 'Lost too?');"),
+	qr/the counters of session \Q$w\E were not written/, "without messages_insert_end a statement's second message cannot commit");
+is(sq("SELECT message_count FROM ctxwin.sessions WHERE id = '$w'") . '|' . consistent($w), '80|t', 'and nothing was lost');
+sql_do($node, $db, "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$w', 'user', 'Kept')");
+sql_do($node, $db, 'ALTER TABLE ctxwin.messages ENABLE TRIGGER messages_insert_end');
+is(sq("SELECT message_count FROM ctxwin.sessions WHERE id = '$w'") . '|' . consistent($w), '81|t',
+	'a statement of one message wrote its counters with it: it commits, counted');
