@@ -69,10 +69,11 @@ include $(PGXS)
 # built for, rewritten only when PG_CONFIG names another one, so switching
 # servers rebuilds everything and nothing of the other version is linked.
 CTXWIN_BUILT_FOR := $(shell $(PG_CONFIG) --version)
-.ctxwin-built-for: FORCE
-	@if [ "$$(cat $@ 2>/dev/null)" != "$(CTXWIN_BUILT_FOR)" ]; then echo "$(CTXWIN_BUILT_FOR)" > $@; fi
+# (rewritten while the Makefile is read, not by a rule that always runs, so
+# that make -n and -W tell the truth about what a change rebuilds)
+CTXWIN_STAMP := $(shell if [ "$$(cat .ctxwin-built-for 2>/dev/null)" != "$(CTXWIN_BUILT_FOR)" ]; then \
+	echo "$(CTXWIN_BUILT_FOR)" > .ctxwin-built-for; fi)
 $(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
-.PHONY: FORCE
 
 # Committed, so that a reader (and PGXN) sees the whole script; test/layout.t
 # checks that it is what this rule makes.  (Without sql/install/ there is

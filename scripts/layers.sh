@@ -18,7 +18,7 @@ fi
 
 # "folder kind symbol" for every defined (D) and undefined (U) symbol
 syms=$(for o in "${objs[@]}"; do
-	f=${o#src/}
+	f=${o##*src/}
 	case $f in */*) f=${f%%/*} ;; *) f="(module)" ;; esac
 	nm "$o" | awk -v f="$f" '$1 == "U" { print f, "U", $2 } $2 ~ /^[TDBRC]$/ { print f, "D", $3 }'
 done)

@@ -99,12 +99,14 @@ chmod 755 "$testdir"
 # refuses to run initdb as root), who may not be able to read the tree: a
 # clone in root's home (/root is mode 700), under any private directory, or
 # made with umask 077.  So they run from a copy of the tree, with the test
-# programs just built, that every user can read.  Nothing writes into it.
+# programs and the objects just built (test/build.pl reads them, and make
+# -n must find them up to date: tar keeps their times), that every user can
+# read.  Nothing writes into it.
 copy=$testdir/tree
 mkdir "$copy"
 tar -C "$tree" -cf - --exclude=./.git --exclude=node_modules --exclude=./fuzz/build \
 	--exclude=./results --exclude=./tmp_check --exclude=./log --exclude='./regression.*' \
-	--exclude='*.o' --exclude='*.bc' --exclude='*.so' . | tar -C "$copy" -xf -
+	. | tar -C "$copy" -xf -
 chmod -R a+rX "$copy"
 
 ctxwin_cluster_start

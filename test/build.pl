@@ -1,0 +1,124 @@
+# The build's own promises, checked on the objects scripts/test.sh just
+# built (no server needed):
+#  - src/'s folders form an acyclic graph (make layers), and a cycle
+#    between two folders is caught;
+#  - touching a header rebuilds exactly the objects whose sources include
+#    it, directly or through another of ctxwin's headers (the truth taken
+#    from the #include lines of the sources, the answer from make -n -W).
+use strict;
+use warnings;
+
+use File::Basename qw(dirname);
+use File::Temp qw(tempdir);
+use FindBin;
+use IPC::Run qw(run);
+use Test::More;
+
+my $top = dirname($FindBin::RealBin);
+chdir $top or die "cd $top: $!";
+my $pg_config = $ENV{PG_CONFIG} // 'pg_config';
+my @make = ('make', '--no-print-directory', "PG_CONFIG=$pg_config");
+
+# the objects of the library, from the Makefile
+my ($out, $err);
+run([@make, '-s', '--eval=print-objs: ; @echo $(OBJS)', 'print-objs'], '>', \$out, '2>', \$err)
+  or BAIL_OUT("make print-objs: $err");
+my @objs = split ' ', $out;
+ok(@objs > 20, 'the Makefile lists the objects of the library (' . scalar(@objs) . ')');
+my @missing = grep { !-e $_ } @objs;
+is("@missing", '', 'every object is built (scripts/test.sh builds before it runs the tests)')
+  or BAIL_OUT('build first');
+
+# --- the folder graph -----------------------------------------------------
+ok(run([@make, 'layers'], '>', \$out, '2>', \$err), 'make layers: the graph of the folders has no cycle')
+  or diag("$out$err");
+my @folders = map { m{^src/([^/]+)/} ? $1 : () } @objs;
+my %seen;
+@folders = grep { !$seen{$_}++ } @folders;
+for my $f (@folders)
+{
+	like($out, qr/^\s+\Q$f\E\s+->/m, "make layers shows the folder $f");
+}
+
+# a cycle: a/x.o uses b/y.o's symbol and b/y.o uses a/x.o's
+my $tmp = tempdir(CLEANUP => 1);
+mkdir "$tmp/src";
+mkdir "$tmp/src/a";
+mkdir "$tmp/src/b";
+open my $fa, '>', "$tmp/src/a/x.c" or die;
+print $fa "int y(void);\nint x(void) { return y(); }\n";
+close $fa;
+open my $fb, '>', "$tmp/src/b/y.c" or die;
+print $fb "int x(void);\nint y(void) { return x() + 1; }\n";
+close $fb;
+for my $c ('a/x', 'b/y')
+{
+	run(['cc', '-c', '-o', "$tmp/src/$c.o", "$tmp/src/$c.c"]) or BAIL_OUT("cc $c.c");
+}
+my $rc = run(["$top/scripts/layers.sh", "$tmp/src/a/x.o", "$tmp/src/b/y.o"], '>', \$out, '2>', \$err);
+ok(!$rc, 'scripts/layers.sh fails on two folders that use each other');
+like($err, qr/cycle between the folders: .*\ba\b.*\bb\b|cycle between the folders: .*\bb\b.*\ba\b/,
+	'and names them');
+
+# --- header dependencies --------------------------------------------------
+# ctxwin's own headers each source includes, closed over the headers'
+# own #include lines (quoted includes: the file's folder first, then src/)
+my %inc_cache;
+sub includes
+{
+	my ($file) = @_;
+	return @{ $inc_cache{$file} } if $inc_cache{$file};
+	my @found;
+	open my $fh, '<', $file or die "$file: $!";
+	while (<$fh>)
+	{
+		next unless /^\s*#\s*include\s+"([^"]+)"/;
+		my $name = $1;
+		for my $cand (dirname($file) . "/$name", "src/$name")
+		{
+			if (-e $cand)
+			{
+				(my $norm = $cand) =~ s{/\./}{/}g;
+				$norm =~ s{^\./}{};
+				push @found, $norm;
+				last;
+			}
+		}
+	}
+	close $fh;
+	$inc_cache{$file} = \@found;
+	return @found;
+}
+
+sub closure
+{
+	my ($file) = @_;
+	my %all;
+	my @todo = includes($file);
+	while (my $h = shift @todo)
+	{
+		next if $all{$h}++;
+		push @todo, includes($h);
+	}
+	return keys %all;
+}
+
+my %includers;    # header => { object => 1 }
+for my $o (@objs)
+{
+	(my $c = $o) =~ s/\.o$/.c/;
+	$includers{$_}{$o} = 1 for closure($c);
+}
+
+my @headers = sort grep { !m{/vocab_} } split /\n/, `find src -name '*.h'`;
+ok(@headers >= 10, 'the headers of src/ (' . scalar(@headers) . ')');
+for my $h (@headers)
+{
+	run([@make, '-n', '-W', $h, 'all'], '>', \$out, '2>', \$err) or BAIL_OUT("make -n -W $h: $err");
+	my %rebuilt = map { $_ => 1 } ($out =~ /-o (src\/\S+\.o)\b/g);
+	my $want = join ' ', sort keys %{ $includers{$h} // {} };
+	my $got = join ' ', sort keys %rebuilt;
+	is($got, $want, "touching $h rebuilds exactly the objects that include it");
+}
+
+done_testing();
