@@ -68,7 +68,7 @@ CTXWIN_BUILT_FOR := $(shell $(PG_CONFIG) --version)
 $(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
 .PHONY: FORCE
 
-# Committed, so that a reader (and PGXN) sees the whole script; test/layout.t
+# Committed, so that a reader (and PGXN) sees the whole script; test/layout.pl
 # checks that it is what this rule makes.  (Without sql/install/ there is
 # nothing to make it from: the committed script is used as it is.)
 ifneq ($(SQL_AREAS),)

@@ -3,7 +3,7 @@
 # function of the extension with its language and, for C, the symbol it
 # calls and the file that defines it; every trigger with the function it
 # runs.  Reads a database where ctxwin is installed (psql's PG* settings,
-# or the database named as the argument); test/layout.t checks that the
+# or the database named as the argument); test/layout.pl checks that the
 # committed src/MAP.md is what this prints.
 #
 #   scripts/sql-map.sh [DBNAME] > src/MAP.md
