@@ -1,7 +1,7 @@
 -- Exactness through SQL: every corpus record that a text value can hold
 -- counts as tiktoken counts it, in both encodings, and the records of
 -- dev.ids.jsonl tokenize to tiktoken's ids.  Records holding NUL are checked
--- against the C core by test/core.t.
+-- against the C core by test/core.pl.
 \set ON_ERROR_STOP 1
 \set QUIET 1
 BEGIN;

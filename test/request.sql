@@ -1,7 +1,7 @@
 -- Tools in the budget, the Anthropic prompt-cache breakpoints and
 -- build_request: each with a case a naive implementation gets wrong.  (The
 -- tools' counts against counts made without ctxwin, and the same bytes
--- from two connections: test/tool_tokens.t.)
+-- from two connections: test/tool_tokens.pl.)
 \set ON_ERROR_STOP 1
 \set QUIET 1
 BEGIN;
