@@ -2,13 +2,8 @@
 -- build_request: each with a case a naive implementation gets wrong.  (The
 -- tools' counts against counts made without ctxwin, and the same bytes
 -- from two connections: test/tool_tokens.pl.)
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(65);
 
 -- a model served by an OpenAI-compatible server (no provider)
 INSERT INTO ctxwin.models (name, encoding, context_window) VALUES ('local-llama', 'cl100k_base', 32768);
