@@ -12,7 +12,6 @@ use strict;
 use warnings;
 use Digest::MD5 qw(md5_hex);
 use FindBin;
-use JSON::PP;
 use lib "$FindBin::RealBin/lib";
 use CtxwinTest;
 use PostgreSQL::Test::Utils;
@@ -21,8 +20,6 @@ use Test::More;
 my $root = ctxwin_root();
 my $schemas = slurp_file("$root/test/tool_tokens/schemas.json");
 my $reference = slurp_file("$root/test/tool_tokens/reference.json");
-my $ncases = @{ decode_json($reference)->{cases} };
-plan tests => $ncases + 8;
 
 my $node = ctxwin_node('tool_tokens');
 sql_do($node, 'postgres', 'CREATE EXTENSION ctxwin');
@@ -121,3 +118,5 @@ my $three = qv($bodies_sql, tools => $tools);
 is(md5_hex($three), md5_hex($one), '... and from a third, after the other');
 is( sql($node, 'postgres', "SELECT ctxwin.count_tool_tokens('[]', 'gpt-4o') || ' ' || ctxwin.count_tool_tokens('[]', 'claude-sonnet-4')"),
 	'0 0', 'no tools cost nothing (no func_end, no tool-use system prompt)');
+
+done_testing();

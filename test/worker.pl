@@ -17,8 +17,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-plan tests => 89;
-
 # --- the mock LLM and the cluster --------------------------------------------
 my $mock = CtxwinTest::Mock->start(extra => [ '--slow', '60', '--seed', '7' ]);
 my $mport = $mock->port;
@@ -660,3 +658,5 @@ ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHE
 	'once the write is fast again, the session is compacted at its retry');
 
 is(index(slurp_file($node->logfile), $mock->key), -1, 'the API key is nowhere in the server log');
+
+done_testing();
