@@ -47,8 +47,12 @@ OBJS = \
 SQL_AREAS = $(sort $(wildcard sql/install/*.sql))
 SQL_INSTALL = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(sort $(wildcard sql/ctxwin--*.sql) $(SQL_INSTALL))
+# pg_regress's tests are test/sql/NAME.sql with their expected output in
+# test/expected/NAME.out; results/ and regression.diffs land at the top.
+# (pg_regress looks for both in its output directory first, the top, so no
+# file of sql/ or expected/ there may bear a test's name.)
 REGRESS = tokenizer window
-REGRESS_OPTS = --load-extension=$(EXTENSION)
+REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
 EXTRA_CLEAN = src/tokenizer/vocab_*.c tools/gen_vocab tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
@@ -75,7 +79,7 @@ CTXWIN_STAMP := $(shell if [ "$$(cat .ctxwin-built-for 2>/dev/null)" != "$(CTXWI
 	echo "$(CTXWIN_BUILT_FOR)" > .ctxwin-built-for; fi)
 $(OBJS) $(OBJS:.o=.bc): .ctxwin-built-for
 
-# Committed, so that a reader (and PGXN) sees the whole script; test/layout.t
+# Committed, so that a reader (and PGXN) sees the whole script; test/layout.pl
 # checks that it is what this rule makes.  (Without sql/install/ there is
 # nothing to make it from: the committed script is used as it is.)
 ifneq ($(SQL_AREAS),)

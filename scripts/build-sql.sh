@@ -1,7 +1,7 @@
 #!/bin/sh
 # Writes the install script of ctxwin VERSION to standard output: the area
 # files under sql/install/, in the order of their names, behind a header.
-# The Makefile builds sql/ctxwin--VERSION.sql with it, and test/layout.t
+# The Makefile builds sql/ctxwin--VERSION.sql with it, and test/layout.pl
 # checks that the committed script is what it makes.
 #
 #   scripts/build-sql.sh VERSION sql/install/*.sql

@@ -92,13 +92,21 @@ tree=$scratch/$name
 missing=()
 for f in META.json ctxwin.control Makefile LICENSE README.md 'docs/*.md' CHANGELOG.md \
 	vocab/SHA256SUMS 'sql/ctxwin--*.sql' src/tokenizer/bpe.c tools/gen_vocab.c \
-	expected/tokenizer.out test/corpus scripts/test.sh scripts/check-version.sh; do
+	test/corpus scripts/test.sh scripts/check-version.sh; do
 	# a pattern (quoted above), expanded in the unpacked tree
 	compgen -G "$tree/$f" >/dev/null || missing+=("$f")
 done
 while read -r _ file; do
 	[ -n "$file" ] && { [ -f "$tree/vocab/$file" ] || missing+=("vocab/$file"); }
 done <"$tree/vocab/SHA256SUMS"
+# pg_regress's tests (REGRESS in the Makefile, under test/) and their expected output
+regress=$(sed -n 's/^REGRESS = //p' "$tree/Makefile")
+[ -n "$regress" ] || missing+=("the Makefile's REGRESS")
+for t in $regress; do
+	for f in "test/sql/$t.sql" "test/expected/$t.out"; do
+		[ -f "$tree/$f" ] || missing+=("$f")
+	done
+done
 [ ${#missing[@]} -eq 0 ] || failed "missing from the archive: ${missing[*]}"
 for f in .ci .gitattributes .gitignore bench fuzz; do
 	[ ! -e "$tree/$f" ] || failed "$f is in the archive (export-ignore in .gitattributes)"

@@ -179,7 +179,7 @@ psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
 		TESTDIR="$testdir" TESTDATADIR="$testdir/data" TESTLOGDIR="$testdir/log" \
 		CTXWIN_PG_MAJOR="$CTXWIN_PG_MAJOR" HOME="$testdir" CTXWIN_TALLY="$testdir/prove.tally" \
 		prove $verbose --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
-		--source Perl --ext .t --ext .sql --ext .pl "${tap_files[@]}"
+		--source Perl --ext .sql --ext .pl "${tap_files[@]}"
 ) || true
 read_tally "$testdir/prove.tally"
 stage_done prove "$t_passed" "$t_failed" "$t_detail"

@@ -1,13 +1,8 @@
 -- append_messages and append_and_build, what the client packages call:
 -- messages stored once per client key, ids in order, bad input refused
 -- whole, and a chat turn's window or request body in one call.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(30);
 
 INSERT INTO ctxwin.sessions (id, system_prompt) VALUES
     ('c1000000-0000-4000-8000-000000000001', 'You are terse.'),

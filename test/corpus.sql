@@ -1,11 +1,8 @@
 -- Exactness through SQL: every corpus record that a text value can hold
 -- counts as tiktoken counts it, in both encodings, and the records of
 -- dev.ids.jsonl tokenize to tiktoken's ids.  Records holding NUL are checked
--- against the C core by test/core.t.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+-- against the C core by test/core.pl.
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
 
 CREATE TEMP TABLE raw_text (n bigserial, line text);
@@ -23,8 +20,6 @@ SELECT t.n - 1 AS idx,
        (c.line::jsonb ->> 'o200k_base')::int AS o200k
 FROM raw_text t JOIN raw_counts c USING (n)
 WHERE strpos(t.line, '\u0000') = 0;
-
-SELECT plan(8);
 
 SELECT cmp_ok((SELECT count(*) FROM corpus)::int, '>=', 3100,
               'the corpus was loaded (records without NUL)');

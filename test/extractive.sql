@@ -2,18 +2,10 @@
 -- of messages, and always stays within max_tokens: small talk, bare
 -- identifiers, hashes, log lines, tool calls without text, tiny budgets, and
 -- a few hundred generated message sets (fixed seed).
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
 
--- compaction as it runs when no summary waits for a prompt cache: sliding
--- windows (test/stable.sql checks the stable ones and their summary timing)
-ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
-UPDATE ctxwin.profiles SET window_policy = 'sliding';
-
-SELECT plan(16);
+\ir lib/sliding.sql
 
 CREATE FUNCTION pg_temp.msgs(VARIADIC c text[]) RETURNS jsonb LANGUAGE sql AS $$
     SELECT jsonb_agg(jsonb_build_object('role', CASE WHEN o % 2 = 1 THEN 'user' ELSE 'assistant' END,

@@ -3,13 +3,8 @@
 -- reading a table; a model added to ctxwin.models goes through the STABLE
 -- model_encoding.  (A database that had such indexes under 0.1.0, updated:
 -- test/upgrade.pl.)
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(42);
 
 -- The declarations: every public counting function IMMUTABLE and PARALLEL
 -- SAFE; model_encoding STABLE, with a pinned search_path.

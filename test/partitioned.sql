@@ -4,11 +4,7 @@
 -- and summaries as the plain table gives, pg_dump's configuration, and the
 -- values refused.  (scripts/test.sh also runs the window and summary
 -- suites with the messages partitioned.)
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
-SELECT plan(15);
+\ir lib/begin.sql
 
 SET LOCAL ctxwin.messages_partitions = 1;
 SELECT throws_ok('CREATE EXTENSION ctxwin', '22023',

@@ -1,14 +1,9 @@
 -- Tools in the budget, the Anthropic prompt-cache breakpoints and
 -- build_request: each with a case a naive implementation gets wrong.  (The
 -- tools' counts against counts made without ctxwin, and the same bytes
--- from two connections: test/tool_tokens.t.)
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+-- from two connections: test/tool_tokens.pl.)
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(65);
 
 -- a model served by an OpenAI-compatible server (no provider)
 INSERT INTO ctxwin.models (name, encoding, context_window) VALUES ('local-llama', 'cl100k_base', 32768);

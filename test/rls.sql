@@ -1,18 +1,10 @@
 -- Tenants under row-level security, with the grants the README gives an
 -- application role: tenant A sees nothing of tenant B's sessions through any
 -- function or view, and every function works for A on A's own sessions.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
 
--- compaction as it runs when no summary waits for a prompt cache: sliding
--- windows (test/stable.sql checks the stable ones and their summary timing)
-ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
-UPDATE ctxwin.profiles SET window_policy = 'sliding';
-
-SELECT plan(38);
+\ir lib/sliding.sql
 
 CREATE ROLE ctxwin_rls_a;
 CREATE ROLE ctxwin_rls_b;

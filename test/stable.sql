@@ -6,13 +6,8 @@
 -- messages byte for byte; it moves only when they would not fit, forward,
 -- to a window of about window_low_water of the budget; never inside a tool
 -- group.  The same replay under 'sliding' shows what the policy saves.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(36);
 
 -- no summary triggers: the window alone decides what is sent
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,

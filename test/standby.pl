@@ -14,8 +14,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-plan tests => 16;
-
 my $db = 'ctxwin_standby_t';
 
 # the primary
@@ -116,3 +114,5 @@ is(sql($standby, $db, "SELECT ctxwin.count_tokens('hello world')"), '2', "count_
 like(sql($standby, $db, "INSERT INTO ctxwin.messages (session_id, role, content) VALUES ($s1, 'user', 'on the standby')"),
 	qr/cannot execute INSERT in a read-only transaction/, 'an INSERT into ctxwin.messages fails on the standby');
 is(sql($primary, $db, "SELECT message_count FROM ctxwin.sessions WHERE id = $s1"), '14', 'and the primary is unchanged');
+
+done_testing();

@@ -1,17 +1,9 @@
 -- summarize_session, compact and the extractive strategy: offline, so no
 -- LLM server is needed.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
 
--- compaction as it runs when no summary waits for a prompt cache: sliding
--- windows (test/stable.sql checks the stable ones and their summary timing)
-ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'sliding';
-UPDATE ctxwin.profiles SET window_policy = 'sliding';
-
-SELECT plan(46);
+\ir lib/sliding.sql
 
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
                              trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)

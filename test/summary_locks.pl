@@ -16,7 +16,6 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 my $mock = CtxwinTest::Mock->start;
 # the worker serves app only; the manual database has no worker

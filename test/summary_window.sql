@@ -3,15 +3,10 @@
 -- follows in the next summaries), and a single message longer than the
 -- summary model's window is cut in the middle of the transcript.  No
 -- network: the plans are checked as they are, and answers are given by hand.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
 SELECT ctxwin.count_tokens('load the library') IS NOT NULL AS loaded \gset
 SET ctxwin.llm_provider = 'openai';
-
-SELECT plan(13);
 
 INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('tiny-summarizer', 'o200k_base', 3000, 'openai');
 INSERT INTO ctxwin.profiles (name, model, summary_model, max_messages_before_summary, max_tokens_before_summary,

@@ -1,11 +1,6 @@
 -- Token counting behaviour: invariants that hold for any text.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(14);
 
 SELECT has_function('ctxwin', 'count_tokens', ARRAY['text', 'text'], 'count_tokens(text, text) exists');
 SELECT has_function('ctxwin', 'tokenize', ARRAY['text', 'text'], 'tokenize(text, text) exists');

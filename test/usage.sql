@@ -2,14 +2,9 @@
 -- their normalization, the errors, the ledger and usage views against the
 -- rows and against costs worked out by hand, LLM summaries in the ledger,
 -- and the calibration of a model's budget margin.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
 SET ctxwin.llm_provider = 'openai';
-
-SELECT plan(77);
 
 -- Usage objects as the providers document them.
 -- OpenAI Chat Completions, the prompt caching guide: prompt_tokens includes

@@ -4,13 +4,8 @@
 -- Both must give the same windows, byte for byte, for every budget and both
 -- formats, with the cut of an oversized newest unit, tool groups, and
 -- messages counted in another encoding than the session's (recounted).
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(7);
 
 CREATE ROLE ctxwin_walk_app;
 GRANT USAGE ON SCHEMA ctxwin TO ctxwin_walk_app;

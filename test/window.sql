@@ -1,12 +1,7 @@
 -- Sessions, messages and build_context: the invariants of the window, each
 -- with a case a naive implementation gets wrong.
-\set ON_ERROR_STOP 1
-\set QUIET 1
-BEGIN;
-CREATE EXTENSION IF NOT EXISTS pgtap;
+\ir lib/begin.sql
 CREATE EXTENSION ctxwin;
-
-SELECT plan(64);
 
 -- a profile with small numbers so triggers and budgets are easy to reach,
 -- and the sliding window (the newest messages that fit; test/stable.sql

@@ -16,9 +16,6 @@ use CtxwinTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
-
-plan tests => 89;
 
 # --- the mock LLM and the cluster --------------------------------------------
 my $mock = CtxwinTest::Mock->start(extra => [ '--slow', '60', '--seed', '7' ]);
@@ -179,16 +176,28 @@ is(sq('w1', $st), $want,
 	'worker_status: w1 idle, w2 without the extension, nodb does not exist, template0 takes no connections');
 
 # --- woken at commit, not by polling -----------------------------------------
-# An idle worker measured over 3 s (a rate: there is no event to wait for),
-# which is also time for a crash loop to show: a worker that stopped is
-# counted in restarts at once and started again after 1 s.
+# An idle worker measured over 3 s (a rate: no event marks the end of being
+# idle), which is also time for a crash loop to show: a worker that
+# stopped is counted in restarts at once and started again after 1 s.  The
+# window ends on a condition of the server's, not a sleep: 3 s of its clock
+# have passed and the worker began no round meanwhile (each round is a
+# transaction, which pg_stat_activity shows in query_start), which a polling
+# worker never lets come true; then worker_settled wakes it, and its rounds
+# show there, so one in the window would have been seen.  The polls run in
+# the database postgres: w1 counts only the worker's transactions.
 my $w1pid = worker_pid('w1');
+my $round = "SELECT query_start FROM pg_stat_activity WHERE pid = $w1pid";
+my $r0 = sq('postgres', $round);
+my $c0 = sq('postgres', 'SELECT now()');
 my $x0 = commits_w1();
 my $t0 = ticks($w1pid);
-sleep 3;
+my $idle = wait_for($node, 'postgres', "SELECT now() >= '$c0'::timestamptz + interval '3 s' AND ($round) = '$r0'", 15);
 my $x1 = commits_w1();
 my $t1 = ticks($w1pid);
-ok($x1 - $x0 <= 2, 'an idle worker runs no transactions (commits in w1 over 3 s: ' . ($x1 - $x0) . ", the check's own included)");
+my $seen = worker_settled($node, 'w1') && sq('postgres', "SELECT ($round) > '$r0'") eq 't';
+ok($idle && $seen && $x1 - $x0 <= 2,
+	'an idle worker runs no transactions (no round in 3 s, one seen when woken after; commits in w1 over 3 s: '
+	  . ($x1 - $x0) . ", the check's own included)");
 ok($t1 - $t0 <= 1, 'and uses no CPU (clock ticks over 3 s: ' . ($t1 - $t0) . ')');
 is(sq('w1', "SELECT string_agg(restarts::text, ',' ORDER BY database) FROM ctxwin.worker_status"), '0,0,0,0',
 	'no crash loop: neither the missing database, the closed one nor the missing extension restarts anything');
@@ -578,11 +587,18 @@ sessions('w1', 4);
 fill('w1', 'message_count = 0');
 # both answers are in, both jobs wait on their Retry-After
 wait_for($node, 'w1', "SELECT rate_limited >= $n + 2 AND in_flight = 0 FROM ctxwin.worker_status WHERE database = 'w1'", 10);
+# the window: two more Retry-After waits of both jobs, each ended by their
+# next answers (529 again, counted in rate_limited), so it spans two full
+# waits of 1 s, in which a busy loop would show
 $t0 = ticks($wpid);
-sleep 2;
+$start = now_ms();
+my $waited = wait_for($node, 'w1',
+	"SELECT rate_limited >= $n + 6 AND in_flight = 0 FROM ctxwin.worker_status WHERE database = 'w1'", 15);
 $t1 = ticks($wpid);
-ok($t1 - $t0 <= 20,
-	'with every job waiting on Retry-After the worker uses next to no CPU (' . ($t1 - $t0) . ' clock ticks in 2 s)');
+$ms = elapsed_ms($start);
+ok($waited && $t1 - $t0 <= 20,
+	'with every job waiting on Retry-After the worker uses next to no CPU (' . ($t1 - $t0)
+	  . " clock ticks over two waits of 1 s, $ms ms)");
 set_conf($node, 'ctxwin.llm_model' => 'mock', 'ctxwin.llm_max_retries' => '3',
 	'ctxwin.max_concurrent_requests' => '100', 'ctxwin.naptime_ms' => '60000');
 ok(wait_for($node, 'w1', 'SELECT count(*) = 0 FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL', 30),
@@ -642,3 +658,5 @@ ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHE
 	'once the write is fast again, the session is compacted at its retry');
 
 is(index(slurp_file($node->logfile), $mock->key), -1, 'the API key is nowhere in the server log');
+
+done_testing();

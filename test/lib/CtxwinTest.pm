@@ -289,6 +289,38 @@ Wall-clock milliseconds, and those since START (a now_ms value).
 sub now_ms { return int(Time::HiRes::time() * 1000); }
 sub elapsed_ms { my ($start) = @_; return now_ms() - $start; }
 
+# --- the tree the tests run from ----------------------------------------------
+
+=pod
+
+=head1 THE TREE
+
+=over
+
+=item ctxwin_root()
+
+The top directory of the tree (where ctxwin.control is): the tests read
+its files and run its scripts from there.
+
+=item ctxwin_version()
+
+The version the tree builds: default_version in its ctxwin.control.
+
+=back
+
+=cut
+
+push @EXPORT, qw(ctxwin_root ctxwin_version);
+
+sub ctxwin_root { return dirname($testdir); }
+
+sub ctxwin_version
+{
+	my ($v) = slurp_file(ctxwin_root() . '/ctxwin.control') =~ /^default_version = '([^']+)'/m;
+	die "no default_version in ctxwin.control\n" unless defined $v;
+	return $v;
+}
+
 package CtxwinTest::Mock;
 
 # test/mockllm.py on a free loopback port, with a random API key in a file

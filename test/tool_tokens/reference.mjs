@@ -1,4 +1,4 @@
-// The reference counts of test/tool_tokens.t: what the tools of
+// The reference counts of test/tool_tokens.pl: what the tools of
 // schemas.json cost, by the rules README.md ("Tools in the budget") states,
 // counted with OpenAI's tiktoken (the npm package bench/window pins), not
 // with ctxwin.  Made by:

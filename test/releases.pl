@@ -1,0 +1,59 @@
+# Every released version stays installable and updatable: its scripts are
+# byte for byte what was released (sql/released.sha256 lists each release's
+# install or update scripts and their sha256; a released script is never
+# edited, changes go into new update scripts), PostgreSQL finds a chain of
+# update scripts from it to the control file's default version, and
+# installing it then running ALTER EXTENSION ctxwin UPDATE ends at that
+# version.  Adding a version without its update script fails here.
+# On a cluster of its own, with the ctxwin installed for this server.
+use strict;
+use warnings;
+use Digest::SHA;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use CtxwinTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $root = ctxwin_root();
+my $current = ctxwin_version();
+# released.sha256: "SHA256  ctxwin--V.sql" or "SHA256  ctxwin--U--V.sql";
+# a released version is the target of a script
+my (@scripts, %sha, %released);
+for (split /\n/, slurp_file("$root/sql/released.sha256"))
+{
+	my ($sum, $file) = /^([0-9a-f]{64})  (ctxwin--.*\.sql)$/ or next;
+	push @scripts, $file;
+	$sha{$file} = $sum;
+	$released{$1} = 1 if $file =~ /^ctxwin--(?:.*--)?([^-]*)\.sql$/;
+}
+# oldest first
+my @released = sort { pack('U*', split /\./, $a) cmp pack('U*', split /\./, $b) } keys %released;
+
+my $node = ctxwin_node('releases');
+ok(@released > 0, "sql/released.sha256 lists the released versions (@released)");
+is(sql($node, 'postgres', "SELECT default_version FROM pg_available_extensions WHERE name = 'ctxwin'"),
+	$current, "the installed control file's default version is the tree's ($current)");
+
+for my $f (@scripts)
+{
+	my $got = -f "$root/sql/$f" ? Digest::SHA->new(256)->addfile("$root/sql/$f")->hexdigest : '(no such file)';
+	ok($got eq $sha{$f}, "sql/$f is the released script (sha256)");
+}
+for my $v (@released)
+{
+	my $path = sql($node, 'postgres',
+		"SELECT coalesce(path, '(none)') FROM pg_extension_update_paths('ctxwin')
+		 WHERE source = '$v' AND target = '$current'");
+	ok($v eq $current || ($path ne '' && $path ne '(none)'),
+		"an update path leads from $v to $current" . ($path ne '' ? " ($path)" : ''));
+	sql_do($node, 'postgres', 'DROP DATABASE IF EXISTS releases WITH (FORCE); CREATE DATABASE releases');
+	is( sql($node, 'releases', "CREATE EXTENSION ctxwin VERSION '$v';
+	                            SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
+		$v, "CREATE EXTENSION ctxwin VERSION '$v'");
+	is( sql($node, 'releases', "ALTER EXTENSION ctxwin UPDATE;
+	                            SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
+		$current, "ALTER EXTENSION ctxwin UPDATE from $v ends at $current");
+}
+
+done_testing();
