@@ -2,7 +2,8 @@
 # Run the SQL test suites against a PostgreSQL server running under
 # valgrind memcheck, and report every error whose stack passes through
 # ctxwin.  Slow (minutes); not part of scripts/test.sh.  Run as root;
-# --with-llm also runs test/llm.t (the libcurl client); --with-worker also
+# --with-llm also runs test/llm.pl (the libcurl client) on a cluster of its
+# own, under valgrind as well; --with-worker also
 # preloads ctxwin and has its background worker compact 60 sessions against
 # the mock LLM with 20 % faults (launcher, claim, multi handle, retries,
 # writes, status); --with-citus (where the citus extension is installed)
@@ -41,9 +42,43 @@ make installcheck || rc=1
 psql -X -q -c "CREATE EXTENSION IF NOT EXISTS pgtap" >/dev/null
 prove --source pgTAP --pgtap-option dbname=postgres test/*.sql || rc=1
 if [[ " $* " == *" --with-llm "* ]]; then
-	# the LLM client against the mock server; slow under valgrind, so time
-	# limits can make single checks fail: only valgrind's verdict counts here
-	prove test/llm.t || echo "(test/llm.t under valgrind: see above; its verdict is not counted)"
+	# The LLM client against the mock server.  test/llm.pl makes a cluster of
+	# its own with PostgreSQL's Perl test framework, whose pg_ctl starts the
+	# "postgres" found next to itself: a directory first on PATH holds a copy
+	# of pg_ctl and a "postgres" that runs the real one under valgrind, as the
+	# server above (initdb, found after it, bootstraps with the real one).  The
+	# test runs as the server's OS user (initdb refuses root), from a copy it
+	# can read.  Slow under valgrind, so time limits can make single checks
+	# fail: only valgrind's verdict counts here.
+	vgbin=$work/vgbin
+	mkdir "$vgbin"
+	cp "$bindir/pg_ctl" "$vgbin/pg_ctl"
+	cat >"$vgbin/postgres" <<VG
+#!/bin/sh
+for a in "\$@"; do
+	case \$a in -V | --version | -C | --describe-config | --check | --boot | --single) exec "$bindir/postgres" "\$@" ;; esac
+done
+exec valgrind --quiet --trace-children=yes --track-origins=yes --num-callers=30 \\
+	--error-limit=no --log-file="$log" "$bindir/postgres" "\$@"
+VG
+	chmod 755 "$vgbin/postgres"
+	mkdir -p "$work/tap/test"
+	cp -r test/llm.pl test/lib test/mockllm.py "$work/tap/test/"
+	chmod -R a+rX "$work/tap" "$vgbin"
+	chown postgres "$work/tap"
+	# PostgreSQL::Test::Cluster: in the server's PGXS tree when it was built
+	# with its TAP modules, else (Debian's 15) from its source
+	tap_lib=$(pg_config --pkglibdir)/pgxs/src/test/perl
+	if [ ! -f "$tap_lib/PostgreSQL/Test/Cluster.pm" ]; then
+		. scripts/pg.sh
+		_ctxwin_pg15_perl
+		tap_lib=$(ctxwin_pg_perl 15)
+	fi
+	(cd "$work/tap" && as_pg env PATH="$vgbin:$bindir:$PATH" PERL5LIB="$work/tap/test/lib:$tap_lib" \
+		PG_REGRESS="$(dirname "$(pg_config --pgxs)")/../test/regress/pg_regress" \
+		TESTDATADIR="$work/tap/data" TESTLOGDIR="$work/tap/log" HOME="$work/tap" \
+		PG_TEST_TIMEOUT_DEFAULT=600 prove test/llm.pl) ||
+		echo "(test/llm.pl under valgrind: see above; its verdict is not counted; its logs: $work/tap/log)"
 fi
 if [[ " $* " == *" --with-worker "* ]]; then
 	key=$work/key
