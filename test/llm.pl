@@ -85,30 +85,13 @@ sub ql
 	return sq($sql, options => llm_options($p, $more));
 }
 
-# bg({ options, appname, user }, COMMAND...): psql -c COMMAND... in the
-# background; done(BG) waits for it and returns its output, errors included
-sub bg
-{
-	my ($o, @cmds) = @_;
-	my ($out, $err) = ('', '');
-	local %ENV = %ENV;
-	$ENV{PGOPTIONS} = $o->{options} if defined $o->{options};
-	$ENV{PGAPPNAME} = $o->{appname} if defined $o->{appname};
-	my $h = IPC::Run::start(
-		[
-			'psql', '-X', '-q', '-A', '-t', '-d', $node->connstr($db),
-			($o->{user} ? ('-U', $o->{user}) : ()), map { ('-c', $_) } @cmds
-		],
-		'<', \undef, '>', \$out, '2>', \$err);
-	return [ $h, \$out, \$err ];
-}
+# bg({ options, appname, user }, COMMAND...): bg_sql on this node and
+# database; done(BG) waits for it and returns its output, errors included
+sub bg { return bg_sql($node, $db, @_); }
 
 sub done
 {
-	my ($b) = @_;
-	$b->[0]->finish;
-	my $text = join("\n", grep { $_ ne '' } ${ $b->[1] }, ${ $b->[2] });
-	$text =~ s/\n+\z//;
+	my $text = bg_done(@_);
 	push @seen, $text;
 	return $text;
 }
@@ -177,12 +160,6 @@ sub contains_all
 	return '';
 }
 
-sub contains_none
-{
-	my ($t, @w) = @_;
-	for (@w) { return $_ if index($t, $_) >= 0; }
-	return '';
-}
 
 # has(GOT, SUBSTRING, DESCRIPTION): like() for a literal string
 sub has
@@ -598,17 +575,7 @@ sub marked
 	      FROM generate_series(1, 8) g");
 	return $s;
 }
-# reqs_for(N, ID...): how many requests after the first N name one of the ids
-sub reqs_for
-{
-	my ($n, @ids) = @_;
-	return scalar grep
-	{
-		my $p = $_->{prompt} // '';
-		grep { index($p, $_) >= 0 } @ids
-	} $mock->requests($n);
-}
-sub quoted { return join(', ', map { "'$_'" } @_); }
+# $mock->requests_naming(N, ID...): how many requests after the first N name one of the ids
 # holds(APPNAME): the background connection of that name sleeps, holding
 # its locks (its pg_sleep is under way)
 sub holds
@@ -620,7 +587,7 @@ sub holds
 
 ql('openai', '-c ctxwin.llm_model=mock', 'SELECT ctxwin.compact()');
 my @ids = map { marked() } 1 .. 12;
-my $held = quoted(@ids[ 0 .. 4 ]);
+my $held = sql_list(@ids[ 0 .. 4 ]);
 my $holder = bg({}, "SET application_name = 'ctxwin_llm_holder'", 'BEGIN',
 	"SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x",
 	'SELECT pg_sleep(60)', 'COMMIT');
@@ -635,7 +602,7 @@ my $ms = elapsed_ms($start);
 is($out, '7', 'compact(100) with the 5 oldest of 12 queued sessions held FOR UPDATE elsewhere summarizes the 7 free ones');
 is(scalar(() = log_since($node, $off) =~ /still waiting for/g), 0,
 	"at once (${ms} ms): it never waited on a held row's lock (5 x lock_timeout would be 10 s)");
-is(reqs_for($n0, @ids[ 0 .. 4 ]) . '|' . reqs_for($n0, @ids[ 5 .. 11 ]), '0|7',
+is($mock->requests_naming($n0, @ids[ 0 .. 4 ]) . '|' . $mock->requests_naming($n0, @ids[ 5 .. 11 ]), '0|7',
 	'no LLM request for a held session, one for each free one');
 is( sq("SELECT count(*) FROM ctxwin.sessions WHERE id IN ($held) AND summary_version = 0 AND compaction_failures = 0
              AND compaction_queued_at IS NOT NULL"),
@@ -649,9 +616,9 @@ sq("CREATE ROLE $hostile LOGIN;
 	GRANT SELECT, INSERT, UPDATE, DELETE ON ctxwin.sessions, ctxwin.messages TO $hostile;
 	GRANT SELECT ON ctxwin.models, ctxwin.profiles TO $hostile");
 @ids = map { marked() } 1 .. 12;
-$held = quoted(@ids[ 0 .. 4 ]);
+$held = sql_list(@ids[ 0 .. 4 ]);
 my $hostile_bg = bg({ user => $hostile }, "SET application_name = 'ctxwin_llm_hostile'",
-	"SELECT count(pg_advisory_lock(2026112101, hashtext(id::text))) FROM ctxwin.sessions WHERE id IN (" . quoted(@ids) . ")",
+	"SELECT count(pg_advisory_lock(2026112101, hashtext(id::text))) FROM ctxwin.sessions WHERE id IN (" . sql_list(@ids) . ")",
 	'BEGIN', "SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x",
 	'SELECT pg_sleep(60)', 'COMMIT');
 ok(holds('ctxwin_llm_hostile'), 'the plain role holds them');
@@ -659,7 +626,7 @@ $n0 = nreq();
 $out = ql('openai', '-c ctxwin.llm_model=mock -c lock_timeout=2s', 'SELECT ctxwin.compact(7)');
 is($out, '7',
 	'a plain role holding advisory locks on every queued session and the rows of the 5 oldest: compact(7) still summarizes 7');
-is(reqs_for($n0, @ids[ 0 .. 4 ]), 0, 'and sends nothing for the held ones');
+is($mock->requests_naming($n0, @ids[ 0 .. 4 ]), 0, 'and sends nothing for the held ones');
 sq("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_llm_hostile'");
 done($hostile_bg);
 is(ql('openai', '-c ctxwin.llm_model=mock', 'SELECT ctxwin.compact()'), '5', 'once it lets go, the other 5 are summarized');

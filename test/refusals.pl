@@ -126,13 +126,6 @@ sub ql
 	return sq('r0', $query);
 }
 sub nreq { return $mock->nreq; }
-# contains_none(TEXT, WORDS): the first word found in TEXT, or ''
-sub contains_none
-{
-	my ($t, @w) = @_;
-	for (@w) { return $_ if index($t, $_) >= 0; }
-	return '';
-}
 # what a failure must not change
 sub session_state
 {

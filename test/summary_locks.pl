@@ -64,38 +64,16 @@ sub add
 	return;
 }
 
-# bg(DB, SQL): psql running SQL in the background; returns [harness, \out]
-sub bg
-{
-	my ($db, $sql) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start([ 'psql', '-X', '-q', '-A', '-t', '-d', $node->connstr($db), '-c', $sql ],
-		'<', \undef, '>', \$out, '2>', \$err);
-	return [ $h, \$out, \$err ];
-}
+# bg(DB, SQL): psql running SQL in the background; done(BG): its output
+sub bg { my ($db, $sql) = @_; return bg_sql($node, $db, {}, $sql); }
+sub done { return bg_done(@_); }
 
-# done(BG): waits for it; what it printed, errors included
-sub done
-{
-	my ($b) = @_;
-	$b->[0]->finish;
-	my @parts = grep { $_ ne '' } ${ $b->[1] }, ${ $b->[2] };
-	chomp @parts;
-	return join("\n", @parts);
-}
-
-# requests(FROM, ID): requests after the FROM-th whose prompt names session ID
-sub requests
-{
-	my ($from, $id) = @_;
-	return scalar grep { ($_->{prompt} // '') =~ /\Q$id\E/ } $mock->requests($from);
-}
 
 # a request for session ID has reached the mock since the FROM-th
 sub in_flight
 {
 	my ($from, $id) = @_;
-	return wait_until(20, sub { requests($from, $id) > 0 });
+	return wait_until(20, sub { $mock->requests_naming($from, $id) > 0 });
 }
 
 # the backend running a statement like PATTERN waits on a lock of kind TYPE
@@ -155,7 +133,7 @@ ok(waits_on('manual', 'summarize_session', 'transactionid'),
 $in .= "COMMIT;\n";
 $app->finish;
 is(done($b), '1|8', 'it succeeds once that commits, and does not cover the message that was uncommitted');
-is(requests($from, $s), 1, 'one request');
+is($mock->requests_naming($from, $s), 1, 'one request');
 is(sq('manual', "SELECT message_count || '|' || unsummarized_messages FROM ctxwin.sessions WHERE id = '$s'"),
 	'11|3', 'message 11 is counted, unsummarized');
 
@@ -187,7 +165,7 @@ ok(waits_on('manual', 'summarize_session', 'advisory'), 'the second waits for th
 my ($r1, $r2) = (done($b1), done($b2));
 like($r1, qr/^1\|8\|/, 'the first writes version 1');
 is($r2, $r1, 'the second returns the same summary');
-is(requests($from, $s), 1, 'one LLM request for both');
+is($mock->requests_naming($from, $s), 1, 'one LLM request for both');
 is(sq('manual', "SELECT count(*) FROM ctxwin.summaries WHERE session_id = '$s'"), '1', 'one summary');
 
 # a summarize_session waiting for a claim can be bounded with lock_timeout
@@ -198,7 +176,7 @@ ok(in_flight($from, $s), 'a forced summary in flight');
 like(sq('manual', "SET lock_timeout = '200ms'; SELECT ctxwin.summarize_session('$s', true)"),
 	qr/canceling statement due to lock timeout/, 'another call with lock_timeout gives up waiting');
 is(done($b1), '2', 'the first writes version 2');
-is(requests($from, $s), 1, 'with one request');
+is($mock->requests_naming($from, $s), 1, 'with one request');
 
 # --- 4. the worker and a manual call on one session --------------------------
 # the worker's request first: summarize_session waits for it and returns its summary
@@ -210,7 +188,7 @@ add('app', $w, 10);
 ok(in_flight($from, $w), "the worker sent the queued session's request");
 is(sq('app', "SET ctxwin.llm_model = 'mock'; SELECT version || '|' || through_id FROM ctxwin.summarize_session('$w', true)"),
 	'1|8', "summarize_session waits for the worker and returns the worker's summary");
-is(requests($from, $w), 1, 'one request');
+is($mock->requests_naming($from, $w), 1, 'one request');
 is(sq('app', "SELECT count(*) FROM ctxwin.summaries WHERE session_id = '$w'"), '1', 'one summary');
 
 # the manual call's request first: the worker passes the session over
@@ -229,6 +207,6 @@ set_conf($node, 'ctxwin.llm_model' => 'mock');
 my $later = session('app', 'trig', 10);
 ok(wait_for($node, 'app', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHERE id = '$later'", 30),
 	'the worker summarizes a session queued after');
-is(requests($from, $w), 1, 'and made no request of its own for the manual one');
+is($mock->requests_naming($from, $w), 1, 'and made no request of its own for the manual one');
 
 done_testing();

@@ -75,19 +75,6 @@ sub fillm
 	               'session $id, turn ' || g || ': deploy billing-' || g || ' and check E' || (4000 + g)
 	        FROM generate_series(1, 31) g");
 }
-# reqs_for(FROM, IDS): the number of requests after the first FROM whose
-# prompt names one of the ids
-sub reqs_for
-{
-	my ($from, @ids) = @_;
-	my $n = 0;
-	for my $e ($mock->requests($from))
-	{
-		my $p = $e->{prompt} // '';
-		$n++ if grep { index($p, $_) >= 0 } @ids;
-	}
-	return $n;
-}
 # pause_worker / resume_worker: take w1 out of ctxwin.databases (the launcher
 # stops its worker) and put it back (a new worker sweeps the queue at start)
 sub pause_worker
@@ -110,7 +97,6 @@ sub queue12
 	}
 	return @ids;
 }
-sub quoted { return join(', ', map { "'$_'" } @_); }
 # ticks(PID): user + system CPU time of a process, in clock ticks
 sub ticks
 {
@@ -415,7 +401,7 @@ ok(wait_for($node, 'w1', "SELECT summary_through_id > 0 FROM ctxwin.sessions WHE
 	'the held session is compacted once the app commits');
 is( sq('w1', "SELECT compaction_failures || ':' || (SELECT count(*) FROM ctxwin.summaries x WHERE x.session_id = s.id) FROM ctxwin.sessions s WHERE id = '$sa'"),
 	'0:1', 'with no failure charged, and one summary');
-is(reqs_for($before, $sa), 1,
+is($mock->requests_naming($before, $sa), 1,
 	'and one LLM request: its answer waited for the row (backing off), no new request was paid for');
 
 # --- SIGTERM with a hanging LLM -----------------------------------------------
@@ -506,8 +492,8 @@ ok(wait_for($node, 'w1', "SELECT state IN ('paused', 'no such database') FROM ct
 set_conf($node, 'ctxwin.llm_model' => 'slow-200', 'ctxwin.naptime_ms' => '60000');
 pause_worker();
 my @ids = queue12();
-my $held = quoted(@ids[0 .. 4]);
-my $all = quoted(@ids);
+my $held = sql_list(@ids[0 .. 4]);
+my $all = sql_list(@ids);
 my $holder = bg_psql($node, 'w1', '-v', 'ON_ERROR_STOP=1', '-c', "SET application_name = 'ctxwin_t_holder'", '-c', 'BEGIN',
 	'-c', "SELECT count(*) FROM (SELECT FROM ctxwin.sessions WHERE id IN ($held) FOR UPDATE) x",
 	'-c', 'SELECT pg_sleep(60)', '-c', 'COMMIT');
@@ -524,14 +510,14 @@ $ms = elapsed_ms($start);
 $n = requests_w1();
 $looked = worker_settled($node, 'w1');
 is(lock_waits($from), 0, "at once ($ms ms from its start): it never waited on a held row's lock");
-is( $looked . '|' . reqs_for($before, @ids[0 .. 4]) . '|' . reqs_for($before, @ids[5 .. 11]) . '|' . (requests_w1() - $n) . '|'
+is( $looked . '|' . $mock->requests_naming($before, @ids[0 .. 4]) . '|' . $mock->requests_naming($before, @ids[5 .. 11]) . '|' . (requests_w1() - $n) . '|'
 	  . sq('w1', "SELECT count(*) FROM ctxwin.sessions WHERE id IN ($held) AND summary_through_id > 0"),
 	'1|0|7|0|0', 'no LLM request for a held session (one each for the 7 free, none since), and the held ones untouched');
 sq('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_holder'");
 $holder->finish;
 ok(wait_for($node, 'w1', "SELECT count(*) = 12 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0", 20),
 	'once the other transaction ends, the 5 are summarized too (the sweep finds them)');
-is(reqs_for($before, @ids) . '|' . sq('w1', "SELECT count(*) FROM ctxwin.summaries WHERE session_id IN ($all)"),
+is($mock->requests_naming($before, @ids) . '|' . sq('w1', "SELECT count(*) FROM ctxwin.summaries WHERE session_id IN ($all)"),
 	'12|12', 'one request and one summary per session in all');
 
 # --- a role that holds advisory locks and rows cannot stop the worker ----------
@@ -546,8 +532,8 @@ sql_do($node, 'w1', 'GRANT USAGE ON SCHEMA ctxwin TO ctxwin_t_hostile;
 set_conf($node, 'ctxwin.max_concurrent_requests' => '3');
 pause_worker();
 @ids = queue12();
-$held = quoted(@ids[0 .. 4]);
-$all = quoted(@ids);
+$held = sql_list(@ids[0 .. 4]);
+$all = sql_list(@ids);
 my $hostile = bg_psql($node, 'w1', '-U', 'ctxwin_t_hostile', '-v', 'ON_ERROR_STOP=1',
 	'-c', "SET application_name = 'ctxwin_t_hostile'",
 	'-c', "SELECT count(pg_advisory_lock(2026112101, hashtext(id::text))) FROM ctxwin.sessions WHERE id IN ($all)",
@@ -564,7 +550,7 @@ ok(wait_for($node, 'w1', "SELECT count(*) = 7 FROM ctxwin.sessions WHERE id IN (
 	'a plain role holding advisory locks on every queued session and the rows of the 5 oldest does not stop the worker');
 $ms = elapsed_ms($start);
 is(lock_waits($from), 0, "the 7 others are summarized in $ms ms, 3 requests at a time, without waiting on a lock");
-is(reqs_for($before, @ids[0 .. 4]), 0, 'and no request went out for the held ones');
+is($mock->requests_naming($before, @ids[0 .. 4]), 0, 'and no request went out for the held ones');
 sq('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ctxwin_t_hostile'");
 $hostile->finish;
 ok(wait_for($node, 'w1', "SELECT count(*) = 12 FROM ctxwin.sessions WHERE id IN ($all) AND summary_through_id > 0", 20),

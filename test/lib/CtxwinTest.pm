@@ -321,6 +321,72 @@ sub ctxwin_version
 	return $v;
 }
 
+=pod
+
+=head2 Background connections
+
+=over
+
+=item bg_sql(NODE, DB, { options, appname, user }, COMMAND...)
+
+psql -c COMMAND ... in the background (PGOPTIONS, the application name and
+the role as given; the hash may be empty).  Returns a handle for bg_done;
+C<< $bg->[0] >> is its IPC::Run harness (pump_nb, for instance).
+
+=item bg_done(BG)
+
+Waits for it to end and returns what it printed, its errors after its
+output, without the last newline.
+
+=item sql_list(VALUE...)
+
+The values quoted for an SQL list: C<'a', 'b'>.
+
+=item contains_none(TEXT, WORD...)
+
+The first WORD found in TEXT, or '' if none is (a secret that must not
+show, for instance).
+
+=back
+
+=cut
+
+push @EXPORT, qw(bg_sql bg_done sql_list contains_none);
+
+sub bg_sql
+{
+	my ($node, $db, $o, @cmds) = @_;
+	my ($out, $err) = ('', '');
+	local %ENV = %ENV;
+	$ENV{PGOPTIONS} = $o->{options} if defined $o->{options};
+	$ENV{PGAPPNAME} = $o->{appname} if defined $o->{appname};
+	my $h = IPC::Run::start(
+		[
+			'psql', '-X', '-q', '-A', '-t', '-d', $node->connstr($db),
+			($o->{user} ? ('-U', $o->{user}) : ()), map { ('-c', $_) } @cmds
+		],
+		'<', \undef, '>', \$out, '2>', \$err);
+	return [ $h, \$out, \$err ];
+}
+
+sub bg_done
+{
+	my ($bg) = @_;
+	$bg->[0]->finish;
+	my $text = join("\n", grep { $_ ne '' } ${ $bg->[1] }, ${ $bg->[2] });
+	$text =~ s/\n+\z//;
+	return $text;
+}
+
+sub sql_list { return join(', ', map { "'$_'" } @_); }
+
+sub contains_none
+{
+	my ($t, @w) = @_;
+	for (@w) { return $_ if index($t, $_) >= 0; }
+	return '';
+}
+
 package CtxwinTest::Mock;
 
 # test/mockllm.py on a free loopback port, with a random API key in a file
@@ -356,6 +422,10 @@ The number of requests it has logged so far.
 =item $mock->requests([FROM])
 
 The logged requests (decoded JSON), from the FROM-th on (0: all).
+
+=item $mock->requests_naming(FROM, ID...)
+
+How many of those have a prompt that names one of the IDs.
 
 =item $mock->stop
 
@@ -433,6 +503,16 @@ sub requests
 	my ($self, $from) = @_;
 	my @l = $self->_lines;
 	return map { decode_json($_) } @l[ ($from // 0) .. $#l ];
+}
+
+sub requests_naming
+{
+	my ($self, $from, @ids) = @_;
+	return scalar grep
+	{
+		my $p = $_->{prompt} // '';
+		grep { index($p, $_) >= 0 } @ids
+	} $self->requests($from);
 }
 
 sub stop
