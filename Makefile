@@ -55,7 +55,7 @@ REGRESS = tokenizer window
 REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
 
 VOCABS = cl100k_base o200k_base
-EXTRA_CLEAN = src/tokenizer/vocab_*.c tools/gen_vocab tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
+EXTRA_CLEAN = src/tokenizer/vocab_*.c tools/gen_vocab tools/rules_check tools/image_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
 	.ctxwin-built-for
 
 PG_CPPFLAGS = -Isrc -DCTXWIN_VERSION=\"$(EXTVERSION)\"
@@ -139,8 +139,14 @@ tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/tokenizer/bpe.h t
 tools/rules_check: tools/rules_check.c src/policy/rules.c src/policy/rules.h
 	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/policy/rules.c -lm
 
-check-core: tools/rules_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
+# Images in messages (src/tokenizer/image.c): sizes from file headers, and the
+# providers' published token rules against their examples and brute force.
+tools/image_check: tools/image_check.c src/tokenizer/image.c src/tokenizer/image.h
+	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/image_check.c src/tokenizer/image.c -lm
+
+check-core: tools/rules_check tools/image_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge
 	tools/rules_check
+	tools/image_check
 	tools/corpus_check test/corpus
 	tools/corpus_check_heap test/corpus
 	tools/corpus_check_huge test/corpus
