@@ -15,6 +15,7 @@ OBJS = \
 	src/tokenizer/vocab_o200k_base.o \
 	src/tokenizer/tokenizer.o \
 	src/tokenizer/messages.o \
+	src/tokenizer/image.o \
 	src/citus/citus.o \
 	src/session/session.o \
 	src/window/walk.o \

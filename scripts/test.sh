@@ -87,7 +87,7 @@ ctxwin_pg_use "$major"
 echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
 # the test programs too (tools/)
-ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge tools/rules_check
+ctxwin_build_install all tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge tools/rules_check tools/image_check
 
 # Where PostgreSQL's Perl test framework keeps its clusters and logs
 # (pg_regress writes its pg_hba.conf for them), and the copy of the tree the

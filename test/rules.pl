@@ -1,4 +1,4 @@
-# The policy's pure functions (src/rules.c: the summary triggers, the
+# The policy's pure functions (src/policy/rules.c: the summary triggers, the
 # packing of a window, the water-filling cut) outside the server, on
 # boundary cases and on generated cases against brute-force references.
 use strict;
