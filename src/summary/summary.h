@@ -17,28 +17,6 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#define SUMMARY_QUERY_MAX_ARGS 10
-
-/*
- * A query of the summary code: its text and parameter types, prepared on
- * first use and kept for the life of the backend (PostgreSQL replans it
- * after DDL).  Every name in it is schema-qualified.
- */
-typedef struct SummaryQuery
-{
-	const char *sql;
-	int			nargs;
-	Oid			argtypes[SUMMARY_QUERY_MAX_ARGS];
-	SPIPlanPtr	plan;
-} SummaryQuery;
-
-/* Runs q; the first row's first ncols columns copied into the current memory context.  Returns the row count. */
-extern uint64 SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
-						 Datum *cols, bool *colnulls, int ncols);
-
-/* Runs body(arg) in a subtransaction, as a PL/pgSQL block with an exception handler does: NULL if it succeeded, else its error (rolled back). */
-extern ErrorData *SummaryTry(void (*body) (void *), void *arg);
-
 /* Ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
 extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
 

@@ -182,11 +182,8 @@ extern bool QueueRecountPending;
 extern void ArmStatementTimeout(void);
 extern void DisarmStatementTimeout(void);
 extern bool RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
-extern bool SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
-							int ncols, Datum *result, bool *isnull,
-							char **err, int *sqlstate);
-extern bool SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
-						 Datum *result, bool *isnull, char **err, int *sqlstate);
+extern bool SubxactQueryRow(CtxwinQuery *q, Datum *values, int ncols, Datum *result,
+							bool *isnull, char **err, int *sqlstate);
 extern void BeginWork(const char *activity);
 extern void EndWork(void);
 
