@@ -86,7 +86,7 @@ CtxwinCitusWorkerNode(void)
 
 	if (!CtxwinCitusLoaded())
 		return false;
-	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus'",
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname " OP("=") " 'citus'",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		return false;
 	if (SPI_execute("SELECT NOT pg_catalog.citus_is_coordinator()", true, 1) != SPI_OK_SELECT ||
@@ -174,7 +174,7 @@ ReadTable(Oid relid, CitusTable *t)
 	if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
 		return;
 	if (SPI_execute_with_args("SELECT partmethod::text FROM pg_catalog.pg_dist_partition "
-							  "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+							  "WHERE logicalrelid " OP("=") " $1",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_dist_partition");
 	if (SPI_processed == 0)
@@ -187,10 +187,10 @@ ReadTable(Oid relid, CitusTable *t)
 	if (SPI_execute_with_args("SELECT s.shardid, coalesce(s.shardminvalue::pg_catalog.int4, 0), "
 							  "coalesce(s.shardmaxvalue::pg_catalog.int4, 0), "
 							  "EXISTS (SELECT FROM pg_catalog.pg_dist_placement p "
-							  "        WHERE p.shardid OPERATOR(pg_catalog.=) s.shardid "
-							  "        AND p.groupid OPERATOR(pg_catalog.=) "
+							  "        WHERE p.shardid " OP("=") " s.shardid "
+							  "        AND p.groupid " OP("=") " "
 							  "            (SELECT groupid FROM pg_catalog.pg_dist_local_group)) "
-							  "FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1 "
+							  "FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid " OP("=") " $1 "
 							  "ORDER BY 2",
 							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_dist_shard");
