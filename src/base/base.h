@@ -12,6 +12,7 @@
 #include "access/tupdesc.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "utils/jsonb.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 #include "utils/timestamp.h"
@@ -123,6 +124,7 @@ extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot 
 
 /* util.c */
 extern char *CtxwinUuidText(Datum id);
+extern JsonbValue *CtxwinJsonbMember(JsonbContainer *obj, const char *key);
 extern bool CtxwinTextsEqual(text *a, text *b);
 /* compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);

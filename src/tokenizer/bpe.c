@@ -276,6 +276,43 @@ piece_space(const uint8_t *s, size_t len, size_t pos)
 }
 
 /*
+ * The alternatives both patterns end with, for a piece at pos whose first
+ * character (of class c0, n0 bytes) starts none of the letters before them:
+ *
+ *	\p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n]* | and piece_space's
+ *
+ * o200k_base's second one ends in [\r\n/]* (slash 1).
+ */
+static inline size_t
+piece_rest(const uint8_t *s, size_t len, size_t pos, int c0, size_t n0, int slash)
+{
+	size_t		n1,
+				e;
+
+	if (c0 == U_N)
+	{
+		e = pos + n0;
+		if (e < len && uclass(s, len, e, &n1) == U_N)
+		{
+			e += n1;
+			if (e < len && uclass(s, len, e, &n1) == U_N)
+				e += n1;
+		}
+		return e;
+	}
+	/* " ?[^\s\p{L}\p{N}]+[\r\n]*"; at a space not followed by one, it fails */
+	e = (s[pos] == ' ') ? pos + 1 : pos;
+	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
+	{
+		e = scan(s, len, e + n1, M_O);
+		while (e < len && (s[e] == '\r' || s[e] == '\n' || (slash && s[e] == '/')))
+			e++;
+		return e;
+	}
+	return piece_space(s, len, pos);
+}
+
+/*
  * cl100k_base:
  *
  *	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
@@ -300,27 +337,7 @@ piece_cl100k(const uint8_t *s, size_t len, size_t pos)
 	if ((B(c0) & M_P) && pos + n0 < len &&
 		(B(uclass(s, len, pos + n0, &n1)) & M_L))
 		return scan(s, len, pos + n0 + n1, M_L);
-	if (c0 == U_N)
-	{
-		e = pos + n0;
-		if (e < len && uclass(s, len, e, &n1) == U_N)
-		{
-			e += n1;
-			if (e < len && uclass(s, len, e, &n1) == U_N)
-				e += n1;
-		}
-		return e;
-	}
-	/* " ?[^\s\p{L}\p{N}]+[\r\n]*"; at a space not followed by one, it fails */
-	e = (s[pos] == ' ') ? pos + 1 : pos;
-	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
-	{
-		e = scan(s, len, e + n1, M_O);
-		while (e < len && (s[e] == '\r' || s[e] == '\n'))
-			e++;
-		return e;
-	}
-	return piece_space(s, len, pos);
+	return piece_rest(s, len, pos, c0, n0, 0);
 }
 
 /* o200k's optional contraction suffix after a word ending at e. */
@@ -402,7 +419,6 @@ static inline size_t
 piece_o200k(const uint8_t *s, size_t len, size_t pos)
 {
 	size_t		n0,
-				n1,
 				e;
 	int			c0 = uclass(s, len, pos, &n0);
 	uint32_t	b0 = B(c0);
@@ -415,26 +431,7 @@ piece_o200k(const uint8_t *s, size_t len, size_t pos)
 		return e;
 	if ((b0 & M_UP) && (e = o200k_alt2(s, len, pos)) != 0)
 		return e;
-	if (c0 == U_N)
-	{
-		e = pos + n0;
-		if (e < len && uclass(s, len, e, &n1) == U_N)
-		{
-			e += n1;
-			if (e < len && uclass(s, len, e, &n1) == U_N)
-				e += n1;
-		}
-		return e;
-	}
-	e = (s[pos] == ' ') ? pos + 1 : pos;
-	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
-	{
-		e = scan(s, len, e + n1, M_O);
-		while (e < len && (s[e] == '\r' || s[e] == '\n' || s[e] == '/'))
-			e++;
-		return e;
-	}
-	return piece_space(s, len, pos);
+	return piece_rest(s, len, pos, c0, n0, 1);
 }
 
 size_t

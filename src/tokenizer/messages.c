@@ -96,13 +96,8 @@ ctxwin_message_tokens(PG_FUNCTION_ARGS)
 static JsonbValue *
 ObjectField(Jsonb *jb, const char *key, JsonbValue *buf)
 {
-	JsonbValue	k;
-	JsonbValue *v;
+	JsonbValue *v = CtxwinJsonbMember(&jb->root, key);
 
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(&jb->root, JB_FOBJECT, &k);
 	if (v == NULL || v->type == jbvNull)
 		return NULL;
 	*buf = *v;

@@ -155,13 +155,8 @@ IsArray(JsonbValue *v)
 static JsonbValue *
 Member(JsonbValue *obj, const char *key)
 {
-	JsonbValue	k;
-	JsonbValue *v;
+	JsonbValue *v = CtxwinJsonbMember(obj->val.binary.data, key);
 
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(obj->val.binary.data, JB_FOBJECT, &k);
 	if (v != NULL && v->type == jbvNull)
 		return NULL;
 	return v;
