@@ -519,6 +519,29 @@ lowest_rank(const uint32_t *rank, size_t parts, size_t *at)
 }
 
 /*
+ * The parts of the n >= 2 bytes at p before any join, one byte each:
+ * start[i] = i, rank[i] the rank of bytes i and i + 1 (BPE_NO_RANK for the
+ * last part and the end marker at n).  Returns their number with the end
+ * marker, n + 1.
+ */
+static inline size_t
+start_parts(const BpeVocab *v, const uint8_t *p, size_t n, uint32_t *start, uint32_t *rank)
+{
+	size_t		i;
+
+	for (i = 0; i + 1 < n; i++)
+	{
+		start[i] = (uint32_t) i;
+		rank[i] = bpe_vocab_rank(v, p + i, 2);
+	}
+	start[n - 1] = (uint32_t) (n - 1);
+	rank[n - 1] = BPE_NO_RANK;
+	start[n] = (uint32_t) n;
+	rank[n] = BPE_NO_RANK;
+	return n + 1;
+}
+
+/*
  * Joins part m and part m + 1 of parts (start[], rank[] as in merge_small),
  * recomputes the two ranks that involve the joined part, and returns the
  * new number of parts.
@@ -547,18 +570,8 @@ merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 {
 	uint32_t	start[BPE_SMALL_PIECE + 1];
 	uint32_t	rank[BPE_SMALL_PIECE + 1];
-	size_t		parts = n + 1;
+	size_t		parts = start_parts(v, p, n, start, rank);
 	size_t		i;
-
-	for (i = 0; i + 1 < n; i++)
-	{
-		start[i] = (uint32_t) i;
-		rank[i] = bpe_vocab_rank(v, p + i, 2);
-	}
-	start[n - 1] = (uint32_t) (n - 1);
-	rank[n - 1] = BPE_NO_RANK;
-	start[n] = (uint32_t) n;
-	rank[n] = BPE_NO_RANK;
 
 	for (;;)
 	{
@@ -877,8 +890,7 @@ huge_compatible(HugeState *st, uint32_t a, uint32_t b)
 	size_t		na,
 				nb,
 				n,
-				parts,
-				i;
+				parts;
 	const uint8_t *ba,
 			   *bb;
 	int			ok;
@@ -890,16 +902,7 @@ huge_compatible(HugeState *st, uint32_t a, uint32_t b)
 	memcpy(p, ba, na);
 	memcpy(p + na, bb, nb);
 	n = na + nb;
-	for (i = 0; i + 1 < n; i++)
-	{
-		start[i] = (uint32_t) i;
-		rank[i] = bpe_vocab_rank(v, p + i, 2);
-	}
-	start[n - 1] = (uint32_t) (n - 1);
-	rank[n - 1] = BPE_NO_RANK;
-	start[n] = (uint32_t) n;
-	rank[n] = BPE_NO_RANK;
-	parts = n + 1;
+	parts = start_parts(v, p, n, start, rank);
 	ok = 1;
 	for (;;)
 	{
