@@ -1,8 +1,10 @@
 /*
  * base.h
- *		The lowest layer: what every other folder may use (the files of base/).
- *		Settings, SPI helpers, direct heap reads by primary key, small
- *		utilities.  Nothing here knows of sessions, windows or the worker.
+ *		What every other folder may use (the files of base/): the settings
+ *		(guc.c), the SPI helpers (spi.c), direct heap reads by primary key
+ *		(heap.c) and small utilities (util.c).  Nothing here knows of
+ *		sessions, windows or the worker; base uses only citus/ (whether
+ *		Citus is loaded decides how a kept plan is prepared).
  */
 #ifndef CTXWIN_BASE_H
 #define CTXWIN_BASE_H

@@ -1,7 +1,9 @@
 /*
  * citus.c
- *		Reading a session's rows from the shard that holds them, where
- *		ctxwin's tables are Citus tables and the shard is on this node.
+ *		ctxwin under Citus: whether Citus is loaded and this node its
+ *		coordinator, whether a table may be read without SQL, and reading
+ *		a session's rows from the shard that holds them, where ctxwin's
+ *		tables are Citus tables and the shard is on this node.
  *
  * Under Citus a table such as ctxwin.messages is a shell: its rows live in
  * shards (ctxwin.messages_102040 ...), which only Citus's planner finds, so
@@ -17,8 +19,9 @@
  * pg_dist_placement.  That is read once per backend and table, and again
  * after a relcache invalidation of the table, which Citus sends whenever
  * the table's shards or placements change (a move, a split, a rebalance).
- * Only Citus's catalog is read: no Citus function is called, none of its
- * headers is needed.
+ * Only Citus's catalog is read for that: no Citus function is called (but
+ * citus_is_coordinator(), by CtxwinCitusWorkerNode), none of its headers
+ * is needed.
  */
 #include "postgres.h"
 
@@ -131,7 +134,12 @@ typedef struct CitusTable
 	ShardRange *shards;			/* in TopMemoryContext, by min */
 } CitusTable;
 
-/* messages, profiles, models, calibration: no more are read this way */
+/*
+ * The tables known, a slot each: four are read this way (messages, and the
+ * reference tables profiles, models and calibration), and the slots are
+ * twice as many; with every slot taken, the first is forgotten for the new
+ * table (LookupTable).
+ */
 #define CITUS_TABLES 8
 static CitusTable tables[CITUS_TABLES];
 static bool callback_registered = false;

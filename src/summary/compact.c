@@ -9,7 +9,7 @@
  * finish of src/summary/summary.c in this backend; the LLM request in between is
  * _llm_summarize (SECURITY DEFINER: the caller never sees the key), called
  * through SPI.  Neither holds a session's row while an LLM request is in
- * flight: each session is claimed (src/worker/jobs.c) until the
+ * flight: each session is claimed (src/summary/claim.c) until the
  * transaction ends, planned from its committed rows, and written at the
  * end with a compare-and-set.  summarize_session waits for another
  * summarizer's claim and returns what that one wrote; compact() passes

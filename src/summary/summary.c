@@ -11,16 +11,17 @@
  * Contract: the behaviour of the PL/pgSQL functions they replace, to the
  * error texts and SQLSTATEs: the plan reads the session as committed,
  * without locking its row (its caller holds the session's claim, see
- * src/worker/jobs.c), and returns a jsonb object with the keys session,
+ * src/summary/claim.c), and returns a jsonb object with the keys session,
  * strategy, after, through, version, encoding, max_tokens and instructions
  * (and, for the llm and hybrid strategies, those of _summary_request), or
  * NULL; the finish locks the row (waiting for a transaction that writes
  * it) and writes nothing unless the session's summary is still the one the
- * plan saw.  The pieces that hold no
- * policy stay SQL and are called through SPI with kept plans: the cut
- * (_summary_cut), the trigger check (CtxwinSessionDue, status.c), the request
- * (_summary_request), the extractive summarizer and the answer check
- * (_llm_answer).  Every name in the queries is schema-qualified.
+ * plan saw.  The pieces that hold no policy stay SQL and are called
+ * through SPI with kept plans (CtxwinQueryRow): the cut (_summary_cut),
+ * the settling (_compaction_settle), the request (_summary_request), the
+ * extractive summarizer and the answer check (_llm_answer); the trigger
+ * check is C (CtxwinSessionDue, window/status.c).  Every name in the
+ * queries is schema-qualified, every operator written with OP().
  */
 #include "postgres.h"
 

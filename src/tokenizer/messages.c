@@ -6,8 +6,10 @@
  * it has (role, content, name, tool_call_id) plus the tokens of the JSON text
  * of its tool_calls.  A list of messages costs the sum plus 3 (the priming of
  * the reply).  These are the definitions build_context's budget is checked
- * against; count_message_tokens(jsonb) and the insert trigger's
- * message_tokens(...) must agree, so both go through MessageTokens.
+ * against; count_message_tokens(jsonb) and message_tokens(...), whose
+ * count (CtxwinMessageTokens) the insert trigger stores, must agree: both
+ * are the overhead plus each field's tokens by CtxwinCountText, a string
+ * by its text and any other value by its JSON text.
  */
 #include "postgres.h"
 

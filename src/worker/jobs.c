@@ -1,10 +1,10 @@
 /*
- * worker_claim.c
+ * jobs.c
  *		Claiming queued sessions for the worker, planning their summaries,
- *		and writing what comes of them: a summary, or a recorded failure;
- *		with the SQL-callable functions that share the claims and the
- *		bookkeeping writes (_session_claimed, _compaction_failed,
- *		_compaction_settle).
+ *		and writing what comes of them: a summary, or a recorded failure.
+ *		A session's claim, and the SQL-callable functions that take it or
+ *		record a failure (_session_claimed, _compaction_failed,
+ *		_compaction_settle), are summary/claim.c's: backends take them too.
  */
 #include "postgres.h"
 

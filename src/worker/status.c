@@ -1,8 +1,8 @@
 /*
- * worker_status.c
+ * status.c
  *		What the workers report: the counters and latency rings each keeps in
- *		its slot, and _worker_status() (ctxwin_worker_status), which reads
- *		them.
+ *		its slot, the count of the queue (CountQueueForStatus), and
+ *		_worker_status() (ctxwin_worker_status), which reads them.
  */
 #include "postgres.h"
 

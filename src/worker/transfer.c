@@ -1,5 +1,5 @@
 /*
- * worker_transfer.c
+ * transfer.c
  *		The worker's LLM requests in flight: one libcurl multi handle, no
  *		transaction open while they run; each failed request is sent again
  *		as ctxwin._llm_next_try says (backoff, Retry-After).
