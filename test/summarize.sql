@@ -109,6 +109,10 @@ SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-0000
 SELECT throws_ok($$SELECT ctxwin.summarize_session('30000000-0000-0000-0000-0000000000ff')$$, 'P0002',
                  'session 30000000-0000-0000-0000-0000000000ff does not exist', 'unknown session');
 SELECT throws_ok($$SELECT ctxwin.compact(0)$$, '22023', 'max_sessions must be greater than zero', 'compact(0)');
+SELECT throws_ok($$SELECT ctxwin._llm_summarize('{}')$$, '22004', 'session id must not be null',
+                 '_llm_summarize of a plan without a session: a NULL session, as everywhere');
+SELECT throws_ok($$SELECT ctxwin._llm_summarize('{"session": "30000000-0000-0000-0000-0000000000ff"}')$$, 'P0002',
+                 'session 30000000-0000-0000-0000-0000000000ff does not exist', '_llm_summarize of an unknown session');
 
 -- a profile change queues what it puts over a trigger
 INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages, summary_strategy)

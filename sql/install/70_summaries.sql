@@ -223,9 +223,11 @@ DECLARE
     retries int := current_setting('ctxwin.llm_max_retries')::int;
     last_err text;
 BEGIN
-    IF sid IS NULL OR NOT ctxwin._caller_sees_session(sid) THEN
-        RAISE EXCEPTION 'session % does not exist', coalesce(sid::text, 'NULL')
-            USING ERRCODE = 'no_data_found';
+    IF sid IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT ctxwin._caller_sees_session(sid) THEN
+        RAISE EXCEPTION 'session % does not exist', sid USING ERRCODE = 'no_data_found';
     END IF;
     SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
     WHERE x.id OPERATOR(pg_catalog.=) sid;

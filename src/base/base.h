@@ -1,8 +1,10 @@
 /*
  * base.h
- *		The lowest layer: what every other folder may use (the files of base/).
- *		Settings, SPI helpers, direct heap reads by primary key, small
- *		utilities.  Nothing here knows of sessions, windows or the worker.
+ *		What every other folder may use (the files of base/): the settings
+ *		(guc.c), the SPI helpers (spi.c), direct heap reads by primary key
+ *		(heap.c) and small utilities (util.c).  Nothing here knows of
+ *		sessions, windows or the worker; base uses only citus/ (whether
+ *		Citus is loaded decides how a kept plan is prepared).
  */
 #ifndef CTXWIN_BASE_H
 #define CTXWIN_BASE_H
@@ -12,6 +14,7 @@
 #include "access/tupdesc.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "utils/jsonb.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 #include "utils/timestamp.h"
@@ -48,26 +51,61 @@ extern int32 CtxwinColumnInt32(HeapTuple tup, TupleDesc desc, int col, bool *on)
 extern int64 CtxwinColumnInt64(HeapTuple tup, TupleDesc desc, int col);
 extern TimestampTz CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
 
-/* spi.c: a query prepared once per backend, generic plan, kept; its first row */
+/*
+ * An operator of pg_catalog in the SQL text of a query run from C:
+ * OP("=") is OPERATOR(pg_catalog.=).  A bare operator is looked up through
+ * the search_path of whoever runs the query, where an operator of another
+ * schema can be chosen over pg_catalog's; every operator in ctxwin's SQL
+ * text is written with OP(), whether or not the search_path is pinned
+ * there.
+ */
+#define OP(o) "OPERATOR(pg_catalog." o ")"
+
+/* spi.c: a query prepared once per backend and kept (see there) */
 extern SPIPlanPtr CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes);
+
+/*
+ * spi.c: a query of ctxwin's run from C (CtxwinQueryRow): its text, the
+ * types of its parameters, and how it runs.  The fields after argtypes
+ * are false or 0 unless named.  The caller has connected to SPI.
+ */
+#define CTXWIN_QUERY_MAX_ARGS 10
+typedef struct CtxwinQuery
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[CTXWIN_QUERY_MAX_ARGS];
+	bool		once;			/* planned for each run; else prepared once
+								 * and kept (CtxwinKeptPlan) */
+	bool		read_only;		/* SPI's read_only: the caller's snapshot */
+	bool		bookkeeping;	/* it writes bookkeeping columns of
+								 * ctxwin.sessions (ctxwin_bookkeeping_depth) */
+	int			expect;			/* the SPI_OK_ code it must end with (0: any) */
+	SPIPlanPtr	plan;			/* the kept plan */
+} CtxwinQuery;
+
+/* spi.c: runs q; its first row's first ncols columns, copied; the row count */
+extern uint64 CtxwinQueryRow(CtxwinQuery *q, const Datum *args, const char *nulls,
+							 Datum *cols, bool *colnulls, int ncols);
+/* spi.c: the first row of a kept one-parameter SELECT, left in SPI_tuptable, or NULL */
 extern HeapTuple CtxwinKeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg,
 								   TupleDesc *desc);
 
-/* spi.c: fn(arg) in a subtransaction; its error (copied), or NULL */
-extern ErrorData *CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void));
-/* spi.c: fn(arg) in a subtransaction always rolled back; its error, or NULL */
-extern ErrorData *CtxwinInSubxactUndone(void (*fn) (void *), void *arg);
+/* spi.c: fn(arg) in a subtransaction of its own (see there); its error, or NULL */
+#define CTXWIN_SUBXACT_UNDONE	0x01	/* rolled back even if fn succeeds */
+#define CTXWIN_SUBXACT_PLPGSQL	0x02	/* a cancel or a failed assertion is
+										 * raised again, as WHEN OTHERS does */
+extern ErrorData *CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void), int flags);
 
 /*
  * spi.c: > 0 while ctxwin's own C code writes the bookkeeping columns of
  * ctxwin.sessions (counters, queue, errors, timestamps), which the sessions
  * trigger refuses to roles that neither own the table nor are superusers.
- * Raise it just around the SPI statement that writes (++ before, -- in
- * PG_FINALLY); an abort resets it.  No SQL-callable function may raise it
- * for a statement its caller chose.
+ * Raised only around the one statement of a CtxwinQuery marked bookkeeping
+ * (CtxwinQueryRow); an abort resets it.  No SQL-callable function may mark
+ * a statement its caller chose.
  */
 extern int	ctxwin_bookkeeping_depth;
-extern int	CtxwinBookkeepingExecute(const char *sql, int nargs, Oid *types, Datum *values);
 extern void CtxwinBookkeepingInit(void);
 
 /* heap.c: rows read from a table's heap and primary key (see there) */
@@ -88,6 +126,7 @@ extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot 
 
 /* util.c */
 extern char *CtxwinUuidText(Datum id);
+extern JsonbValue *CtxwinJsonbMember(JsonbContainer *obj, const char *key);
 extern bool CtxwinTextsEqual(text *a, text *b);
 /* compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);

@@ -305,7 +305,8 @@ CtxwinFetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols,
 /*
  * The row of a table keyed by a text primary key (a reference table's
  * placement under Citus: CtxwinReferenceRelation), read directly as
- * FetchRow reads it, with the statement's snapshot; false if there is none.
+ * CtxwinFetchRow reads it, with the statement's snapshot; false if there
+ * is none.
  */
 bool
 CtxwinFetchKeyedRow(Oid relid, text *key, const char *const *cols, int ncols, Datum *vals, bool *nulls)

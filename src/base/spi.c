@@ -1,8 +1,9 @@
 /*
  * spi.c
  *		The SPI helpers every layer shares: columns of a row, kept plans,
- *		a subtransaction, and the flag that lets ctxwin's own code write
- *		the bookkeeping columns of ctxwin.sessions.
+ *		a query and its first row (CtxwinQueryRow), a subtransaction, and
+ *		the flag that lets ctxwin's own code write the bookkeeping columns
+ *		of ctxwin.sessions.
  */
 #include "postgres.h"
 
@@ -10,6 +11,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -75,87 +77,6 @@ CtxwinColumnTimestamp(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 }
 
 /*
- * The first row of a kept one-parameter query (see CtxwinKeptPlan), or NULL if it
- * finds none; *desc is its descriptor.
- */
-HeapTuple
-CtxwinKeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
-{
-	int			rc = SPI_execute_plan(CtxwinKeptPlan(plan, query, 1, &argtype), &arg, NULL, false, 1);
-
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return NULL;
-	*desc = SPI_tuptable->tupdesc;
-	return SPI_tuptable->vals[0];
-}
-
-/*
- * Runs fn(arg) in a subtransaction of its own, kept if it succeeded (keep)
- * or always rolled back: NULL if fn succeeded, else its error, copied into
- * the caller's memory context.  See CtxwinInSubxact.
- */
-static ErrorData *
-InSubxact(void (*fn) (void *), void *arg, void (*at_end) (void), bool keep)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fn(arg);
-		if (at_end)
-			at_end();
-		if (keep)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		if (at_end)
-			at_end();
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return edata;
-}
-
-/*
- * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
- * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
- * subtransaction released), else its error, copied into the caller's
- * memory context, with the subtransaction rolled back.  fn runs in the
- * caller's memory context and resource owner's subtransaction; at_end (if
- * not NULL) runs first on either way out, before the subtransaction ends.
- */
-ErrorData *
-CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void))
-{
-	return InSubxact(fn, arg, at_end, true);
-}
-
-/*
- * The same, but the subtransaction is rolled back whether fn succeeded or
- * not: what fn read is kept (in the caller's memory), what it wrote or
- * locked is not (a row lock taken in it is released).
- */
-ErrorData *
-CtxwinInSubxactUndone(void (*fn) (void *), void *arg)
-{
-	return InSubxact(fn, arg, NULL, false);
-}
-
-/*
  * A query prepared once per backend with a generic plan (ctxwin's queries
  * do not depend on their values) and kept; *plan caches it.  The caller
  * has connected to SPI.
@@ -184,6 +105,157 @@ CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs, Oid *argtypes)
 	return *plan;
 }
 
+/* Runs q once (SPI_execute_with_args) or by its kept plan; SPI's result code. */
+static int
+QueryExecute(CtxwinQuery *q, const Datum *args, const char *nulls)
+{
+	if (q->once)
+		return SPI_execute_with_args(q->sql, q->nargs, q->argtypes, (Datum *) args, nulls,
+									 q->read_only, 0);
+	return SPI_execute_plan(CtxwinKeptPlan(&q->plan, q->sql, q->nargs, q->argtypes),
+							(Datum *) args, nulls, q->read_only, 0);
+}
+
+/*
+ * Runs q with its statement marked as ctxwin's own write of the bookkeeping
+ * columns of ctxwin.sessions, which the sessions trigger lets through.
+ */
+static int
+QueryExecuteBookkeeping(CtxwinQuery *q, const Datum *args, const char *nulls)
+{
+	volatile int rc = 0;
+
+	ctxwin_bookkeeping_depth++;
+	PG_TRY();
+	{
+		rc = QueryExecute(q, args, nulls);
+	}
+	PG_FINALLY();
+	{
+		if (ctxwin_bookkeeping_depth > 0)
+			ctxwin_bookkeeping_depth--;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+/*
+ * Runs q (see CtxwinQuery) with args and nulls (' ' or 'n' each; NULL: none
+ * is null), every row of it: a RETURNING is never cut short.  Copies the
+ * first ncols columns of its first row into the memory context current at
+ * the call (a varlena detoasted), frees the rest, and returns the number
+ * of rows.  Without a row, or for a NULL, colnulls[i] is true.  An SPI
+ * failure, or a result code other than q->expect, is an error.
+ */
+uint64
+CtxwinQueryRow(CtxwinQuery *q, const Datum *args, const char *nulls,
+			   Datum *cols, bool *colnulls, int ncols)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint64		n;
+	int			rc;
+
+	for (int i = 0; i < ncols; i++)
+	{
+		cols[i] = (Datum) 0;
+		colnulls[i] = true;
+	}
+	rc = q->bookkeeping ? QueryExecuteBookkeeping(q, args, nulls) : QueryExecute(q, args, nulls);
+	MemoryContextSwitchTo(cxt);
+	if (rc < 0 || (q->expect != 0 && rc != q->expect))
+		elog(ERROR, "SPI failed for \"%s\": %s", q->sql, SPI_result_code_string(rc));
+	n = SPI_processed;
+	if (n > 0 && SPI_tuptable != NULL)
+	{
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		for (int i = 0; i < ncols; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], desc, i + 1, &colnulls[i]);
+
+			if (colnulls[i])
+				continue;
+			if (att->attlen == -1)
+				cols[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+			else
+				cols[i] = datumCopy(d, att->attbyval, att->attlen);
+		}
+	}
+	if (SPI_tuptable != NULL)
+		SPI_freetuptable(SPI_tuptable);
+	return n;
+}
+
+/*
+ * The first row of a kept one-parameter SELECT (see CtxwinKeptPlan), left
+ * in SPI_tuptable rather than copied, or NULL if it finds none; *desc is
+ * its descriptor.  Run as CtxwinQueryRow runs a query.
+ */
+HeapTuple
+CtxwinKeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
+{
+	CtxwinQuery q = {query, 1, {argtype}, .plan = *plan};
+	int			rc = QueryExecute(&q, &arg, NULL);
+
+	*plan = q.plan;
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI failed for \"%s\": %s", query, SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+	*desc = SPI_tuptable->tupdesc;
+	return SPI_tuptable->vals[0];
+}
+
+/*
+ * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
+ * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
+ * subtransaction released, or rolled back with CTXWIN_SUBXACT_UNDONE: what
+ * fn read is kept in the caller's memory, what it wrote or locked is not),
+ * else its error, copied into the caller's memory context, with the
+ * subtransaction rolled back.  With CTXWIN_SUBXACT_PLPGSQL, a cancel or a
+ * failed assertion is raised again once it is rolled back, as WHEN OTHERS
+ * does not catch them.  fn runs in the caller's memory context, under the
+ * subtransaction's resource owner; at_end (if not NULL) runs first on
+ * either way out, before the subtransaction ends.
+ */
+ErrorData *
+CtxwinInSubxact(void (*fn) (void *), void *arg, void (*at_end) (void), int flags)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		if (at_end)
+			at_end();
+		if (flags & CTXWIN_SUBXACT_UNDONE)
+			RollbackAndReleaseCurrentSubTransaction();
+		else
+			ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		if (at_end)
+			at_end();
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	if (edata != NULL && (flags & CTXWIN_SUBXACT_PLPGSQL) &&
+		(edata->sqlerrcode == ERRCODE_QUERY_CANCELED || edata->sqlerrcode == ERRCODE_ASSERT_FAILURE))
+		ReThrowError(edata);
+	return edata;
+}
+
 /*
  * The depth is lowered by PG_FINALLY where it was raised; after an error
  * that escaped that (a FATAL is no concern: the backend goes), a new
@@ -196,29 +268,6 @@ BookkeepingXactCallback(XactEvent event, void *arg)
 		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 		event == XACT_EVENT_PREPARE)
 		ctxwin_bookkeeping_depth = 0;
-}
-
-/*
- * Runs one statement of ctxwin's own that writes bookkeeping columns of
- * ctxwin.sessions (SPI connected): the sessions trigger lets it through.
- */
-int
-CtxwinBookkeepingExecute(const char *sql, int nargs, Oid *types, Datum *values)
-{
-	volatile int rc = 0;
-
-	ctxwin_bookkeeping_depth++;
-	PG_TRY();
-	{
-		rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
-	}
-	PG_FINALLY();
-	{
-		if (ctxwin_bookkeeping_depth > 0)
-			ctxwin_bookkeeping_depth--;
-	}
-	PG_END_TRY();
-	return rc;
 }
 
 /* Registers the callback that resets the bookkeeping flag (at module load). */

@@ -1,12 +1,13 @@
 /*
  * util.c
- *		Small helpers: a uuid as text, texts compared, and the library's
- *		version against the installed SQL's.
+ *		Small helpers: a uuid as text, a member of a jsonb object, texts
+ *		compared, and the library's version against the installed SQL's.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/uuid.h"
 
 #include "base/base.h"
@@ -16,6 +17,21 @@ char *
 CtxwinUuidText(Datum id)
 {
 	return DatumGetCString(DirectFunctionCall1(uuid_out, id));
+}
+
+/*
+ * The value of key in a jsonb container, or NULL if it has none or is not
+ * an object (findJsonbValueFromContainer, a JSON null included).
+ */
+JsonbValue *
+CtxwinJsonbMember(JsonbContainer *obj, const char *key)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	return findJsonbValueFromContainer(obj, JB_FOBJECT, &k);
 }
 
 /* Whether two texts hold the same bytes. */

@@ -1,7 +1,9 @@
 /*
  * citus.c
- *		Reading a session's rows from the shard that holds them, where
- *		ctxwin's tables are Citus tables and the shard is on this node.
+ *		ctxwin under Citus: whether Citus is loaded and this node its
+ *		coordinator, whether a table may be read without SQL, and reading
+ *		a session's rows from the shard that holds them, where ctxwin's
+ *		tables are Citus tables and the shard is on this node.
  *
  * Under Citus a table such as ctxwin.messages is a shell: its rows live in
  * shards (ctxwin.messages_102040 ...), which only Citus's planner finds, so
@@ -17,8 +19,9 @@
  * pg_dist_placement.  That is read once per backend and table, and again
  * after a relcache invalidation of the table, which Citus sends whenever
  * the table's shards or placements change (a move, a split, a rebalance).
- * Only Citus's catalog is read: no Citus function is called, none of its
- * headers is needed.
+ * Only Citus's catalog is read for that: no Citus function is called (but
+ * citus_is_coordinator(), by CtxwinCitusWorkerNode), none of its headers
+ * is needed.
  */
 #include "postgres.h"
 
@@ -86,7 +89,7 @@ CtxwinCitusWorkerNode(void)
 
 	if (!CtxwinCitusLoaded())
 		return false;
-	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'citus'",
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_extension WHERE extname " OP("=") " 'citus'",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		return false;
 	if (SPI_execute("SELECT NOT pg_catalog.citus_is_coordinator()", true, 1) != SPI_OK_SELECT ||
@@ -131,7 +134,12 @@ typedef struct CitusTable
 	ShardRange *shards;			/* in TopMemoryContext, by min */
 } CitusTable;
 
-/* messages, profiles, models, calibration: no more are read this way */
+/*
+ * The tables known, a slot each: four are read this way (messages, and the
+ * reference tables profiles, models and calibration), and the slots are
+ * twice as many; with every slot taken, the first is forgotten for the new
+ * table (LookupTable).
+ */
 #define CITUS_TABLES 8
 static CitusTable tables[CITUS_TABLES];
 static bool callback_registered = false;
@@ -174,7 +182,7 @@ ReadTable(Oid relid, CitusTable *t)
 	if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
 		return;
 	if (SPI_execute_with_args("SELECT partmethod::text FROM pg_catalog.pg_dist_partition "
-							  "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+							  "WHERE logicalrelid " OP("=") " $1",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_dist_partition");
 	if (SPI_processed == 0)
@@ -187,10 +195,10 @@ ReadTable(Oid relid, CitusTable *t)
 	if (SPI_execute_with_args("SELECT s.shardid, coalesce(s.shardminvalue::pg_catalog.int4, 0), "
 							  "coalesce(s.shardmaxvalue::pg_catalog.int4, 0), "
 							  "EXISTS (SELECT FROM pg_catalog.pg_dist_placement p "
-							  "        WHERE p.shardid OPERATOR(pg_catalog.=) s.shardid "
-							  "        AND p.groupid OPERATOR(pg_catalog.=) "
+							  "        WHERE p.shardid " OP("=") " s.shardid "
+							  "        AND p.groupid " OP("=") " "
 							  "            (SELECT groupid FROM pg_catalog.pg_dist_local_group)) "
-							  "FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1 "
+							  "FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid " OP("=") " $1 "
 							  "ORDER BY 2",
 							  1, types, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_dist_shard");

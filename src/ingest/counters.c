@@ -55,24 +55,25 @@
  * $10 is now(), passed in: Citus refuses a function that is not immutable
  * inside CASE or coalesce in an UPDATE of a distributed table.
  */
-static const char *const update_query =
-"UPDATE ctxwin.sessions "
-"SET message_count = $2, "
-"    token_count = $3, "
-"    unsummarized_messages = $4, "
-"    unsummarized_tokens = $5, "
-"    prompt_tokens = $6, "
-"    count_encoding = $7, "
-"    pending_tool_calls = $8, "
-"    compaction_failures = 0, "
-"    compaction_retry_at = NULL, "
-"    compaction_queued_at = CASE WHEN $9 THEN coalesce(compaction_queued_at, $10) "
-"                                ELSE compaction_queued_at END, "
-"    updated_at = $10 "
-"WHERE id OPERATOR(pg_catalog.=) $1";
-
-/* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
-static SPIPlanPtr update_plan = NULL;
+static CtxwinQuery update_q = {
+	"UPDATE ctxwin.sessions "
+	"SET message_count = $2, "
+	"    token_count = $3, "
+	"    unsummarized_messages = $4, "
+	"    unsummarized_tokens = $5, "
+	"    prompt_tokens = $6, "
+	"    count_encoding = $7, "
+	"    pending_tool_calls = $8, "
+	"    compaction_failures = 0, "
+	"    compaction_retry_at = NULL, "
+	"    compaction_queued_at = CASE WHEN $9 THEN coalesce(compaction_queued_at, $10) "
+	"                                ELSE compaction_queued_at END, "
+	"    updated_at = $10 "
+	"WHERE id " OP("=") " $1",
+	10, {UUIDOID, INT8OID, INT8OID, INT8OID, INT8OID, INT4OID, TEXTOID, TEXTARRAYOID, BOOLOID,
+	TIMESTAMPTZOID},
+	.bookkeeping = true, .expect = SPI_OK_UPDATE
+};
 
 /*
  * All of it lives in a child of TopTransactionContext, so it goes with the
@@ -224,7 +225,7 @@ TextDatumOrNull(text *t, char *null)
 /*
  * Writes a session's counters (the row is locked since they were read) and
  * forgets them: directly where the UPDATE would do no more
- * (CtxwinWriteSessionDirect), else by update_query.  Taken out of the table
+ * (CtxwinWriteSessionDirect), else by update_q.  Taken out of the table
  * first: statements the UPDATE fires (triggers on sessions) that count
  * messages of the session read the row it wrote.  Needs SPI connected.
  */
@@ -234,11 +235,8 @@ CtxwinCountersWrite(PendingSession *e)
 	Counters	c = e->c;		/* its memory stays until freed below */
 	pg_uuid_t	id = e->id;
 	ItemPointerData tid = e->tid;
-	Oid			argtypes[10] = {UUIDOID, INT8OID, INT8OID, INT8OID, INT8OID, INT4OID,
-	TEXTOID, TEXTARRAYOID, BOOLOID, TIMESTAMPTZOID};
 	Datum		args[10];
 	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	int			rc;
 
 	/* saved counters of lower levels: none (the frame's level is the lowest) */
 	e->c.count_encoding = NULL;
@@ -269,19 +267,8 @@ CtxwinCountersWrite(PendingSession *e)
 	args[8] = BoolGetDatum(c.queue_set);
 	args[9] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 
-	ctxwin_bookkeeping_depth++;
-	PG_TRY();
-	{
-		rc = SPI_execute_plan(CtxwinKeptPlan(&update_plan, update_query, 10, argtypes), args, nulls,
-							  false, 0);
-	}
-	PG_FINALLY();
-	{
-		ctxwin_bookkeeping_depth--;
-	}
-	PG_END_TRY();
 	/* 0 rows: the session was deleted by the statement after its messages */
-	if (rc != SPI_OK_UPDATE || SPI_processed > 1)
+	if (CtxwinQueryRow(&update_q, args, nulls, NULL, NULL, 0) > 1)
 		elog(ERROR, "updating the counters of session %s failed", CtxwinUuidText(UUIDPGetDatum(&id)));
 	FreeCounters(&c);
 }

@@ -114,15 +114,16 @@ extern void CtxwinCountersTouch(PendingSession *e);
 extern void CtxwinCountersSetEncoding(PendingSession *e, text *encoding);
 extern void CtxwinCountersSetPending(PendingSession *e, ArrayType *pending);
 extern void CtxwinCountersWrite(PendingSession *e);
+/* counters.c: a statement's frame, and the counters merged into an UPDATE of the row */
+extern bool CtxwinFrameIsOpen(void);
+extern void CtxwinFrameOpen(void);
+extern void CtxwinFrameClose(void);
+extern HeapTuple CtxwinCountersMerge(Relation rel, HeapTuple oldtup, HeapTuple newtup);
 
 /* session_write.c: a session's counters written to its row directly */
 extern bool CtxwinWriteSessionDirect(Datum session_id, const Counters *c, ItemPointer tid,
 									 bool exact);
 extern bool CtxwinSessionsWritableDirect(void);
-extern bool CtxwinFrameIsOpen(void);
-extern void CtxwinFrameOpen(void);
-extern void CtxwinFrameClose(void);
-extern HeapTuple CtxwinCountersMerge(Relation rel, HeapTuple oldtup, HeapTuple newtup);
 
 /* trigger.c: small helpers the files share */
 extern bool CtxwinOwnsTable(Relation rel);

@@ -3,8 +3,9 @@
  *		The guard of ctxwin.sessions: the columns ctxwin maintains are
  *		written by ctxwin, or by the table's owner (a restore); an UPDATE of
  *		a session whose counters a statement holds in memory gets them merged
- *		in.  Also _should_queue() and _summary_may_end(), two rules of
- *		rules.c for SQL.
+ *		in.  Also _should_queue(), _summary_waits() and _summary_may_end(),
+ *		three rules of policy/rules.c (SessionQueues, SummaryWaits,
+ *		SummaryMayEnd) for SQL.
  */
 #include "postgres.h"
 
@@ -160,9 +161,10 @@ ctxwin_should_queue(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(ctxwin_summary_waits);
 
 /*
- * An interval in milliseconds, a month as 30 days and a day as 24 hours
- * (as EXTRACT(epoch FROM ...) counts them), within +-2^62 (an infinite
- * interval is the bound).
+ * An interval in milliseconds, a month as 30 days and a day as 24 hours,
+ * within +-2^62 (an infinite interval is the bound).  Not quite as
+ * EXTRACT(epoch FROM ...) counts: that counts each 12 months as 365.25
+ * days, where this counts 360.
  */
 static int64
 IntervalMs(const Interval *iv)

@@ -12,6 +12,12 @@
  * ctxwin.llm_max_response_bytes, speak only http and https and follow no
  * redirect (a redirect could carry the key elsewhere).
  *
+ * A request that could not be carried out (no connection, a timeout, an
+ * answer broken off) is connection_failure (08006), which _llm_summarize
+ * catches to send it again; an answer that cannot be read (not JSON, a zero
+ * byte) is external_routine_exception (38000), as every answer
+ * _llm_answer refuses is.
+ *
  * The API key is read from ctxwin.llm_api_key_file, or from the server's
  * environment variable CTXWIN_LLM_API_KEY, at each request, and is never
  * put in a setting, a log line or an error message.
@@ -421,14 +427,14 @@ LlmTransferResult(LlmTransfer *t, int curl_code)
 						t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc))));
 	if (strlen(resp) != len)
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 				 errmsg("LLM endpoint returned a body with a zero byte"),
 				 errdetail("HTTP status was %ld.", status)));
 	is_error = status < 200 || status > 299;
 	json_ok = pg_strncasecmp(t->rh.content_type, "application/json", 16) == 0;
 	if (!json_ok && !is_error)
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 				 errmsg("LLM endpoint returned content type \"%s\", not JSON", t->rh.content_type),
 				 errdetail("HTTP status was %ld.", status)));
 	if (json_ok)
@@ -442,7 +448,7 @@ LlmTransferResult(LlmTransfer *t, int curl_code)
 		json_ok = pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS;
 		if (!json_ok && !is_error)
 			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 					 errmsg("LLM endpoint returned malformed JSON"),
 					 errdetail("HTTP status was %ld; the body was %zu bytes.", status, len)));
 	}

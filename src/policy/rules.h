@@ -4,8 +4,10 @@
  *		triggers fire, whether a session belongs in the compaction queue,
  *		and how a window packs messages into a budget.
  *
- * No PostgreSQL header is needed: the server's code (trigger.c, window.c,
- * status.c) and the unit test tools/rules_check.c call the same functions.
+ * Defined in rules.c.  No PostgreSQL header is needed: the server's code
+ * (ingest/trigger.c, ingest/sessions_guard.c, tokenizer/messages.c,
+ * window/walk.c, window/window.c, window/status.c) and the unit test
+ * tools/rules_check.c call the same functions.
  */
 #ifndef CTXWIN_RULES_H
 #define CTXWIN_RULES_H

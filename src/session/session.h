@@ -66,10 +66,10 @@ extern int64 CtxwinDefaultBudget(const SessionView *sv);
  * queued sessions over until then.
  */
 #define CTXWIN_SUMMARY_WAITS_SQL \
-	"EXISTS (SELECT FROM ctxwin.session_settings st WHERE st.session_id OPERATOR(pg_catalog.=) x.id " \
-	"AND ctxwin._summary_waits(x.unsummarized_tokens OPERATOR(pg_catalog.+) x.prompt_tokens " \
-	"OPERATOR(pg_catalog.+) " CppAsString2(CTXWIN_LIST_OVERHEAD) ", st.window_policy, " \
-	"st.context_window OPERATOR(pg_catalog.-) st.response_reserve, st.window_low_water, " \
-	"pg_catalog.now() OPERATOR(pg_catalog.-) x.updated_at, st.cache_ttl))"
+	"EXISTS (SELECT FROM ctxwin.session_settings st WHERE st.session_id " OP("=") " x.id " \
+	"AND ctxwin._summary_waits(x.unsummarized_tokens " OP("+") " x.prompt_tokens " \
+	OP("+") " " CppAsString2(CTXWIN_LIST_OVERHEAD) ", st.window_policy, " \
+	"st.context_window " OP("-") " st.response_reserve, st.window_low_water, " \
+	"pg_catalog.now() " OP("-") " x.updated_at, st.cache_ttl))"
 
 #endif							/* CTXWIN_SESSION_H */

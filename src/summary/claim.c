@@ -113,12 +113,12 @@ ctxwin_session_claimed(PG_FUNCTION_ARGS)
 static bool
 LockSessionAsCaller(Datum id)
 {
-	Oid			types[1] = {UUIDOID};
+	static CtxwinQuery lock_q = {
+		"SELECT FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE",
+		1, {UUIDOID}, .once = true, .expect = SPI_OK_SELECT
+	};
 
-	if (SPI_execute_with_args("SELECT FROM ctxwin.sessions x WHERE x.id = $1 FOR NO KEY UPDATE",
-							  1, types, &id, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not lock the session");
-	return SPI_processed == 1;
+	return CtxwinQueryRow(&lock_q, &id, NULL, NULL, NULL, 0) == 1;
 }
 
 /*
@@ -130,7 +130,18 @@ LockSessionAsCaller(Datum id)
 Datum
 ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 {
-	Oid			types[4] = {UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	static CtxwinQuery failures_q = {
+		"SELECT x.compaction_failures FROM ctxwin.sessions x WHERE x.id " OP("=") " $1",
+		1, {UUIDOID}, .once = true, .expect = SPI_OK_SELECT
+	};
+	static CtxwinQuery record_q = {
+		"UPDATE ctxwin.sessions x "
+		"SET compaction_failures = x.compaction_failures " OP("+") " 1, "
+		"last_error = $2, last_error_at = $3, compaction_retry_at = $4 "
+		"WHERE x.id " OP("=") " $1 RETURNING x.compaction_retry_at",
+		4, {UUIDOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+		.once = true, .bookkeeping = true, .expect = SPI_OK_UPDATE_RETURNING
+	};
 	Datum		values[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), (Datum) 0, (Datum) 0};
 	Datum		retry = (Datum) 0;
 	bool		isnull = true;
@@ -140,7 +151,7 @@ ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 	if (LockSessionAsCaller(values[0]))
 	{
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
-		int32		failures;
+		Datum		failures;
 
 		/*
 		 * The retry time is computed here, not in the UPDATE: Citus refuses
@@ -149,22 +160,12 @@ ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 		 * newest version (as the UPDATE would), this statement's own
 		 * changes included.
 		 */
-		if (SPI_execute_with_args("SELECT x.compaction_failures FROM ctxwin.sessions x WHERE x.id = $1",
-								  1, types, values, NULL, false, 1) != SPI_OK_SELECT ||
-			SPI_processed != 1)
+		if (CtxwinQueryRow(&failures_q, values, NULL, &failures, &isnull, 1) != 1)
 			elog(ERROR, "could not read the failed compactions of the session");
-		failures = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		values[2] = TimestampTzGetDatum(now);
-		values[3] = TimestampTzGetDatum(now + (int64) Min(pow(4.0, Min(failures, 6)), 3600.0) * USECS_PER_SEC);
-		if (CtxwinBookkeepingExecute("UPDATE ctxwin.sessions x "
-							   "SET compaction_failures = x.compaction_failures + 1, "
-							   "last_error = $2, last_error_at = $3, compaction_retry_at = $4 "
-							   "WHERE x.id = $1 RETURNING x.compaction_retry_at",
-							   4, types, values) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "could not record the failed compaction");
-		isnull = true;
-		if (SPI_processed == 1)
-			retry = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		values[3] = TimestampTzGetDatum(now + (int64) Min(pow(4.0, Min(DatumGetInt32(failures), 6)), 3600.0) *
+										USECS_PER_SEC);
+		(void) CtxwinQueryRow(&record_q, values, NULL, &retry, &isnull, 1);
 	}
 	SPI_finish();
 	if (isnull)
@@ -182,27 +183,28 @@ ctxwin_compaction_failed(PG_FUNCTION_ARGS)
 Datum
 ctxwin_compaction_settle(PG_FUNCTION_ARGS)
 {
-	Oid			types[2] = {UUIDOID, TIMESTAMPTZOID};
+	static CtxwinQuery settle_q = {
+		"UPDATE ctxwin.sessions x "
+		"SET compaction_retry_at = CASE WHEN d.due THEN $2 END, "
+		"compaction_queued_at = CASE WHEN d.due THEN x.compaction_queued_at END "
+		"FROM (SELECT ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, "
+		"s.prompt_tokens::pg_catalog.int8, st.max_messages_before_summary, st.max_tokens_before_summary, "
+		"st.trigger_ratio, st.context_window, st.min_recent_messages) AS due "
+		"FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id " OP("=") " s.id "
+		"WHERE s.id " OP("=") " $1 AND (NOT ctxwin._session_due(s.id) "
+		"OR ctxwin._summary_cut(s.id, s.summary_through_id, "
+		"s.message_count " OP("-") " st.min_recent_messages::pg_catalog.int8) IS NULL)) d "
+		"WHERE x.id " OP("=") " $1 AND x.compaction_queued_at IS NOT NULL",
+		2, {UUIDOID, TIMESTAMPTZOID}, .once = true, .bookkeeping = true, .expect = SPI_OK_UPDATE
+	};
 	Datum		values[2] = {PG_GETARG_DATUM(0),
 		/* now() + 1 minute, passed in: Citus refuses now() in CASE */
 	TimestampTzGetDatum(GetCurrentTransactionStartTimestamp() + 60 * USECS_PER_SEC)};
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (LockSessionAsCaller(values[0]) &&
-		CtxwinBookkeepingExecute("UPDATE ctxwin.sessions x "
-						   "SET compaction_retry_at = CASE WHEN d.due THEN $2 END, "
-						   "compaction_queued_at = CASE WHEN d.due THEN x.compaction_queued_at END "
-						   "FROM (SELECT ctxwin._should_queue(s.unsummarized_messages, s.unsummarized_tokens, "
-						   "s.prompt_tokens::bigint, st.max_messages_before_summary, st.max_tokens_before_summary, "
-						   "st.trigger_ratio, st.context_window, st.min_recent_messages) AS due "
-						   "FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id = s.id "
-						   "WHERE s.id = $1 AND (NOT ctxwin._session_due(s.id) "
-						   "OR ctxwin._summary_cut(s.id, s.summary_through_id, "
-						   "s.message_count - st.min_recent_messages::bigint) IS NULL)) d "
-						   "WHERE x.id = $1 AND x.compaction_queued_at IS NOT NULL",
-						   2, types, values) != SPI_OK_UPDATE)
-		elog(ERROR, "could not settle the session's place in the compaction queue");
+	if (LockSessionAsCaller(values[0]))
+		(void) CtxwinQueryRow(&settle_q, values, NULL, NULL, NULL, 0);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

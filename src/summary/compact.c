@@ -9,7 +9,7 @@
  * finish of src/summary/summary.c in this backend; the LLM request in between is
  * _llm_summarize (SECURITY DEFINER: the caller never sees the key), called
  * through SPI.  Neither holds a session's row while an LLM request is in
- * flight: each session is claimed (src/worker/jobs.c) until the
+ * flight: each session is claimed (src/summary/claim.c) until the
  * transaction ends, planned from its committed rows, and written at the
  * end with a compare-and-set.  summarize_session waits for another
  * summarizer's claim and returns what that one wrote; compact() passes
@@ -44,13 +44,11 @@
 PG_FUNCTION_INFO_V1(ctxwin_summarize_session);
 PG_FUNCTION_INFO_V1(ctxwin_compact);
 
-#define OP(o) "OPERATOR(pg_catalog." o ")"
-
-static SummaryQuery llm_q = {
+static CtxwinQuery llm_q = {
 	"SELECT ctxwin._llm_summarize($1)", 1, {JSONBOID}
 };
 
-static SummaryQuery total_q = {
+static CtxwinQuery total_q = {
 	"SELECT $1 " OP("||") " pg_catalog.jsonb_build_object('total_ms', $2)", 2, {JSONBOID, INT4OID}
 };
 
@@ -63,7 +61,7 @@ static SummaryQuery total_q = {
  * hold the sessions, the claims are on the coordinator, where compact()
  * and the worker run.)
  */
-static SummaryQuery next_q = {
+static CtxwinQuery next_q = {
 	"SELECT x.id, x.compaction_queued_at FROM ctxwin.sessions x "
 	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 "
 	"AND ($2 IS NULL OR (x.compaction_queued_at, x.id) " OP(">") " ($3, $2)) "
@@ -73,13 +71,13 @@ static SummaryQuery next_q = {
 };
 
 /* The session's summary_version now (a new snapshot), or no row. */
-static SummaryQuery version_q = {
+static CtxwinQuery version_q = {
 	"SELECT x.summary_version FROM ctxwin.sessions x WHERE x.id " OP("=") " $1",
 	1, {UUIDOID}
 };
 
 /* The session's row if nobody else holds it, locked (see RowFree). */
-static SummaryQuery probe_q = {
+static CtxwinQuery probe_q = {
 	"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE SKIP LOCKED",
 	1, {UUIDOID}
 };
@@ -88,14 +86,14 @@ static SummaryQuery probe_q = {
  * A summaries row whole (a ctxwin.summaries value), built from its columns
  * (see insert_q in src/summary/summary.c).
  */
-static SummaryQuery summary_row_q = {
+static CtxwinQuery summary_row_q = {
 	"SELECT ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
 	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at)::ctxwin.summaries "
 	"FROM ctxwin.summaries x WHERE x.session_id " OP("=") " $1 AND x.version " OP("=") " $2",
 	2, {UUIDOID, INT4OID}
 };
 
-static SummaryQuery failed_q = {
+static CtxwinQuery failed_q = {
 	"SELECT ctxwin._compaction_failed($1, $2)", 2, {UUIDOID, TEXTOID}
 };
 
@@ -121,10 +119,10 @@ AskLLM(Datum plan, bool *answer_null)
 	Datum		answer;
 	Datum		args[2];
 
-	SummaryRun(&llm_q, &plan, NULL, &answer, answer_null, 1);
+	CtxwinQueryRow(&llm_q, &plan, NULL, &answer, answer_null, 1);
 	args[0] = answer;
 	args[1] = Int32GetDatum(SummaryMsSince(t0));
-	SummaryRun(&total_q, args, *answer_null ? "n " : "  ", &answer, answer_null, 1);
+	CtxwinQueryRow(&total_q, args, *answer_null ? "n " : "  ", &answer, answer_null, 1);
 	return answer;
 }
 
@@ -162,18 +160,18 @@ SummarizeSession(Datum session, bool session_null, bool force, bool force_null,
 	 * this call's answer: one request, one summary.  The session's row is
 	 * not locked: the application's inserts go on meanwhile.
 	 */
-	SummaryRun(&version_q, &session, NULL, &before, &before_null, 1);
+	CtxwinQueryRow(&version_q, &session, NULL, &before, &before_null, 1);
 	CtxwinClaimSessionXact(DatumGetUUIDP(session), true, &waited);
 	if (waited)
 	{
-		SummaryRun(&version_q, &session, NULL, &after, &after_null, 1);
+		CtxwinQueryRow(&version_q, &session, NULL, &after, &after_null, 1);
 		if (!before_null && !after_null && DatumGetInt32(after) != DatumGetInt32(before))
 		{
 			Datum		args[2] = {session, after};
 			Datum		row;
 			bool		row_null;
 
-			SummaryRun(&summary_row_q, args, NULL, &row, &row_null, 1);
+			CtxwinQueryRow(&summary_row_q, args, NULL, &row, &row_null, 1);
 			if (!row_null)
 			{
 				*isnull = false;
@@ -262,7 +260,7 @@ CompactWrite(void *arg)
 static void
 CompactStep(void (*step) (void *), CompactOne *c, MemoryContext cxt)
 {
-	ErrorData  *edata = SummaryTry(step, c);
+	ErrorData  *edata = CtxwinInSubxact(step, c, NULL, CTXWIN_SUBXACT_PLPGSQL);
 
 	if (edata != NULL)
 	{
@@ -295,7 +293,7 @@ RowProbeBody(void *arg)
 	Datum		one;
 	bool		one_null;
 
-	p->found = SummaryRun(&probe_q, &p->id, NULL, &one, &one_null, 1);
+	p->found = CtxwinQueryRow(&probe_q, &p->id, NULL, &one, &one_null, 1);
 }
 
 static bool
@@ -306,7 +304,7 @@ RowFree(const pg_uuid_t *id)
 
 	if (CtxwinCitusLoaded())
 		return true;
-	edata = CtxwinInSubxactUndone(RowProbeBody, &p);
+	edata = CtxwinInSubxact(RowProbeBody, &p, NULL, CTXWIN_SUBXACT_UNDONE);
 	if (edata != NULL)
 		ReThrowError(edata);
 	return p.found > 0;
@@ -360,7 +358,7 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextSwitchTo(each);
 		MemoryContextReset(each);
-		if (SummaryRun(&next_q, args, nulls, cols, colnulls, 2) == 0)
+		if (CtxwinQueryRow(&next_q, args, nulls, cols, colnulls, 2) == 0)
 			break;
 		memcpy(&last_id, DatumGetUUIDP(cols[0]), sizeof(last_id));
 		args[1] = UUIDPGetDatum(&last_id);
@@ -421,7 +419,7 @@ ctxwin_compact(PG_FUNCTION_ARGS)
 
 			if (c->error != NULL)
 				fargs[1] = CStringGetTextDatum(c->error);
-			SummaryRun(&failed_q, fargs, c->error != NULL ? "  " : " n", &at, &at_null, 1);
+			CtxwinQueryRow(&failed_q, fargs, c->error != NULL ? "  " : " n", &at, &at_null, 1);
 		}
 	}
 	MemoryContextSwitchTo(cxt);

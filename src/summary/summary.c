@@ -11,16 +11,17 @@
  * Contract: the behaviour of the PL/pgSQL functions they replace, to the
  * error texts and SQLSTATEs: the plan reads the session as committed,
  * without locking its row (its caller holds the session's claim, see
- * src/worker/jobs.c), and returns a jsonb object with the keys session,
+ * src/summary/claim.c), and returns a jsonb object with the keys session,
  * strategy, after, through, version, encoding, max_tokens and instructions
  * (and, for the llm and hybrid strategies, those of _summary_request), or
  * NULL; the finish locks the row (waiting for a transaction that writes
  * it) and writes nothing unless the session's summary is still the one the
- * plan saw.  The pieces that hold no
- * policy stay SQL and are called through SPI with kept plans: the cut
- * (_summary_cut), the trigger check (CtxwinSessionDue, status.c), the request
- * (_summary_request), the extractive summarizer and the answer check
- * (_llm_answer).  Every name in the queries is schema-qualified.
+ * plan saw.  The pieces that hold no policy stay SQL and are called
+ * through SPI with kept plans (CtxwinQueryRow): the cut (_summary_cut),
+ * the settling (_compaction_settle), the request (_summary_request), the
+ * extractive summarizer and the answer check (_llm_answer); the trigger
+ * check is C (CtxwinSessionDue, window/status.c).  Every name in the
+ * queries is schema-qualified, every operator written with OP().
  */
 #include "postgres.h"
 
@@ -41,8 +42,6 @@
 PG_FUNCTION_INFO_V1(ctxwin_summary_plan);
 PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
 
-#define OP(o) "OPERATOR(pg_catalog." o ")"
-
 /* ' ' or 'n': a parameter's null flag as SPI takes it */
 #define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
 
@@ -50,39 +49,39 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
  * The session row as committed (and as this transaction wrote it): not
  * locked, so that the application's inserts never wait for a summary.
  */
-static SummaryQuery read_q = {
+static CtxwinQuery read_q = {
 	"SELECT x.summary_through_id, x.message_count, x.summary_version FROM ctxwin.sessions x "
 	"WHERE x.id " OP("=") " $1",
 	1, {UUIDOID}
 };
 
-static SummaryQuery settings_q = {
+static CtxwinQuery settings_q = {
 	"SELECT x.min_recent_messages, x.summary_strategy, x.encoding, x.max_summary_tokens "
 	"FROM ctxwin.session_settings x WHERE x.session_id " OP("=") " $1",
 	1, {UUIDOID}
 };
 
-static SummaryQuery cut_q = {
+static CtxwinQuery cut_q = {
 	"SELECT ctxwin._summary_cut($1, $2, $3)", 3, {UUIDOID, INT8OID, INT8OID}
 };
 
-static SummaryQuery settle_q = {
+static CtxwinQuery settle_q = {
 	"SELECT ctxwin._compaction_settle($1)", 1, {UUIDOID}
 };
 
-static SummaryQuery plan_q = {
+static CtxwinQuery plan_q = {
 	"SELECT pg_catalog.jsonb_build_object('session', $1, 'strategy', $2, 'after', $3, 'through', $4, "
 	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8)",
 	8, {UUIDOID, TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, INT4OID, TEXTOID}
 };
 
-static SummaryQuery request_q = {
+static CtxwinQuery request_q = {
 	"SELECT $1 " OP("||") " ctxwin._summary_request($2, $3, $4, $5)",
 	5, {JSONBOID, UUIDOID, INT8OID, INT8OID, TEXTOID}
 };
 
 /* What _summary_finish reads of the plan first. */
-static SummaryQuery finish_args_q = {
+static CtxwinQuery finish_args_q = {
 	"SELECT ($1 " OP("->>") " 'session')::pg_catalog.uuid, $1 " OP("->>") " 'strategy', "
 	"($1 " OP("->>") " 'after')::pg_catalog.int8, ($1 " OP("->>") " 'through')::pg_catalog.int8, "
 	"$1 " OP("->>") " 'encoding', ($1 " OP("->>") " 'max_tokens')::pg_catalog.int4",
@@ -94,7 +93,7 @@ static SummaryQuery finish_args_q = {
  * that writes the row (an insert into the session) is waited for, and the
  * condition read again on the row it leaves.
  */
-static SummaryQuery finish_lock_q = {
+static CtxwinQuery finish_lock_q = {
 	"SELECT x.conversation_summary FROM ctxwin.sessions x "
 	"WHERE x.id " OP("=") " $1 AND x.summary_through_id " OP("=") " $2 "
 	"AND x.summary_version " OP("=") " ($3 " OP("->>") " 'version')::pg_catalog.int4 "
@@ -102,14 +101,14 @@ static SummaryQuery finish_lock_q = {
 	3, {UUIDOID, INT8OID, JSONBOID}
 };
 
-static SummaryQuery extractive_q = {
+static CtxwinQuery extractive_q = {
 	"SELECT ctxwin.extractive_summary($1, ctxwin._summary_messages($2, $3, $4), $5, $6, "
 	"$7 " OP("->>") " 'instructions')",
 	7, {TEXTOID, UUIDOID, INT8OID, INT8OID, INT4OID, TEXTOID, JSONBOID}
 };
 
 /* The LLM's answer, checked: content (with the plan's facts), model, usage, latency. */
-static SummaryQuery answer_q = {
+static CtxwinQuery answer_q = {
 	"SELECT pg_catalog.concat_ws(E'\\n\\n', $1 " OP("->>") " 'facts', r.a " OP("->>") " 'content'), "
 	"COALESCE(r.a " OP("->>") " 'model', $1 " OP("->>") " 'model'), r.a " OP("->") " 'usage', "
 	"COALESCE(($2 " OP("->>") " 'total_ms')::pg_catalog.int4, (r.a " OP("->>") " 'latency_ms')::pg_catalog.int4) "
@@ -117,7 +116,7 @@ static SummaryQuery answer_q = {
 	2, {JSONBOID, JSONBOID}
 };
 
-static SummaryQuery count_q = {
+static CtxwinQuery count_q = {
 	"SELECT ctxwin.count_tokens($1, $2)", 2, {TEXTOID, TEXTOID}
 };
 
@@ -126,7 +125,7 @@ static SummaryQuery count_q = {
  * summary_version and summary_updated_at, and the failures, retry time and
  * last error cleared.
  */
-static SummaryQuery cas_q = {
+static CtxwinQuery cas_q = {
 	"UPDATE ctxwin.sessions x SET conversation_summary = $1, summary_through_id = $2 "
 	"WHERE x.id " OP("=") " $3 AND x.summary_through_id " OP("=") " $4 "
 	"AND x.summary_version " OP("=") " ($5 " OP("->>") " 'version')::pg_catalog.int4 "
@@ -139,7 +138,7 @@ static SummaryQuery cas_q = {
  * its columns: under Citus the row returned whole would be of the shard's
  * row type (summaries_102040), which does not cast to the table's.
  */
-static SummaryQuery insert_q = {
+static CtxwinQuery insert_q = {
 	"INSERT INTO ctxwin.summaries AS x (session_id, version, from_id, through_id, content, token_count, "
 	"strategy, model, usage, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
 	"RETURNING ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
@@ -147,12 +146,12 @@ static SummaryQuery insert_q = {
 	10, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID}
 };
 
-static SummaryQuery flush_q = {
+static CtxwinQuery flush_q = {
 	"INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id) VALUES ($1, $2, $3, $4)",
 	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
 };
 
-static SummaryQuery notify_q = {
+static CtxwinQuery notify_q = {
 	"SELECT pg_catalog.pg_notify('ctxwin_flush', pg_catalog.json_build_object('session_id', $1, 'id', $2, "
 	"'from_id', $3, 'through_id', $4)::pg_catalog.text)",
 	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
@@ -170,7 +169,7 @@ typedef struct SessionState
 static bool
 ReadSession(SessionState *s)
 {
-	return SummaryRun(&read_q, &s->id, NULL, s->cols, s->nulls, 3) > 0;
+	return CtxwinQueryRow(&read_q, &s->id, NULL, s->cols, s->nulls, 3) > 0;
 }
 
 /*
@@ -184,7 +183,7 @@ SummarySettle(Datum session)
 	Datum		due;
 	bool		due_null;
 
-	SummaryRun(&settle_q, &session, NULL, &due, &due_null, 1);
+	CtxwinQueryRow(&settle_q, &session, NULL, &due, &due_null, 1);
 }
 
 /*
@@ -209,7 +208,7 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
 	*through_null = true;
 	if (force)
 	{
-		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
+		CtxwinQueryRow(&cut_q, args, nulls, &through, through_null, 1);
 		if (*through_null)
 			ereport(NOTICE,
 					(errmsg("session %s has nothing to summarize", SummaryUuidText(s->id, false)),
@@ -219,7 +218,7 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
 		return through;
 	}
 	if (CtxwinSessionDue(s->id))
-		SummaryRun(&cut_q, args, nulls, &through, through_null, 1);
+		CtxwinQueryRow(&cut_q, args, nulls, &through, through_null, 1);
 	/*
 	 * Off the queue, or, if its counters say it is due but its messages do
 	 * not (yet), looked at again in a minute.
@@ -269,7 +268,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("session %s is being summarized by another backend", SummaryUuidText(session, false)),
 				 errhint("Try again when that summary is done.")));
-	SummaryRun(&settings_q, &session, NULL, st, stnull, 4);
+	CtxwinQueryRow(&settings_q, &session, NULL, st, stnull, 4);
 
 	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
 	if (through_null)
@@ -292,7 +291,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	nulls[5] = SPI_NULL(stnull[2]);
 	nulls[6] = SPI_NULL(stnull[3]);
 	nulls[7] = SPI_NULL(instructions_null);
-	SummaryRun(&plan_q, args, nulls, &plan, &plan_null, 1);
+	CtxwinQueryRow(&plan_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = false;
 	if (strcmp(*strategy, "extractive") == 0)
 		return plan;
@@ -308,7 +307,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	args[3] = through;
 	args[4] = instructions;
 	nulls[4] = SPI_NULL(instructions_null);
-	SummaryRun(&request_q, args, nulls, &plan, &plan_null, 1);
+	CtxwinQueryRow(&request_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = plan_null;
 	return plan;
 }
@@ -372,7 +371,7 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 			SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_MAX_TOKENS]), SPI_NULL(fp->fn[F_ENCODING]),
 		SPI_NULL(fp->plan_null)};
 
-		SummaryRun(&extractive_q, args, nulls, &ns->content, &ns->content_null, 1);
+		CtxwinQueryRow(&extractive_q, args, nulls, &ns->content, &ns->content_null, 1);
 		ns->latency = Int32GetDatum(SummaryMsSince(t0));
 		ns->latency_null = false;
 		ns->model_null = ns->usage_null = true;
@@ -384,7 +383,7 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 		Datum		a[4];		/* content, model, usage, latency */
 		bool		an[4];
 
-		SummaryRun(&answer_q, args, nulls, a, an, 4);
+		CtxwinQueryRow(&answer_q, args, nulls, a, an, 4);
 		ns->content = a[0];
 		ns->content_null = an[0];
 		ns->model = a[1];
@@ -413,7 +412,7 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
 				 errdetail("The session was left unchanged.")));
-	SummaryRun(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
+	CtxwinQueryRow(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
 	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] &&
 		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
 		ereport(ERROR,
@@ -441,7 +440,7 @@ WriteSummary(const FinishPlan *fp, const NewSummary *ns)
 	bool		version_null,
 				row_null;
 
-	if (SummaryRun(&cas_q, cas, casnulls, &version, &version_null, 1) == 0)
+	if (CtxwinQueryRow(&cas_q, cas, casnulls, &version, &version_null, 1) == 0)
 		SummaryChanged(fp);
 
 	{
@@ -457,10 +456,10 @@ WriteSummary(const FinishPlan *fp, const NewSummary *ns)
 			SPI_NULL(fp->fn[F_STRATEGY]), SPI_NULL(ns->model_null), SPI_NULL(ns->usage_null),
 		SPI_NULL(ns->latency_null)};
 
-		SummaryRun(&insert_q, args, nulls, &row, &row_null, 1);
-		SummaryRun(&flush_q, args, nulls, NULL, NULL, 0);
+		CtxwinQueryRow(&insert_q, args, nulls, &row, &row_null, 1);
+		CtxwinQueryRow(&flush_q, args, nulls, NULL, NULL, 0);
 		if (ctxwin_flush_notify)
-			SummaryRun(&notify_q, args, nulls, NULL, NULL, 0);
+			CtxwinQueryRow(&notify_q, args, nulls, NULL, NULL, 0);
 	}
 	return row;
 }
@@ -482,7 +481,7 @@ SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null)
 	Datum		prev;
 	bool		prev_null;
 
-	SummaryRun(&finish_args_q, args, nulls, fp.f, fp.fn, F_NFIELDS);
+	CtxwinQueryRow(&finish_args_q, args, nulls, fp.f, fp.fn, F_NFIELDS);
 	fp.strategy = fp.fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp.f[F_STRATEGY]);
 
 	/*
@@ -495,7 +494,7 @@ SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null)
 	nulls[0] = SPI_NULL(fp.fn[F_SESSION]);
 	nulls[1] = SPI_NULL(fp.fn[F_AFTER]);
 	nulls[2] = SPI_NULL(plan_null);
-	if (SummaryRun(&finish_lock_q, args, nulls, &prev, &prev_null, 1) == 0)
+	if (CtxwinQueryRow(&finish_lock_q, args, nulls, &prev, &prev_null, 1) == 0)
 		SummaryChanged(&fp);
 	MakeSummary(&fp, prev, prev_null, answer, answer_null, t0, &ns);
 	CheckSummary(&fp, &ns);

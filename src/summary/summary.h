@@ -1,10 +1,10 @@
 /*
  * summary.h
  *		The two halves of a summary (summary.c), for the entry points that
- *		use them in one backend (compact.c), the SPI helpers they share
+ *		use them in one backend (compact.c), the small helpers they share
  *		(summary_spi.c), and a session's claim (claim.c), which the worker
- *		takes too.  Every function here but the claims expects its caller
- *		to be connected to SPI.
+ *		takes too.  SummaryReturn, the plan, the settle and the finish
+ *		expect their caller to be connected to SPI.
  */
 #ifndef CTXWIN_SUMMARY_H
 #define CTXWIN_SUMMARY_H
@@ -17,29 +17,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#define SUMMARY_QUERY_MAX_ARGS 10
-
-/*
- * A query of the summary code: its text and parameter types, prepared on
- * first use and kept for the life of the backend (PostgreSQL replans it
- * after DDL).  Every name in it is schema-qualified.
- */
-typedef struct SummaryQuery
-{
-	const char *sql;
-	int			nargs;
-	Oid			argtypes[SUMMARY_QUERY_MAX_ARGS];
-	SPIPlanPtr	plan;
-} SummaryQuery;
-
-/* Runs q; the first row's first ncols columns copied into the current memory context.  Returns the row count. */
-extern uint64 SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
-						 Datum *cols, bool *colnulls, int ncols);
-
-/* Runs body(arg) in a subtransaction, as a PL/pgSQL block with an exception handler does: NULL if it succeeded, else its error (rolled back). */
-extern ErrorData *SummaryTry(void (*body) (void *), void *arg);
-
-/* Ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
+/* summary_spi.c: ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
 extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
 
 /* Milliseconds since t0, rounded as SQL rounds a numeric to an int. */
@@ -55,17 +33,17 @@ extern const char *SummaryUuidText(Datum id, bool isnull);
 extern bool SummarySessionClaimed(Datum session);
 
 /*
- * The plan of the next summary of a session (see _summary_plan), or
+ * summary.c: the plan of the next summary of a session (see _summary_plan), or
  * (Datum) 0 with *isnull; *strategy: the plan's.  settle NULL: a session
  * with nothing to do is settled now; else *settle says it is to be.
  */
 extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 						 bool instructions_null, bool *isnull, const char **strategy, bool *settle);
 
-/* Takes a session with nothing to summarize off the queue, or looks again in a minute. */
+/* summary.c: takes a session with nothing to summarize off the queue, or looks again in a minute. */
 extern void SummarySettle(Datum session);
 
-/* Makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
+/* summary.c: makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
 extern Datum SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null);
 
 /* claim.c: whether another backend (the worker) holds a session's claim */

@@ -1,89 +1,20 @@
 /*
  * summary_spi.c
- *		The SPI and subtransaction helpers of the summary code (src/summary/summary.c,
- *		src/summary/compact.c): kept queries run with typed parameters and results,
- *		a PL/pgSQL-style exception block, and the ends of the SQL entry
- *		points.
- *
- * Contract: every function expects its caller to be connected to SPI;
- * results are copied into the memory context current at the call, never
- * left in SPI's.  No policy of ctxwin lives here.
+ *		Small helpers of the summary code (summary.c, compact.c): the end of
+ *		an SQL entry point connected to SPI, the milliseconds since a time,
+ *		values as PL/pgSQL's RAISE shows them, and whether the worker holds
+ *		a session's claim.  Its queries and subtransactions are those of
+ *		src/base/spi.c (CtxwinQueryRow, CtxwinInSubxact).  No policy of
+ *		ctxwin lives here.
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "utils/builtins.h"
-#include "utils/datum.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "base/base.h"
-#include "citus/citus.h"
-#include "compat/compat.h"
-#include "tokenizer/tokenizer.h"
-
 #include "summary/summary.h"
-
-/*
- * Runs q (prepared and kept on first use) with args and nulls (' ' or 'n';
- * NULL: none is null): copies the first ncols columns of its first row
- * into the memory context current at the call, frees the rest, and returns
- * the number of rows.  Without a row, the columns are null.
- */
-uint64
-SummaryRun(SummaryQuery *q, const Datum *args, const char *nulls,
-		   Datum *cols, bool *colnulls, int ncols)
-{
-	MemoryContext mcx = CurrentMemoryContext;
-	uint64		n;
-	int			rc,
-				i;
-
-	rc = SPI_execute_plan(CtxwinKeptPlan(&q->plan, q->sql, q->nargs, q->argtypes),
-						  (Datum *) args, nulls, false, 0);
-	MemoryContextSwitchTo(mcx);
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s", q->sql, SPI_result_code_string(rc));
-	n = SPI_processed;
-	for (i = 0; i < ncols; i++)
-	{
-		colnulls[i] = true;
-		cols[i] = (Datum) 0;
-		if (n > 0)
-		{
-			Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, i);
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &colnulls[i]);
-
-			if (!colnulls[i])
-				cols[i] = datumCopy(d, att->attbyval, att->attlen);
-		}
-	}
-	if (SPI_tuptable != NULL)
-		SPI_freetuptable(SPI_tuptable);
-	return n;
-}
-
-/*
- * Runs body(arg) in a subtransaction of its own, as a PL/pgSQL block with
- * an EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
- * subtransaction committed), else its error, copied into the caller's
- * memory context, with the subtransaction rolled back.  Cancels and
- * assertion failures are raised again, as WHEN OTHERS does not catch them.
- */
-ErrorData *
-SummaryTry(void (*body) (void *), void *arg)
-{
-	ErrorData  *edata = CtxwinInSubxact(body, arg, NULL);
-
-	if (edata != NULL &&
-		(edata->sqlerrcode == ERRCODE_QUERY_CANCELED || edata->sqlerrcode == ERRCODE_ASSERT_FAILURE))
-		ReThrowError(edata);
-	return edata;
-}
 
 /*
  * Ends an SQL entry point connected to SPI: its result d (if not isnull)

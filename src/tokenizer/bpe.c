@@ -276,6 +276,43 @@ piece_space(const uint8_t *s, size_t len, size_t pos)
 }
 
 /*
+ * The alternatives both patterns end with, for a piece at pos whose first
+ * character (of class c0, n0 bytes) starts none of the letters before them:
+ *
+ *	\p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n]* | and piece_space's
+ *
+ * o200k_base's second one ends in [\r\n/]* (slash 1).
+ */
+static inline size_t
+piece_rest(const uint8_t *s, size_t len, size_t pos, int c0, size_t n0, int slash)
+{
+	size_t		n1,
+				e;
+
+	if (c0 == U_N)
+	{
+		e = pos + n0;
+		if (e < len && uclass(s, len, e, &n1) == U_N)
+		{
+			e += n1;
+			if (e < len && uclass(s, len, e, &n1) == U_N)
+				e += n1;
+		}
+		return e;
+	}
+	/* " ?[^\s\p{L}\p{N}]+[\r\n]*"; at a space not followed by one, it fails */
+	e = (s[pos] == ' ') ? pos + 1 : pos;
+	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
+	{
+		e = scan(s, len, e + n1, M_O);
+		while (e < len && (s[e] == '\r' || s[e] == '\n' || (slash && s[e] == '/')))
+			e++;
+		return e;
+	}
+	return piece_space(s, len, pos);
+}
+
+/*
  * cl100k_base:
  *
  *	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
@@ -300,27 +337,7 @@ piece_cl100k(const uint8_t *s, size_t len, size_t pos)
 	if ((B(c0) & M_P) && pos + n0 < len &&
 		(B(uclass(s, len, pos + n0, &n1)) & M_L))
 		return scan(s, len, pos + n0 + n1, M_L);
-	if (c0 == U_N)
-	{
-		e = pos + n0;
-		if (e < len && uclass(s, len, e, &n1) == U_N)
-		{
-			e += n1;
-			if (e < len && uclass(s, len, e, &n1) == U_N)
-				e += n1;
-		}
-		return e;
-	}
-	/* " ?[^\s\p{L}\p{N}]+[\r\n]*"; at a space not followed by one, it fails */
-	e = (s[pos] == ' ') ? pos + 1 : pos;
-	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
-	{
-		e = scan(s, len, e + n1, M_O);
-		while (e < len && (s[e] == '\r' || s[e] == '\n'))
-			e++;
-		return e;
-	}
-	return piece_space(s, len, pos);
+	return piece_rest(s, len, pos, c0, n0, 0);
 }
 
 /* o200k's optional contraction suffix after a word ending at e. */
@@ -402,7 +419,6 @@ static inline size_t
 piece_o200k(const uint8_t *s, size_t len, size_t pos)
 {
 	size_t		n0,
-				n1,
 				e;
 	int			c0 = uclass(s, len, pos, &n0);
 	uint32_t	b0 = B(c0);
@@ -415,26 +431,7 @@ piece_o200k(const uint8_t *s, size_t len, size_t pos)
 		return e;
 	if ((b0 & M_UP) && (e = o200k_alt2(s, len, pos)) != 0)
 		return e;
-	if (c0 == U_N)
-	{
-		e = pos + n0;
-		if (e < len && uclass(s, len, e, &n1) == U_N)
-		{
-			e += n1;
-			if (e < len && uclass(s, len, e, &n1) == U_N)
-				e += n1;
-		}
-		return e;
-	}
-	e = (s[pos] == ' ') ? pos + 1 : pos;
-	if (e < len && (B(uclass(s, len, e, &n1)) & M_O))
-	{
-		e = scan(s, len, e + n1, M_O);
-		while (e < len && (s[e] == '\r' || s[e] == '\n' || s[e] == '/'))
-			e++;
-		return e;
-	}
-	return piece_space(s, len, pos);
+	return piece_rest(s, len, pos, c0, n0, 1);
 }
 
 size_t
@@ -522,6 +519,29 @@ lowest_rank(const uint32_t *rank, size_t parts, size_t *at)
 }
 
 /*
+ * The parts of the n >= 2 bytes at p before any join, one byte each:
+ * start[i] = i, rank[i] the rank of bytes i and i + 1 (BPE_NO_RANK for the
+ * last part and the end marker at n).  Returns their number with the end
+ * marker, n + 1.
+ */
+static inline size_t
+start_parts(const BpeVocab *v, const uint8_t *p, size_t n, uint32_t *start, uint32_t *rank)
+{
+	size_t		i;
+
+	for (i = 0; i + 1 < n; i++)
+	{
+		start[i] = (uint32_t) i;
+		rank[i] = bpe_vocab_rank(v, p + i, 2);
+	}
+	start[n - 1] = (uint32_t) (n - 1);
+	rank[n - 1] = BPE_NO_RANK;
+	start[n] = (uint32_t) n;
+	rank[n] = BPE_NO_RANK;
+	return n + 1;
+}
+
+/*
  * Joins part m and part m + 1 of parts (start[], rank[] as in merge_small),
  * recomputes the two ranks that involve the joined part, and returns the
  * new number of parts.
@@ -550,18 +570,8 @@ merge_small(const BpeVocab *v, const uint8_t *p, size_t n, IdSink *out, int want
 {
 	uint32_t	start[BPE_SMALL_PIECE + 1];
 	uint32_t	rank[BPE_SMALL_PIECE + 1];
-	size_t		parts = n + 1;
+	size_t		parts = start_parts(v, p, n, start, rank);
 	size_t		i;
-
-	for (i = 0; i + 1 < n; i++)
-	{
-		start[i] = (uint32_t) i;
-		rank[i] = bpe_vocab_rank(v, p + i, 2);
-	}
-	start[n - 1] = (uint32_t) (n - 1);
-	rank[n - 1] = BPE_NO_RANK;
-	start[n] = (uint32_t) n;
-	rank[n] = BPE_NO_RANK;
 
 	for (;;)
 	{
@@ -880,8 +890,7 @@ huge_compatible(HugeState *st, uint32_t a, uint32_t b)
 	size_t		na,
 				nb,
 				n,
-				parts,
-				i;
+				parts;
 	const uint8_t *ba,
 			   *bb;
 	int			ok;
@@ -893,16 +902,7 @@ huge_compatible(HugeState *st, uint32_t a, uint32_t b)
 	memcpy(p, ba, na);
 	memcpy(p + na, bb, nb);
 	n = na + nb;
-	for (i = 0; i + 1 < n; i++)
-	{
-		start[i] = (uint32_t) i;
-		rank[i] = bpe_vocab_rank(v, p + i, 2);
-	}
-	start[n - 1] = (uint32_t) (n - 1);
-	rank[n - 1] = BPE_NO_RANK;
-	start[n] = (uint32_t) n;
-	rank[n] = BPE_NO_RANK;
-	parts = n + 1;
+	parts = start_parts(v, p, n, start, rank);
 	ok = 1;
 	for (;;)
 	{

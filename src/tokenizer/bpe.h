@@ -49,7 +49,7 @@ typedef struct BpeEncoding
 	const BpeSpecial *specials;
 } BpeEncoding;
 
-/* Supplied by the embedding program. */
+/* Supplied by the embedding program (the server's: tokenizer.c; tools/standalone.c). */
 extern void *bpe_alloc(size_t size);
 extern void *bpe_realloc(void *ptr, size_t size);
 extern void bpe_free(void *ptr);

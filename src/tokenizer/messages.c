@@ -6,8 +6,10 @@
  * it has (role, content, name, tool_call_id) plus the tokens of the JSON text
  * of its tool_calls.  A list of messages costs the sum plus 3 (the priming of
  * the reply).  These are the definitions build_context's budget is checked
- * against; count_message_tokens(jsonb) and the insert trigger's
- * message_tokens(...) must agree, so both go through MessageTokens.
+ * against; count_message_tokens(jsonb) and message_tokens(...), whose
+ * count (CtxwinMessageTokens) the insert trigger stores, must agree: both
+ * are the overhead plus each field's tokens by CtxwinCountText, a string
+ * by its text and any other value by its JSON text.
  */
 #include "postgres.h"
 
@@ -96,13 +98,8 @@ ctxwin_message_tokens(PG_FUNCTION_ARGS)
 static JsonbValue *
 ObjectField(Jsonb *jb, const char *key, JsonbValue *buf)
 {
-	JsonbValue	k;
-	JsonbValue *v;
+	JsonbValue *v = CtxwinJsonbMember(&jb->root, key);
 
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(&jb->root, JB_FOBJECT, &k);
 	if (v == NULL || v->type == jbvNull)
 		return NULL;
 	*buf = *v;

@@ -230,8 +230,17 @@ GetCountingCache(FunctionCallInfo fcinfo)
 static bool
 ModelRow(text *name, bool want_encoding, const CtxwinEncoding **enc)
 {
-	Oid			argtypes[1] = {TEXTOID};
+	static CtxwinQuery encoding_q = {
+		"SELECT m.encoding FROM ctxwin.models m WHERE m.name " OP("=") " $1",
+		1, {TEXTOID}, .once = true, .read_only = true, .expect = SPI_OK_SELECT
+	};
+	static CtxwinQuery exists_q = {
+		"SELECT FROM ctxwin.models m WHERE m.name " OP("=") " $1",
+		1, {TEXTOID}, .once = true, .read_only = true, .expect = SPI_OK_SELECT
+	};
 	Datum		args[1] = {PointerGetDatum(name)};
+	Datum		encoding;
+	bool		isnull;
 	int			nestlevel;
 	bool		found;
 
@@ -240,15 +249,11 @@ ModelRow(text *name, bool want_encoding, const CtxwinEncoding **enc)
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	if (SPI_execute_with_args(want_encoding ?
-							  "SELECT m.encoding FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) $1" :
-							  "SELECT FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) $1",
-							  1, argtypes, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read ctxwin.models");
-	found = SPI_processed == 1;
+	found = CtxwinQueryRow(want_encoding ? &encoding_q : &exists_q, args, NULL,
+						   &encoding, &isnull, want_encoding ? 1 : 0) == 1;
 	if (found && want_encoding)
 	{
-		char	   *e = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		char	   *e = isnull ? NULL : TextDatumGetCString(encoding);
 
 		*enc = e ? FindEncoding(e, strlen(e)) : NULL;
 	}

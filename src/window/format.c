@@ -66,17 +66,24 @@ PushCStringField(JsonbParseState **st, const char *key, const char *val)
 	PushString(st, WJB_VALUE, val, val ? strlen(val) : 0);
 }
 
+/* Pushes a whole jsonb value as a value (WJB_VALUE) or an element (WJB_ELEM). */
+static void
+PushJsonb(JsonbParseState **st, JsonbIteratorToken tok, Jsonb *jb)
+{
+	JsonbValue	v;
+
+	v.type = jbvBinary;
+	v.val.binary.data = &jb->root;
+	v.val.binary.len = VARSIZE(jb) - VARHDRSZ;
+	pushJsonbValue(st, tok, &v);
+}
+
 /* Pushes key: a whole jsonb value. */
 static void
 PushJsonbField(JsonbParseState **st, const char *key, Jsonb *jb)
 {
-	JsonbValue	v;
-
 	PushKey(st, key);
-	v.type = jbvBinary;
-	v.val.binary.data = &jb->root;
-	v.val.binary.len = VARSIZE(jb) - VARHDRSZ;
-	pushJsonbValue(st, WJB_VALUE, &v);
+	PushJsonb(st, WJB_VALUE, jb);
 }
 
 /*
@@ -221,15 +228,10 @@ ValueText(JsonbValue *v)
 static JsonbValue *
 FieldOf(JsonbValue *obj, const char *key)
 {
-	JsonbValue	k;
-
 	if (obj == NULL || obj->type != jbvBinary ||
 		!JsonContainerIsObject(obj->val.binary.data))
 		return NULL;
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	return findJsonbValueFromContainer(obj->val.binary.data, JB_FOBJECT, &k);
+	return CtxwinJsonbMember(obj->val.binary.data, key);
 }
 
 /*
@@ -252,12 +254,7 @@ PushArgumentsObject(JsonbParseState **st, const char *arguments)
 	}
 	if (j != NULL && JB_ROOT_IS_OBJECT(j))
 	{
-		JsonbValue	v;
-
-		v.type = jbvBinary;
-		v.val.binary.data = &j->root;
-		v.val.binary.len = VARSIZE(j) - VARHDRSZ;
-		pushJsonbValue(st, WJB_VALUE, &v);
+		PushJsonb(st, WJB_VALUE, j);
 		return;
 	}
 	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
@@ -377,10 +374,7 @@ PushBlock(JsonbParseState **st, Jsonb *b, bool breakpoint)
 
 	if (!breakpoint)
 	{
-		v.type = jbvBinary;
-		v.val.binary.data = &b->root;
-		v.val.binary.len = VARSIZE(b) - VARHDRSZ;
-		pushJsonbValue(st, WJB_ELEM, &v);
+		PushJsonb(st, WJB_ELEM, b);
 		return;
 	}
 	it = JsonbIteratorInit(&b->root);

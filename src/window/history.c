@@ -17,7 +17,7 @@ PG_FUNCTION_INFO_V1(ctxwin_messages_after);
 
 static const char *const after_query =
 "SELECT * FROM ctxwin.messages m "
-"WHERE m.session_id OPERATOR(pg_catalog.=) $1 AND m.id OPERATOR(pg_catalog.>) $2 "
+"WHERE m.session_id " OP("=") " $1 AND m.id " OP(">") " $2 "
 "ORDER BY m.id";
 
 static SPIPlanPtr after_plan = NULL;

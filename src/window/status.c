@@ -63,8 +63,6 @@ Percent(Datum part, Datum whole)
 	return DirectFunctionCall2(numeric_round, p, Int32GetDatum(1));
 }
 
-static SPIPlanPtr recount_plan = NULL;
-
 /*
  * Tokens of the unsummarized messages in the session's encoding: the
  * counter, unless it was kept in another encoding (the model changed
@@ -73,23 +71,22 @@ static SPIPlanPtr recount_plan = NULL;
 static int64
 UnsummarizedTokens(const SessionView *sv)
 {
-	Oid			types[3] = {UUIDOID, INT8OID, TEXTOID};
+	static CtxwinQuery recount_q = {
+		"SELECT ctxwin._unsummarized_tokens($1, $2, $3)",
+		3, {UUIDOID, INT8OID, TEXTOID}, .read_only = true, .expect = SPI_OK_SELECT
+	};
 	Datum		args[3];
+	Datum		n;
 	bool		isnull;
-	int64		n;
 
 	if (sv->count_encoding != NULL && strcmp(sv->count_encoding, sv->encoding_name) == 0)
 		return sv->unsummarized_tokens;
 	args[0] = sv->id;
 	args[1] = Int64GetDatum(sv->summary_through_id);
 	args[2] = CStringGetTextDatum(sv->encoding_name);
-	if (SPI_execute_plan(CtxwinKeptPlan(&recount_plan, "SELECT ctxwin._unsummarized_tokens($1, $2, $3)",
-										3, types), args, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
+	if (CtxwinQueryRow(&recount_q, args, NULL, &n, &isnull, 1) != 1)
 		elog(ERROR, "recounting the unsummarized tokens of a session failed");
-	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_freetuptable(SPI_tuptable);
-	return isnull ? 0 : n;
+	return isnull ? 0 : DatumGetInt64(n);
 }
 
 /*

@@ -155,13 +155,8 @@ IsArray(JsonbValue *v)
 static JsonbValue *
 Member(JsonbValue *obj, const char *key)
 {
-	JsonbValue	k;
-	JsonbValue *v;
+	JsonbValue *v = CtxwinJsonbMember(obj->val.binary.data, key);
 
-	k.type = jbvString;
-	k.val.string.val = (char *) key;
-	k.val.string.len = strlen(key);
-	v = findJsonbValueFromContainer(obj->val.binary.data, JB_FOBJECT, &k);
 	if (v != NULL && v->type == jbvNull)
 		return NULL;
 	return v;
@@ -515,22 +510,19 @@ CtxwinToolTokens(Jsonb *tools, const CtxwinEncoding *enc, const char *model, con
 char *
 CtxwinModelProvider(const char *model)
 {
-	static SPIPlanPtr plan = NULL;
-	Oid			types[1] = {TEXTOID};
+	static CtxwinQuery provider_q = {
+		"SELECT m.provider FROM ctxwin.models m WHERE m.name " OP("=") " $1",
+		1, {TEXTOID}, .read_only = true, .expect = SPI_OK_SELECT
+	};
 	Datum		args[1];
-	char	   *provider = NULL;
+	Datum		provider;
+	bool		isnull;
 
 	if (model == NULL)
 		return NULL;
 	args[0] = CStringGetTextDatum(model);
-	if (SPI_execute_plan(CtxwinKeptPlan(&plan, "SELECT m.provider FROM ctxwin.models m "
-										"WHERE m.name OPERATOR(pg_catalog.=) $1", 1, types),
-						 args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "reading a model failed");
-	if (SPI_processed == 1)
-		provider = CtxwinColumnString(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	SPI_freetuptable(SPI_tuptable);
-	return provider;
+	(void) CtxwinQueryRow(&provider_q, args, NULL, &provider, &isnull, 1);
+	return isnull ? NULL : TextDatumGetCString(provider);
 }
 
 /*

@@ -45,8 +45,8 @@
  */
 static const char *const walk_query =
 "SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id OPERATOR(pg_catalog.=) $1 "
-"AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
+"FROM ctxwin.messages WHERE session_id " OP("=") " $1 "
+"AND id " OP(">") " $2 AND id " OP("<") " $3 "
 "ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
 
 /*
@@ -56,13 +56,13 @@ static const char *const walk_query =
  */
 static const char *const walk_count_query =
 "SELECT id, role, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE content END, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE tool_calls END, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE tool_call_id END, "
-"       CASE WHEN token_encoding OPERATOR(pg_catalog.=) $4 THEN NULL ELSE name END, "
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE content END, "
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE tool_calls END, "
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE tool_call_id END, "
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE name END, "
 "       token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id OPERATOR(pg_catalog.=) $1 "
-"AND id OPERATOR(pg_catalog.>) $2 AND id OPERATOR(pg_catalog.<) $3 "
+"FROM ctxwin.messages WHERE session_id " OP("=") " $1 "
+"AND id " OP(">") " $2 AND id " OP("<") " $3 "
 "ORDER BY id DESC LIMIT " CppAsString2(WALK_COUNT_BATCH);
 
 static SPIPlanPtr walk_plan = NULL;

@@ -1,10 +1,10 @@
 /*
- * worker_claim.c
+ * jobs.c
  *		Claiming queued sessions for the worker, planning their summaries,
- *		and writing what comes of them: a summary, or a recorded failure;
- *		with the SQL-callable functions that share the claims and the
- *		bookkeeping writes (_session_claimed, _compaction_failed,
- *		_compaction_settle).
+ *		and writing what comes of them: a summary, or a recorded failure.
+ *		A session's claim, and the SQL-callable functions that take it or
+ *		record a failure (_session_claimed, _compaction_failed,
+ *		_compaction_settle), are summary/claim.c's: backends take them too.
  */
 #include "postgres.h"
 
@@ -123,14 +123,16 @@ FreeDeadJobs(void)
 static RowLock
 LockSessionRowNowait(const pg_uuid_t *id, char **err)
 {
-	Oid			types[1] = {UUIDOID};
+	static CtxwinQuery lock_q = {
+		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
+		1, {UUIDOID}, .once = true
+	};
 	Datum		values[1] = {UUIDPGetDatum(id)};
 	Datum		one;
 	bool		none;
 	int			code = 0;
 
-	if (!SubxactQuery("SELECT 1 FROM ctxwin.sessions x WHERE x.id = $1 FOR NO KEY UPDATE NOWAIT",
-					  1, types, values, &one, &none, err, &code))
+	if (!SubxactQueryRow(&lock_q, values, 1, &one, &none, err, &code))
 		return code == ERRCODE_LOCK_NOT_AVAILABLE ? LOCK_HELD : LOCK_FAILED;
 	return none ? LOCK_GONE : LOCK_OK;
 }
@@ -153,7 +155,11 @@ FailureNotRecorded(const pg_uuid_t *id, const char *err)
 static void
 RecordFailure(const pg_uuid_t *id, const char *msg)
 {
-	Oid			types[2] = {UUIDOID, TEXTOID};
+	static CtxwinQuery failed_q = {
+		"SELECT (extract(epoch FROM ctxwin._compaction_failed($1, $2) " OP("-") " pg_catalog.now()) "
+		OP("*") " 1000::pg_catalog.numeric)::pg_catalog.float8",
+		2, {UUIDOID, TEXTOID}, .once = true
+	};
 	Datum		values[2];
 	Datum		retry_in_ms;
 	bool		isnull;
@@ -177,8 +183,7 @@ RecordFailure(const pg_uuid_t *id, const char *msg)
 	}
 	values[0] = UUIDPGetDatum(id);
 	values[1] = CStringGetTextDatum(msg);
-	if (!SubxactQuery("SELECT (extract(epoch FROM ctxwin._compaction_failed($1, $2) - now()) * 1000::numeric)::float8",
-					  2, types, values, &retry_in_ms, &isnull, &err, NULL))
+	if (!SubxactQueryRow(&failed_q, values, 1, &retry_in_ms, &isnull, &err, NULL))
 		FailureNotRecorded(id, err);
 	else if (!isnull)
 		RetryWakeAt = Min(RetryWakeAt, GetCurrentTimestamp() +
@@ -217,9 +222,9 @@ SessionsInHand(void)
 /* The queued sessions due for a claim, but those this worker has in hand ($2). */
 #define DUE_SESSIONS \
 	"FROM ctxwin.sessions x " \
-	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures < $1 " \
-	"AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at <= now()) " \
-	"AND x.id <> ALL ($2) AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
+	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 " \
+	"AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at " OP("<=") " pg_catalog.now()) " \
+	"AND x.id " OP("<>") " ALL ($2) AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
 
 /* Runs a query of DUE_SESSIONS ($3: its LIMIT) under the statement timeout; SPI_tuptable has the rows. */
 static void
@@ -258,19 +263,18 @@ QueueHasHeldSessions(void)
 static bool
 LockQueuedRow(pg_uuid_t *id)
 {
-	Oid			types[1] = {UUIDOID};
+	static CtxwinQuery lock_q = {
+		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 "
+		"AND x.compaction_queued_at IS NOT NULL FOR NO KEY UPDATE SKIP LOCKED",
+		1, {UUIDOID}, .once = true, .expect = SPI_OK_SELECT
+	};
 	Datum		values[1] = {UUIDPGetDatum(id)};
-	int			rc;
+	uint64		n;
 
 	ArmStatementTimeout();
-	rc = SPI_execute_with_args("SELECT 1 FROM ctxwin.sessions x WHERE x.id = $1 "
-							   "AND x.compaction_queued_at IS NOT NULL "
-							   "FOR NO KEY UPDATE SKIP LOCKED",
-							   1, types, values, NULL, false, 0);
+	n = CtxwinQueryRow(&lock_q, values, NULL, NULL, NULL, 0);
 	DisarmStatementTimeout();
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "could not lock a queued session");
-	return SPI_processed == 1;
+	return n == 1;
 }
 
 /*
@@ -328,17 +332,19 @@ ReadCandidates(int room, Candidate **candidates)
 static bool
 RequestOfPlan(const Candidate *c, Datum plan, char **request)
 {
-	Oid			types[1] = {TEXTOID};
+	static CtxwinQuery request_q = {
+		"SELECT CASE WHEN p " OP("->>") " 'strategy' " OP("<>") " 'extractive' THEN "
+		"ctxwin._llm_request(p " OP("->>") " 'system_prompt', p " OP("->>") " 'prompt', "
+		"(p " OP("->>") " 'answer_tokens')::pg_catalog.int4, p " OP("->>") " 'model')::pg_catalog.text END "
+		"FROM (SELECT $1::pg_catalog.jsonb AS p) x",
+		1, {TEXTOID}, .once = true
+	};
 	Datum		values[1] = {plan};
 	Datum		request_text;
 	bool		isnull;
 	char	   *err = NULL;
 
-	if (!SubxactQuery("SELECT CASE WHEN p ->> 'strategy' <> 'extractive' THEN "
-					  "ctxwin._llm_request(p ->> 'system_prompt', p ->> 'prompt', "
-					  "(p ->> 'answer_tokens')::int, p ->> 'model')::text END "
-					  "FROM (SELECT $1::jsonb AS p) x", 1, types, values,
-					  &request_text, &isnull, &err, NULL))
+	if (!SubxactQueryRow(&request_q, values, 1, &request_text, &isnull, &err, NULL))
 	{
 		RecordFailure(&c->id, err);
 		return false;
@@ -359,13 +365,15 @@ CountSummaryWritten(TimestampTz queued_at, TimestampTz now)
 static void
 MakeExtractiveSummary(const Candidate *c, Datum plan)
 {
-	Oid			types[1] = {TEXTOID};
+	static CtxwinQuery finish_q = {
+		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, NULL)).version",
+		1, {TEXTOID}, .once = true
+	};
 	Datum		values[1] = {plan};
 	char	   *err = NULL;
 	int			code = 0;
 
-	if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, NULL)).version",
-					 1, types, values, NULL, NULL, &err, &code))
+	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
 		CountSummaryWritten(c->queued_at, GetCurrentTimestamp());
 	else if (!NotAFailure(code))
 		RecordFailure(&c->id, err);
@@ -406,7 +414,10 @@ AddJob(const Candidate *c, const char *plan, const char *request)
 static bool
 PlanCandidate(const Candidate *c)
 {
-	Oid			types[1] = {UUIDOID};
+	static CtxwinQuery plan_q = {
+		"SELECT ctxwin._summary_plan($1, false, NULL)::pg_catalog.text",
+		1, {UUIDOID}, .once = true
+	};
 	Datum		values[1] = {UUIDPGetDatum(&c->id)};
 	Datum		plan;
 	bool		no_plan;
@@ -422,8 +433,7 @@ PlanCandidate(const Candidate *c)
 	 * ReadCandidates, unless a commit below released it: then another
 	 * transaction may be writing it, which the plan does not wait for).
 	 */
-	if (!SubxactQuery("SELECT ctxwin._summary_plan($1, false, NULL)::text",
-					  1, types, values, &plan, &no_plan, &err, &code))
+	if (!SubxactQueryRow(&plan_q, values, 1, &plan, &no_plan, &err, &code))
 	{
 		if (!NotAFailure(code))
 			RecordFailure(&c->id, err);
@@ -517,7 +527,11 @@ WaitForHeldRow(Job *j, TimestampTz now, bool good)
 static void
 WriteSummary(Job *j, TimestampTz now)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
+	static CtxwinQuery finish_q = {
+		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, "
+		"$2::pg_catalog.jsonb " OP("||") " $3::pg_catalog.jsonb)).version",
+		3, {TEXTOID, TEXTOID, TEXTOID}, .once = true
+	};
 	Datum		values[3];
 	char	   *err = NULL;
 	int			code = 0;
@@ -526,8 +540,7 @@ WriteSummary(Job *j, TimestampTz now)
 	values[1] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
 	/* total_ms: from the first request, retries included */
 	values[2] = CStringGetTextDatum(psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000)));
-	if (SubxactQuery("SELECT (ctxwin._summary_finish($1::jsonb, $2::jsonb || $3::jsonb)).version",
-					 3, types, values, NULL, NULL, &err, &code))
+	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
 		CountSummaryWritten(j->queued_at, now);
 	else if (NotAFailure(code))
 		SlotSetLastError(&j->id, err);	/* planned again if still queued */

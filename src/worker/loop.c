@@ -1,5 +1,5 @@
 /*
- * worker_loop.c
+ * loop.c
  *		A database's worker: its main, its loop, and the transactions and
  *		statements it runs.
  *
@@ -24,7 +24,6 @@
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -76,10 +75,11 @@ DisarmStatementTimeout(void)
 }
 
 /*
- * Runs fn(arg) in a subtransaction, under the worker's statement timeout;
- * on an error, rolls it back and returns false with the message in *err
- * (palloc'd in the caller's context) and its SQLSTATE in *sqlstate (if not
- * NULL).
+ * Runs fn(arg) in a subtransaction (CtxwinInSubxact), under the worker's
+ * statement timeout; on an error, rolls it back and returns false with the
+ * message in *err (palloc'd in the caller's context) and its SQLSTATE in
+ * *sqlstate (if not NULL).  A cancel is such an error too: the statement
+ * timeout cancels.
  */
 bool
 RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
@@ -87,7 +87,7 @@ RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 	ErrorData  *e;
 
 	ArmStatementTimeout();
-	e = CtxwinInSubxact(fn, arg, DisarmStatementTimeout);
+	e = CtxwinInSubxact(fn, arg, DisarmStatementTimeout, 0);
 	if (e == NULL)
 		return true;
 	*err = pstrdup(e->message ? e->message : "unknown error");
@@ -97,87 +97,41 @@ RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
 	return false;
 }
 
-/* A statement for SubxactQueryRun, and where its first row goes. */
+/* A query for SubxactQueryRun, and where its first row goes. */
 typedef struct SubxactQueryArgs
 {
-	const char *sql;
-	int			nargs;
-	Oid		   *types;
+	CtxwinQuery *q;
 	Datum	   *values;
-	int			ncols;
 	Datum	   *result;
 	bool	   *isnull;
-	MemoryContext cxt;			/* the caller's: result is copied there */
+	int			ncols;
 } SubxactQueryArgs;
 
-/* Runs the statement; copies its first row's first ncols columns out. */
+/* Runs the query, its first row's first ncols columns copied out (CtxwinQueryRow). */
 static void
 SubxactQueryRun(void *arg)
 {
-	SubxactQueryArgs *q = (SubxactQueryArgs *) arg;
-	int			rc = SPI_execute_with_args(q->sql, q->nargs, q->types, q->values, NULL, false, 1);
-	int			i;
+	SubxactQueryArgs *a = (SubxactQueryArgs *) arg;
 
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0 || SPI_tuptable == NULL)
-		return;
-	for (i = 0; i < q->ncols; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, i);
-		Datum		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1,
-										  &q->isnull[i]);
-		MemoryContext old;
-
-		if (q->isnull[i])
-			continue;
-		old = MemoryContextSwitchTo(q->cxt);
-		if (att->attlen == -1)
-			q->result[i] = PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-		else
-			q->result[i] = datumCopy(value, att->attbyval, att->attlen);
-		MemoryContextSwitchTo(old);
-	}
+	(void) CtxwinQueryRow(a->q, a->values, NULL, a->result, a->isnull, a->ncols);
 }
 
 /*
- * Runs one SQL statement with non-null arguments in a subtransaction.
- * Returns true and the first ncols columns of the first row in result[]
- * (copied into the caller's context; isnull[] true for SQL NULL or no row);
- * on an error, false with the message in *err and its SQLSTATE in *sqlstate.
+ * Runs q with non-null arguments in a subtransaction (RunInSubxact).
+ * Returns true and the first ncols columns of its first row in result[]
+ * (copied into the caller's context; isnull[] true for SQL NULL or no
+ * row); on an error, false with the message in *err and its SQLSTATE in
+ * *sqlstate.
  */
 bool
-SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
-				int ncols, Datum *result, bool *isnull, char **err, int *sqlstate)
+SubxactQueryRow(CtxwinQuery *q, Datum *values, int ncols, Datum *result, bool *isnull,
+				char **err, int *sqlstate)
 {
-	SubxactQueryArgs q = {sql, nargs, types, values, ncols, result, isnull, CurrentMemoryContext};
-	int			i;
+	SubxactQueryArgs a = {q, values, result, isnull, ncols};
 
-	for (i = 0; i < ncols; i++)
-	{
-		result[i] = (Datum) 0;
-		isnull[i] = true;
-	}
-	return RunInSubxact(SubxactQueryRun, &q, err, sqlstate);
+	return RunInSubxact(SubxactQueryRun, &a, err, sqlstate);
 }
 
-/* SubxactQueryRow for one column, or none (result NULL). */
-bool
-SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
-			 Datum *result, bool *isnull, char **err, int *sqlstate)
-{
-	return SubxactQueryRow(sql, nargs, types, values, result ? 1 : 0, result, isnull,
-						   err, sqlstate);
-}
-
-/*
- * Whether the database has ctxwin at the version of the library this worker
- * runs (WS_IDLE: serve it), has none (WS_NO_EXTENSION) or has another
- * version (WS_VERSION_MISMATCH).  The worker serves only
- * its own version: an older one waits for ALTER EXTENSION ctxwin UPDATE
- * (the worker goes on by itself after it), a newer one for a server restart
- * that loads the newer library.  Each change of what it sees is logged once.
- */
 /*
  * Whether this database is a Citus worker node.  Under Citus the worker
  * runs on the coordinator only: the claims on sessions it holds while
@@ -202,9 +156,22 @@ CitusWorkerNode(void)
 	return worker;
 }
 
+/*
+ * Whether the database has ctxwin at the version of the library this worker
+ * runs (WS_IDLE: serve it, or WS_CITUS_WORKER_NODE on a Citus worker node,
+ * see CitusWorkerNode), has none (WS_NO_EXTENSION) or has another version
+ * (WS_VERSION_MISMATCH).  The worker serves only its own version: an older
+ * one waits for ALTER EXTENSION ctxwin UPDATE (the worker goes on by itself
+ * after it), a newer one for a server restart that loads the newer library.
+ * Each change of what it sees is logged once.
+ */
 static WorkerState
 ExtensionState(void)
 {
+	static CtxwinQuery extversion_q = {
+		"SELECT extversion FROM pg_catalog.pg_extension WHERE extname " OP("=") " 'ctxwin'",
+		.once = true, .read_only = true
+	};
 	static char logged[64] = "";
 	Datum		extversion;
 	bool		isnull;
@@ -219,11 +186,7 @@ ExtensionState(void)
 	 * naptime.  The query's snapshot sees every transaction committed
 	 * before it.
 	 */
-	if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'ctxwin'",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return WS_NO_EXTENSION;
-	extversion = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
+	if (CtxwinQueryRow(&extversion_q, NULL, NULL, &extversion, &isnull, 1) != 1 || isnull)
 		return WS_NO_EXTENSION;
 	version = TextDatumGetCString(extversion);
 	if (strcmp(version, CTXWIN_VERSION) == 0)

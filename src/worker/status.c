@@ -1,8 +1,8 @@
 /*
- * worker_status.c
+ * status.c
  *		What the workers report: the counters and latency rings each keeps in
- *		its slot, and _worker_status() (ctxwin_worker_status), which reads
- *		them.
+ *		its slot, the count of the queue (CountQueueForStatus), and
+ *		_worker_status() (ctxwin_worker_status), which reads them.
  */
 #include "postgres.h"
 
@@ -70,36 +70,29 @@ SlotRecordMs(int32 *ring, int *count, int64 ms)
 void
 CountQueueForStatus(TimestampTz *next_retry)
 {
-	Oid			types[1] = {INT4OID};
+	static CtxwinQuery count_q = {
+		"SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE x.compaction_failures " OP(">=") " $1), "
+		"pg_catalog.min(x.compaction_retry_at) FILTER (WHERE x.compaction_failures " OP("<") " $1 "
+		"AND x.compaction_retry_at " OP(">") " pg_catalog.now()) "
+		"FROM ctxwin.sessions x WHERE x.compaction_queued_at IS NOT NULL",
+		1, {INT4OID}, .once = true, .expect = SPI_OK_SELECT
+	};
 	Datum		values[1] = {Int32GetDatum(ctxwin_max_failures)};
-	HeapTuple	row;
-	TupleDesc	desc;
-	bool		isnull;
-	Datum		retry;
-	int64		queue_depth;
-	int64		held_back;
-	int			rc;
+	Datum		cols[3];		/* queued, held back, the earliest retry */
+	bool		nulls[3];
+	uint64		n;
 
 	ArmStatementTimeout();
-	rc = SPI_execute_with_args("SELECT count(*), count(*) FILTER (WHERE compaction_failures >= $1), "
-							   "min(compaction_retry_at) FILTER (WHERE compaction_failures < $1 AND compaction_retry_at > now()) "
-							   "FROM ctxwin.sessions WHERE compaction_queued_at IS NOT NULL",
-							   1, types, values, NULL, false, 1);
+	n = CtxwinQueryRow(&count_q, values, NULL, cols, nulls, 3);
 	DisarmStatementTimeout();
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+	if (n != 1)
 		elog(ERROR, "could not count the compaction queue");
-	row = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	retry = SPI_getbinval(row, desc, 3, &isnull);
-	if (!isnull && DatumGetTimestampTz(retry) < *next_retry)
-		*next_retry = DatumGetTimestampTz(retry);
-	queue_depth = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-	held_back = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
-	SPI_freetuptable(SPI_tuptable);
+	if (!nulls[2] && DatumGetTimestampTz(cols[2]) < *next_retry)
+		*next_retry = DatumGetTimestampTz(cols[2]);
 
 	SpinLockAcquire(&MySlot->mutex);
-	MySlot->queue_depth = queue_depth;
-	MySlot->held_back = held_back;
+	MySlot->queue_depth = DatumGetInt64(cols[0]);
+	MySlot->held_back = DatumGetInt64(cols[1]);
 	MySlot->last_sweep_at = GetCurrentTimestamp();
 	SpinLockRelease(&MySlot->mutex);
 }

@@ -1,5 +1,5 @@
 /*
- * worker_transfer.c
+ * transfer.c
  *		The worker's LLM requests in flight: one libcurl multi handle, no
  *		transaction open while they run; each failed request is sent again
  *		as ctxwin._llm_next_try says (backoff, Retry-After).
@@ -261,7 +261,15 @@ TakeAnswer(Job *j)
 bool
 ScheduleRetry(Job *j, TimestampTz now)
 {
-	Oid			types[4] = {TEXTOID, INT4OID, INT4OID, INT4OID};
+	static CtxwinQuery next_try_q = {
+		"SELECT (n " OP("->>") " 'retry')::pg_catalog.bool, (n " OP("->>") " 'refused')::pg_catalog.bool, "
+		"(n " OP("->>") " 'charged')::pg_catalog.bool, (n " OP("->>") " 'wait')::pg_catalog.float8, "
+		"CASE WHEN a " OP("<>") " 'null' THEN ctxwin._llm_error_text(a) END "
+		"FROM (SELECT $1::pg_catalog.jsonb AS a) x, "
+		"ctxwin._llm_next_try((a " OP("->>") " 'status')::pg_catalog.int4, a " OP("->>") " 'retry_after', "
+		"$2, $3, $4) AS n",
+		4, {TEXTOID, INT4OID, INT4OID, INT4OID}, .once = true
+	};
 	Datum		values[4];
 	Datum		next[5];
 	bool		isnull[5];
@@ -273,12 +281,7 @@ ScheduleRetry(Job *j, TimestampTz now)
 	values[1] = Int32GetDatum(j->attempts);
 	values[2] = Int32GetDatum(j->rate_waits);
 	values[3] = Int32GetDatum(ctxwin_llm_max_retries);
-	if (!SubxactQueryRow("SELECT (n ->> 'retry')::boolean, (n ->> 'refused')::boolean, "
-						 "(n ->> 'charged')::boolean, (n ->> 'wait')::float8, "
-						 "CASE WHEN a <> 'null' THEN ctxwin._llm_error_text(a) END "
-						 "FROM (SELECT $1::jsonb AS a) x, "
-						 "ctxwin._llm_next_try((a ->> 'status')::int, a ->> 'retry_after', $2, $3, $4) AS n",
-						 4, types, values, 5, next, isnull, &err, NULL))
+	if (!SubxactQueryRow(&next_try_q, values, 5, next, isnull, &err, NULL))
 	{
 		j->failure = psprintf("could not decide on a retry: %s", err);
 		return false;

@@ -1,14 +1,16 @@
 /*
  * worker.h
- *		Declarations shared by the background workers' files only (the rest
- *		of ctxwin sees ctxwin.h): shared memory, slot states, jobs, and the
- *		steps the files call of each other.
+ *		The background workers' files (worker/): shared memory, slot states,
+ *		jobs, and the steps the files call of each other.  The rest of
+ *		ctxwin's C code calls CtxwinWorkerWake (the insert trigger) and
+ *		CtxwinWorkerRegister (_PG_init) only.
  *
- *	launcher.c			shared memory, the launcher, waking a database's worker
- *	worker_loop.c		a database's worker: its main, its loop, its transactions
- *	worker_claim.c		claiming queued sessions, writing their outcomes
- *	worker_transfer.c	the LLM requests in flight (libcurl multi handle)
- *	worker_status.c		worker_status() and the counters it reports
+ *	shmem.c			shared memory, waking a database's worker, the utility hook
+ *	launcher.c		the launcher
+ *	loop.c			a database's worker: its main, its loop, its transactions
+ *	jobs.c			claiming queued sessions, writing their outcomes
+ *	transfer.c		the LLM requests in flight (libcurl multi handle)
+ *	status.c		worker_status() and the counters it reports
  *
  * With ctxwin in shared_preload_libraries, the postmaster starts the ctxwin
  * launcher.  It connects to no database; for each database named in
@@ -26,7 +28,7 @@
  *	  passed over, never waited for), and for each the plan of its summary
  *	  (ctxwin._summary_plan).  Extractive summaries are made right there,
  *	  each committed on its own.  An LLM summary's session is claimed with a
- *	  lock no SQL can take (see worker_claim.c), and the transaction commits
+ *	  lock no SQL can take (see summary/claim.c), and the transaction commits
  *	  before any HTTP request.
  *	- It runs up to ctxwin.max_concurrent_requests LLM requests at once on a
  *	  libcurl multi handle, with no transaction open.  Failed requests are
@@ -52,7 +54,7 @@
  * DROP DATABASE (and renaming a database) needs every connection to that
  * database gone: a utility hook stops its worker first and keeps the
  * launcher from restarting it for a while.  The claims are explained in
- * worker_claim.c.
+ * summary/claim.c.
  */
 #ifndef CTXWIN_WORKER_H
 #define CTXWIN_WORKER_H
@@ -71,13 +73,14 @@
 #include "compat/compat.h"
 #include "llm/llm.h"
 
+/* the background workers' entry points (launcher.c, loop.c) */
 PGDLLEXPORT void ctxwin_launcher_main(Datum arg);
 PGDLLEXPORT void ctxwin_worker_main(Datum arg);
 
 #define MAX_DATABASES 32
 #define LATENCY_RING 512
 
-/* What a slot's worker is doing; worker_status.c names each. */
+/* What a slot's worker is doing; status.c names each. */
 typedef enum WorkerState
 {
 	WS_STOPPED,
@@ -163,7 +166,7 @@ typedef struct Job
 	bool		dead;			/* done with: freed after the commit */
 } Job;
 
-/* launcher.c */
+/* shmem.c */
 extern WorkerShared *WorkerShmem;
 
 /* shmem.c: wakes this database's worker when the transaction commits
@@ -173,7 +176,7 @@ extern void WorkerHooksInstall(void);
 /* launcher.c: registers the launcher (from _PG_init, when preloaded) */
 extern void CtxwinWorkerRegister(void);
 
-/* worker_loop.c */
+/* loop.c */
 extern WorkerSlot *MySlot;
 extern MemoryContext WorkerContext;
 extern MemoryContext LoopContext;
@@ -182,15 +185,12 @@ extern bool QueueRecountPending;
 extern void ArmStatementTimeout(void);
 extern void DisarmStatementTimeout(void);
 extern bool RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
-extern bool SubxactQueryRow(const char *sql, int nargs, Oid *types, Datum *values,
-							int ncols, Datum *result, bool *isnull,
-							char **err, int *sqlstate);
-extern bool SubxactQuery(const char *sql, int nargs, Oid *types, Datum *values,
-						 Datum *result, bool *isnull, char **err, int *sqlstate);
+extern bool SubxactQueryRow(CtxwinQuery *q, Datum *values, int ncols, Datum *result,
+							bool *isnull, char **err, int *sqlstate);
 extern void BeginWork(const char *activity);
 extern void EndWork(void);
 
-/* worker_claim.c */
+/* jobs.c */
 extern dlist_head WorkerJobs;
 extern int	NumWorkerJobs;
 extern int	ClaimSessions(int room, int *progressed);
@@ -201,7 +201,7 @@ extern void WriteFinishedJobs(void);
 extern void MarkJobDead(Job *j);
 extern void FreeDeadJobs(void);
 
-/* worker_transfer.c */
+/* transfer.c */
 extern int	RequestsInFlight;
 extern void TransfersInit(void);
 extern void TransfersShutdown(void);
@@ -213,7 +213,7 @@ extern void TransferAbandon(Job *j);
 extern bool TakeAnswer(Job *j);
 extern bool ScheduleRetry(Job *j, TimestampTz now);
 
-/* worker_status.c */
+/* status.c */
 extern void SlotSetLastError(const pg_uuid_t *session, const char *msg);
 extern void SlotCount(int64 *counter, int64 n);
 extern void SlotRecordMs(int32 *ring, int *count, int64 ms);
