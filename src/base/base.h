@@ -89,6 +89,14 @@ extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot 
 /* util.c */
 extern char *CtxwinUuidText(Datum id);
 extern bool CtxwinTextsEqual(text *a, text *b);
+
+/*
+ * The bound of a duration in milliseconds (CtxwinIntervalMs): 2^50 ms, some
+ * 35,700 years, past any idle time a timestamp can give, with room to add
+ * two such durations in an int64.
+ */
+#define CTXWIN_MS_BOUND (INT64CONST(1) << 50)
+extern int64 CtxwinIntervalMs(const Interval *iv);
 /* compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);
 

@@ -160,21 +160,6 @@ ctxwin_should_queue(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(ctxwin_summary_waits);
 
 /*
- * An interval in milliseconds, a month as 30 days and a day as 24 hours
- * (as EXTRACT(epoch FROM ...) counts them), within +-2^62 (an infinite
- * interval is the bound).
- */
-static int64
-IntervalMs(const Interval *iv)
-{
-	double		ms = (double) iv->time / 1000.0 + (double) iv->day * 86400000.0 +
-		(double) iv->month * 30.0 * 86400000.0;
-	double		bound = (double) (INT64CONST(1) << 62);
-
-	return (int64) Max(Min(ms, bound), -bound);
-}
-
-/*
  * _summary_waits(context_tokens bigint, window_policy text, budget int,
  *				  low_water real, idle interval, cache_ttl interval) returns
  *				  boolean
@@ -189,8 +174,8 @@ ctxwin_summary_waits(PG_FUNCTION_ARGS)
 {
 	Interval   *idle = PG_GETARG_INTERVAL_P(4);
 	Interval   *ttl = PG_GETARG_INTERVAL_P(5);
-	int64		idle_ms = IntervalMs(idle);
-	int64		ttl_ms = IntervalMs(ttl);
+	int64		idle_ms = CtxwinIntervalMs(idle);
+	int64		ttl_ms = CtxwinIntervalMs(ttl);
 
 	PG_RETURN_BOOL(SummaryWaits(strcmp(text_to_cstring(PG_GETARG_TEXT_PP(1)), "stable") == 0,
 								PG_GETARG_INT64(0), PG_GETARG_INT32(2), PG_GETARG_FLOAT4(3),
