@@ -16,6 +16,7 @@ OBJS = \
 	src/tokenizer/tokenizer.o \
 	src/tokenizer/messages.o \
 	src/citus/citus.o \
+	src/session/settings.o \
 	src/session/session.o \
 	src/window/walk.o \
 	src/window/window.o \

@@ -73,16 +73,14 @@ extern void CtxwinBookkeepingInit(void);
 /* heap.c: rows read from a table's heap and primary key (see there) */
 #define CTXWIN_HEAP_MAX_COLUMNS 16
 extern void CtxwinReadableColumns(Relation rel, const char *const *cols, int ncols,
-								  AttrNumber *attnos);
+								  uint32 optional, AttrNumber *attnos);
 extern void CtxwinSlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols,
 							  Datum *vals, bool *nulls);
 extern Relation CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno);
 extern bool CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot,
 									RegProcedure eqproc, Datum key, TupleTableSlot *slot);
 extern bool CtxwinFetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols,
-						   int ncols, Datum *vals, bool *nulls);
-extern bool CtxwinFetchKeyedRow(Oid relid, text *key, const char *const *cols, int ncols,
-								Datum *vals, bool *nulls);
+						   int ncols, uint32 optional, Datum *vals, bool *nulls);
 extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot snapshot,
 								   AttrNumber keyattno, Datum key);
 

@@ -1,17 +1,17 @@
 /*
  * session_read.c
  *		Reads for the insert trigger of ctxwin.messages: a session's row,
- *		locked, the settings of its profile and model, and its counters
- *		recounted in another encoding.
+ *		locked, and its counters recounted in another encoding.  (The
+ *		settings of its profile and model are read by CtxwinSettingsRead,
+ *		session/settings.c.)
  *
- * The session row and the settings are read on every message, so they are
- * read directly from the tables' heaps and primary keys (a query costs an
- * executor start and run, about 6 us for the lock, and a join in SQL a
- * hash join per message: about 20 us), with the privilege checks and the
- * concurrency rules the queries have.  Where a table cannot be read so
- * (see DirectReadable) the same rows are read by a query, kept prepared
- * with a generic plan (see CtxwinKeptPlan): row-level security policies
- * then apply as they would to it, and Citus finds the rows.
+ * The session row is read on every message, so it is read directly from
+ * the table's heap and primary key (a query costs an executor start and
+ * run, about 6 us for the lock), with the privilege checks and the
+ * concurrency rules the query has.  Where the table cannot be read so (see
+ * DirectReadable) the same row is read by a query, kept prepared with a
+ * generic plan (see CtxwinKeptPlan): row-level security policies then
+ * apply as they would to it, and Citus finds the row.
  */
 #include "postgres.h"
 
@@ -61,34 +61,6 @@ static const char *const session_lock_query =
 "WHERE x.id OPERATOR(pg_catalog.=) $1 "
 "FOR NO KEY UPDATE OF x";
 
-/* The columns of profiles and models read for the settings, the key first. */
-static const char *const profile_cols[] = {
-	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
-	"max_tokens_before_summary", "min_recent_messages", "summary_placement", "response_reserve",
-	"window_policy", "window_low_water"
-};
-enum
-{
-	P_NAME, P_MODEL, P_WINDOW, P_RATIO, P_MAX_MESSAGES, P_MAX_TOKENS, P_MIN_RECENT, P_PLACEMENT,
-	P_RESERVE, P_POLICY, P_LOW_WATER
-};
-static const char *const model_cols[] = {"name", "encoding", "context_window"};
-enum
-{
-	M_NAME, M_ENCODING, M_WINDOW
-};
-
-/* The settings, where profiles or models is not DirectReadable. */
-static const char *const settings_query =
-"SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
-"       p.max_messages_before_summary, p.max_tokens_before_summary, "
-"       p.min_recent_messages, p.summary_placement, p.response_reserve, "
-"       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_policy', "
-"       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
-"FROM ctxwin.profiles p "
-"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
-"WHERE p.name OPERATOR(pg_catalog.=) $1";
-
 /*
  * What a recount reads of a session: its unsummarized tokens counted in an
  * encoding ($2; the messages the statement inserted so far are visible to
@@ -101,94 +73,7 @@ static const char *const recount_query =
 
 /* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
 static SPIPlanPtr session_lock_plan = NULL;
-static SPIPlanPtr settings_plan = NULL;
 static SPIPlanPtr recount_plan = NULL;
-
-/* The settings of a profile and its model, by settings_query; false if none.  Needs SPI. */
-static bool
-SettingsByQuery(text *profile, Settings *st)
-{
-	TupleDesc	desc;
-	HeapTuple	row = CtxwinKeptPlanRow(&settings_plan, settings_query, TEXTOID,
-								  PointerGetDatum(profile), &desc);
-	bool		isnull;
-	Datum		d;
-
-	if (row == NULL)
-		return false;
-	st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
-	st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
-	st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
-	st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
-	st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
-	st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
-	st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
-	st->response_reserve = DatumGetInt32(SPI_getbinval(row, desc, 8, &isnull));
-	d = SPI_getbinval(row, desc, 9, &isnull);
-	st->stable = !isnull && strcmp(TextDatumGetCString(d), "stable") == 0;
-	d = SPI_getbinval(row, desc, 10, &isnull);
-	st->low_water = isnull ? 0.6 : DatumGetFloat4(d);
-	return true;
-}
-
-/*
- * The settings of a profile and its model, as of a snapshot taken now (as
- * the statement that follows the lock would see them).  False if there is
- * no such profile or model.  Needs SPI (under Citus, to find this node's
- * copies of the reference tables).
- */
-bool
-CtxwinReadSettings(text *profile, Settings *st)
-{
-	Oid			nsp = get_namespace_oid("ctxwin", false);
-	Oid			profiles = get_relname_relid("profiles", nsp);
-	Oid			models = get_relname_relid("models", nsp);
-	Datum		pv[lengthof(profile_cols)];
-	bool		pn[lengthof(profile_cols)];
-	Datum		mv[lengthof(model_cols)];
-	bool		mn[lengthof(model_cols)];
-	Snapshot	snapshot;
-	bool		found;
-
-	if (!OidIsValid(profiles) || !OidIsValid(models))
-		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
-
-	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
-	{
-		/* under Citus: this node's copies of the reference tables, if it has them */
-		profiles = CtxwinReferenceRelation(profiles);
-		models = CtxwinReferenceRelation(models);
-		if (!OidIsValid(profiles) || !OidIsValid(models))
-			return SettingsByQuery(profile, st);
-	}
-
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	found = CtxwinFetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
-		!pn[P_MODEL] &&
-		CtxwinFetchRow(models, DatumGetTextPP(pv[P_MODEL]), snapshot, model_cols, lengthof(model_cols), mv, mn);
-	UnregisterSnapshot(snapshot);
-	if (!found)
-		return false;
-	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
-	if (mn[M_ENCODING] || mn[M_WINDOW] || pn[P_MIN_RECENT] || pn[P_RESERVE])
-		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
-	st->encoding = DatumGetTextPP(mv[M_ENCODING]);
-	st->context_window = DatumGetInt32(pn[P_WINDOW] ? mv[M_WINDOW] : pv[P_WINDOW]);
-	st->ratio_null = pn[P_RATIO];
-	st->trigger_ratio = pn[P_RATIO] ? 0 : DatumGetFloat4(pv[P_RATIO]);
-	st->max_messages_null = pn[P_MAX_MESSAGES];
-	st->max_messages = pn[P_MAX_MESSAGES] ? 0 : DatumGetInt32(pv[P_MAX_MESSAGES]);
-	st->max_tokens_null = pn[P_MAX_TOKENS];
-	st->max_tokens = pn[P_MAX_TOKENS] ? 0 : DatumGetInt32(pv[P_MAX_TOKENS]);
-	st->min_recent = DatumGetInt32(pv[P_MIN_RECENT]);
-	st->placement = pv[P_PLACEMENT];
-	st->placement_null = pn[P_PLACEMENT];
-	st->response_reserve = DatumGetInt32(pv[P_RESERVE]);
-	/* NULL: a database still at 0.1.0, whose windows slide */
-	st->stable = !pn[P_POLICY] && strcmp(TextDatumGetCString(pv[P_POLICY]), "stable") == 0;
-	st->low_water = pn[P_LOW_WATER] ? 0.6 : DatumGetFloat4(pv[P_LOW_WATER]);
-	return true;
-}
 
 /*
  * A session's row (session_cols), read directly from the table and its
@@ -212,7 +97,7 @@ ReadSessionDirect(Oid relid, Datum session_id, bool lock, Datum *vals, bool *nul
 	TupleTableSlot *slot;
 	bool		found;
 
-	CtxwinReadableColumns(rel, session_cols, SC_NCOLUMNS, attnos);
+	CtxwinReadableColumns(rel, session_cols, SC_NCOLUMNS, 0, attnos);
 	if (pg_class_aclcheck(relid, userid, ACL_UPDATE) != ACLCHECK_OK &&
 		pg_attribute_aclcheck_all(relid, userid, ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
@@ -272,7 +157,7 @@ CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls, ItemPoi
  * row that read.  Needs SPI.
  */
 void
-CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding *enc,
+CtxwinRecountSession(Datum session_id, const ProfileSettings *st, const CtxwinEncoding *enc,
 					 int64 *unsummarized_tokens, int32 *prompt_tokens)
 {
 	Oid			argtypes[2] = {UUIDOID, TEXTOID};
@@ -303,7 +188,7 @@ CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding 
 	summary = isnull ? NULL : DatumGetTextPP(d);
 
 	nsys = CtxwinSystemMessages(prompt, summary,
-								st->placement_null ? NULL : TextDatumGetCString(st->placement),
+								st->placement == NULL ? NULL : text_to_cstring(st->placement),
 								enc, sys);
 	/* each message's count an int, as count_message_tokens gives it; their sum an int */
 	for (i = 0; i < nsys; i++)

@@ -2,7 +2,7 @@
  * session.h
  *		A session as the window, the status and the summaries read it: its
  *		row with the settings of its profile and model in effect now
- *		(session.c).
+ *		(session.c; the settings: settings.h).
  */
 #ifndef CTXWIN_SESSION_H
 #define CTXWIN_SESSION_H
@@ -10,12 +10,14 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "base/base.h"
 #include "citus/citus.h"
 #include "compat/compat.h"
 #include "policy/rules.h"
+#include "session/settings.h"
 #include "tokenizer/tokenizer.h"
 
 /* A session with the settings of its profile and model in effect now. */
@@ -27,12 +29,9 @@ typedef struct SessionView
 	int64		summary_through_id;
 	int64		message_count;
 	char	   *profile;
-	char	   *model;
-	char	   *encoding_name;
-	const CtxwinEncoding *enc;
-	int32		context_window;
-	int32		response_reserve;
-	char	   *placement;		/* summary_placement */
+	ProfileSettings st;			/* of the profile and its model, with the
+								 * budget margin */
+	const CtxwinEncoding *enc;	/* st.encoding */
 	int64		unsummarized_tokens;	/* counted in count_encoding */
 	char	   *count_encoding;
 	int32		summary_version;
@@ -44,20 +43,22 @@ typedef struct SessionView
 	text	   *last_error;
 	TimestampTz last_error_at;
 	bool		last_error_at_null;
-	TriggerSettings triggers;
-	bool		stable;			/* window_policy 'stable' */
-	float4		low_water;		/* window_low_water */
-	int64		idle_ms;		/* since the session's last change (updated_at) */
-	int64		cache_ttl_ms;	/* cache_ttl */
-	float4		budget_margin;	/* the model's calibration (1: none) */
+	int64		idle_ms;		/* since the session's last change (updated_at;
+								 * CtxwinIntervalMs) */
 } SessionView;
+
+/* The session's summary_placement as a C string (NULL: none). */
+static inline char *
+CtxwinSessionPlacement(const SessionView *sv)
+{
+	return sv->st.placement == NULL ? NULL : text_to_cstring(sv->st.placement);
+}
 
 /* session.c */
 pg_noreturn extern void CtxwinSessionNotFound(Datum id, bool inserting);
 extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
 extern bool CtxwinSessionFind(Datum id, SessionView *sv);
 extern void CtxwinSessionMustExist(NullableDatum id);
-extern int64 CtxwinDefaultBudget(const SessionView *sv);
 
 /*
  * The condition, on a row x of ctxwin.sessions, that its summary waits for
