@@ -29,6 +29,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "utils/acl.h"
@@ -38,6 +39,7 @@
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
@@ -47,19 +49,46 @@
 
 /* The columns of a session's row the insert trigger reads (SessionColumn), the key first. */
 static const char *const session_cols[SC_NCOLUMNS] = {
-	"id", "message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
-	"prompt_tokens", "count_encoding", "pending_tool_calls", "profile",
-	"compaction_queued_at", "compaction_failures", "compaction_retry_at"
+	[SC_ID] = "id",
+	[SC_MESSAGE_COUNT] = "message_count",
+	[SC_TOKEN_COUNT] = "token_count",
+	[SC_UNSUMMARIZED_MESSAGES] = "unsummarized_messages",
+	[SC_UNSUMMARIZED_TOKENS] = "unsummarized_tokens",
+	[SC_PROMPT_TOKENS] = "prompt_tokens",
+	[SC_COUNT_ENCODING] = "count_encoding",
+	[SC_PENDING_TOOL_CALLS] = "pending_tool_calls",
+	[SC_PROFILE] = "profile",
+	[SC_QUEUED_AT] = "compaction_queued_at",
+	[SC_FAILURES] = "compaction_failures",
+	[SC_RETRY_AT] = "compaction_retry_at",
 };
 
-/* The same, locked, where ctxwin.sessions is not DirectReadable. */
-static const char *const session_lock_query =
-"SELECT x.id, x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
-"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.profile, "
-"       x.compaction_queued_at, x.compaction_failures, x.compaction_retry_at "
-"FROM ctxwin.sessions x "
-"WHERE x.id OPERATOR(pg_catalog.=) $1 "
-"FOR NO KEY UPDATE OF x";
+/*
+ * The query of the same columns, locked, where ctxwin.sessions is not
+ * DirectReadable: made of session_cols, once.
+ */
+static const char *
+SessionLockQuery(void)
+{
+	static char *query = NULL;
+
+	if (query == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		StringInfoData q;
+		int			i;
+
+		initStringInfo(&q);
+		appendStringInfoString(&q, "SELECT ");
+		for (i = 0; i < SC_NCOLUMNS; i++)
+			appendStringInfo(&q, "%sx.%s", i > 0 ? ", " : "", session_cols[i]);
+		appendStringInfoString(&q, " FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) $1 "
+							   "FOR NO KEY UPDATE OF x");
+		MemoryContextSwitchTo(old);
+		query = q.data;
+	}
+	return query;
+}
 
 /*
  * What a recount reads of a session: its unsummarized tokens counted in an
@@ -79,7 +108,7 @@ static SPIPlanPtr recount_plan = NULL;
  * A session's row (session_cols), read directly from the table and its
  * primary key, and locked unless lock is false (the caller then updates
  * that very version, or reads it again locked).  The privileges are
- * checked as the executor checks them for session_lock_query: SELECT on
+ * checked as the executor checks them for SessionLockQuery: SELECT on
  * the columns read, and, for FOR NO KEY UPDATE, UPDATE on the table or any
  * of its columns.  As for SPI's query, the command counter is advanced
  * first, so the row is seen as changed by the statement so far.  False if
@@ -123,7 +152,7 @@ ReadSessionDirect(Oid relid, Datum session_id, bool lock, Datum *vals, bool *nul
 /*
  * A session's row (session_cols) into vals and nulls, and where it is into
  * tid: directly where ctxwin.sessions is DirectReadable, locked unless lock
- * is false, else by session_lock_query, locked (tid then invalid).  False
+ * is false, else by SessionLockQuery, locked (tid then invalid).  False
  * if there is no such row.  Needs SPI.
  */
 bool
@@ -139,7 +168,7 @@ CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls, ItemPoi
 	if (CtxwinDirectReadable(sessions))
 		return ReadSessionDirect(sessions, session_id, lock, vals, nulls, tid);
 	ItemPointerSetInvalid(tid);
-	row = CtxwinKeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
+	row = CtxwinKeptPlanRow(&session_lock_plan, SessionLockQuery(), UUIDOID, session_id, &desc);
 	if (row == NULL)
 		return false;
 	for (i = 0; i < SC_NCOLUMNS; i++)
