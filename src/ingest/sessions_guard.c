@@ -3,8 +3,8 @@
  *		The guard of ctxwin.sessions: the columns ctxwin maintains are
  *		written by ctxwin, or by the table's owner (a restore); an UPDATE of
  *		a session whose counters a statement holds in memory gets them merged
- *		in.  Also _should_queue() and _summary_may_end(), two rules of
- *		rules.c for SQL.
+ *		in.  Also _should_queue(), _summary_waits() and _summary_may_end(),
+ *		rules of rules.c for SQL.
  */
 #include "postgres.h"
 
@@ -160,26 +160,26 @@ ctxwin_should_queue(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(ctxwin_summary_waits);
 
 /*
- * _summary_waits(context_tokens bigint, window_policy text, budget int,
- *				  low_water real, idle interval, cache_ttl interval) returns
- *				  boolean
+ * _summary_waits(context_tokens bigint, window_policy text,
+ *				  context_window int, response_reserve int, low_water real,
+ *				  idle interval, cache_ttl interval) returns boolean
  *
  * SummaryWaits (rules.c) for the SQL that takes the compaction queue (the
  * worker's claim and compact()): whether a queued session's summary waits
  * for its stable window to near its jump or for the provider's cache to
- * go cold.  NULL arguments give NULL.
+ * go cold, with the budget of CtxwinBudget and the durations of
+ * CtxwinIntervalMs, as context_status and the insert trigger decide it.
+ * NULL arguments give NULL.
  */
 Datum
 ctxwin_summary_waits(PG_FUNCTION_ARGS)
 {
-	Interval   *idle = PG_GETARG_INTERVAL_P(4);
-	Interval   *ttl = PG_GETARG_INTERVAL_P(5);
-	int64		idle_ms = CtxwinIntervalMs(idle);
-	int64		ttl_ms = CtxwinIntervalMs(ttl);
+	int64		budget = CtxwinBudget(PG_GETARG_INT32(2), PG_GETARG_INT32(3));
+	int64		idle_ms = CtxwinIntervalMs(PG_GETARG_INTERVAL_P(5));
+	int64		ttl_ms = CtxwinIntervalMs(PG_GETARG_INTERVAL_P(6));
 
 	PG_RETURN_BOOL(SummaryWaits(strcmp(text_to_cstring(PG_GETARG_TEXT_PP(1)), "stable") == 0,
-								PG_GETARG_INT64(0), PG_GETARG_INT32(2), PG_GETARG_FLOAT4(3),
-								idle_ms, ttl_ms));
+								PG_GETARG_INT64(0), budget, PG_GETARG_FLOAT4(4), idle_ms, ttl_ms));
 }
 
 PG_FUNCTION_INFO_V1(ctxwin_summary_may_end);

@@ -64,13 +64,15 @@ extern void CtxwinSessionMustExist(NullableDatum id);
  * The condition, on a row x of ctxwin.sessions, that its summary waits for
  * its stable window to near its jump or for the provider's cache to go
  * cold (SummaryWaits, rules.c): the worker's claim and compact() pass such
- * queued sessions over until then.
+ * queued sessions over until then.  It reads the settings of many sessions
+ * through the view ctxwin.session_settings, and _summary_waits makes their
+ * budget with CtxwinBudget, as context_status and the insert trigger do.
  */
 #define CTXWIN_SUMMARY_WAITS_SQL \
 	"EXISTS (SELECT FROM ctxwin.session_settings st WHERE st.session_id OPERATOR(pg_catalog.=) x.id " \
 	"AND ctxwin._summary_waits(x.unsummarized_tokens OPERATOR(pg_catalog.+) x.prompt_tokens " \
 	"OPERATOR(pg_catalog.+) " CppAsString2(CTXWIN_LIST_OVERHEAD) ", st.window_policy, " \
-	"st.context_window OPERATOR(pg_catalog.-) st.response_reserve, st.window_low_water, " \
+	"st.context_window, st.response_reserve, st.window_low_water, " \
 	"pg_catalog.now() OPERATOR(pg_catalog.-) x.updated_at, st.cache_ttl))"
 
 #endif							/* CTXWIN_SESSION_H */

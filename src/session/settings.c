@@ -437,9 +437,11 @@ CtxwinSettingsRead(text *profile, SettingsReader reader, ProfileSettings *ps)
 
 /*
  * The budget rule: what a request may fill, the context window less the
- * response reserve (zero or less: none).  Every C place that needs it asks
- * here: the default budget of a window (below), and the stable window's
- * wait for its summary in context_status and in the insert trigger.
+ * response reserve (zero or less: none).  Every place that needs it asks
+ * here: the default budget of a window (below); the stable window's wait
+ * for its summary in context_status, in the insert trigger and in
+ * ctxwin._summary_waits, through which the SQL of the worker's claim and of
+ * compact() takes it (CTXWIN_SUMMARY_WAITS_SQL).
  */
 int64
 CtxwinBudget(int32 context_window, int32 response_reserve)
