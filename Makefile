@@ -17,6 +17,7 @@ OBJS = \
 	src/tokenizer/messages.o \
 	src/tokenizer/image.o \
 	src/citus/citus.o \
+	src/session/settings.o \
 	src/session/session.o \
 	src/window/walk.o \
 	src/window/window.o \

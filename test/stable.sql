@@ -162,13 +162,13 @@ SELECT is((ctxwin._window('20000000-0000-0000-0000-000000000001', 2000) ->> 'fir
 -- it: under a stable window a due summary waits until the window nears its
 -- jump (halfway from the low-water mark to the budget) or until the session
 -- has been idle for cache_ttl; a sliding window's never waits.
-SELECT is(ARRAY[ctxwin._summary_waits(1200, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1599, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1199, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1600, 'stable', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1300, 'stable', 2000, 0.6, '5 minutes', '5 minutes'),
-                ctxwin._summary_waits(1300, 'sliding', 2000, 0.6, '1 minute', '5 minutes'),
-                ctxwin._summary_waits(1300, 'stable', 2000, 0.6, '0', '0')],
+SELECT is(ARRAY[ctxwin._summary_waits(1200, 'stable', 2100, 100, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1599, 'stable', 2100, 100, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1199, 'stable', 2100, 100, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1600, 'stable', 2100, 100, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1300, 'stable', 2100, 100, 0.6, '5 minutes', '5 minutes'),
+                ctxwin._summary_waits(1300, 'sliding', 2100, 100, 0.6, '1 minute', '5 minutes'),
+                ctxwin._summary_waits(1300, 'stable', 2100, 100, 0.6, '0', '0')],
           ARRAY[true, true, false, false, false, false, false],
           '_summary_waits: from the low-water mark to halfway to the budget, within cache_ttl, it waits; below the mark, from halfway, idle, sliding or cache_ttl 0 it does not');
 INSERT INTO ctxwin.profiles (name, model, context_window, max_messages_before_summary, max_tokens_before_summary,
@@ -200,6 +200,23 @@ SELECT is(ctxwin.compact(), 0, 'queued again at the low-water mark, it waits aga
 SELECT matches((SELECT note FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003')),
                'A summary is due; under the stable window it waits',
                'context_status says that the summary waits, and why');
+-- A cache_ttl of a year or more: a year is 365.25 days, as EXTRACT(epoch
+-- ...) counts it, for context_status and for the queue alike (the queue once
+-- counted 360 days, and took at 362 days idle what context_status said waits).
+UPDATE ctxwin.profiles SET cache_ttl = '1 year' WHERE name = 'tm';
+UPDATE ctxwin.sessions SET updated_at = now() - interval '362 days' WHERE id = '20000000-0000-0000-0000-000000000003';
+SELECT matches((SELECT note FROM ctxwin.context_status('20000000-0000-0000-0000-000000000003')),
+               'A summary is due; under the stable window it waits',
+               'idle 362 days, with a cache_ttl of 1 year: context_status says that the summary waits');
+SELECT is(ctxwin.compact(), 0, 'and compact() passes the session over as well');
+SELECT is(ARRAY[ctxwin._summary_waits(1300, 'stable', 2100, 100, 0.6, '365 days 05:59:59.999', '1 year'),
+                ctxwin._summary_waits(1300, 'stable', 2100, 100, 0.6, '365 days 06:00:00', '1 year'),
+                ctxwin._summary_waits(1300, 'stable', 2100, 100, 0.6, '760 days 11:59:59.999', '2 years 1 month'),
+                ctxwin._summary_waits(1300, 'stable', 2100, 100, 0.6, '760 days 12:00:00', '2 years 1 month')],
+          ARRAY[true, false, true, false],
+          '_summary_waits: a year of cache_ttl is 365.25 days and a month 30, as EXTRACT(epoch FROM cache_ttl) counts them');
+UPDATE ctxwin.sessions SET updated_at = now() WHERE id = '20000000-0000-0000-0000-000000000003';
+UPDATE ctxwin.profiles SET cache_ttl = '5 minutes' WHERE name = 'tm';
 UPDATE ctxwin.profiles SET cache_ttl = '0' WHERE name = 'tm';
 SELECT is(ctxwin.compact(), 1, 'with cache_ttl 0 (or once idle that long) it is summarized');
 UPDATE ctxwin.profiles SET cache_ttl = '5 minutes' WHERE name = 'tm';

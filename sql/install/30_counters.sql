@@ -32,15 +32,18 @@ COMMENT ON FUNCTION ctxwin._should_queue(bigint, bigint, bigint, int, int, real,
 -- Whether a queued session's summary waits, under a stable window, for the
 -- window to near its jump or for the session to be idle for cache_ttl, so
 -- that it does not change the beginning of requests the provider has
--- cached.  The rule is SummaryWaits in src/policy/rules.c; the worker and
--- compact() pass such sessions over until then.
-CREATE FUNCTION ctxwin._summary_waits(context_tokens bigint, window_policy text, budget int,
-                                      low_water real, idle interval, cache_ttl interval)
+-- cached.  The rule is SummaryWaits in src/policy/rules.c, the budget the
+-- context window less the response reserve (CtxwinBudget,
+-- src/session/settings.c); the worker and compact() pass such sessions over
+-- until then.
+CREATE FUNCTION ctxwin._summary_waits(context_tokens bigint, window_policy text, context_window int,
+                                      response_reserve int, low_water real, idle interval,
+                                      cache_ttl interval)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'ctxwin_summary_waits'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
-COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, real, interval, interval) IS
+COMMENT ON FUNCTION ctxwin._summary_waits(bigint, text, int, int, real, interval, interval) IS
 'Whether a due summary waits for the stable window to near its jump or for the session to be idle for cache_ttl';
 
 -- Whether a summary may end at a message, given whether it has tool calls

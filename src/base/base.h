@@ -87,9 +87,6 @@ typedef struct CtxwinQuery
 /* spi.c: runs q; its first row's first ncols columns, copied; the row count */
 extern uint64 CtxwinQueryRow(CtxwinQuery *q, const Datum *args, const char *nulls,
 							 Datum *cols, bool *colnulls, int ncols);
-/* spi.c: the first row of a kept one-parameter SELECT, left in SPI_tuptable, or NULL */
-extern HeapTuple CtxwinKeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg,
-								   TupleDesc *desc);
 
 /* spi.c: fn(arg) in a subtransaction of its own (see there); its error, or NULL */
 #define CTXWIN_SUBXACT_UNDONE	0x01	/* rolled back even if fn succeeds */
@@ -111,16 +108,14 @@ extern void CtxwinBookkeepingInit(void);
 /* heap.c: rows read from a table's heap and primary key (see there) */
 #define CTXWIN_HEAP_MAX_COLUMNS 16
 extern void CtxwinReadableColumns(Relation rel, const char *const *cols, int ncols,
-								  AttrNumber *attnos);
+								  uint32 optional, AttrNumber *attnos);
 extern void CtxwinSlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols,
 							  Datum *vals, bool *nulls);
 extern Relation CtxwinOpenPrimaryKey(Relation rel, AttrNumber attno);
 extern bool CtxwinFetchByPrimaryKey(Relation rel, Relation index, Snapshot snapshot,
 									RegProcedure eqproc, Datum key, TupleTableSlot *slot);
 extern bool CtxwinFetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols,
-						   int ncols, Datum *vals, bool *nulls);
-extern bool CtxwinFetchKeyedRow(Oid relid, text *key, const char *const *cols, int ncols,
-								Datum *vals, bool *nulls);
+						   int ncols, uint32 optional, Datum *vals, bool *nulls);
 extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot snapshot,
 								   AttrNumber keyattno, Datum key);
 
@@ -128,6 +123,14 @@ extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot 
 extern char *CtxwinUuidText(Datum id);
 extern JsonbValue *CtxwinJsonbMember(JsonbContainer *obj, const char *key);
 extern bool CtxwinTextsEqual(text *a, text *b);
+
+/*
+ * The bound of a duration in milliseconds (CtxwinIntervalMs): 2^50 ms, some
+ * 35,700 years, past any idle time a timestamp can give, with room to add
+ * two such durations in an int64.
+ */
+#define CTXWIN_MS_BOUND (INT64CONST(1) << 50)
+extern int64 CtxwinIntervalMs(const Interval *iv);
 /* compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);
 

@@ -35,9 +35,9 @@
 #include "compat/compat.h"
 
 /*
- * The attribute numbers of the column lists read (session_cols,
- * profile_cols, model_cols), by table, found once and kept until the
- * table's relcache entry is invalidated.
+ * The attribute numbers of the column lists read (the session's of the
+ * insert trigger, the settings' of each table), by table, found once and
+ * kept until the table's relcache entry is invalidated.
  */
 typedef struct ColumnNumbers
 {
@@ -46,7 +46,7 @@ typedef struct ColumnNumbers
 	AttrNumber	attnos[CTXWIN_HEAP_MAX_COLUMNS];
 } ColumnNumbers;
 
-static ColumnNumbers column_numbers[4];
+static ColumnNumbers column_numbers[8];
 
 static void
 ColumnNumbersCallback(Datum arg, Oid relid)
@@ -59,18 +59,14 @@ ColumnNumbersCallback(Datum arg, Oid relid)
 }
 
 /*
- * Whether a column may be missing: one that 0.2.0 added, which a database
- * still at 0.1.0 (before ALTER EXTENSION UPDATE) lacks; it reads as NULL.
+ * The attribute numbers of cols in rel, into attnos.  A column of optional
+ * (bit i: cols[i]) may be missing: one that a later version added, which a
+ * database still at an earlier one (before ALTER EXTENSION UPDATE) lacks;
+ * its number is InvalidAttrNumber, and it reads as NULL.
  */
-static bool
-OptionalColumn(const char *name)
-{
-	return strcmp(name, "window_policy") == 0 || strcmp(name, "window_low_water") == 0;
-}
-
-/* The attribute numbers of cols in rel, into attnos (InvalidAttrNumber: an OptionalColumn missing). */
 static void
-ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, AttrNumber *attnos)
+ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, uint32 optional,
+				AttrNumber *attnos)
 {
 	static bool registered = false;
 	Oid			relid = RelationGetRelid(rel);
@@ -91,7 +87,7 @@ ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, AttrNumber *at
 	for (i = 0; i < ncols; i++)
 	{
 		attnos[i] = SPI_fnumber(RelationGetDescr(rel), cols[i]);
-		if (attnos[i] <= 0 && OptionalColumn(cols[i]))
+		if (attnos[i] <= 0 && (optional & (((uint32) 1) << i)))
 			attnos[i] = InvalidAttrNumber;
 		else if (attnos[i] <= 0)
 			elog(ERROR, "%s has no column \"%s\"", RelationGetRelationName(rel), cols[i]);
@@ -110,18 +106,19 @@ ColumnNumbersOf(Relation rel, const char *const *cols, int ncols, AttrNumber *at
 }
 
 /*
- * The attribute numbers of cols in rel, after the privilege check the
- * executor makes for a query that reads them: SELECT on the table, or else
- * on each of the columns.
+ * The attribute numbers of cols in rel (optional: see ColumnNumbersOf),
+ * after the privilege check the executor makes for a query that reads
+ * them: SELECT on the table, or else on each of the columns.
  */
 void
-CtxwinReadableColumns(Relation rel, const char *const *cols, int ncols, AttrNumber *attnos)
+CtxwinReadableColumns(Relation rel, const char *const *cols, int ncols, uint32 optional,
+					  AttrNumber *attnos)
 {
 	Oid			relid = RelationGetRelid(rel);
 	Oid			userid = GetUserId();
 	int			i;
 
-	ColumnNumbersOf(rel, cols, ncols, attnos);
+	ColumnNumbersOf(rel, cols, ncols, optional, attnos);
 	if (pg_class_aclcheck(relid, userid, ACL_SELECT) != ACLCHECK_OK)
 	{
 		for (i = 0; i < ncols; i++)
@@ -267,15 +264,16 @@ FetchHinted(Relation rel, AttrNumber keyattno, text *key, Snapshot snapshot, Tup
 }
 
 /*
- * The row of a ctxwin table (profiles, models) whose primary key, a text,
- * is key: the columns cols (cols[0] is the key) into vals and nulls,
- * copied.  False if there is none.  The caller has checked that the table
- * is DirectReadable; the privileges are checked as the executor checks them
- * for a query that reads these columns.
+ * The row of a ctxwin table (profiles, models, calibration) whose primary
+ * key, a text, is key: the columns cols (cols[0] is the key; optional: see
+ * ColumnNumbersOf) into vals and nulls, copied.  False if there is none.
+ * The caller has checked that the table is DirectReadable (or is this
+ * node's placement of a Citus reference table); the privileges are checked
+ * as the executor checks them for a query that reads these columns.
  */
 bool
 CtxwinFetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols, int ncols,
-		 Datum *vals, bool *nulls)
+			   uint32 optional, Datum *vals, bool *nulls)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	AttrNumber	attnos[CTXWIN_HEAP_MAX_COLUMNS];
@@ -283,7 +281,7 @@ CtxwinFetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols,
 	bool		found;
 
 	Assert(ncols <= lengthof(attnos));
-	CtxwinReadableColumns(rel, cols, ncols, attnos);
+	CtxwinReadableColumns(rel, cols, ncols, optional, attnos);
 	slot = table_slot_create(rel, NULL);
 	found = FetchHinted(rel, attnos[0], key, snapshot, slot);
 	if (!found)
@@ -299,23 +297,6 @@ CtxwinFetchRow(Oid relid, text *key, Snapshot snapshot, const char *const *cols,
 		CtxwinSlotColumns(slot, attnos, ncols, vals, nulls);
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(rel, NoLock);
-	return found;
-}
-
-/*
- * The row of a table keyed by a text primary key (a reference table's
- * placement under Citus: CtxwinReferenceRelation), read directly as
- * CtxwinFetchRow reads it, with the statement's snapshot; false if there
- * is none.
- */
-bool
-CtxwinFetchKeyedRow(Oid relid, text *key, const char *const *cols, int ncols, Datum *vals, bool *nulls)
-{
-	Snapshot	snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() :
-											GetTransactionSnapshot());
-	bool		found = CtxwinFetchRow(relid, key, snapshot, cols, ncols, vals, nulls);
-
-	UnregisterSnapshot(snapshot);
 	return found;
 }
 

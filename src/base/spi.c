@@ -188,26 +188,6 @@ CtxwinQueryRow(CtxwinQuery *q, const Datum *args, const char *nulls,
 }
 
 /*
- * The first row of a kept one-parameter SELECT (see CtxwinKeptPlan), left
- * in SPI_tuptable rather than copied, or NULL if it finds none; *desc is
- * its descriptor.  Run as CtxwinQueryRow runs a query.
- */
-HeapTuple
-CtxwinKeptPlanRow(SPIPlanPtr *plan, const char *query, Oid argtype, Datum arg, TupleDesc *desc)
-{
-	CtxwinQuery q = {query, 1, {argtype}, .plan = *plan};
-	int			rc = QueryExecute(&q, &arg, NULL);
-
-	*plan = q.plan;
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI failed for \"%s\": %s", query, SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return NULL;
-	*desc = SPI_tuptable->tupdesc;
-	return SPI_tuptable->vals[0];
-}
-
-/*
  * Runs fn(arg) in a subtransaction of its own, as a PL/pgSQL block with an
  * EXCEPTION clause does (exec_stmt_block): NULL if it succeeded (the
  * subtransaction released, or rolled back with CTXWIN_SUBXACT_UNDONE: what

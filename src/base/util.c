@@ -1,10 +1,12 @@
 /*
  * util.c
  *		Small helpers: a uuid as text, a member of a jsonb object, texts
- *		compared, and the library's version against the installed SQL's.
+ *		compared, an interval in milliseconds, and the library's version
+ *		against the installed SQL's.
  */
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -40,6 +42,38 @@ CtxwinTextsEqual(text *a, text *b)
 {
 	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * An interval in milliseconds as SQL counts it: EXTRACT(epoch FROM iv) *
+ * 1000, a year as 365.25 days, a month short of a year as 30 days and a day
+ * as 24 hours, with date_part's own float arithmetic (interval_part in
+ * PostgreSQL's timestamp.c), truncated toward zero, and clamped to
+ * +-CTXWIN_MS_BOUND.  An infinite interval (PostgreSQL 17 and later) is the
+ * bound.  Every duration ctxwin compares in C (a session's idle time, a
+ * profile's cache_ttl) is converted here, so that context_status, the
+ * insert trigger and the queue's claim agree with the SQL that reads the
+ * same intervals.
+ */
+int64
+CtxwinIntervalMs(const Interval *iv)
+{
+	double		secs;
+	double		ms;
+	double		bound = (double) CTXWIN_MS_BOUND;
+
+#ifdef INTERVAL_NOT_FINITE
+	if (INTERVAL_IS_NOBEGIN(iv))
+		return -CTXWIN_MS_BOUND;
+	if (INTERVAL_IS_NOEND(iv))
+		return CTXWIN_MS_BOUND;
+#endif
+	secs = iv->time / 1000000.0;
+	secs += ((double) DAYS_PER_YEAR * SECS_PER_DAY) * (iv->month / MONTHS_PER_YEAR);
+	secs += ((double) DAYS_PER_MONTH * SECS_PER_DAY) * (iv->month % MONTHS_PER_YEAR);
+	secs += ((double) SECS_PER_DAY) * iv->day;
+	ms = secs * 1000.0;
+	return (int64) Max(Min(ms, bound), -bound);
 }
 
 /*

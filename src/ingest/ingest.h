@@ -19,6 +19,7 @@
 #include "citus/citus.h"
 #include "compat/compat.h"
 #include "policy/rules.h"
+#include "session/settings.h"
 #include "tokenizer/tokenizer.h"
 
 /* What a session's row holds, or will once the statement ends. */
@@ -62,25 +63,6 @@ typedef struct PendingSession
 								 * known) */
 } PendingSession;
 
-/* What the insert trigger needs of a profile and its model. */
-typedef struct Settings
-{
-	text	   *encoding;
-	int32		context_window;
-	bool		ratio_null;
-	float4		trigger_ratio;
-	bool		max_messages_null;
-	int32		max_messages;
-	bool		max_tokens_null;
-	int32		max_tokens;
-	int32		min_recent;
-	Datum		placement;
-	bool		placement_null;
-	int32		response_reserve;
-	bool		stable;			/* window_policy 'stable' */
-	float4		low_water;		/* window_low_water */
-} Settings;
-
 /* The columns of a session's row the insert trigger reads (session_read.c). */
 typedef enum SessionColumn
 {
@@ -99,12 +81,12 @@ typedef enum SessionColumn
 	SC_NCOLUMNS
 } SessionColumn;
 
-/* session_read.c: a session's row, locked, and its profile's settings */
+/* session_read.c: a session's row, locked, and its counters recounted */
 extern bool CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls,
 							  ItemPointer tid);
-extern bool CtxwinReadSettings(text *profile, Settings *st);
-extern void CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding *enc,
-								 int64 *unsummarized_tokens, int32 *prompt_tokens);
+extern void CtxwinRecountSession(Datum session_id, const ProfileSettings *st,
+								 const CtxwinEncoding *enc, int64 *unsummarized_tokens,
+								 int32 *prompt_tokens);
 
 /* counters.c: the counters of the sessions a statement inserts into */
 extern PendingSession *CtxwinCountersFind(Datum session_id);

@@ -1,17 +1,17 @@
 /*
  * session_read.c
  *		Reads for the insert trigger of ctxwin.messages: a session's row,
- *		locked, the settings of its profile and model, and its counters
- *		recounted in another encoding.
+ *		locked, and its counters recounted in another encoding.  (The
+ *		settings of its profile and model are read by CtxwinSettingsRead,
+ *		session/settings.c.)
  *
- * The session row and the settings are read on every message, so they are
- * read directly from the tables' heaps and primary keys (a query costs an
- * executor start and run, about 6 us for the lock, and a join in SQL a
- * hash join per message: about 20 us), with the privilege checks and the
- * concurrency rules the queries have.  Where a table cannot be read so
- * (see DirectReadable) the same rows are read by a query, kept prepared
- * with a generic plan (see CtxwinKeptPlan): row-level security policies
- * then apply as they would to it, and Citus finds the rows.
+ * The session row is read on every message, so it is read directly from
+ * the table's heap and primary key (a query costs an executor start and
+ * run, about 6 us for the lock), with the privilege checks and the
+ * concurrency rules the query has.  Where the table cannot be read so (see
+ * DirectReadable) the same row is read by a query, kept prepared with a
+ * generic plan (see CtxwinKeptPlan): row-level security policies then
+ * apply as they would to it, and Citus finds the row.
  */
 #include "postgres.h"
 
@@ -29,6 +29,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "utils/acl.h"
@@ -38,6 +39,7 @@
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
@@ -47,154 +49,66 @@
 
 /* The columns of a session's row the insert trigger reads (SessionColumn), the key first. */
 static const char *const session_cols[SC_NCOLUMNS] = {
-	"id", "message_count", "token_count", "unsummarized_messages", "unsummarized_tokens",
-	"prompt_tokens", "count_encoding", "pending_tool_calls", "profile",
-	"compaction_queued_at", "compaction_failures", "compaction_retry_at"
+	[SC_ID] = "id",
+	[SC_MESSAGE_COUNT] = "message_count",
+	[SC_TOKEN_COUNT] = "token_count",
+	[SC_UNSUMMARIZED_MESSAGES] = "unsummarized_messages",
+	[SC_UNSUMMARIZED_TOKENS] = "unsummarized_tokens",
+	[SC_PROMPT_TOKENS] = "prompt_tokens",
+	[SC_COUNT_ENCODING] = "count_encoding",
+	[SC_PENDING_TOOL_CALLS] = "pending_tool_calls",
+	[SC_PROFILE] = "profile",
+	[SC_QUEUED_AT] = "compaction_queued_at",
+	[SC_FAILURES] = "compaction_failures",
+	[SC_RETRY_AT] = "compaction_retry_at",
 };
 
-/* The same, locked, where ctxwin.sessions is not DirectReadable. */
-static const char *const session_lock_query =
-"SELECT x.id, x.message_count, x.token_count, x.unsummarized_messages, x.unsummarized_tokens, "
-"       x.prompt_tokens, x.count_encoding, x.pending_tool_calls, x.profile, "
-"       x.compaction_queued_at, x.compaction_failures, x.compaction_retry_at "
-"FROM ctxwin.sessions x "
-"WHERE x.id OPERATOR(pg_catalog.=) $1 "
-"FOR NO KEY UPDATE OF x";
-
-/* The columns of profiles and models read for the settings, the key first. */
-static const char *const profile_cols[] = {
-	"name", "model", "context_window", "trigger_ratio", "max_messages_before_summary",
-	"max_tokens_before_summary", "min_recent_messages", "summary_placement", "response_reserve",
-	"window_policy", "window_low_water"
-};
-enum
+/*
+ * The query of the same columns, locked, where ctxwin.sessions is not
+ * DirectReadable: made of session_cols, once.
+ */
+static const char *
+SessionLockQuery(void)
 {
-	P_NAME, P_MODEL, P_WINDOW, P_RATIO, P_MAX_MESSAGES, P_MAX_TOKENS, P_MIN_RECENT, P_PLACEMENT,
-	P_RESERVE, P_POLICY, P_LOW_WATER
-};
-static const char *const model_cols[] = {"name", "encoding", "context_window"};
-enum
-{
-	M_NAME, M_ENCODING, M_WINDOW
-};
+	static char *query = NULL;
 
-/* The settings, where profiles or models is not DirectReadable. */
-static const char *const settings_query =
-"SELECT m.encoding, coalesce(p.context_window, m.context_window), p.trigger_ratio, "
-"       p.max_messages_before_summary, p.max_tokens_before_summary, "
-"       p.min_recent_messages, p.summary_placement, p.response_reserve, "
-"       pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_policy', "
-"       (pg_catalog.to_jsonb(p) OPERATOR(pg_catalog.->>) 'window_low_water')::pg_catalog.float4 "
-"FROM ctxwin.profiles p "
-"JOIN ctxwin.models m ON m.name OPERATOR(pg_catalog.=) p.model "
-"WHERE p.name OPERATOR(pg_catalog.=) $1";
+	if (query == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		StringInfoData q;
+		int			i;
+
+		initStringInfo(&q);
+		appendStringInfoString(&q, "SELECT ");
+		for (i = 0; i < SC_NCOLUMNS; i++)
+			appendStringInfo(&q, "%sx.%s", i > 0 ? ", " : "", session_cols[i]);
+		appendStringInfoString(&q, " FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 "
+							   "FOR NO KEY UPDATE OF x");
+		MemoryContextSwitchTo(old);
+		query = q.data;
+	}
+	return query;
+}
 
 /*
  * What a recount reads of a session: its unsummarized tokens counted in an
  * encoding ($2; the messages the statement inserted so far are visible to
  * it), its system prompt and summary.
  */
-static const char *const recount_query =
+static const char recount_query[] =
 "SELECT ctxwin._unsummarized_tokens(x.id, x.summary_through_id, $2), "
 "       x.system_prompt, x.conversation_summary "
-"FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) $1";
+"FROM ctxwin.sessions x WHERE x.id " OP("=") " $1";
 
 /* Kept for the life of the backend; replanned by PostgreSQL after DDL. */
-static SPIPlanPtr session_lock_plan = NULL;
-static SPIPlanPtr settings_plan = NULL;
-static SPIPlanPtr recount_plan = NULL;
-
-/* The settings of a profile and its model, by settings_query; false if none.  Needs SPI. */
-static bool
-SettingsByQuery(text *profile, Settings *st)
-{
-	TupleDesc	desc;
-	HeapTuple	row = CtxwinKeptPlanRow(&settings_plan, settings_query, TEXTOID,
-								  PointerGetDatum(profile), &desc);
-	bool		isnull;
-	Datum		d;
-
-	if (row == NULL)
-		return false;
-	st->encoding = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
-	st->context_window = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
-	st->trigger_ratio = DatumGetFloat4(SPI_getbinval(row, desc, 3, &st->ratio_null));
-	st->max_messages = DatumGetInt32(SPI_getbinval(row, desc, 4, &st->max_messages_null));
-	st->max_tokens = DatumGetInt32(SPI_getbinval(row, desc, 5, &st->max_tokens_null));
-	st->min_recent = DatumGetInt32(SPI_getbinval(row, desc, 6, &isnull));
-	st->placement = SPI_getbinval(row, desc, 7, &st->placement_null);
-	st->response_reserve = DatumGetInt32(SPI_getbinval(row, desc, 8, &isnull));
-	d = SPI_getbinval(row, desc, 9, &isnull);
-	st->stable = !isnull && strcmp(TextDatumGetCString(d), "stable") == 0;
-	d = SPI_getbinval(row, desc, 10, &isnull);
-	st->low_water = isnull ? 0.6 : DatumGetFloat4(d);
-	return true;
-}
-
-/*
- * The settings of a profile and its model, as of a snapshot taken now (as
- * the statement that follows the lock would see them).  False if there is
- * no such profile or model.  Needs SPI (under Citus, to find this node's
- * copies of the reference tables).
- */
-bool
-CtxwinReadSettings(text *profile, Settings *st)
-{
-	Oid			nsp = get_namespace_oid("ctxwin", false);
-	Oid			profiles = get_relname_relid("profiles", nsp);
-	Oid			models = get_relname_relid("models", nsp);
-	Datum		pv[lengthof(profile_cols)];
-	bool		pn[lengthof(profile_cols)];
-	Datum		mv[lengthof(model_cols)];
-	bool		mn[lengthof(model_cols)];
-	Snapshot	snapshot;
-	bool		found;
-
-	if (!OidIsValid(profiles) || !OidIsValid(models))
-		elog(ERROR, "ctxwin.profiles or ctxwin.models is missing");
-
-	if (!CtxwinDirectReadable(profiles) || !CtxwinDirectReadable(models))
-	{
-		/* under Citus: this node's copies of the reference tables, if it has them */
-		profiles = CtxwinReferenceRelation(profiles);
-		models = CtxwinReferenceRelation(models);
-		if (!OidIsValid(profiles) || !OidIsValid(models))
-			return SettingsByQuery(profile, st);
-	}
-
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	found = CtxwinFetchRow(profiles, profile, snapshot, profile_cols, lengthof(profile_cols), pv, pn) &&
-		!pn[P_MODEL] &&
-		CtxwinFetchRow(models, DatumGetTextPP(pv[P_MODEL]), snapshot, model_cols, lengthof(model_cols), mv, mn);
-	UnregisterSnapshot(snapshot);
-	if (!found)
-		return false;
-	/* NOT NULL columns: encoding, the model's window, min_recent_messages */
-	if (mn[M_ENCODING] || mn[M_WINDOW] || pn[P_MIN_RECENT] || pn[P_RESERVE])
-		elog(ERROR, "unexpected NULL in the settings of profile \"%s\"", text_to_cstring(profile));
-	st->encoding = DatumGetTextPP(mv[M_ENCODING]);
-	st->context_window = DatumGetInt32(pn[P_WINDOW] ? mv[M_WINDOW] : pv[P_WINDOW]);
-	st->ratio_null = pn[P_RATIO];
-	st->trigger_ratio = pn[P_RATIO] ? 0 : DatumGetFloat4(pv[P_RATIO]);
-	st->max_messages_null = pn[P_MAX_MESSAGES];
-	st->max_messages = pn[P_MAX_MESSAGES] ? 0 : DatumGetInt32(pv[P_MAX_MESSAGES]);
-	st->max_tokens_null = pn[P_MAX_TOKENS];
-	st->max_tokens = pn[P_MAX_TOKENS] ? 0 : DatumGetInt32(pv[P_MAX_TOKENS]);
-	st->min_recent = DatumGetInt32(pv[P_MIN_RECENT]);
-	st->placement = pv[P_PLACEMENT];
-	st->placement_null = pn[P_PLACEMENT];
-	st->response_reserve = DatumGetInt32(pv[P_RESERVE]);
-	/* NULL: a database still at 0.1.0, whose windows slide */
-	st->stable = !pn[P_POLICY] && strcmp(TextDatumGetCString(pv[P_POLICY]), "stable") == 0;
-	st->low_water = pn[P_LOW_WATER] ? 0.6 : DatumGetFloat4(pv[P_LOW_WATER]);
-	return true;
-}
+static CtxwinQuery session_lock_q = {NULL, 1, {UUIDOID}, .expect = SPI_OK_SELECT};	/* sql: SessionLockQuery */
+static CtxwinQuery recount_q = {recount_query, 2, {UUIDOID, TEXTOID}, .expect = SPI_OK_SELECT};
 
 /*
  * A session's row (session_cols), read directly from the table and its
  * primary key, and locked unless lock is false (the caller then updates
  * that very version, or reads it again locked).  The privileges are
- * checked as the executor checks them for session_lock_query: SELECT on
+ * checked as the executor checks them for SessionLockQuery: SELECT on
  * the columns read, and, for FOR NO KEY UPDATE, UPDATE on the table or any
  * of its columns.  As for SPI's query, the command counter is advanced
  * first, so the row is seen as changed by the statement so far.  False if
@@ -212,7 +126,7 @@ ReadSessionDirect(Oid relid, Datum session_id, bool lock, Datum *vals, bool *nul
 	TupleTableSlot *slot;
 	bool		found;
 
-	CtxwinReadableColumns(rel, session_cols, SC_NCOLUMNS, attnos);
+	CtxwinReadableColumns(rel, session_cols, SC_NCOLUMNS, 0, attnos);
 	if (pg_class_aclcheck(relid, userid, ACL_UPDATE) != ACLCHECK_OK &&
 		pg_attribute_aclcheck_all(relid, userid, ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(rel->rd_rel->relkind),
@@ -238,28 +152,22 @@ ReadSessionDirect(Oid relid, Datum session_id, bool lock, Datum *vals, bool *nul
 /*
  * A session's row (session_cols) into vals and nulls, and where it is into
  * tid: directly where ctxwin.sessions is DirectReadable, locked unless lock
- * is false, else by session_lock_query, locked (tid then invalid).  False
+ * is false, else by SessionLockQuery, locked (tid then invalid).  False
  * if there is no such row.  Needs SPI.
  */
 bool
 CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls, ItemPointer tid)
 {
 	Oid			sessions = get_relname_relid("sessions", get_namespace_oid("ctxwin", false));
-	TupleDesc	desc;
-	HeapTuple	row;
-	int			i;
 
 	if (!OidIsValid(sessions))
 		elog(ERROR, "ctxwin.sessions is missing");
 	if (CtxwinDirectReadable(sessions))
 		return ReadSessionDirect(sessions, session_id, lock, vals, nulls, tid);
 	ItemPointerSetInvalid(tid);
-	row = CtxwinKeptPlanRow(&session_lock_plan, session_lock_query, UUIDOID, session_id, &desc);
-	if (row == NULL)
-		return false;
-	for (i = 0; i < SC_NCOLUMNS; i++)
-		vals[i] = SPI_getbinval(row, desc, i + 1, &nulls[i]);
-	return true;
+	if (session_lock_q.sql == NULL)
+		session_lock_q.sql = SessionLockQuery();
+	return CtxwinQueryRow(&session_lock_q, &session_id, NULL, vals, nulls, SC_NCOLUMNS) > 0;
 }
 
 /*
@@ -272,15 +180,12 @@ CtxwinReadSession(Datum session_id, bool lock, Datum *vals, bool *nulls, ItemPoi
  * row that read.  Needs SPI.
  */
 void
-CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding *enc,
+CtxwinRecountSession(Datum session_id, const ProfileSettings *st, const CtxwinEncoding *enc,
 					 int64 *unsummarized_tokens, int32 *prompt_tokens)
 {
-	Oid			argtypes[2] = {UUIDOID, TEXTOID};
 	Datum		args[2] = {session_id, PointerGetDatum(st->encoding)};
-	HeapTuple	row;
-	TupleDesc	desc;
-	bool		isnull;
-	Datum		d;
+	Datum		cols[3];
+	bool		colnulls[3];
 	text	   *prompt,
 			   *summary;
 	WindowMessage sys[2];
@@ -288,22 +193,17 @@ CtxwinRecountSession(Datum session_id, const Settings *st, const CtxwinEncoding 
 				i;
 	int64		tokens = 0;
 
-	if (SPI_execute_plan(CtxwinKeptPlan(&recount_plan, recount_query, 2, argtypes), args, NULL,
-						 false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+	if (CtxwinQueryRow(&recount_q, args, NULL, cols, colnulls, 3) != 1)
 		elog(ERROR, "recounting the tokens of session %s failed", CtxwinUuidText(session_id));
-	row = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
 	/* a sum, coalesced: never NULL */
-	*unsummarized_tokens = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-	if (isnull)
+	if (colnulls[0])
 		elog(ERROR, "unsummarized tokens of session are NULL");
-	d = SPI_getbinval(row, desc, 2, &isnull);
-	prompt = isnull ? NULL : DatumGetTextPP(d);
-	d = SPI_getbinval(row, desc, 3, &isnull);
-	summary = isnull ? NULL : DatumGetTextPP(d);
+	*unsummarized_tokens = DatumGetInt64(cols[0]);
+	prompt = colnulls[1] ? NULL : DatumGetTextPP(cols[1]);
+	summary = colnulls[2] ? NULL : DatumGetTextPP(cols[2]);
 
 	nsys = CtxwinSystemMessages(prompt, summary,
-								st->placement_null ? NULL : TextDatumGetCString(st->placement),
+								st->placement == NULL ? NULL : text_to_cstring(st->placement),
 								enc, sys);
 	/* each message's count an int, as count_message_tokens gives it; their sum an int */
 	for (i = 0; i < nsys; i++)

@@ -161,42 +161,26 @@ ctxwin_should_queue(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(ctxwin_summary_waits);
 
 /*
- * An interval in milliseconds, a month as 30 days and a day as 24 hours,
- * within +-2^62 (an infinite interval is the bound).  Not quite as
- * EXTRACT(epoch FROM ...) counts: that counts each 12 months as 365.25
- * days, where this counts 360.
- */
-static int64
-IntervalMs(const Interval *iv)
-{
-	double		ms = (double) iv->time / 1000.0 + (double) iv->day * 86400000.0 +
-		(double) iv->month * 30.0 * 86400000.0;
-	double		bound = (double) (INT64CONST(1) << 62);
-
-	return (int64) Max(Min(ms, bound), -bound);
-}
-
-/*
- * _summary_waits(context_tokens bigint, window_policy text, budget int,
- *				  low_water real, idle interval, cache_ttl interval) returns
- *				  boolean
+ * _summary_waits(context_tokens bigint, window_policy text,
+ *				  context_window int, response_reserve int, low_water real,
+ *				  idle interval, cache_ttl interval) returns boolean
  *
  * SummaryWaits (rules.c) for the SQL that takes the compaction queue (the
  * worker's claim and compact()): whether a queued session's summary waits
  * for its stable window to near its jump or for the provider's cache to
- * go cold.  NULL arguments give NULL.
+ * go cold, with the budget of CtxwinBudget and the durations of
+ * CtxwinIntervalMs, as context_status and the insert trigger decide it.
+ * NULL arguments give NULL.
  */
 Datum
 ctxwin_summary_waits(PG_FUNCTION_ARGS)
 {
-	Interval   *idle = PG_GETARG_INTERVAL_P(4);
-	Interval   *ttl = PG_GETARG_INTERVAL_P(5);
-	int64		idle_ms = IntervalMs(idle);
-	int64		ttl_ms = IntervalMs(ttl);
+	int64		budget = CtxwinBudget(PG_GETARG_INT32(2), PG_GETARG_INT32(3));
+	int64		idle_ms = CtxwinIntervalMs(PG_GETARG_INTERVAL_P(5));
+	int64		ttl_ms = CtxwinIntervalMs(PG_GETARG_INTERVAL_P(6));
 
 	PG_RETURN_BOOL(SummaryWaits(strcmp(text_to_cstring(PG_GETARG_TEXT_PP(1)), "stable") == 0,
-								PG_GETARG_INT64(0), PG_GETARG_INT32(2), PG_GETARG_FLOAT4(3),
-								idle_ms, ttl_ms));
+								PG_GETARG_INT64(0), budget, PG_GETARG_FLOAT4(4), idle_ms, ttl_ms));
 }
 
 PG_FUNCTION_INFO_V1(ctxwin_summary_may_end);

@@ -325,7 +325,7 @@ CheckMessage(Relation rel, const NewMessage *m)
  * for it is no session).
  */
 static PendingSession *
-SessionCounters(Datum session_id, bool lock, Settings *st, bool *have_settings)
+SessionCounters(Datum session_id, bool lock, ProfileSettings *st, bool *have_settings)
 {
 	PendingSession *e = CtxwinCountersFind(session_id);
 
@@ -333,7 +333,7 @@ SessionCounters(Datum session_id, bool lock, Settings *st, bool *have_settings)
 	if (e != NULL && !e->c.stale)
 		return e;
 	e = CtxwinCountersRead(session_id, e, lock);
-	if (e == NULL || !CtxwinReadSettings(e->c.profile, st))
+	if (e == NULL || !CtxwinSettingsRead(e->c.profile, SETTINGS_FOR_TRIGGER, st))
 		CtxwinSessionNotFound(session_id, true);
 	*have_settings = true;
 	return e;
@@ -423,7 +423,7 @@ MessageTokens(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const N
  * another encoding, recounted.
  */
 static void
-TokensInEncoding(const PendingSession *e, Datum session_id, const Settings *st,
+TokensInEncoding(const PendingSession *e, Datum session_id, const ProfileSettings *st,
 				 const CtxwinEncoding *enc, MessageCount *mc)
 {
 	if (e->c.count_encoding != NULL && CtxwinTextsEqual(e->c.count_encoding, st->encoding))
@@ -437,20 +437,14 @@ TokensInEncoding(const PendingSession *e, Datum session_id, const Settings *st,
 
 /* Whether a summary trigger fires (NULL: off), beyond the newest min_recent. */
 static bool
-SummaryTriggerFires(const Settings *st, const MessageCount *mc)
+SummaryTriggerFires(const ProfileSettings *st, const MessageCount *mc)
 {
-	TriggerSettings ts = {
-		.max_messages_on = !st->max_messages_null, .max_messages = st->max_messages,
-		.max_tokens_on = !st->max_tokens_null, .max_tokens = st->max_tokens,
-		.ratio_on = !st->ratio_null, .ratio = st->trigger_ratio,
-		.context_window = st->context_window, .min_recent = st->min_recent
-	};
 	TriggerCounts tc = {
 		.messages = mc->unsummarized_messages, .tokens = mc->unsummarized_tokens,
 		.prompt_tokens = mc->prompt_tokens
 	};
 
-	return SessionQueues(&ts, &tc);
+	return SessionQueues(&st->triggers, &tc);
 }
 
 /*
@@ -460,9 +454,9 @@ SummaryTriggerFires(const Settings *st, const MessageCount *mc)
  * worker's sweeps find those.)
  */
 static bool
-SummaryWaitEnds(const Settings *st, const PendingSession *e, const MessageCount *mc)
+SummaryWaitEnds(const ProfileSettings *st, const PendingSession *e, const MessageCount *mc)
 {
-	int64		budget = (int64) st->context_window - st->response_reserve;
+	int64		budget = CtxwinBudget(st->context_window, st->response_reserve);
 	int64		before = e->c.unsummarized_tokens + e->c.prompt_tokens + CTXWIN_LIST_OVERHEAD;
 	int64		after = mc->unsummarized_tokens + mc->prompt_tokens + CTXWIN_LIST_OVERHEAD;
 
@@ -478,7 +472,7 @@ SummaryWaitEnds(const Settings *st, const PendingSession *e, const MessageCount 
  */
 static void
 CountMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const NewMessage *m,
-			 const PendingSession *e, const Settings *st, MessageCount *mc)
+			 const PendingSession *e, const ProfileSettings *st, MessageCount *mc)
 {
 	const CtxwinEncoding *enc;
 
@@ -559,7 +553,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 	MessageColumns cols;
 	NewMessage	m;
 	PendingSession *e;
-	Settings	st;
+	ProfileSettings st;
 	bool		have_settings;
 	bool		ahead;
 	bool		wake;
@@ -582,7 +576,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 			SPI_finish();
 			return tup;
 		}
-		if (!have_settings && !CtxwinReadSettings(e->c.profile, &st))
+		if (!have_settings && !CtxwinSettingsRead(e->c.profile, SETTINGS_FOR_TRIGGER, &st))
 			CtxwinSessionNotFound(m.session_id, true);
 
 		CountMessage(tup, desc, &cols, &m, e, &st, &mc);

@@ -50,7 +50,7 @@ ctxwin_build_request(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	CtxwinWindowOfArgs(fcinfo, tools, &sv, &w, &provider);
-	if (anthropic && sv.response_reserve < 1)
+	if (anthropic && sv.st.response_reserve < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("profile \"%s\" has a response_reserve of 0, and an Anthropic request needs max_tokens of at least 1",
@@ -59,12 +59,13 @@ ctxwin_build_request(PG_FUNCTION_ARGS)
 	/* the result outlives SPI's memory */
 	MemoryContextSwitchTo(callcxt);
 	if (anthropic)
-		result = CtxwinRequestAnthropic(&w, sv.model, sv.response_reserve, tools, cache);
+		result = CtxwinRequestAnthropic(&w, text_to_cstring(sv.st.model), sv.st.response_reserve,
+										tools, cache);
 	else
-		result = CtxwinRequestOpenAI(&w, sv.model,
+		result = CtxwinRequestOpenAI(&w, text_to_cstring(sv.st.model),
 									 provider != NULL && strcmp(provider, "openai") == 0 ?
 									 "max_completion_tokens" : "max_tokens",
-									 sv.response_reserve, tools,
+									 sv.st.response_reserve, tools,
 									 cache ? CtxwinUuidText(sv.id) : NULL);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);

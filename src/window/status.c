@@ -79,11 +79,12 @@ UnsummarizedTokens(const SessionView *sv)
 	Datum		n;
 	bool		isnull;
 
-	if (sv->count_encoding != NULL && strcmp(sv->count_encoding, sv->encoding_name) == 0)
+	if (sv->count_encoding != NULL &&
+		strcmp(sv->count_encoding, text_to_cstring(sv->st.encoding)) == 0)
 		return sv->unsummarized_tokens;
 	args[0] = sv->id;
 	args[1] = Int64GetDatum(sv->summary_through_id);
-	args[2] = CStringGetTextDatum(sv->encoding_name);
+	args[2] = PointerGetDatum(sv->st.encoding);
 	if (CtxwinQueryRow(&recount_q, args, NULL, &n, &isnull, 1) != 1)
 		elog(ERROR, "recounting the unsummarized tokens of a session failed");
 	return isnull ? 0 : DatumGetInt64(n);
@@ -104,7 +105,8 @@ CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts)
 	counts->messages = sv->message_count - sv->summary_through_id;
 	counts->tokens = UnsummarizedTokens(sv);
 	counts->prompt_tokens = 0;
-	nsys = CtxwinSystemMessages(sv->system_prompt, sv->summary, sv->placement, sv->enc, sys);
+	nsys = CtxwinSystemMessages(sv->system_prompt, sv->summary, CtxwinSessionPlacement(sv), sv->enc,
+								sys);
 	for (i = 0; i < nsys; i++)
 		counts->prompt_tokens += sys[i].tokens;
 }
@@ -123,7 +125,7 @@ CtxwinSessionDue(Datum id)
 	if (!CtxwinSessionFind(id, &sv))
 		return false;
 	CtxwinSessionCounts(&sv, &counts);
-	return TriggersFiring(&sv.triggers, &counts) != 0;
+	return TriggersFiring(&sv.st.triggers, &counts) != 0;
 }
 
 /* _session_due(session uuid) returns boolean: CtxwinSessionDue (false for NULL). */
@@ -183,37 +185,37 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 	CtxwinSessionRead(fcinfo->args[0], &sv);
 
 	CtxwinSessionCounts(&sv, &counts);
-	firing = TriggersFiring(&sv.triggers, &counts);
+	firing = TriggersFiring(&sv.st.triggers, &counts);
 
 #define SET(col, datum) (values[col] = (datum), nulls[col] = false)
 	SET(S_SESSION_ID, sv.id);
 	SET(S_PROFILE, CStringGetTextDatum(sv.profile));
-	SET(S_MODEL, CStringGetTextDatum(sv.model));
-	SET(S_ENCODING, CStringGetTextDatum(sv.encoding_name));
-	SET(S_CONTEXT_WINDOW, Int32GetDatum(sv.context_window));
+	SET(S_MODEL, PointerGetDatum(sv.st.model));
+	SET(S_ENCODING, PointerGetDatum(sv.st.encoding));
+	SET(S_CONTEXT_WINDOW, Int32GetDatum(sv.st.context_window));
 	SET(S_MESSAGE_COUNT, Int64GetDatum(sv.message_count));
 	SET(S_SUMMARY_THROUGH_ID, Int64GetDatum(sv.summary_through_id));
 	SET(S_MESSAGES_SINCE_SUMMARY, Int64GetDatum(counts.messages));
 	SET(S_TOKENS_SINCE_SUMMARY, Int64GetDatum(counts.tokens));
-	if (sv.triggers.max_messages_on)
+	if (sv.st.triggers.max_messages_on)
 	{
-		SET(S_MAX_MESSAGES, Int32GetDatum(sv.triggers.max_messages));
-		SET(S_MESSAGES_PCT, Percent(Num(counts.messages), Num(sv.triggers.max_messages)));
+		SET(S_MAX_MESSAGES, Int32GetDatum(sv.st.triggers.max_messages));
+		SET(S_MESSAGES_PCT, Percent(Num(counts.messages), Num(sv.st.triggers.max_messages)));
 	}
-	if (sv.triggers.max_tokens_on)
+	if (sv.st.triggers.max_tokens_on)
 	{
-		SET(S_MAX_TOKENS, Int32GetDatum(sv.triggers.max_tokens));
-		SET(S_TOKENS_PCT, Percent(Num(counts.tokens), Num(sv.triggers.max_tokens)));
+		SET(S_MAX_TOKENS, Int32GetDatum(sv.st.triggers.max_tokens));
+		SET(S_TOKENS_PCT, Percent(Num(counts.tokens), Num(sv.st.triggers.max_tokens)));
 	}
 	SET(S_CONTEXT_TOKENS, Int64GetDatum(ContextTokens(&counts)));
-	SET(S_CONTEXT_PCT, Percent(Num(ContextTokens(&counts)), Num(sv.context_window)));
-	if (sv.triggers.ratio_on)
+	SET(S_CONTEXT_PCT, Percent(Num(ContextTokens(&counts)), Num(sv.st.context_window)));
+	if (sv.st.triggers.ratio_on)
 	{
-		SET(S_TRIGGER_RATIO, Float4GetDatum(sv.triggers.ratio));
+		SET(S_TRIGGER_RATIO, Float4GetDatum(sv.st.triggers.ratio));
 		SET(S_RATIO_PCT, Percent(Num(ContextTokens(&counts)),
 								 DirectFunctionCall1(float8_numeric,
-													 Float8GetDatum((double) sv.triggers.ratio *
-																	(double) sv.context_window))));
+													 Float8GetDatum((double) sv.st.triggers.ratio *
+																	(double) sv.st.context_window))));
 	}
 	SET(S_WILL_TRIGGER, BoolGetDatum(firing != 0));
 	for (i = 0; i < lengthof(trigger_names); i++)
@@ -238,7 +240,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 		SET(S_LAST_ERROR, PointerGetDatum(sv.last_error));
 	if (!sv.last_error_at_null)
 		SET(S_LAST_ERROR_AT, TimestampTzGetDatum(sv.last_error_at));
-	SET(S_BUDGET_MARGIN, Float4GetDatum(sv.budget_margin));
+	SET(S_BUDGET_MARGIN, Float4GetDatum(sv.st.budget_margin));
 
 	/* the window build_context returns by default, or why there is none */
 	initStringInfo(&note);
@@ -255,7 +257,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 	else
 		AddNote(&note, w.error);
 
-	if (firing != 0 && counts.messages <= sv.triggers.min_recent)
+	if (firing != 0 && counts.messages <= sv.st.triggers.min_recent)
 	{
 		StringInfoData which;
 
@@ -263,17 +265,17 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 		for (i = 0; i < nnames; i++)
 			appendStringInfo(&which, "%s%s", i > 0 ? " and " : "", TextDatumGetCString(names[i]));
 		AddNote(&note, psprintf("The newest %d messages are never summarized (min_recent_messages), and they alone keep the %s trigger firing.",
-								sv.triggers.min_recent, which.data));
+								sv.st.triggers.min_recent, which.data));
 	}
 	else if (!sv.queued_at_null &&
-			 SummaryWaits(sv.stable, ContextTokens(&counts),
-						  (int64) sv.context_window - sv.response_reserve, sv.low_water,
-						  sv.idle_ms, sv.cache_ttl_ms))
+			 SummaryWaits(sv.st.stable, ContextTokens(&counts),
+						  CtxwinBudget(sv.st.context_window, sv.st.response_reserve), sv.st.low_water,
+						  sv.idle_ms, sv.st.cache_ttl_ms))
 		AddNote(&note, "A summary is due; under the stable window it waits until the context nears the budget or the session has been idle for cache_ttl, so that the provider's cached prefix stays valid.");
 	else if (window_ok && w.dropped_messages > 0)
 		AddNote(&note, psprintf("The %lld oldest unsummarized messages %s until a summary covers them.",
 								(long long) w.dropped_messages,
-								sv.stable ? "are before the stable window's start and left out" :
+								sv.st.stable ? "are before the stable window's start and left out" :
 								"do not fit the budget and are left out"));
 	if (note.len > 0)
 		SET(S_NOTE, CStringGetTextDatum(note.data));

@@ -3,7 +3,7 @@
  *		The window of a session: what build_context sends and context_status
  *		reports.
  *
- * A session is read with its settings in one query (CtxwinSessionRead).
+ * A session is read with its settings (CtxwinSessionRead, session.c).
  * The window is its system messages (prompt and summary, per
  * summary_placement), then the newest unsummarized messages that fit the
  * budget, in whole units: a message, or an assistant message with tool
@@ -183,10 +183,10 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
 static int64
 StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room)
 {
-	if (!sv->stable || sv->count_encoding == NULL ||
-		strcmp(sv->count_encoding, sv->encoding_name) != 0)
+	if (!sv->st.stable || sv->count_encoding == NULL ||
+		strcmp(sv->count_encoding, text_to_cstring(sv->st.encoding)) != 0)
 		return room;
-	return StableRoom(sv->unsummarized_tokens, room, (int64) floor(sv->low_water * b) - prompt_tokens);
+	return StableRoom(sv->unsummarized_tokens, room, (int64) floor(sv->st.low_water * b) - prompt_tokens);
 }
 
 /*
@@ -203,7 +203,7 @@ bool
 CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
 				  bool with_texts, Window *w)
 {
-	int64		b = has_budget ? budget : CtxwinDefaultBudget(sv);
+	int64		b = has_budget ? budget : CtxwinDefaultBudget(&sv->st);
 	int64		room;
 	int64		stable_room;
 	PackWalk	walk;
@@ -217,10 +217,11 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 		return WindowError(w, "token budget must be greater than zero",
 						   has_budget ? NULL :
 						   psprintf("The context window (%d) less the response reserve (%d) of profile \"%s\" leaves none.",
-									sv->context_window, sv->response_reserve, sv->profile),
+									sv->st.context_window, sv->st.response_reserve, sv->profile),
 						   NULL);
 
-	w->nsystem = CtxwinSystemMessages(sv->system_prompt, sv->summary, sv->placement, sv->enc, w->system);
+	w->nsystem = CtxwinSystemMessages(sv->system_prompt, sv->summary, CtxwinSessionPlacement(sv),
+									  sv->enc, w->system);
 	w->prompt_tokens = CTXWIN_LIST_OVERHEAD;
 	for (i = 0; i < w->nsystem; i++)
 		w->prompt_tokens += w->system[i].tokens;
@@ -338,14 +339,31 @@ CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Windo
 
 	CtxwinSessionRead(fcinfo->args[0], sv);
 	if (tools != NULL || provider != NULL)
-		model_provider = CtxwinModelProvider(sv->model);
+		model_provider = CtxwinModelProvider(text_to_cstring(sv->st.model));
 	if (tools != NULL)
-		tool_tokens = CtxwinToolTokens(tools, sv->enc, sv->model, model_provider);
+		tool_tokens = CtxwinToolTokens(tools, sv->enc, text_to_cstring(sv->st.model), model_provider);
 	if (provider != NULL)
 		*provider = model_provider;
 	if (!CtxwinWindowBuild(sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1),
 						   tool_tokens, true, w))
 		CtxwinWindowRaise(w);
+}
+
+/*
+ * The window of an SQL call's arguments (CtxwinWindowOfArgs; its tools are
+ * argument tools_argno), with SPI connected and the caller's memory context
+ * current again, so that what is built from it outlives SPI's memory; the
+ * caller ends with SPI_finish.
+ */
+static void
+WindowOfCall(FunctionCallInfo fcinfo, int tools_argno, SessionView *sv, Window *w)
+{
+	MemoryContext callcxt = CurrentMemoryContext;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, tools_argno), sv, w, NULL);
+	MemoryContextSwitchTo(callcxt);
 }
 
 /*
@@ -362,13 +380,8 @@ ctxwin_build_context(PG_FUNCTION_ARGS)
 	SessionView sv;
 	Window		w;
 	Jsonb	   *result;
-	MemoryContext callcxt = CurrentMemoryContext;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, 3), &sv, &w, NULL);
-	/* the result outlives SPI's memory */
-	MemoryContextSwitchTo(callcxt);
+	WindowOfCall(fcinfo, 3, &sv, &w);
 	result = anthropic ? CtxwinWindowAnthropic(&w, cache) : CtxwinWindowOpenAI(&w);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
@@ -385,13 +398,9 @@ ctxwin_window(PG_FUNCTION_ARGS)
 	SessionView sv;
 	Window		w;
 	Jsonb	   *result;
-	MemoryContext callcxt = CurrentMemoryContext;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, 2), &sv, &w, NULL);
-	MemoryContextSwitchTo(callcxt);
-	result = CtxwinWindowReport(&w, sv.encoding_name);
+	WindowOfCall(fcinfo, 2, &sv, &w);
+	result = CtxwinWindowReport(&w, text_to_cstring(sv.st.encoding));
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }
