@@ -23,9 +23,10 @@ CTXWIN_MODULE_MAGIC;
 void		_PG_init(void);
 
 /*
- * Module load: every setting (base/guc.c), the transaction callbacks that
- * reset the bookkeeping flag (base/spi.c) and the insert trigger's
- * counters (ingest/counters.c); where the library is preloaded, the shared
+ * Module load: every setting (base/guc.c), glibc's malloc thresholds
+ * raised as a large allocation raises them (base/util.c), the transaction
+ * callbacks that reset the bookkeeping flag (base/spi.c) and the insert
+ * trigger's counters (ingest/counters.c); where the library is preloaded, the shared
  * memory and utility hooks and the launcher (worker/launcher.c); then the
  * prefix "ctxwin." is reserved, so that a misspelled ctxwin setting is an
  * error rather than a placeholder.  Token counting needs no
@@ -36,6 +37,7 @@ void
 _PG_init(void)
 {
 	CtxwinDefineSettings();
+	CtxwinMallocSettle();
 	CtxwinBookkeepingInit();
 	CtxwinTriggerInit();
 

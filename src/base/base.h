@@ -131,6 +131,8 @@ extern bool CtxwinTextsEqual(text *a, text *b);
  */
 #define CTXWIN_MS_BOUND (INT64CONST(1) << 50)
 extern int64 CtxwinIntervalMs(const Interval *iv);
+/* raises glibc's malloc thresholds once, at module load (see there) */
+extern void CtxwinMallocSettle(void);
 /* compares two versions, major.minor.patch (<0, 0, >0) */
 extern int	ctxwin_version_cmp(const char *a, const char *b);
 
