@@ -99,6 +99,9 @@ typedef enum SegmentPlanKind
 	SEGMENT_APPEND
 } SegmentPlanKind;
 
+/* What joins two segments of a summary: a blank line. */
+#define CTXWIN_SEGMENT_SEPARATOR "\n\n"
+
 /* Tokens kept free where a segment joins the summary: its blank line and the seam. */
 #define CTXWIN_SEGMENT_SEAM 4
 
