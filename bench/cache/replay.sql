@@ -40,7 +40,8 @@ LANGUAGE sql AS $$
 $$;
 
 CREATE TABLE bench.requests (
-    scenario text, policy text, turn int, body jsonb, tokens int, cached int, fresh int);
+    scenario text, policy text, turn int, body jsonb, tokens int, cached int, fresh int,
+    compacted boolean);
 
 -- Whether message m is message p with text appended to its content (and
 -- nothing else changed).
@@ -94,7 +95,9 @@ BEGIN
                                                  WHERE i <= k), 'o200k_base') END
                + CASE WHEN k < n AND k < jsonb_array_length(prev) AND bench.extends(body -> k, prev -> k)
                       THEN ctxwin.count_message_tokens(prev -> k, 'o200k_base') - 1 ELSE 0 END,
-               bench.fresh(body, prev);
+               bench.fresh(body, prev),
+               -- the first request with a new summary (placement 'message': the second message)
+               body -> 1 ->> 'role' = 'system' AND body -> 1 IS DISTINCT FROM prev -> 1;
         prev := body;
         IF tools AND t % 5 = 0 THEN
             INSERT INTO ctxwin.messages (session_id, role, content, tool_calls)
@@ -159,6 +162,17 @@ FROM (SELECT a.scenario, a.cached::numeric / a.input AS c, a.cached::numeric / (
             FROM bench.requests WHERE policy = 'sliding' GROUP BY scenario) b USING (scenario)
       WHERE a.policy = 'stable') x
 ORDER BY scenario;
-SELECT format('summaries written: %s', (SELECT string_agg(format('%s %s', p, n), ', ')
-    FROM (SELECT s.profile AS p, count(*) AS n FROM ctxwin.summaries x JOIN ctxwin.sessions s ON s.id = x.session_id
+SELECT '';
+SELECT '| scenario | policy | requests with a new summary | their input tokens | cacheable of it | new | of the ceiling |';
+SELECT '|---|---|---:|---:|---:|---:|---:|';
+SELECT format('| %s | %s | %s | %s | %s %% | %s %% | %s %% |', scenario, policy, count(*), sum(tokens),
+              round(100.0 * sum(cached) / sum(tokens), 1), round(100.0 * sum(fresh) / sum(tokens), 1),
+              round(100.0 * sum(cached) / sum(tokens - fresh), 1))
+FROM bench.requests WHERE compacted GROUP BY scenario, policy ORDER BY scenario, policy DESC;
+SELECT '';
+-- (segments: a column of ctxwin.summaries since segmented summaries, read
+-- from the row so that the replay runs on the versions before them too)
+SELECT format('summaries written: %s', (SELECT string_agg(format('%s %s (%s appended as segments)', p, n, a), ', ')
+    FROM (SELECT s.profile AS p, count(*) AS n, count(*) FILTER (WHERE to_jsonb(x) ->> 'segments' IS NOT NULL) AS a
+          FROM ctxwin.summaries x JOIN ctxwin.sessions s ON s.id = x.session_id
           GROUP BY s.profile ORDER BY s.profile) y));
