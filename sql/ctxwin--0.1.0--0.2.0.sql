@@ -1862,56 +1862,165 @@ RETURN 'This time do not write an updated summary: the previous summary is kept 
 COMMENT ON FUNCTION ctxwin.segment_summary_prompt() IS
 'Appended to the summary prompt when the LLM''s answer becomes a new segment of the summary (a stable window''s)';
 
--- Keeps summary_segments true to conversation_summary: a summary written
--- without them (an application's own) is one segment; given, they must add
--- up to the summary, segment by segment, with a blank line between two.
-CREATE FUNCTION ctxwin._sessions_segments() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- A summary's segments as ctxwin.sessions.summary_segments keeps them:
+-- NULL for one segment (or no summary), else the lengths in characters of
+-- two or more segments that add up to the summary, with a blank line
+-- between two; raises for lengths that do not.  _sessions_maintain calls it.
+CREATE FUNCTION ctxwin._segments_checked(summary text, segments int[])
+RETURNS int[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    seg int[] := NEW.summary_segments;
     pos int := 1;
     k int;
 BEGIN
-    IF TG_OP = 'UPDATE' AND seg IS NOT DISTINCT FROM OLD.summary_segments
-       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
-        NEW.summary_segments := NULL;
-        RETURN NEW;
+    IF segments IS NULL THEN
+        RETURN NULL;
     END IF;
-    IF seg IS NULL THEN
-        RETURN NEW;
-    END IF;
-    IF cardinality(seg) = 1 AND seg[1] = length(NEW.conversation_summary) THEN
+    IF cardinality(segments) = 1 AND segments[1] = length(summary) THEN
         -- one segment: the whole summary
-        NEW.summary_segments := NULL;
-        RETURN NEW;
+        RETURN NULL;
     END IF;
-    IF array_ndims(seg) = 1 AND cardinality(seg) >= 2 AND array_position(seg, NULL) IS NULL
-       AND NEW.conversation_summary IS NOT NULL THEN
-        FOR k IN 1 .. cardinality(seg) LOOP
-            EXIT WHEN seg[k] < 1;
-            pos := pos + seg[k];
-            IF k = cardinality(seg) THEN
-                IF pos = length(NEW.conversation_summary) + 1 THEN
-                    RETURN NEW;
+    IF array_ndims(segments) = 1 AND cardinality(segments) >= 2 AND array_position(segments, NULL) IS NULL
+       AND summary IS NOT NULL THEN
+        FOR k IN 1 .. cardinality(segments) LOOP
+            EXIT WHEN segments[k] < 1;
+            pos := pos + segments[k];
+            IF k = cardinality(segments) THEN
+                IF pos = length(summary) + 1 THEN
+                    RETURN segments;
                 END IF;
-            ELSIF substr(NEW.conversation_summary, pos, 2) = E'\n\n' THEN
+            ELSIF substr(summary, pos, 2) = E'\n\n' THEN
                 pos := pos + 2;
             ELSE
                 EXIT;
             END IF;
         END LOOP;
     END IF;
-    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', seg
+    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', segments
         USING ERRCODE = 'check_violation',
-              DETAIL = format('The summary has %s characters.', coalesce(length(NEW.conversation_summary), 0)),
+              DETAIL = format('The summary has %s characters.', coalesce(length(summary), 0)),
               HINT = 'summary_segments holds the length in characters of each segment, oldest first, with a blank line (two newlines) between two, or NULL for a summary of one segment; leave it out when you write the summary yourself.';
 END $$;
 
-COMMENT ON FUNCTION ctxwin._sessions_segments() IS
-'Trigger on sessions: a summary written without its segments is one segment; segments given must add up to the summary';
+COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
+'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
 
-CREATE TRIGGER sessions_segments BEFORE INSERT OR UPDATE OF conversation_summary, summary_segments ON ctxwin.sessions
-    FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_segments();
+-- The sessions trigger keeps summary_segments true to the summary, and runs
+-- when they change.
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
+        IF NEW.summary_through_id < OLD.summary_through_id THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group (_summary_may_end)
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    -- the summary's segments (a stable window's): a summary written without
+    -- them (an application's own) is one segment; given, they must add up
+    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
+       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        NEW.summary_segments := NULL;
+    END IF;
+    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
+
+DROP TRIGGER sessions_maintain_update ON ctxwin.sessions;
+CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
+    FOR EACH ROW
+    WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
+          OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
+          OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
+          OR OLD.profile IS DISTINCT FROM NEW.profile
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
+    EXECUTE FUNCTION ctxwin._sessions_maintain();
 
 CREATE OR REPLACE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
 RETURNS jsonb

@@ -630,53 +630,45 @@ RETURN 'This time do not write an updated summary: the previous summary is kept 
 COMMENT ON FUNCTION ctxwin.segment_summary_prompt() IS
 'Appended to the summary prompt when the LLM''s answer becomes a new segment of the summary (a stable window''s)';
 
--- Keeps summary_segments true to conversation_summary: a summary written
--- without them (an application's own) is one segment; given, they must add
--- up to the summary, segment by segment, with a blank line between two.
-CREATE FUNCTION ctxwin._sessions_segments() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- A summary's segments as ctxwin.sessions.summary_segments keeps them:
+-- NULL for one segment (or no summary), else the lengths in characters of
+-- two or more segments that add up to the summary, with a blank line
+-- between two; raises for lengths that do not.  _sessions_maintain calls it.
+CREATE FUNCTION ctxwin._segments_checked(summary text, segments int[])
+RETURNS int[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    seg int[] := NEW.summary_segments;
     pos int := 1;
     k int;
 BEGIN
-    IF TG_OP = 'UPDATE' AND seg IS NOT DISTINCT FROM OLD.summary_segments
-       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
-        NEW.summary_segments := NULL;
-        RETURN NEW;
+    IF segments IS NULL THEN
+        RETURN NULL;
     END IF;
-    IF seg IS NULL THEN
-        RETURN NEW;
-    END IF;
-    IF cardinality(seg) = 1 AND seg[1] = length(NEW.conversation_summary) THEN
+    IF cardinality(segments) = 1 AND segments[1] = length(summary) THEN
         -- one segment: the whole summary
-        NEW.summary_segments := NULL;
-        RETURN NEW;
+        RETURN NULL;
     END IF;
-    IF array_ndims(seg) = 1 AND cardinality(seg) >= 2 AND array_position(seg, NULL) IS NULL
-       AND NEW.conversation_summary IS NOT NULL THEN
-        FOR k IN 1 .. cardinality(seg) LOOP
-            EXIT WHEN seg[k] < 1;
-            pos := pos + seg[k];
-            IF k = cardinality(seg) THEN
-                IF pos = length(NEW.conversation_summary) + 1 THEN
-                    RETURN NEW;
+    IF array_ndims(segments) = 1 AND cardinality(segments) >= 2 AND array_position(segments, NULL) IS NULL
+       AND summary IS NOT NULL THEN
+        FOR k IN 1 .. cardinality(segments) LOOP
+            EXIT WHEN segments[k] < 1;
+            pos := pos + segments[k];
+            IF k = cardinality(segments) THEN
+                IF pos = length(summary) + 1 THEN
+                    RETURN segments;
                 END IF;
-            ELSIF substr(NEW.conversation_summary, pos, 2) = E'\n\n' THEN
+            ELSIF substr(summary, pos, 2) = E'\n\n' THEN
                 pos := pos + 2;
             ELSE
                 EXIT;
             END IF;
         END LOOP;
     END IF;
-    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', seg
+    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', segments
         USING ERRCODE = 'check_violation',
-              DETAIL = format('The summary has %s characters.', coalesce(length(NEW.conversation_summary), 0)),
+              DETAIL = format('The summary has %s characters.', coalesce(length(summary), 0)),
               HINT = 'summary_segments holds the length in characters of each segment, oldest first, with a blank line (two newlines) between two, or NULL for a summary of one segment; leave it out when you write the summary yourself.';
 END $$;
 
-COMMENT ON FUNCTION ctxwin._sessions_segments() IS
-'Trigger on sessions: a summary written without its segments is one segment; segments given must add up to the summary';
-
-CREATE TRIGGER sessions_segments BEFORE INSERT OR UPDATE OF conversation_summary, summary_segments ON ctxwin.sessions
-    FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_segments();
+COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
+'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
