@@ -290,6 +290,31 @@ FROM plans WHERE step = 'd2';
 SELECT is((SELECT summary_segments FROM ctxwin.sessions WHERE id = '30000000-0000-4000-8000-00000000000d'), ARRAY[34, 36],
           '... with its segments'' lengths');
 
+-- a segment's request fits the summary model's window too, the summary so far included
+INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES ('tiny-summarizer', 'o200k_base', 3000, 'openai');
+INSERT INTO ctxwin.profiles (name, model, summary_model, max_messages_before_summary, max_tokens_before_summary,
+                             trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy)
+VALUES ('segtiny', 'gpt-4.1', 'tiny-summarizer', 10, NULL, NULL, 2, 1200, 'llm');
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('30000000-0000-4000-8000-000000000011', 'segtiny');
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '30000000-0000-4000-8000-000000000011', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+       (SELECT string_agg(format('item%s-%s', g, k), ' ') FROM generate_series(1, 40) k)
+FROM generate_series(1, 40) g;
+INSERT INTO plans VALUES ('t1', ctxwin._summary_plan('30000000-0000-4000-8000-000000000011', true, NULL));
+SELECT is((ctxwin._summary_finish(plan, pg_temp.answer((SELECT string_agg(format('fact%s', k), ' ') FROM generate_series(1, 300) k)))).version,
+          1, '(a first summary of some 500 tokens)')
+FROM plans WHERE step = 't1';
+INSERT INTO plans VALUES ('t2', ctxwin._summary_plan('30000000-0000-4000-8000-000000000011', true, NULL));
+SELECT is(ARRAY[plan ->> 'segment', (position(pg_temp.summary('30000000-0000-4000-8000-000000000011') IN plan ->> 'prompt') > 0)::text],
+          ARRAY['true', 'true'], 'a segment asked of a summary model with a small window holds the summary so far')
+FROM plans WHERE step = 't2';
+SELECT cmp_ok(ctxwin.count_tokens(plan ->> 'system_prompt', 'o200k_base') + ctxwin.count_tokens(plan ->> 'prompt', 'o200k_base')
+              + 2 * 4 + 3 + (plan ->> 'answer_tokens')::int, '<=', 3000,
+              '... and fits its 3,000 tokens')
+FROM plans WHERE step = 't2';
+SELECT cmp_ok((plan ->> 'through')::int, '<', 38, '... covering fewer messages than are due (the rest comes next)')
+FROM plans WHERE step = 't2';
+
 -- hybrid: a segment's facts are its messages' own, not those the summary holds
 SELECT pg_temp.talk('30000000-0000-4000-8000-00000000000f', 1, 10);
 INSERT INTO plans VALUES ('f1', ctxwin._summary_plan('30000000-0000-4000-8000-00000000000f', true, NULL));
