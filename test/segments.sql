@@ -337,6 +337,23 @@ SELECT is(pg_temp.summary('30000000-0000-4000-8000-00000000000f'),
           summary || E'\n\n' || (SELECT plan ->> 'facts' FROM plans WHERE step = 'f2') || E'\n\nDeploys 9 to 18.',
           '... after the summary: its facts, then the LLM''s text')
 FROM seen WHERE step = 'f1';
+-- consolidated: the Facts line of every segment merged into one (a summary
+-- of two segments written by hand, long enough to leave less than an eighth)
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('30000000-0000-4000-8000-000000000012', 'seghyb');
+SELECT pg_temp.talk('30000000-0000-4000-8000-000000000012', 1, 20);
+UPDATE ctxwin.sessions
+SET conversation_summary = 'Facts: alpha_one' || E'\n\n' || 'Deploys 1 to 8.' || repeat(' Fine.', 95)
+                           || E'\n\n' || 'Facts: beta_two' || E'\n\n' || 'Deploys 9 to 18.' || repeat(' Fine.', 95),
+    summary_segments = ARRAY[length('Facts: alpha_one' || E'\n\n' || 'Deploys 1 to 8.' || repeat(' Fine.', 95)),
+                             length('Facts: beta_two' || E'\n\n' || 'Deploys 9 to 18.' || repeat(' Fine.', 95))],
+    summary_through_id = 18
+WHERE id = '30000000-0000-4000-8000-000000000012';
+SELECT pg_temp.talk('30000000-0000-4000-8000-000000000012', 21, 30);
+INSERT INTO plans VALUES ('g1', ctxwin._summary_plan('30000000-0000-4000-8000-000000000012', true, NULL));
+SELECT is(ARRAY[plan ->> 'segment', left(plan ->> 'facts', 29), (plan ->> 'prompt' LIKE '%Facts: %New messages:%')::text],
+          ARRAY['false', 'Facts: alpha_one; beta_two; r', 'false'],
+          'hybrid, consolidated: the facts of every segment lead the one Facts line, and the previous summary is the segments'' texts')
+FROM plans WHERE step = 'g1';
 RESET ctxwin.llm_provider;
 
 -- --- the sessions trigger keeps summary_segments true ---------------------------------

@@ -501,6 +501,10 @@ BEGIN
     IF shape.segment THEN
         -- the summary stays as it is: all of it, for context
         previous := s.conversation_summary;
+    ELSIF s.summary_segments IS NOT NULL THEN
+        -- segments consolidated: the Facts line of each is merged below
+        previous := coalesce(nullif(regexp_replace(s.conversation_summary, '(^|\n\n)Facts: [^\n]*(\n\n|$)', '\1', 'g'), ''),
+                             '(none)');
     END IF;
     sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
            || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
@@ -523,6 +527,11 @@ BEGIN
             facts := ARRAY(SELECT f FROM unnest(ctxwin.extract_facts(ctxwin.transcript(msgs, st.encoding)))
                                          WITH ORDINALITY AS u(f, o)
                            WHERE f <> ALL (ctxwin.extract_facts(s.conversation_summary)) ORDER BY o);
+        ELSIF s.summary_segments IS NOT NULL THEN
+            -- the facts of every segment, then the new messages'
+            facts := ctxwin.extract_facts(coalesce((SELECT string_agg(m[1], '; ')
+                                                    FROM regexp_matches(s.conversation_summary, '(?:^|\n\n)Facts: ([^\n]*)', 'g') m), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
         ELSE
             facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
                                           || E'\n' || ctxwin.transcript(msgs, st.encoding));
