@@ -1824,3 +1824,377 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean) IS
 'One chat turn: append_messages, then build_context (or, with request, build_request) of the session; {"ids": [...], "context" or "request": ...}';
+
+-- Segmented summaries: under a stable window a compaction appends a
+-- segment to the summary instead of rewriting it (sql/install/70_summaries.sql).
+-- A summary of before is one segment (summary_segments NULL), the first of
+-- those the next compactions append; the summaries of before keep NULL.
+ALTER TABLE ctxwin.sessions ADD COLUMN summary_segments int[];
+COMMENT ON COLUMN ctxwin.sessions.summary_segments IS
+'The length in characters of each segment of conversation_summary, oldest first, when it has more than one (joined by a blank line); NULL: one segment, or no summary';
+ALTER TABLE ctxwin.summaries ADD COLUMN segments int[];
+COMMENT ON COLUMN ctxwin.summaries.segments IS
+'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
+
+-- How the next summary of a session is written: appended as a segment
+-- after its summary (which stays byte for byte), or whole, and in how many
+-- tokens (SummarySegmentPlan in src/policy/rules.c).
+CREATE FUNCTION ctxwin._summary_segment(window_policy text, summary_tokens int, max_summary_tokens int,
+                                        OUT segment boolean, OUT budget int)
+AS 'MODULE_PATHNAME', 'ctxwin_summary_segment'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._summary_segment(text, int, int) IS
+'Whether the next summary is appended as a segment (a stable window''s) or written whole, and the tokens it may take';
+
+-- What an LLM summary prompt is given besides when its answer is appended
+-- as a segment: the summary prompt (the built-in or the profile's) asks
+-- for one updated summary, and this asks for the next segment instead.
+CREATE FUNCTION ctxwin.segment_summary_prompt()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'This time do not write an updated summary: the previous summary is kept exactly as it is, '
+    || 'and your answer is appended after it as its next segment. '
+    || 'Summarize only the new messages, in the same form, without repeating what the previous summary already says; '
+    || 'where a new message changes a fact of the previous summary, state the new fact and that it replaces the earlier one.';
+
+COMMENT ON FUNCTION ctxwin.segment_summary_prompt() IS
+'Appended to the summary prompt when the LLM''s answer becomes a new segment of the summary (a stable window''s)';
+
+-- A summary's segments as ctxwin.sessions.summary_segments keeps them:
+-- NULL for one segment (or no summary), else the lengths in characters of
+-- two or more segments that add up to the summary, with a blank line
+-- between two; raises for lengths that do not.  _sessions_maintain calls it.
+CREATE FUNCTION ctxwin._segments_checked(summary text, segments int[])
+RETURNS int[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pos int := 1;
+    k int;
+BEGIN
+    IF segments IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF cardinality(segments) = 1 AND segments[1] = length(summary) THEN
+        -- one segment: the whole summary
+        RETURN NULL;
+    END IF;
+    IF array_ndims(segments) = 1 AND cardinality(segments) >= 2 AND array_position(segments, NULL) IS NULL
+       AND summary IS NOT NULL THEN
+        FOR k IN 1 .. cardinality(segments) LOOP
+            EXIT WHEN segments[k] < 1;
+            pos := pos + segments[k];
+            IF k = cardinality(segments) THEN
+                IF pos = length(summary) + 1 THEN
+                    RETURN segments;
+                END IF;
+            ELSIF substr(summary, pos, 2) = E'\n\n' THEN
+                pos := pos + 2;
+            ELSE
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
+    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', segments
+        USING ERRCODE = 'check_violation',
+              DETAIL = format('The summary has %s characters.', coalesce(length(summary), 0)),
+              HINT = 'summary_segments holds the length in characters of each segment, oldest first, with a blank line (two newlines) between two, or NULL for a summary of one segment; leave it out when you write the summary yourself.';
+END $$;
+
+COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
+'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
+
+-- The sessions trigger keeps summary_segments true to the summary, and runs
+-- when they change.
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
+        IF NEW.summary_through_id < OLD.summary_through_id THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group (_summary_may_end)
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    -- the summary's segments (a stable window's): a summary written without
+    -- them (an application's own) is one segment; given, they must add up
+    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
+       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        NEW.summary_segments := NULL;
+    END IF;
+    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
+
+DROP TRIGGER sessions_maintain_update ON ctxwin.sessions;
+CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
+    FOR EACH ROW
+    WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
+          OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
+          OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
+          OR OLD.profile IS DISTINCT FROM NEW.profile
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
+    EXECUTE FUNCTION ctxwin._sessions_maintain();
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+    shape record;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    -- appended as a segment (a stable window's), or written whole, in budget tokens
+    shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
+                                     st.max_summary_tokens);
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model'));
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    IF shape.segment THEN
+        -- the summary stays as it is: all of it, for context
+        previous := s.conversation_summary;
+    ELSIF s.summary_segments IS NOT NULL THEN
+        -- segments consolidated: the Facts line of each is merged below
+        previous := coalesce(nullif(regexp_replace(s.conversation_summary, '(^|\n\n)Facts: [^\n]*(\n\n|$)', '\1', 'g'), ''),
+                             '(none)');
+    END IF;
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', shape.budget)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - shape.budget - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        IF shape.segment THEN
+            -- a segment's own: those of its messages that the summary does not hold yet
+            facts := ARRAY(SELECT f FROM unnest(ctxwin.extract_facts(ctxwin.transcript(msgs, st.encoding)))
+                                         WITH ORDINALITY AS u(f, o)
+                           WHERE f <> ALL (ctxwin.extract_facts(s.conversation_summary)) ORDER BY o);
+        ELSIF s.summary_segments IS NOT NULL THEN
+            -- the facts of every segment, then the new messages'
+            facts := ctxwin.extract_facts(coalesce((SELECT string_agg(m[1], '; ')
+                                                    FROM regexp_matches(s.conversation_summary, '(?:^|\n\n)Facts: ([^\n]*)', 'g') m), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        ELSE
+            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        END IF;
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > shape.budget / 4 LOOP
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := shape.budget - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+                                      'prompt', prompt, 'model', model,
+                                      'segment', shape.segment, 'budget', shape.budget);
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin._llm_summarize(plan jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := (plan ->> 'session')::uuid;
+    through bigint := (plan ->> 'through')::bigint;
+    s record;
+    req jsonb;
+    body jsonb;
+    r jsonb;
+    status int;
+    nxt jsonb;
+    failures int := 0;
+    rate_waits int := 0;
+    requests int := 0;
+    retries int := current_setting('ctxwin.llm_max_retries')::int;
+    last_err text;
+BEGIN
+    IF sid IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT ctxwin._caller_sees_session(sid) THEN
+        RAISE EXCEPTION 'session % does not exist', sid USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF (plan ->> 'after')::bigint IS DISTINCT FROM s.summary_through_id OR through IS NULL
+       OR through <= s.summary_through_id OR through > s.message_count THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A plan covers messages after the session''s summary_through_id, up to its newest message.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    req := ctxwin._summary_request(sid, s.summary_through_id, through, left(plan ->> 'instructions', 2000));
+    IF (req ->> 'through')::bigint IS DISTINCT FROM through THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The messages of the plan do not fit one summary request.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    IF (req ->> 'segment')::boolean IS DISTINCT FROM coalesce((plan ->> 'segment')::boolean, false) THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The plan and the session''s settings now disagree on whether the summary is appended as a segment.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
+    body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
+                                req ->> 'model');
+    LOOP
+        requests := requests + 1;
+        BEGIN
+            r := ctxwin._llm_post(body);
+        EXCEPTION WHEN connection_failure THEN
+            last_err := SQLERRM;
+            r := NULL;
+        END;
+        status := (r ->> 'status')::int;
+        IF status BETWEEN 200 AND 299 THEN
+            RETURN r || jsonb_build_object('requests', requests);
+        END IF;
+        IF r IS NOT NULL THEN
+            last_err := ctxwin._llm_error_text(r);
+        END IF;
+        nxt := ctxwin._llm_next_try(status, r ->> 'retry_after', failures, rate_waits, retries);
+        IF (nxt ->> 'refused')::boolean THEN
+            RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF NOT (nxt ->> 'retry')::boolean THEN
+            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
+                USING ERRCODE = 'external_routine_exception';
+        END IF;
+        IF (nxt ->> 'charged')::boolean THEN
+            failures := failures + 1;
+        ELSE
+            rate_waits := rate_waits + 1;
+        END IF;
+        PERFORM pg_sleep((nxt ->> 'wait')::float8);
+    END LOOP;
+END $$;

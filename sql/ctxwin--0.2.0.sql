@@ -357,7 +357,8 @@ CREATE TABLE ctxwin.sessions (
     last_error_at timestamptz,
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    summary_segments int[]
 );
 
 -- the queue in the order compact() and the worker take it (id: among
@@ -383,6 +384,8 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_retry_at IS
 'After a failed compaction: when the worker may try again';
 COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 'Failed compactions since the last success or new message; at ctxwin.max_failures the worker and compact() stop trying';
+COMMENT ON COLUMN ctxwin.sessions.summary_segments IS
+'The length in characters of each segment of conversation_summary, oldest first, when it has more than one (joined by a blank line); NULL: one segment, or no summary';
 
 -- Who writes what: applications write profile, system_prompt, metadata,
 -- conversation_summary and summary_through_id (checked by
@@ -471,12 +474,15 @@ CREATE TABLE ctxwin.summaries (
     usage jsonb,
     latency_ms int,
     created_at timestamptz NOT NULL DEFAULT now(),
+    segments int[],
     PRIMARY KEY (session_id, version),
     CHECK (from_id <= through_id)
 );
 
 COMMENT ON TABLE ctxwin.summaries IS
 'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
+COMMENT ON COLUMN ctxwin.summaries.segments IS
+'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
 
 CREATE TABLE ctxwin.flush_events (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
@@ -668,6 +674,13 @@ BEGIN
             NEW.summary_updated_at := now();
         END IF;
     END IF;
+    -- the summary's segments (a stable window's): a summary written without
+    -- them (an application's own) is one segment; given, they must add up
+    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
+       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        NEW.summary_segments := NULL;
+    END IF;
+    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
     -- in the encoding the counters are kept in (a restored session may
     -- still be in its model's previous one)
     NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
@@ -694,7 +707,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
-'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves';
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
 
 CREATE TRIGGER sessions_maintain_insert BEFORE INSERT ON ctxwin.sessions
     FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_maintain();
@@ -703,7 +716,8 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
     WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
           OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
           OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
-          OR OLD.profile IS DISTINCT FROM NEW.profile)
+          OR OLD.profile IS DISTINCT FROM NEW.profile
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
 
 -- A changed profile or model (lower triggers, a smaller window) can put
@@ -1538,6 +1552,12 @@ BEGIN
                   DETAIL = 'The messages of the plan do not fit one summary request.',
                   HINT = 'Summarize with ctxwin.summarize_session.';
     END IF;
+    IF (req ->> 'segment')::boolean IS DISTINCT FROM coalesce((plan ->> 'segment')::boolean, false) THEN
+        RAISE EXCEPTION 'summary plan does not match session %', sid
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The plan and the session''s settings now disagree on whether the summary is appended as a segment.',
+                  HINT = 'Summarize with ctxwin.summarize_session.';
+    END IF;
     body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
                                 req ->> 'model');
     LOOP
@@ -1741,8 +1761,11 @@ COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
  * the profile's summary prompt, model and max_summary_tokens, the previous
  * summary and the messages' transcript.  The request fits the summary
  * model's window, so it may cover fewer messages: "through" says up to
- * where (see _summary_fit).  Returns through, transcript_cut, facts (hybrid),
- * answer_tokens, system_prompt, prompt and model.
+ * where (see _summary_fit).  Under a stable window the answer may be a
+ * segment appended to the summary (_summary_segment): the request then
+ * holds the whole summary for context, and its system prompt ends with
+ * segment_summary_prompt().  Returns through, transcript_cut, facts
+ * (hybrid), answer_tokens, system_prompt, prompt, model, segment and budget.
  */
 CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
 RETURNS jsonb
@@ -1764,9 +1787,13 @@ DECLARE
     summary_encoding text;
     previous text;
     fit jsonb;
+    shape record;
 BEGIN
     SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
     SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    -- appended as a segment (a stable window's), or written whole, in budget tokens
+    shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
+                                     st.max_summary_tokens);
     strategy := coalesce(st.summary_strategy,
                          CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
                               THEN 'llm' ELSE 'extractive' END);
@@ -1778,12 +1805,21 @@ BEGIN
     summary_window := coalesce(summary_window, st.context_window);
     summary_encoding := coalesce(summary_encoding, st.encoding);
     previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    IF shape.segment THEN
+        -- the summary stays as it is: all of it, for context
+        previous := s.conversation_summary;
+    ELSIF s.summary_segments IS NOT NULL THEN
+        -- segments consolidated: the Facts line of each is merged below
+        previous := coalesce(nullif(regexp_replace(s.conversation_summary, '(^|\n\n)Facts: [^\n]*(\n\n|$)', '\1', 'g'), ''),
+                             '(none)');
+    END IF;
     sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-           || format(' Write at most %s tokens.', st.max_summary_tokens)
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', shape.budget)
            || coalesce(' Focus: ' || p_instructions, '');
     -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
     fit := ctxwin._summary_fit(p_session, p_after, through,
-                               summary_window - st.max_summary_tokens - 32
+                               summary_window - shape.budget - 32
                                - ctxwin.count_tokens(sys, summary_encoding)
                                - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
                                                      summary_encoding),
@@ -1793,11 +1829,22 @@ BEGIN
     msgs := ctxwin._summary_messages(p_session, p_after, through);
     IF strategy = 'hybrid' THEN
         -- facts found without the LLM, kept verbatim, take up to a quarter
-        facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
-                                      || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        IF shape.segment THEN
+            -- a segment's own: those of its messages that the summary does not hold yet
+            facts := ARRAY(SELECT f FROM unnest(ctxwin.extract_facts(ctxwin.transcript(msgs, st.encoding)))
+                                         WITH ORDINALITY AS u(f, o)
+                           WHERE f <> ALL (ctxwin.extract_facts(s.conversation_summary)) ORDER BY o);
+        ELSIF s.summary_segments IS NOT NULL THEN
+            -- the facts of every segment, then the new messages'
+            facts := ctxwin.extract_facts(coalesce((SELECT string_agg(m[1], '; ')
+                                                    FROM regexp_matches(s.conversation_summary, '(?:^|\n\n)Facts: ([^\n]*)', 'g') m), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        ELSE
+            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        END IF;
         facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > st.max_summary_tokens / 4 LOOP
-            CHECK FOR INTERRUPTS;
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > shape.budget / 4 LOOP
             facts := facts[1:cardinality(facts) - 1];
             facts_text := 'Facts: ' || array_to_string(facts, '; ');
         END LOOP;
@@ -1805,13 +1852,15 @@ BEGIN
             facts_text := NULL;
         END IF;
     END IF;
-    room := st.max_summary_tokens - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    room := shape.budget - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
     sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
            || format(' Write at most %s tokens.', room)
            || coalesce(' Focus: ' || p_instructions, '');
     prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
     RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
-                                      'prompt', prompt, 'model', model);
+                                      'prompt', prompt, 'model', model,
+                                      'segment', shape.segment, 'budget', shape.budget);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
@@ -1867,6 +1916,78 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.summarize_session(uuid, boolean, text) IS
 'Summarizes the oldest unsummarized messages of a session now, in this backend (all but the newest min_recent_messages, tool groups whole); without force only when a trigger fires. Writes the session, a summaries row and a flush event in this transaction.';
 
+------------------------------------------------------------------------------
+-- Segments: under a stable window a summary is appended to, not rewritten
+------------------------------------------------------------------------------
+
+-- How the next summary of a session is written: appended as a segment
+-- after its summary (which stays byte for byte), or whole, and in how many
+-- tokens (SummarySegmentPlan in src/policy/rules.c).
+CREATE FUNCTION ctxwin._summary_segment(window_policy text, summary_tokens int, max_summary_tokens int,
+                                        OUT segment boolean, OUT budget int)
+AS 'MODULE_PATHNAME', 'ctxwin_summary_segment'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._summary_segment(text, int, int) IS
+'Whether the next summary is appended as a segment (a stable window''s) or written whole, and the tokens it may take';
+
+-- What an LLM summary prompt is given besides when its answer is appended
+-- as a segment: the summary prompt (the built-in or the profile's) asks
+-- for one updated summary, and this asks for the next segment instead.
+CREATE FUNCTION ctxwin.segment_summary_prompt()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'This time do not write an updated summary: the previous summary is kept exactly as it is, '
+    || 'and your answer is appended after it as its next segment. '
+    || 'Summarize only the new messages, in the same form, without repeating what the previous summary already says; '
+    || 'where a new message changes a fact of the previous summary, state the new fact and that it replaces the earlier one.';
+
+COMMENT ON FUNCTION ctxwin.segment_summary_prompt() IS
+'Appended to the summary prompt when the LLM''s answer becomes a new segment of the summary (a stable window''s)';
+
+-- A summary's segments as ctxwin.sessions.summary_segments keeps them:
+-- NULL for one segment (or no summary), else the lengths in characters of
+-- two or more segments that add up to the summary, with a blank line
+-- between two; raises for lengths that do not.  _sessions_maintain calls it.
+CREATE FUNCTION ctxwin._segments_checked(summary text, segments int[])
+RETURNS int[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    pos int := 1;
+    k int;
+BEGIN
+    IF segments IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF cardinality(segments) = 1 AND segments[1] = length(summary) THEN
+        -- one segment: the whole summary
+        RETURN NULL;
+    END IF;
+    IF array_ndims(segments) = 1 AND cardinality(segments) >= 2 AND array_position(segments, NULL) IS NULL
+       AND summary IS NOT NULL THEN
+        FOR k IN 1 .. cardinality(segments) LOOP
+            EXIT WHEN segments[k] < 1;
+            pos := pos + segments[k];
+            IF k = cardinality(segments) THEN
+                IF pos = length(summary) + 1 THEN
+                    RETURN segments;
+                END IF;
+            ELSIF substr(summary, pos, 2) = E'\n\n' THEN
+                pos := pos + 2;
+            ELSE
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
+    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', segments
+        USING ERRCODE = 'check_violation',
+              DETAIL = format('The summary has %s characters.', coalesce(length(summary), 0)),
+              HINT = 'summary_segments holds the length in characters of each segment, oldest first, with a blank line (two newlines) between two, or NULL for a summary of one segment; leave it out when you write the summary yourself.';
+END $$;
+
+COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
+'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
 -- ==== sql/install/80_worker.sql ====
 
 -- A failed compaction attempt: counted (the circuit breaker), recorded, and

@@ -112,11 +112,12 @@ VALUES ('00000000-0000-4000-8000-000000000001', 1, 1, 12, 'Tickets T-1001..T-100
         14, 'llm', 'gpt-4o-mini', '{"prompt_tokens": 900, "completion_tokens": 14}', 850);
 INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
 VALUES ('00000000-0000-4000-8000-000000000001', 1, 1, 12);
-UPDATE ctxwin.sessions SET conversation_summary = 'Tickets T-1001..T-1005: printer jams on floors 1-5, all open.',
-    summary_through_id = 20 WHERE id = '00000000-0000-4000-8000-000000000001';
-INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count, strategy)
+-- the second summary appended as a segment, as a stable window's is
+UPDATE ctxwin.sessions SET conversation_summary = 'Tickets T-1001..T-1003: printer jams, all open.' || E'\n\n' || 'Tickets T-1004 and T-1005: printer jams on floors 4 and 5, open.',
+    summary_segments = ARRAY[47, 64], summary_through_id = 20 WHERE id = '00000000-0000-4000-8000-000000000001';
+INSERT INTO ctxwin.summaries (session_id, version, from_id, through_id, content, token_count, strategy, segments)
 VALUES ('00000000-0000-4000-8000-000000000001', 2, 13, 20,
-        'Tickets T-1001..T-1005: printer jams on floors 1-5, all open.', 19, 'extractive');
+        'Tickets T-1001..T-1003: printer jams, all open.' || E'\n\n' || 'Tickets T-1004 and T-1005: printer jams on floors 4 and 5, open.', 33, 'extractive', ARRAY[47, 64]);
 INSERT INTO ctxwin.flush_events (session_id, id, from_id, through_id)
 VALUES ('00000000-0000-4000-8000-000000000001', 2, 13, 20);
 -- metadata is the one thing of a message that may change

@@ -5,6 +5,9 @@
 -- network: the plans are checked as they are, and answers are given by hand.
 \ir lib/begin.sql
 CREATE EXTENSION ctxwin;
+-- summaries written whole, in max_summary_tokens (a stable window's are
+-- segments of a part of it: test/segments.sql)
+\ir lib/sliding.sql
 SELECT ctxwin.count_tokens('load the library') IS NOT NULL AS loaded \gset
 SET ctxwin.llm_provider = 'openai';
 

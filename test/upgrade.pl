@@ -157,9 +157,9 @@ my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id
   . "to_jsonb(ctxwin.context_status(id)) - 'summary_age' - 'budget_margin' FROM ctxwin.sessions "
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
-SELECT (SELECT string_agg(format('%s', s), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
+SELECT (SELECT string_agg(format('%s', to_jsonb(s) - 'summary_segments'), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
-       (SELECT string_agg(format('%s', x), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
+       (SELECT string_agg(format('%s', to_jsonb(x) - 'segments'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl']), E'\n' ORDER BY p.name)
         FROM ctxwin.profiles p),
        (SELECT string_agg(format('%s', (o.name, o.encoding, o.context_window, o.provider, o.builtin)), E'\n' ORDER BY o.name)
@@ -223,6 +223,28 @@ my $schema_fresh = schema_of('fresh');
 cmp_ok(scalar(keys %$schema_fresh), '>', 1000, 'the dump lists the extension\'s objects');
 is_deeply(only_in($schema_up, $schema_fresh), [], "the updated schema has nothing a fresh $current install lacks");
 is_deeply(only_in($schema_fresh, $schema_up), [], '... and lacks nothing it has');
+
+# --- a summary of 0.1.0 becomes the first segment ------------------------------
+# The sessions and summaries of before have one segment each (NULL); under a
+# stable window the next compaction appends a segment after the summary
+# 0.1.0 wrote, which stays byte for byte.
+my $sid2 = '00000000-0000-4000-8000-000000000002';
+is( q_up("SELECT format('%s %s', count(*) FILTER (WHERE summary_segments IS NOT NULL),
+                        (SELECT count(*) FILTER (WHERE segments IS NOT NULL) FROM ctxwin.summaries))
+          FROM ctxwin.sessions"),
+	'0 0', 'after the update every summary of before is one segment (summary_segments and segments NULL)');
+my $summary_010 = q_up("SELECT conversation_summary FROM ctxwin.sessions WHERE id = '$sid2'");
+isnt($summary_010, '', '(the session summarized in 0.1.0 has a summary)');
+q_up("UPDATE ctxwin.profiles SET window_policy = 'stable' WHERE name = 'plain'");
+add_turns(2, 8, 'After the update, turn %s: which invoice is due?');
+is( q_up("SELECT format('%s %s-%s %s', version, from_id, through_id, segments IS NOT NULL)
+          FROM ctxwin.summarize_session('$sid2', force => true)"),
+	'2 2-9 t', 'under a stable window the first compaction after the update appends a segment');
+is( q_up("SELECT left(conversation_summary, length(\$q\$$summary_010\$q\$) + 2) FROM ctxwin.sessions WHERE id = '$sid2'"),
+	"$summary_010\n\n", '... after the summary 0.1.0 wrote, byte for byte');
+is( q_up("SELECT summary_segments[1] = length(\$q\$$summary_010\$q\$) AND cardinality(summary_segments) = 2
+          FROM ctxwin.sessions WHERE id = '$sid2'"),
+	't', '... which is its first segment');
 
 # --- token counts in indexes and generated columns, from 0.1.0 ----------------
 # 0.1.0 declared count_tokens STABLE, so an index or a stored generated

@@ -302,6 +302,58 @@ like(sq('w1', "SELECT strategy || ' ' || left(content, 40) FROM ctxwin.summaries
 	"a hybrid profile's summary made by the worker starts with the facts found without the LLM");
 set_conf($node, 'ctxwin.llm_provider' => 'openai', 'ctxwin.llm_base_url' => $mock->base_url('openai'));
 
+# --- a stable window's summary in segments -------------------------------------------
+# The worker's second compaction of a stable session asks the LLM for a
+# segment: the request gives the summary so far as context and only the
+# messages since it to summarize, and the answer is appended after it.
+sql_do($node, 'w1', "INSERT INTO ctxwin.profiles (name, max_messages_before_summary, min_recent_messages,
+                                                  max_summary_tokens, summary_strategy, window_policy)
+                     VALUES ('segs', 10, 2, 400, 'llm', 'stable')");
+($s) = sessions('w1', 1, 'segs');
+# turns lo .. hi of the session, each naming it (so the mock's log tells its requests)
+my $segturns = sub {
+	my ($lo, $hi) = @_;
+	sql_do($node, 'w1', "INSERT INTO ctxwin.messages (session_id, role, content)
+	        SELECT '$s', CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+	               'session $s, turn ' || g || ': deploy billing-' || g || ' and check E' || (4000 + g)
+	        FROM generate_series($lo, $hi) g");
+};
+$before = nreq();
+$segturns->(1, 10);
+ok(wait_for($node, 'w1', "SELECT summary_through_id = 8 FROM ctxwin.sessions WHERE id = '$s'", 10),
+	'stable: the worker makes the first summary of a session (messages 1 to 8)');
+my $first = sq('w1', "SELECT conversation_summary FROM ctxwin.sessions WHERE id = '$s'");
+my ($req1) = grep { index($_->{prompt} // '', $s) >= 0 } $mock->requests($before);
+unlike($req1->{system} // '', qr/appended after it as its next segment/, '... asked whole: no segment instruction');
+$before = nreq();
+$segturns->(11, 20);
+ok(wait_for($node, 'w1', "SELECT summary_through_id = 18 FROM ctxwin.sessions WHERE id = '$s'", 10),
+	'... and the second (messages 9 to 18)');
+my @req2 = grep { index($_->{prompt} // '', $s) >= 0 } $mock->requests($before);
+is(scalar(@req2), 1, '... in one request');
+my $req2 = $req2[0] // {};
+is($req2->{system},
+	sq('w1', "SELECT ctxwin.default_summary_prompt() || ' ' || ctxwin.segment_summary_prompt()
+              || format(' Write at most %s tokens.', s.budget)
+              FROM ctxwin._summary_segment('stable', ctxwin.count_tokens(\$q\$$first\$q\$, 'o200k_base'), 400) s
+              WHERE s.segment"),
+	'the request of the second segment asks for a segment, in what _summary_segment gives it');
+is($req2->{prompt},
+	"Previous summary:\n$first\n\nNew messages:\n"
+	  . sq('w1', "SELECT ctxwin.transcript(ctxwin._summary_messages('$s', 8, 18), 'o200k_base')"),
+	'... gives the earlier segment as context, and the new messages alone to summarize');
+my ($asked) = ($req2->{prompt} // '') =~ /\nNew messages:\n(.*)\z/s;
+is(join(',', map { ($asked // '') =~ /turn $_:/ ? $_ : () } 1 .. 20), join(',', 9 .. 18),
+	'... which are messages 9 to 18, none summarized before');
+is( sq('w1', "SELECT conversation_summary FROM ctxwin.sessions WHERE id = '$s'"),
+	"$first\n\n" . ($req2->{response_text} // ''),
+	'the answer is appended after the first segment, which stays byte for byte');
+is( sq('w1', "SELECT summary_segments = ARRAY[length(\$q\$$first\$q\$), length(\$q\$" . ($req2->{response_text} // '') . "\$q\$)]
+              FROM ctxwin.sessions WHERE id = '$s'"),
+	't', '... and summary_segments holds both lengths');
+# (the checks below count one summary per session of w1)
+sql_do($node, 'w1', "DELETE FROM ctxwin.sessions WHERE id = '$s'");
+
 # --- who sees what ----------------------------------------------------------------
 sql_do($node, 'postgres', 'CREATE ROLE ctxwin_worker_t_user LOGIN');
 sql_do($node, 'w1', 'GRANT USAGE ON SCHEMA ctxwin TO ctxwin_worker_t_user');

@@ -2,7 +2,8 @@
  * rules_check.c
  *		src/policy/rules.c outside the server: the summary triggers on hand-picked
  *		boundary cases, and the packing of a window and the water-filling
- *		cut against brute-force references on generated cases.
+ *		cut against brute-force references on generated cases, the stable
+ *		window and the segments of its summary.
  *
  * Usage: rules_check [CASES]   (default 20000 generated cases each)
  * Prints TAP, so prove can run it.
@@ -333,6 +334,82 @@ CheckStable(int cases)
 	ok(jumps > cases / 10, "the generated conversations make the window jump");
 }
 
+/*
+ * Segmented summaries (SummarySegmentPlan): hand-picked cases, then
+ * generated sessions compacted again and again by a summarizer that fills
+ * every budget it gets (as the extractive one does): the summary never
+ * passes max_tokens, a segment is appended whenever an eighth is left, and
+ * a consolidation comes at most every third compaction.
+ */
+static void
+CheckSegments(int cases)
+{
+	int32_t		b;
+	int			over = 0,
+				small = 0,
+				missed = 0,
+				often = 0,
+				appends = 0;
+	int			c;
+
+	ok(SummarySegmentPlan(false, 900, 1024, &b) == SEGMENT_WHOLE && b == 1024,
+	   "a sliding window's summary is written whole, in max_summary_tokens");
+	ok(SummarySegmentPlan(true, 0, 1024, &b) == SEGMENT_WHOLE && b == 512,
+	   "a stable window's first summary is written whole, in half of it");
+	ok(SummarySegmentPlan(true, 512, 1024, &b) == SEGMENT_APPEND && b == 256,
+	   "then a segment is appended, in a quarter of it");
+	ok(SummarySegmentPlan(true, 800, 1024, &b) == SEGMENT_APPEND && b == 1024 - 800 - CTXWIN_SEGMENT_SEAM,
+	   "... or in what is left less the seam, when that is less");
+	ok(SummarySegmentPlan(true, 1024 - 128 - CTXWIN_SEGMENT_SEAM, 1024, &b) == SEGMENT_APPEND && b == 128,
+	   "... down to an eighth of it");
+	ok(SummarySegmentPlan(true, 1024 - 127 - CTXWIN_SEGMENT_SEAM, 1024, &b) == SEGMENT_WHOLE && b == 512,
+	   "below an eighth the segments are consolidated, in half of it");
+	ok(SummarySegmentPlan(true, 5000, 1024, &b) == SEGMENT_WHOLE && b == 512,
+	   "... as is a summary already over max_summary_tokens");
+	ok(SummarySegmentPlan(true, 0, 1, &b) == SEGMENT_WHOLE && b == 1 &&
+	   SummarySegmentPlan(true, 1, 1, &b) == SEGMENT_WHOLE && b == 1,
+	   "a max_summary_tokens of 1 gives every summary 1 token, written whole");
+
+	for (c = 0; c < cases; c++)
+	{
+		int32_t		max = 1 + (int32_t) RandUpTo(c % 2 ? 100 : 20000);
+		int64_t		tokens = 0;
+		int			since = 0;
+		int			i;
+
+		for (i = 0; i < 40; i++)
+		{
+			SegmentPlanKind k = SummarySegmentPlan(true, tokens, max, &b);
+			int64_t		room = (int64_t) max - tokens - CTXWIN_SEGMENT_SEAM;
+
+			if (b < 1)
+				small++;
+			if (k == SEGMENT_WHOLE && tokens > 0 && room >= (max / 8 > 1 ? max / 8 : 1))
+				missed++;
+			if (k == SEGMENT_APPEND)
+			{
+				appends++;
+				since++;
+				tokens += CTXWIN_SEGMENT_SEAM + b;
+			}
+			else
+			{
+				if (tokens > 0 && max >= 64 && since < 2)
+					often++;
+				since = 0;
+				tokens = b;
+			}
+			if (tokens > max)
+				over++;
+		}
+	}
+	ok(over == 0, "segments appended with their seam never take a summary over max_summary_tokens");
+	ok(small == 0, "every summary may take at least one token");
+	ok(missed == 0, "a segment is appended whenever an eighth of max_summary_tokens is left");
+	ok(often == 0, "a summarizer that fills its budget consolidates at most every third compaction (max_summary_tokens >= 64)");
+	ok(appends > cases, "the generated sessions append segments");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -342,6 +419,7 @@ main(int argc, char **argv)
 	CheckPacking(cases);
 	CheckCut(cases);
 	CheckStable(cases / 10);
+	CheckSegments(cases / 10);
 	printf("1..%d\n", test_no);
 	return failures ? 1 : 0;
 }

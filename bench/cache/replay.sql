@@ -9,8 +9,18 @@
 --
 -- Cacheable: the whole leading messages of a request identical, byte for
 -- byte, to those of the previous request (a provider caches a prefix it has
--- seen recently).  Billed input: uncached tokens + 0.1 x cached tokens
--- (Anthropic's cache-read price, OpenAI's on its newer models).
+-- seen recently), and, when the next message is the previous request's
+-- message at that place with text appended to its content (a summary that
+-- grew by a segment), that message's old tokens too, less its end token.
+-- Billed input: uncached tokens + 0.1 x cached tokens (Anthropic's
+-- cache-read price, OpenAI's on its newer models).
+--
+-- New: the tokens of a request that were not in the previous request, which
+-- no cache can serve: its messages absent from the previous request, or,
+-- for a message that is one of the previous request's with text appended,
+-- what was appended.  The ceiling, 1 - new / input, is the share of the
+-- input any cache could serve at best; "of the ceiling" is cacheable / (input
+-- - new).
 \set ON_ERROR_STOP 1
 \set QUIET 1
 SET client_min_messages = warning;
@@ -30,7 +40,27 @@ LANGUAGE sql AS $$
 $$;
 
 CREATE TABLE bench.requests (
-    scenario text, policy text, turn int, body jsonb, tokens int, cached int);
+    scenario text, policy text, turn int, body jsonb, tokens int, cached int, fresh int,
+    compacted boolean);
+
+-- Whether message m is message p with text appended to its content (and
+-- nothing else changed).
+CREATE FUNCTION bench.extends(m jsonb, p jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT m - 'content' = p - 'content' AND coalesce(p ->> 'content', '') <> ''
+           AND length(m ->> 'content') > length(p ->> 'content')
+           AND starts_with(m ->> 'content', p ->> 'content') $$;
+
+-- The tokens of a request's messages that the previous request did not hold.
+CREATE FUNCTION bench.fresh(body jsonb, prev jsonb) RETURNS int
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(sum(CASE
+               WHEN EXISTS (SELECT FROM jsonb_array_elements(prev) p WHERE p = m) THEN 0
+               ELSE ctxwin.count_message_tokens(m, 'o200k_base')
+                    - coalesce((SELECT max(ctxwin.count_message_tokens(p, 'o200k_base') - 1)
+                                FROM jsonb_array_elements(prev) p WHERE bench.extends(m, p)), 0) END), 0)::int
+           + CASE WHEN jsonb_array_length(prev) = 0 THEN 3 ELSE 0 END
+    FROM jsonb_array_elements(body) m $$;
 
 -- One session of `turns` turns under a profile; every request recorded.
 CREATE FUNCTION bench.replay(scenario text, policy text, profile text, turns int, tools boolean)
@@ -62,7 +92,12 @@ BEGIN
                CASE WHEN k = 0 THEN 0
                     ELSE ctxwin.messages_tokens((SELECT jsonb_agg(e ORDER BY i)
                                                  FROM jsonb_array_elements(body) WITH ORDINALITY x(e, i)
-                                                 WHERE i <= k), 'o200k_base') END;
+                                                 WHERE i <= k), 'o200k_base') END
+               + CASE WHEN k < n AND k < jsonb_array_length(prev) AND bench.extends(body -> k, prev -> k)
+                      THEN ctxwin.count_message_tokens(prev -> k, 'o200k_base') - 1 ELSE 0 END,
+               bench.fresh(body, prev),
+               -- the first request with a new summary (placement 'message': the second message)
+               body -> 1 ->> 'role' = 'system' AND body -> 1 IS DISTINCT FROM prev -> 1;
         prev := body;
         IF tools AND t % 5 = 0 THEN
             INSERT INTO ctxwin.messages (session_id, role, content, tool_calls)
@@ -97,33 +132,47 @@ SELECT bench.replay('chat with tool calls, summary triggers', 'sliding', 'slidin
 \pset format unaligned
 \pset tuples_only on
 \pset fieldsep ''
-SELECT '| scenario | policy | requests | input tokens | cacheable | billed (uncached + 0.1 x cached) | billed / sliding | largest request (budget 16,384) |';
-SELECT '|---|---|---:|---:|---:|---:|---:|---:|';
+SELECT '| scenario | policy | requests | input tokens | new tokens | ceiling | cacheable | of the ceiling | billed (uncached + 0.1 x cached) | billed / sliding | largest request (budget 16,384) |';
+SELECT '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|';
 WITH s AS (
     SELECT scenario, policy, count(*) AS requests, sum(tokens) AS input, sum(cached) AS cached,
-           sum(tokens - cached) + 0.1 * sum(cached) AS billed, max(tokens) AS largest
+           sum(fresh) AS fresh, sum(tokens - cached) + 0.1 * sum(cached) AS billed, max(tokens) AS largest
     FROM bench.requests GROUP BY scenario, policy)
-SELECT format('| %s | %s | %s | %s | %s %% | %s | %s | %s |', a.scenario, a.policy, a.requests, a.input,
-              round(100.0 * a.cached / a.input, 1), round(a.billed),
+SELECT format('| %s | %s | %s | %s | %s | %s %% | %s %% | %s %% | %s | %s | %s |', a.scenario, a.policy, a.requests,
+              a.input, a.fresh, round(100.0 * (a.input - a.fresh) / a.input, 1),
+              round(100.0 * a.cached / a.input, 1), round(100.0 * a.cached / (a.input - a.fresh), 1),
+              round(a.billed),
               CASE WHEN a.policy = 'stable' THEN round(100.0 * a.billed / b.billed, 1) || ' %' ELSE '' END,
               a.largest)
 FROM s a JOIN s b ON b.scenario = a.scenario AND b.policy = 'sliding'
 ORDER BY a.scenario, a.policy DESC;
 SELECT '';
-SELECT format('goals, %s: cacheable >= 90 %% (%s), billed <= 25 %% of sliding (%s), no request over the budget (%s)',
+SELECT format('goals, %s: cacheable >= 90 %% of the ceiling (%s), cacheable >= 90 %% (%s), billed <= 25 %% of sliding (%s), no request over the budget (%s)',
               scenario,
+              CASE WHEN cc >= 0.9 THEN 'met' ELSE 'missed' END,
               CASE WHEN c >= 0.9 THEN 'met' ELSE 'missed' END,
               CASE WHEN r <= 0.25 THEN 'met' ELSE 'missed' END,
               CASE WHEN largest <= 16384 THEN 'met' ELSE 'missed' END)
-FROM (SELECT a.scenario, a.cached::numeric / a.input AS c, a.billed / b.billed AS r,
-             greatest(a.largest, b.largest) AS largest
-      FROM (SELECT scenario, policy, sum(tokens) AS input, sum(cached) AS cached,
+FROM (SELECT a.scenario, a.cached::numeric / a.input AS c, a.cached::numeric / (a.input - a.fresh) AS cc,
+             a.billed / b.billed AS r, greatest(a.largest, b.largest) AS largest
+      FROM (SELECT scenario, policy, sum(tokens) AS input, sum(cached) AS cached, sum(fresh) AS fresh,
                    sum(tokens - cached) + 0.1 * sum(cached) AS billed, max(tokens) AS largest
             FROM bench.requests GROUP BY scenario, policy) a
       JOIN (SELECT scenario, sum(tokens - cached) + 0.1 * sum(cached) AS billed, max(tokens) AS largest
             FROM bench.requests WHERE policy = 'sliding' GROUP BY scenario) b USING (scenario)
       WHERE a.policy = 'stable') x
 ORDER BY scenario;
-SELECT format('summaries written: %s', (SELECT string_agg(format('%s %s', p, n), ', ')
-    FROM (SELECT s.profile AS p, count(*) AS n FROM ctxwin.summaries x JOIN ctxwin.sessions s ON s.id = x.session_id
+SELECT '';
+SELECT '| scenario | policy | requests with a new summary | their input tokens | cacheable of it | new | of the ceiling |';
+SELECT '|---|---|---:|---:|---:|---:|---:|';
+SELECT format('| %s | %s | %s | %s | %s %% | %s %% | %s %% |', scenario, policy, count(*), sum(tokens),
+              round(100.0 * sum(cached) / sum(tokens), 1), round(100.0 * sum(fresh) / sum(tokens), 1),
+              round(100.0 * sum(cached) / sum(tokens - fresh), 1))
+FROM bench.requests WHERE compacted GROUP BY scenario, policy ORDER BY scenario, policy DESC;
+SELECT '';
+-- (segments: a column of ctxwin.summaries since segmented summaries, read
+-- from the row so that the replay runs on the versions before them too)
+SELECT format('summaries written: %s', (SELECT string_agg(format('%s %s (%s appended as segments)', p, n, a), ', ')
+    FROM (SELECT s.profile AS p, count(*) AS n, count(*) FILTER (WHERE to_jsonb(x) ->> 'segments' IS NOT NULL) AS a
+          FROM ctxwin.summaries x JOIN ctxwin.sessions s ON s.id = x.session_id
           GROUP BY s.profile ORDER BY s.profile) y));

@@ -192,7 +192,8 @@ CREATE TABLE ctxwin.sessions (
     last_error_at timestamptz,
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    summary_segments int[]
 );
 
 -- the queue in the order compact() and the worker take it (id: among
@@ -218,6 +219,8 @@ COMMENT ON COLUMN ctxwin.sessions.compaction_retry_at IS
 'After a failed compaction: when the worker may try again';
 COMMENT ON COLUMN ctxwin.sessions.compaction_failures IS
 'Failed compactions since the last success or new message; at ctxwin.max_failures the worker and compact() stop trying';
+COMMENT ON COLUMN ctxwin.sessions.summary_segments IS
+'The length in characters of each segment of conversation_summary, oldest first, when it has more than one (joined by a blank line); NULL: one segment, or no summary';
 
 -- Who writes what: applications write profile, system_prompt, metadata,
 -- conversation_summary and summary_through_id (checked by
@@ -306,12 +309,15 @@ CREATE TABLE ctxwin.summaries (
     usage jsonb,
     latency_ms int,
     created_at timestamptz NOT NULL DEFAULT now(),
+    segments int[],
     PRIMARY KEY (session_id, version),
     CHECK (from_id <= through_id)
 );
 
 COMMENT ON TABLE ctxwin.summaries IS
 'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
+COMMENT ON COLUMN ctxwin.summaries.segments IS
+'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
 
 CREATE TABLE ctxwin.flush_events (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,

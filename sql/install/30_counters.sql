@@ -130,6 +130,13 @@ BEGIN
             NEW.summary_updated_at := now();
         END IF;
     END IF;
+    -- the summary's segments (a stable window's): a summary written without
+    -- them (an application's own) is one segment; given, they must add up
+    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
+       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        NEW.summary_segments := NULL;
+    END IF;
+    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
     -- in the encoding the counters are kept in (a restored session may
     -- still be in its model's previous one)
     NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
@@ -156,7 +163,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
-'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves';
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
 
 CREATE TRIGGER sessions_maintain_insert BEFORE INSERT ON ctxwin.sessions
     FOR EACH ROW EXECUTE FUNCTION ctxwin._sessions_maintain();
@@ -165,7 +172,8 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
     WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
           OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
           OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
-          OR OLD.profile IS DISTINCT FROM NEW.profile)
+          OR OLD.profile IS DISTINCT FROM NEW.profile
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
 
 -- A changed profile or model (lower triggers, a smaller window) can put

@@ -69,7 +69,7 @@ extern SPIPlanPtr CtxwinKeptPlan(SPIPlanPtr *plan, const char *query, int nargs,
  * types of its parameters, and how it runs.  The fields after argtypes
  * are false or 0 unless named.  The caller has connected to SPI.
  */
-#define CTXWIN_QUERY_MAX_ARGS 10
+#define CTXWIN_QUERY_MAX_ARGS 12
 typedef struct CtxwinQuery
 {
 	const char *sql;

@@ -221,3 +221,39 @@ SummaryWaits(bool stable, int64_t context_tokens, int64_t budget, double low_wat
 		return false;
 	return context_tokens >= low && context_tokens < budget - (budget - low) / 2;
 }
+
+/*
+ * A summary rewritten by each compaction changes the beginning of every
+ * request after the system prompt.  Under a stable window a compaction
+ * appends a segment instead, a summary of the newly covered messages
+ * alone, after the segments before it, which stay byte for byte: the
+ * requests after it begin with the same bytes up to the new segment, and a
+ * provider's prompt cache serves them.  The segments together stay within
+ * max_tokens: each new one may take a quarter of it, or what is left (less
+ * the seam) if that is less; when less than an eighth is left, the
+ * compaction consolidates them and the new messages into one summary (a
+ * rewrite, the only one).  A summary written whole under a stable window
+ * (the first, or a consolidation) takes at most half of max_tokens, so that
+ * segments have room after it.  A sliding window changes its beginning
+ * every turn anyway: its summary is always written whole, in max_tokens.
+ * summary_tokens: those of the session's summary now (0: none).
+ */
+SegmentPlanKind
+SummarySegmentPlan(bool stable, int64_t summary_tokens, int32_t max_tokens, int32_t *budget)
+{
+	int64_t		room = (int64_t) max_tokens - summary_tokens - CTXWIN_SEGMENT_SEAM;
+	int32_t		least = max_tokens / 8 > 1 ? max_tokens / 8 : 1;
+
+	if (!stable)
+	{
+		*budget = max_tokens;
+		return SEGMENT_WHOLE;
+	}
+	if (summary_tokens > 0 && room >= least)
+	{
+		*budget = room < max_tokens / 4 ? (int32_t) room : (max_tokens / 4 > 1 ? max_tokens / 4 : 1);
+		return SEGMENT_APPEND;
+	}
+	*budget = max_tokens / 2 > 1 ? max_tokens / 2 : 1;
+	return SEGMENT_WHOLE;
+}

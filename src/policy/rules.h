@@ -87,6 +87,28 @@ extern bool SummaryWaits(bool stable, int64_t context_tokens, int64_t budget, do
 						 int64_t idle_ms, int64_t ttl_ms);
 
 /*
+ * A summary under a stable window is kept in segments: how the next
+ * compaction writes it.  SEGMENT_APPEND: a new segment after the summary,
+ * which stays byte for byte; SEGMENT_WHOLE: one summary of everything (the
+ * first, a consolidation of the segments, or any summary of a sliding
+ * window).  *budget: the tokens the new text may take.
+ */
+typedef enum SegmentPlanKind
+{
+	SEGMENT_WHOLE,
+	SEGMENT_APPEND
+} SegmentPlanKind;
+
+/* What joins two segments of a summary: a blank line. */
+#define CTXWIN_SEGMENT_SEPARATOR "\n\n"
+
+/* Tokens kept free where a segment joins the summary: its blank line and the seam. */
+#define CTXWIN_SEGMENT_SEAM 4
+
+extern SegmentPlanKind SummarySegmentPlan(bool stable, int64_t summary_tokens, int32_t max_tokens,
+										  int32_t *budget);
+
+/*
  * Cutting the newest unit: each content capped at one level, never below
  * the least it can cost (its omission marker alone).
  */

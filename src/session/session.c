@@ -15,6 +15,7 @@
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -46,6 +47,7 @@ typedef enum SessionViewColumn
 	SV_LAST_ERROR,
 	SV_LAST_ERROR_AT,
 	SV_IDLE,
+	SV_SUMMARY_SEGMENTS,
 	SV_NCOLUMNS
 } SessionViewColumn;
 
@@ -64,6 +66,7 @@ static const char *const session_columns[SV_NCOLUMNS] = {
 	[SV_LAST_ERROR] = "s.last_error",
 	[SV_LAST_ERROR_AT] = "s.last_error_at",
 	[SV_IDLE] = "pg_catalog.now() " OP("-") " s.updated_at",
+	[SV_SUMMARY_SEGMENTS] = "s.summary_segments",
 };
 
 /* A column of the session's row: its tuple, descriptor and number. */
@@ -96,6 +99,29 @@ SessionQuery(void)
 		query = q.data;
 	}
 	return query;
+}
+
+/*
+ * The lengths of the summary's segments (summary_segments, an int[] the
+ * sessions trigger checked) into sv; none if the array holds a NULL.
+ */
+static void
+SessionSegments(ArrayType *a, SessionView *sv)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+
+	deconstruct_array(a, INT4OID, sizeof(int32), true, TYPALIGN_INT, &elems, &nulls, &n);
+	sv->segments = palloc(Max(n, 1) * sizeof(int32));
+	for (i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			return;
+		sv->segments[i] = DatumGetInt32(elems[i]);
+	}
+	sv->nsegments = n;
 }
 
 /* Raises the error of a NULL session argument. */
@@ -186,6 +212,9 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 	sv->last_error_at = CtxwinColumnTimestamp(COL(SV_LAST_ERROR_AT), &sv->last_error_at_null);
 	d = SPI_getbinval(COL(SV_IDLE), &isnull);
 	sv->idle_ms = isnull ? 0 : CtxwinIntervalMs(DatumGetIntervalP(d));
+	d = SPI_getbinval(COL(SV_SUMMARY_SEGMENTS), &isnull);
+	if (!isnull)
+		SessionSegments(DatumGetArrayTypePCopy(d), sv);
 	SPI_freetuptable(tab);
 
 	if (!CtxwinSettingsRead(profile, SETTINGS_FOR_SESSION, &sv->st))

@@ -26,6 +26,8 @@ typedef struct SessionView
 	Datum		id;				/* uuid */
 	text	   *system_prompt;	/* NULL if none */
 	text	   *summary;		/* conversation_summary, NULL if none */
+	int			nsegments;		/* summary_segments: 0 (NULL), or 2 or more */
+	int32	   *segments;		/* their lengths in characters */
 	int64		summary_through_id;
 	int64		message_count;
 	char	   *profile;

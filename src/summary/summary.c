@@ -12,11 +12,15 @@
  * error texts and SQLSTATEs: the plan reads the session as committed,
  * without locking its row (its caller holds the session's claim, see
  * src/summary/claim.c), and returns a jsonb object with the keys session,
- * strategy, after, through, version, encoding, max_tokens and instructions
- * (and, for the llm and hybrid strategies, those of _summary_request), or
- * NULL; the finish locks the row (waiting for a transaction that writes
- * it) and writes nothing unless the session's summary is still the one the
- * plan saw.  The pieces that hold no policy stay SQL and are called
+ * strategy, after, through, version, encoding, max_tokens, instructions,
+ * segment and budget (and, for the llm and hybrid strategies, those of
+ * _summary_request), or NULL; the finish locks the row (waiting for a
+ * transaction that writes it) and writes nothing unless the session's
+ * summary is still the one the plan saw.  Under a stable window a summary
+ * is appended as a segment (SummarySegmentPlan, policy/rules.c): the finish
+ * writes the summary before it, a blank line and the new segment, and the
+ * segments' lengths in summary_segments.  The pieces that hold no policy
+ * stay SQL and are called
  * through SPI with kept plans (CtxwinQueryRow): the cut (_summary_cut),
  * the settling (_compaction_settle), the request (_summary_request), the
  * extractive summarizer and the answer check (_llm_answer); the trigger
@@ -28,6 +32,8 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/timestamp.h"
@@ -41,6 +47,7 @@
 
 PG_FUNCTION_INFO_V1(ctxwin_summary_plan);
 PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
+PG_FUNCTION_INFO_V1(ctxwin_summary_segment);
 
 /* ' ' or 'n': a parameter's null flag as SPI takes it */
 #define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
@@ -50,13 +57,13 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_finish);
  * locked, so that the application's inserts never wait for a summary.
  */
 static CtxwinQuery read_q = {
-	"SELECT x.summary_through_id, x.message_count, x.summary_version FROM ctxwin.sessions x "
-	"WHERE x.id " OP("=") " $1",
+	"SELECT x.summary_through_id, x.message_count, x.summary_version, x.conversation_summary "
+	"FROM ctxwin.sessions x WHERE x.id " OP("=") " $1",
 	1, {UUIDOID}
 };
 
 static CtxwinQuery settings_q = {
-	"SELECT x.min_recent_messages, x.summary_strategy, x.encoding, x.max_summary_tokens "
+	"SELECT x.min_recent_messages, x.summary_strategy, x.encoding, x.max_summary_tokens, x.window_policy "
 	"FROM ctxwin.session_settings x WHERE x.session_id " OP("=") " $1",
 	1, {UUIDOID}
 };
@@ -71,8 +78,8 @@ static CtxwinQuery settle_q = {
 
 static CtxwinQuery plan_q = {
 	"SELECT pg_catalog.jsonb_build_object('session', $1, 'strategy', $2, 'after', $3, 'through', $4, "
-	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8)",
-	8, {UUIDOID, TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, INT4OID, TEXTOID}
+	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8, 'segment', $9, 'budget', $10)",
+	10, {UUIDOID, TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, INT4OID, TEXTOID, BOOLOID, INT4OID}
 };
 
 static CtxwinQuery request_q = {
@@ -84,7 +91,8 @@ static CtxwinQuery request_q = {
 static CtxwinQuery finish_args_q = {
 	"SELECT ($1 " OP("->>") " 'session')::pg_catalog.uuid, $1 " OP("->>") " 'strategy', "
 	"($1 " OP("->>") " 'after')::pg_catalog.int8, ($1 " OP("->>") " 'through')::pg_catalog.int8, "
-	"$1 " OP("->>") " 'encoding', ($1 " OP("->>") " 'max_tokens')::pg_catalog.int4",
+	"$1 " OP("->>") " 'encoding', ($1 " OP("->>") " 'max_tokens')::pg_catalog.int4, "
+	"COALESCE(($1 " OP("->>") " 'segment')::pg_catalog.bool, false)",
 	1, {JSONBOID}
 };
 
@@ -101,8 +109,14 @@ static CtxwinQuery finish_lock_q = {
 	3, {UUIDOID, INT8OID, JSONBOID}
 };
 
+/*
+ * The extractive summary of the plan's messages: merged with the previous
+ * summary ($1), or, for a segment, of the messages alone; in the plan's
+ * budget.
+ */
 static CtxwinQuery extractive_q = {
-	"SELECT ctxwin.extractive_summary($1, ctxwin._summary_messages($2, $3, $4), $5, $6, "
+	"SELECT ctxwin.extractive_summary(CASE WHEN ($7 " OP("->>") " 'segment')::pg_catalog.bool THEN NULL ELSE $1 END, "
+	"ctxwin._summary_messages($2, $3, $4), COALESCE(($7 " OP("->>") " 'budget')::pg_catalog.int4, $5), $6, "
 	"$7 " OP("->>") " 'instructions')",
 	7, {TEXTOID, UUIDOID, INT8OID, INT8OID, INT4OID, TEXTOID, JSONBOID}
 };
@@ -121,16 +135,20 @@ static CtxwinQuery count_q = {
 };
 
 /*
- * The compare-and-set.  The sessions trigger derives the rest:
- * summary_version and summary_updated_at, and the failures, retry time and
- * last error cleared.
+ * The compare-and-set.  With a segment ($6, appended to the summary in $1)
+ * the segments' lengths in characters grow by its length (a summary of one
+ * segment, NULL, is its own length); a summary written whole is one
+ * segment.  The sessions trigger derives the rest: summary_version and
+ * summary_updated_at, and the failures, retry time and last error cleared.
  */
 static CtxwinQuery cas_q = {
-	"UPDATE ctxwin.sessions x SET conversation_summary = $1, summary_through_id = $2 "
+	"UPDATE ctxwin.sessions x SET conversation_summary = $1, summary_through_id = $2, "
+	"summary_segments = CASE WHEN $6 IS NOT NULL THEN COALESCE(x.summary_segments, "
+	"ARRAY[pg_catalog.length(x.conversation_summary)]) " OP("||") " pg_catalog.length($6) END "
 	"WHERE x.id " OP("=") " $3 AND x.summary_through_id " OP("=") " $4 "
 	"AND x.summary_version " OP("=") " ($5 " OP("->>") " 'version')::pg_catalog.int4 "
-	"RETURNING x.summary_version",
-	5, {TEXTOID, INT8OID, UUIDOID, INT8OID, JSONBOID}
+	"RETURNING x.summary_version, x.summary_segments",
+	6, {TEXTOID, INT8OID, UUIDOID, INT8OID, JSONBOID, TEXTOID}
 };
 
 /*
@@ -140,10 +158,10 @@ static CtxwinQuery cas_q = {
  */
 static CtxwinQuery insert_q = {
 	"INSERT INTO ctxwin.summaries AS x (session_id, version, from_id, through_id, content, token_count, "
-	"strategy, model, usage, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+	"strategy, model, usage, latency_ms, segments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
 	"RETURNING ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
-	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at)::ctxwin.summaries",
-	10, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID}
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments)::ctxwin.summaries",
+	11, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID, INT4ARRAYOID}
 };
 
 static CtxwinQuery flush_q = {
@@ -157,19 +175,49 @@ static CtxwinQuery notify_q = {
 	4, {UUIDOID, INT4OID, INT8OID, INT8OID}
 };
 
-/* What ReadSession reads: summary_through_id, message_count, summary_version. */
+/*
+ * What ReadSession reads: summary_through_id, message_count,
+ * summary_version, conversation_summary.
+ */
 typedef struct SessionState
 {
 	Datum		id;
-	Datum		cols[3];
-	bool		nulls[3];
+	Datum		cols[4];
+	bool		nulls[4];
 } SessionState;
 
 /* Reads the session as committed into s; false if there is no such session. */
 static bool
 ReadSession(SessionState *s)
 {
-	return CtxwinQueryRow(&read_q, &s->id, NULL, s->cols, s->nulls, 3) > 0;
+	return CtxwinQueryRow(&read_q, &s->id, NULL, s->cols, s->nulls, 4) > 0;
+}
+
+/*
+ * How the next summary of a session is written (SummarySegmentPlan):
+ * appended as a segment, or whole; and its budget.  policy and encoding
+ * NULL: the settings are missing, the summary whole in max_tokens.
+ */
+static bool
+PlanSegment(const SessionState *s, Datum policy, bool policy_null, Datum encoding, bool encoding_null,
+			int32 max_tokens, int32 *budget)
+{
+	int64		tokens = 0;
+
+	if (policy_null || encoding_null)
+	{
+		*budget = max_tokens;
+		return false;
+	}
+	if (!s->nulls[3])
+	{
+		text	   *summary = DatumGetTextPP(s->cols[3]);
+
+		tokens = CtxwinCountText(CtxwinEncodingArg(DatumGetTextPP(encoding)),
+								 VARDATA_ANY(summary), VARSIZE_ANY_EXHDR(summary));
+	}
+	return SummarySegmentPlan(strcmp(TextDatumGetCString(policy), "stable") == 0, tokens, max_tokens,
+							  budget) == SEGMENT_APPEND;
 }
 
 /*
@@ -246,15 +294,17 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
 {
 	SessionState s = {.id = session};
-	Datum		st[4];			/* min_recent_messages, summary_strategy, encoding,
-								 * max_summary_tokens */
-	bool		stnull[4];
-	Datum		args[8];
-	char		nulls[8];
+	Datum		st[5];			/* min_recent_messages, summary_strategy, encoding,
+								 * max_summary_tokens, window_policy */
+	bool		stnull[5];
+	Datum		args[10];
+	char		nulls[10];
 	Datum		through;
 	bool		through_null;
 	Datum		plan;
 	bool		plan_null;
+	int32		budget;
+	bool		segment;
 
 	*isnull = true;
 	*strategy = NULL;
@@ -268,7 +318,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("session %s is being summarized by another backend", SummaryUuidText(session, false)),
 				 errhint("Try again when that summary is done.")));
-	CtxwinQueryRow(&settings_q, &session, NULL, st, stnull, 4);
+	CtxwinQueryRow(&settings_q, &session, NULL, st, stnull, 5);
 
 	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
 	if (through_null)
@@ -287,10 +337,15 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	args[5] = st[2];
 	args[6] = st[3];
 	args[7] = instructions;
+	segment = PlanSegment(&s, st[4], stnull[4], st[2], stnull[2],
+						  stnull[3] ? 0 : DatumGetInt32(st[3]), &budget);
+	args[8] = BoolGetDatum(segment);
+	args[9] = Int32GetDatum(budget);
 	memset(nulls, ' ', sizeof(nulls));
 	nulls[5] = SPI_NULL(stnull[2]);
 	nulls[6] = SPI_NULL(stnull[3]);
 	nulls[7] = SPI_NULL(instructions_null);
+	nulls[9] = SPI_NULL(stnull[3]);
 	CtxwinQueryRow(&plan_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = false;
 	if (strcmp(*strategy, "extractive") == 0)
@@ -315,7 +370,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 /* The fields of a plan _summary_finish reads first, in this order (finish_args_q). */
 enum
 {
-	F_SESSION, F_STRATEGY, F_AFTER, F_THROUGH, F_ENCODING, F_MAX_TOKENS, F_NFIELDS
+	F_SESSION, F_STRATEGY, F_AFTER, F_THROUGH, F_ENCODING, F_MAX_TOKENS, F_SEGMENT, F_NFIELDS
 };
 
 typedef struct FinishPlan
@@ -327,15 +382,20 @@ typedef struct FinishPlan
 	char	   *strategy;		/* or NULL */
 } FinishPlan;
 
-/* A new summary: its text, tokens, model, usage and latency in ms. */
+/*
+ * A new summary: its text (the session's whole summary), the segment it
+ * appends (or NULL: written whole), tokens, model, usage and latency in ms.
+ */
 typedef struct NewSummary
 {
 	Datum		content,
+				segment,
 				tokens,
 				model,
 				usage,
 				latency;
 	bool		content_null,
+				segment_null,
 				tokens_null,
 				model_null,
 				usage_null,
@@ -357,7 +417,8 @@ SummaryChanged(const FinishPlan *fp)
 /*
  * Makes the summary of the plan into ns: the extractive summary of its
  * messages after the previous summary prev, or the content of the LLM's
- * answer (checked by _llm_answer) after the plan's facts.
+ * answer (checked by _llm_answer) after the plan's facts.  A segment is
+ * appended to prev, after a blank line: prev stays byte for byte.
  */
 static void
 MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool answer_null,
@@ -393,16 +454,34 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 		ns->latency = a[3];
 		ns->latency_null = an[3];
 	}
+	ns->segment = (Datum) 0;
+	ns->segment_null = true;
+	if (!fp->fn[F_SEGMENT] && DatumGetBool(fp->f[F_SEGMENT]) && !ns->content_null && !prev_null &&
+		VARSIZE_ANY_EXHDR(DatumGetTextPP(prev)) > 0)
+	{
+		text	   *p = DatumGetTextPP(prev);
+		text	   *g = DatumGetTextPP(ns->content);
+		StringInfoData b;
+
+		initStringInfo(&b);
+		appendBinaryStringInfo(&b, VARDATA_ANY(p), VARSIZE_ANY_EXHDR(p));
+		appendStringInfoString(&b, CTXWIN_SEGMENT_SEPARATOR);
+		appendBinaryStringInfo(&b, VARDATA_ANY(g), VARSIZE_ANY_EXHDR(g));
+		ns->segment = ns->content;
+		ns->segment_null = false;
+		ns->content = PointerGetDatum(cstring_to_text_with_len(b.data, b.len));
+	}
 }
 
 /*
- * Counts the tokens of a new summary into ns; raises for an empty one or
- * one over the plan's max_tokens.
+ * Counts the tokens of a new summary into ns; raises for an empty one (or
+ * an empty segment) or one over the plan's max_tokens.
  */
 static void
 CheckSummary(const FinishPlan *fp, NewSummary *ns)
 {
-	char	   *str = ns->content_null ? NULL : TextDatumGetCString(ns->content);
+	char	   *str = !ns->segment_null ? TextDatumGetCString(ns->segment) :
+		ns->content_null ? NULL : TextDatumGetCString(ns->content);
 	Datum		args[2] = {ns->content, fp->f[F_ENCODING]};
 	char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
 
@@ -413,6 +492,14 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
 				 errdetail("The session was left unchanged.")));
 	CtxwinQueryRow(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
+	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] && !ns->segment_null &&
+		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the %s summarizer returned a segment that takes the summary to %d tokens, over max_summary_tokens (%d)",
+						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
+						DatumGetInt32(fp->f[F_MAX_TOKENS])),
+				 errdetail("The session was left unchanged.")));
 	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] &&
 		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
 		ereport(ERROR,
@@ -432,15 +519,16 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 static Datum
 WriteSummary(const FinishPlan *fp, const NewSummary *ns)
 {
-	Datum		cas[5] = {ns->content, fp->f[F_THROUGH], fp->f[F_SESSION], fp->f[F_AFTER], fp->plan};
-	char		casnulls[5] = {' ', SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_SESSION]),
-	SPI_NULL(fp->fn[F_AFTER]), SPI_NULL(fp->plan_null)};
-	Datum		version,
-				row;
-	bool		version_null,
-				row_null;
+	Datum		cas[6] = {ns->content, fp->f[F_THROUGH], fp->f[F_SESSION], fp->f[F_AFTER], fp->plan,
+	ns->segment};
+	char		casnulls[6] = {' ', SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_SESSION]),
+		SPI_NULL(fp->fn[F_AFTER]), SPI_NULL(fp->plan_null), SPI_NULL(ns->segment_null)};
+	Datum		written[2];		/* summary_version, summary_segments */
+	bool		written_null[2];
+	Datum		row;
+	bool		row_null;
 
-	if (CtxwinQueryRow(&cas_q, cas, casnulls, &version, &version_null, 1) == 0)
+	if (CtxwinQueryRow(&cas_q, cas, casnulls, written, written_null, 2) == 0)
 		SummaryChanged(fp);
 
 	{
@@ -449,12 +537,12 @@ WriteSummary(const FinishPlan *fp, const NewSummary *ns)
 		 * flush_q and notify_q.  The lock query found the row by session and
 		 * after: neither is null.
 		 */
-		Datum		args[10] = {fp->f[F_SESSION], version, Int64GetDatum(DatumGetInt64(fp->f[F_AFTER]) + 1),
+		Datum		args[11] = {fp->f[F_SESSION], written[0], Int64GetDatum(DatumGetInt64(fp->f[F_AFTER]) + 1),
 			fp->f[F_THROUGH], ns->content, ns->tokens, fp->f[F_STRATEGY], ns->model, ns->usage,
-		ns->latency};
-		char		nulls[10] = {' ', ' ', ' ', SPI_NULL(fp->fn[F_THROUGH]), ' ', SPI_NULL(ns->tokens_null),
+		ns->latency, written[1]};
+		char		nulls[11] = {' ', ' ', ' ', SPI_NULL(fp->fn[F_THROUGH]), ' ', SPI_NULL(ns->tokens_null),
 			SPI_NULL(fp->fn[F_STRATEGY]), SPI_NULL(ns->model_null), SPI_NULL(ns->usage_null),
-		SPI_NULL(ns->latency_null)};
+		SPI_NULL(ns->latency_null), SPI_NULL(written_null[1])};
 
 		CtxwinQueryRow(&insert_q, args, nulls, &row, &row_null, 1);
 		CtxwinQueryRow(&flush_q, args, nulls, NULL, NULL, 0);
@@ -527,4 +615,28 @@ ctxwin_summary_finish(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	row = SummaryFinish(PG_GETARG_DATUM(0), PG_ARGISNULL(0), PG_GETARG_DATUM(1), PG_ARGISNULL(1));
 	return SummaryReturn(fcinfo, row, false);
+}
+
+/*
+ * SQL: ctxwin._summary_segment(window_policy text, summary_tokens int,
+ * max_summary_tokens int, OUT segment boolean, OUT budget int):
+ * SummarySegmentPlan (policy/rules.c), for _summary_request.
+ */
+Datum
+ctxwin_summary_segment(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	int32		budget;
+	SegmentPlanKind kind;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "_summary_segment: return type must be a row type");
+	kind = SummarySegmentPlan(strcmp(text_to_cstring(PG_GETARG_TEXT_PP(0)), "stable") == 0,
+							  PG_GETARG_INT32(1), PG_GETARG_INT32(2), &budget);
+	values[0] = BoolGetDatum(kind == SEGMENT_APPEND);
+	values[1] = Int32GetDatum(budget);
+	desc = BlessTupleDesc(desc);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }

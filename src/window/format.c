@@ -412,6 +412,36 @@ PushTextBlock(JsonbParseState **st, text *t, bool breakpoint)
 }
 
 /*
+ * The text blocks of a system message that ends with a summary of several
+ * segments (Window's breaks), one per segment, the first with what comes
+ * before the summary, written to systexts from n on; returns the new count.
+ * The first block ends with a breakpoint if it is the first system text
+ * (the system prompt is in it), and the last segment's block ends with
+ * one: a compaction that appends a segment leaves every block before it as
+ * it was, so a request after it reads the prompt and the old segments from
+ * the cache the requests before it wrote.
+ */
+static int
+SegmentTexts(const Window *w, text *content, SystemText *systexts, int n, int *breakpoints)
+{
+	int			seplen = strlen(CTXWIN_SEGMENT_SEPARATOR);
+	int			k;
+
+	for (k = 0; k <= w->nbreaks; k++)
+	{
+		int			start = k == 0 ? 0 : w->breaks[k - 1];
+		int			end = k == w->nbreaks ? VARSIZE_ANY_EXHDR(content) : w->breaks[k] - seplen;
+		bool		wanted = (k == 0 && n == 0) || k == w->nbreaks;
+
+		systexts[n].content = cstring_to_text_with_len(VARDATA_ANY(content) + start, end - start);
+		systexts[n].breakpoint = wanted && *breakpoints < CTXWIN_ANTHROPIC_MAX_BREAKPOINTS - 1;
+		*breakpoints += systexts[n].breakpoint;
+		n++;
+	}
+	return n;
+}
+
+/*
  * Pushes the keys "system" and "messages" of an Anthropic Messages API body
  * into the object being built: system messages join the top-level "system"
  * (separated by a blank line); assistant tool calls become tool_use blocks
@@ -424,16 +454,17 @@ PushTextBlock(JsonbParseState **st, text *t, bool breakpoint)
  * "ephemeral"}) end the session's system prompt and its summary (one block
  * when the summary is appended to the prompt, two when it is a message of
  * its own) and the last block of the last turn: at most three, under the
- * four the API allows.  System messages of the history (inside the window)
- * are blocks after them, without a breakpoint: they leave as the window
- * moves.
+ * four the API allows.  A summary of several segments is a block per
+ * segment (SegmentTexts), the breakpoint after the last.  System messages
+ * of the history (inside the window) are blocks after them, without a
+ * breakpoint: they leave as the window moves.
  */
 static void
 PushAnthropicWindow(JsonbParseState **st, const Window *w, bool cache)
 {
 	int			total = w->nsystem + w->nmessages;
 	Turn	   *turns = palloc0(Max(total, 1) * sizeof(Turn));
-	SystemText *systexts = palloc0(Max(total, 1) * sizeof(SystemText));
+	SystemText *systexts = palloc0(Max(total + w->nbreaks, 1) * sizeof(SystemText));
 	int			nturns = 0;
 	int			nsystexts = 0;
 	StringInfoData sys;
@@ -461,7 +492,10 @@ PushAnthropicWindow(JsonbParseState **st, const Window *w, bool cache)
 				sys_text = true;
 			}
 			/* the API refuses an empty text block */
-			if (m->content && VARSIZE_ANY_EXHDR(m->content) > 0)
+			if (m->content && VARSIZE_ANY_EXHDR(m->content) > 0 && i == w->summary_index &&
+				w->nbreaks > 0)
+				nsystexts = SegmentTexts(w, m->content, systexts, nsystexts, &breakpoints);
+			else if (m->content && VARSIZE_ANY_EXHDR(m->content) > 0)
 			{
 				systexts[nsystexts].content = m->content;
 				systexts[nsystexts].breakpoint = i < w->nsystem &&

@@ -23,6 +23,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -95,6 +96,53 @@ CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
 	appendBinaryStringInfo(&s, VARDATA_ANY(summary), VARSIZE_ANY_EXHDR(summary));
 	SystemMessage(enc, &sys[n++], cstring_to_text_with_len(s.data, s.len));
 	return n;
+}
+
+/*
+ * Where the segments of the session's summary begin in the system message
+ * that ends with it (w->system[w->nsystem - 1]), as byte offsets into its
+ * content (Window's breaks); none for a summary of one segment, or when
+ * the lengths do not match the summary (the sessions trigger sees that
+ * they do).
+ */
+static void
+SummaryBreaks(const SessionView *sv, Window *w)
+{
+	text	   *content;
+	const char *sum;
+	int			len,
+				pos = 0,
+				base,
+				seplen = strlen(CTXWIN_SEGMENT_SEPARATOR),
+				k;
+
+	w->summary_index = -1;
+	w->nbreaks = 0;
+	if (sv->nsegments < 2 || TextEmpty(sv->summary) || w->nsystem == 0)
+		return;
+	content = w->system[w->nsystem - 1].content;
+	sum = VARDATA_ANY(sv->summary);
+	len = VARSIZE_ANY_EXHDR(sv->summary);
+	base = VARSIZE_ANY_EXHDR(content) - len;
+	if (base < 0 || memcmp(VARDATA_ANY(content) + base, sum, len) != 0)
+		return;
+	w->breaks = palloc(sv->nsegments * sizeof(int));
+	for (k = 0; k < sv->nsegments - 1; k++)
+	{
+		int			chars = sv->segments[k];
+
+		if (chars < 1)
+			return;
+		while (chars-- > 0 && pos < len)
+			pos += pg_mblen(sum + pos);
+		if (chars >= 0 || pos + seplen >= len ||
+			memcmp(sum + pos, CTXWIN_SEGMENT_SEPARATOR, seplen) != 0)
+			return;
+		pos += seplen;
+		w->breaks[k] = base + pos;
+	}
+	w->summary_index = w->nsystem - 1;
+	w->nbreaks = sv->nsegments - 1;
 }
 
 /*
@@ -222,6 +270,7 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 
 	w->nsystem = CtxwinSystemMessages(sv->system_prompt, sv->summary, CtxwinSessionPlacement(sv),
 									  sv->enc, w->system);
+	SummaryBreaks(sv, w);
 	w->prompt_tokens = CTXWIN_LIST_OVERHEAD;
 	for (i = 0; i < w->nsystem; i++)
 		w->prompt_tokens += w->system[i].tokens;

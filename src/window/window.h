@@ -36,6 +36,14 @@ typedef struct Window
 	int32		budget;
 	int			nsystem;
 	WindowMessage system[2];	/* the prompt and the summary */
+	/*
+	 * A summary of several segments: system[summary_index] ends with it,
+	 * and its segments after the first begin at the byte offsets breaks[0
+	 * .. nbreaks) of that message's content, each after a blank line.
+	 */
+	int			summary_index;
+	int			nbreaks;
+	int		   *breaks;
 	int64		prompt_tokens;	/* theirs, with the list's overhead */
 	int64		tool_tokens;	/* of the tools sent with the request */
 	int			nmessages;
