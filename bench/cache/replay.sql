@@ -7,16 +7,16 @@
 -- inserted, and compact() runs, as a worker would between turns, with the
 -- built-in extractive summarizer (offline, deterministic).
 --
--- Cacheable: the whole leading messages of a request identical, byte for
--- byte, to those of the previous request (a provider caches a prefix it has
--- seen recently).  Billed input: uncached tokens + 0.1 x cached tokens
--- (Anthropic's cache-read price, OpenAI's on its newer models).
+-- What the cache serves and what is billed: bench/cache/cached.sql
+-- (cacheable: the whole leading messages of a request identical to those
+-- of the previous request; billed: uncached + 0.1 x cached).
 \set ON_ERROR_STOP 1
 \set QUIET 1
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS ctxwin;
 CREATE SCHEMA bench;
 \ir ../prose.sql
+\ir cached.sql
 
 -- budget 16,384: a context window of 20,480 less the response reserve 4,096
 CREATE FUNCTION bench.profile(name text, policy text, triggers boolean) RETURNS void
@@ -40,8 +40,6 @@ DECLARE
     t int;
     body jsonb;
     prev jsonb := '[]';
-    k int;
-    n int;
 BEGIN
     INSERT INTO ctxwin.sessions (profile, system_prompt)
     VALUES (profile, 'You are the engineering assistant of a small team that runs a web shop. '
@@ -51,18 +49,9 @@ BEGIN
         INSERT INTO ctxwin.messages (session_id, role, content)
         VALUES (sid, 'user', bench.prose(t * 2, 150 + (t * 37) % 450));
         body := ctxwin.build_context(sid);
-        -- the leading messages identical to the previous request's
-        n := jsonb_array_length(body);
-        k := 0;
-        WHILE k < n AND k < jsonb_array_length(prev) AND body -> k = prev -> k LOOP
-            k := k + 1;
-        END LOOP;
         INSERT INTO bench.requests
         SELECT scenario, policy, t, body, ctxwin.messages_tokens(body, 'o200k_base') + 3,
-               CASE WHEN k = 0 THEN 0
-                    ELSE ctxwin.messages_tokens((SELECT jsonb_agg(e ORDER BY i)
-                                                 FROM jsonb_array_elements(body) WITH ORDINALITY x(e, i)
-                                                 WHERE i <= k), 'o200k_base') END;
+               bench.cached_tokens(body, prev, 'o200k_base');
         prev := body;
         IF tools AND t % 5 = 0 THEN
             INSERT INTO ctxwin.messages (session_id, role, content, tool_calls)
