@@ -462,8 +462,10 @@ CtxwinClearUnit(WindowClear *wc, WindowMessage *unit, int n)
 			m->content = content;
 			m->tokens = stored;
 		}
+		/* its content's tokens: the message's less its other fields' (no count of the text) */
 		if (wc->st->max_tokens_on && m->content != NULL &&
-			CtxwinCountText(wc->enc, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content)) > wc->st->max_tokens)
+			stored - CtxwinMessageTokens(wc->enc, m->role, NULL, m->name, m->tool_call_id, m->tool_calls) >
+			wc->st->max_tokens)
 		{
 			m->content = CutResult(wc, m->content);
 			m->tokens = MessageCost(wc, m);
