@@ -10,10 +10,12 @@
  * calls together with the tool results that follow it.  The walk (walk.c)
  * reads rows newest first and stops after the first unit that does not fit
  * (PackWalkPush, rules.c): the rows read are O(window), whatever the length
- * of the history.  Only the newest unit is ever cut, in the middle of its
- * largest contents (CtxwinFitContents); older units that do not fit are
- * dropped whole.  Read-only, so it runs on a hot standby.  The two output
- * formats are in format.c.
+ * of the history.  Only the newest unit is ever cut to fit, in the middle of
+ * its largest contents (CtxwinFitContents); older units that do not fit are
+ * dropped whole.  Before they are packed, tool results may be cleared or
+ * cut as the profile says (clear.c), and are packed at that size.
+ * Read-only, so it runs on a hot standby.  The two output formats are in
+ * format.c.
  */
 #include "postgres.h"
 
