@@ -20,6 +20,7 @@ OBJS = \
 	src/session/settings.o \
 	src/session/session.o \
 	src/window/walk.o \
+	src/window/clear.o \
 	src/window/window.o \
 	src/window/history.o \
 	src/window/format.o \

@@ -216,7 +216,12 @@ CREATE TABLE ctxwin.profiles (
     window_policy text NOT NULL DEFAULT 'stable' CHECK (window_policy IN ('stable', 'sliding')),
     window_low_water real NOT NULL DEFAULT 0.6
         CHECK (window_low_water > 0::real AND window_low_water < 1::real),
-    cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval)
+    cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval),
+    keep_tool_results int CHECK (keep_tool_results >= 0),
+    tool_result_max_tokens int CHECK (tool_result_max_tokens > 0),
+    clear_tool_inputs boolean,
+    exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
+    clear_at_least int CHECK (clear_at_least >= 0)
 );
 
 COMMENT ON TABLE ctxwin.profiles IS
@@ -227,6 +232,16 @@ COMMENT ON COLUMN ctxwin.profiles.window_low_water IS
 'Share of the budget a stable window fills after a jump';
 COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
 'How long the provider keeps a prompt cache: a summary due under a stable window waits for a jump, or for the session to be idle this long';
+COMMENT ON COLUMN ctxwin.profiles.keep_tool_results IS
+'The newest tool results a window sends whole; older ones are sent as a placeholder naming the tool, the call and the message (NULL: none cleared)';
+COMMENT ON COLUMN ctxwin.profiles.tool_result_max_tokens IS
+'A tool result longer than this is sent cut in the middle (NULL: never cut)';
+COMMENT ON COLUMN ctxwin.profiles.clear_tool_inputs IS
+'Whether the arguments of the calls whose results are cleared are sent as {} too';
+COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
+'Tools whose results are never cleared nor cut';
+COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
+'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
 
 CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -261,7 +276,11 @@ BEGIN
                     max_summary_tokens = $1.max_summary_tokens, summary_strategy = $1.summary_strategy,
                     summary_model = $1.summary_model, summary_prompt = $1.summary_prompt,
                     summary_placement = $1.summary_placement, window_policy = $1.window_policy,
-                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl, builtin = false
+                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl,
+                    keep_tool_results = $1.keep_tool_results,
+                    tool_result_max_tokens = $1.tool_result_max_tokens,
+                    clear_tool_inputs = $1.clear_tool_inputs, exclude_tools = $1.exclude_tools,
+                    clear_at_least = $1.clear_at_least, builtin = false
                 WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n > 0 THEN
@@ -529,7 +548,9 @@ SELECT s.id AS session_id, s.profile, p.model, m.encoding,
        p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
        p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
        p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement,
-       p.window_policy, p.window_low_water, p.cache_ttl
+       p.window_policy, p.window_low_water, p.cache_ttl,
+       p.keep_tool_results, p.tool_result_max_tokens, p.clear_tool_inputs, p.exclude_tools,
+       p.clear_at_least
 FROM ctxwin.sessions s
 JOIN ctxwin.profiles p ON p.name = s.profile
 JOIN ctxwin.models m ON m.name = p.model;
@@ -876,6 +897,45 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';
+
+-- One stored message whole, as the window's placeholders of cleared tool
+-- results point to it: ctxwin.message(session, id).  Read as the caller
+-- (privileges and row-level security apply).  content_parts, where the
+-- table has that column, is read from the row as jsonb, so the function
+-- does not depend on it.
+CREATE FUNCTION ctxwin.message(session uuid, id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    result jsonb;
+BEGIN
+    IF message.session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF message.id IS NULL THEN
+        RAISE EXCEPTION 'message id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+           || jsonb_build_object('id', m.id, 'created_at', m.created_at)
+           || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
+                   ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+    INTO result
+    FROM ctxwin.messages m
+    WHERE m.session_id = message.session AND m.id = message.id;
+    IF result IS NULL THEN
+        IF NOT EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = message.session) THEN
+            RAISE EXCEPTION 'session % does not exist', message.session USING ERRCODE = 'no_data_found';
+        END IF;
+        RAISE EXCEPTION 'message % of session % does not exist', message.id, message.session
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'Message ids run from 1 to the session''s message_count.';
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
+'One stored message whole, as an OpenAI chat message object with its id and created_at: what a cleared tool result in a window stands for';
 
 -- The window is made in C (src/window/window.c: the walk, the packing and the
 -- middle cut; src/window/format.c: the two output formats).  Both run as the

@@ -160,7 +160,9 @@ my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', to_jsonb(s) - 'summary_segments'), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
        (SELECT string_agg(format('%s', to_jsonb(x) - 'segments'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl']), E'\n' ORDER BY p.name)
+       (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl',
+                                                             'keep_tool_results', 'tool_result_max_tokens', 'clear_tool_inputs',
+                                                             'exclude_tools', 'clear_at_least']), E'\n' ORDER BY p.name)
         FROM ctxwin.profiles p),
        (SELECT string_agg(format('%s', (o.name, o.encoding, o.context_window, o.provider, o.builtin)), E'\n' ORDER BY o.name)
         FROM ctxwin.models o)
@@ -182,6 +184,29 @@ is(q_up($state_sql), $state_before,
 is(q_up("SELECT string_agg(DISTINCT window_policy, ' ') FROM ctxwin.profiles") . '|'
 	  . q_up("INSERT INTO ctxwin.profiles (name) VALUES ('after the update') RETURNING window_policy"),
 	'sliding|stable', 'the profiles of before keep their sliding window; a new profile gets the stable one');
+is( q_up("SELECT count(*) FROM ctxwin.profiles WHERE num_nonnulls(keep_tool_results, tool_result_max_tokens, "
+		  . "clear_tool_inputs, exclude_tools, clear_at_least) > 0"),
+	'0', '... and clear no tool results (the five settings NULL)');
+# tool results cleared in the window, on the data of before
+q_up(<<'SQL');
+INSERT INTO ctxwin.profiles (name, model, window_policy, keep_tool_results, clear_tool_inputs)
+VALUES ('clears', 'gpt-4o', 'sliding', 0, true);
+INSERT INTO ctxwin.messages (session_id, role, tool_calls) VALUES
+  ('00000000-0000-4000-8000-000000000002', 'assistant',
+   '[{"id": "call_2", "type": "function", "function": {"name": "invoice", "arguments": "{\"id\": 8}"}}]');
+INSERT INTO ctxwin.messages (session_id, role, content, tool_call_id) VALUES
+  ('00000000-0000-4000-8000-000000000002', 'tool', repeat('{"invoice": 8, "lines": ["a widget", "a gadget"]} ', 20), 'call_2');
+UPDATE ctxwin.sessions SET profile = 'clears' WHERE id = '00000000-0000-4000-8000-000000000002';
+SQL
+my $cleared = q_up("SELECT string_agg(m ->> 'content', ' ') FROM jsonb_array_elements(ctxwin.build_context("
+	  . "'00000000-0000-4000-8000-000000000002')) m WHERE m ->> 'tool_call_id' = 'call_2'");
+like($cleared, qr/^\[tool result cleared: invoice, call call_2, message (\d+); ctxwin\.message\(session, \1\) returns it\]$/,
+	'after the update a profile clears tool results: the placeholder names the tool, the call and the message');
+my ($cleared_id) = $cleared =~ /message (\d+);/;
+is( q_up("SELECT ctxwin.message('00000000-0000-4000-8000-000000000002', " . ($cleared_id // 0) . ") ->> 'content' = "
+		  . "repeat('{\"invoice\": 8, \"lines\": [\"a widget\", \"a gadget\"]} ', 20)"),
+	't', '... and ctxwin.message() gives the result back whole');
+q_up("UPDATE ctxwin.sessions SET profile = 'plain' WHERE id = '00000000-0000-4000-8000-000000000002'");
 ok( $node->poll_query_until(
 		'up', "SELECT compaction_queued_at IS NULL AND summary_through_id > 0 FROM ctxwin.sessions "
 		  . "WHERE id = '00000000-0000-4000-8000-000000000003'"),

@@ -17,7 +17,16 @@
 #      budget-too-small error (22023), never with another one;
 #   7. the Anthropic body's prompt-cache breakpoints end the system prompt
 #      and the summary and the last block of the last turn, and no other
-#      block: never more than 4.
+#      block: never more than 4;
+#   8. where the profile clears or cuts tool results (half the sessions,
+#      their settings drawn apart from the rest, so a seed names the same
+#      sessions as before): a result differs from its row only as its
+#      exact placeholder (never one of the newest keep_tool_results, nor of
+#      an excluded tool) or cut with the marker (with tool_result_max_tokens,
+#      or in the newest unit); a call's arguments only as "{}", with
+#      clear_tool_inputs and its result cleared (its Anthropic input {});
+#      and another connection builds the same bytes.  Checks 1 to 7 hold
+#      there too.
 #
 # CTXWIN_PROP_SEED (default 9) and CTXWIN_PROP_CASES (default 2400) choose
 # the run; the seed is printed first, and each failure names its seed and
@@ -343,6 +352,18 @@ sub session_sql
 	$sp = $rng->choice([ undef, '', 'You are a helpful assistant.', $sp ]);
 	push @sql, sprintf('INSERT INTO ctxwin.sessions (id, profile, system_prompt) VALUES (%s, %s, %s);',
 		lit($sid), lit($prof), lit($sp));
+	# tool results cleared or cut, for half the sessions: drawn from a
+	# generator of their own, so the other draws are those of before
+	my $crng = PyRandom->new("$SEED/$serial/clearing");
+	if ($crng->random < 0.5)
+	{
+		my $int = sub { my $v = $crng->choice($_[0]); defined $v ? $v : 'NULL' };
+		push @sql, sprintf('UPDATE ctxwin.profiles SET keep_tool_results = %s, tool_result_max_tokens = %s, '
+			  . 'clear_tool_inputs = %s, exclude_tools = %s, clear_at_least = %s, window_policy = %s WHERE name = %s;',
+			$int->([ undef, 0, 0, 1, 1, 2, 5 ]), $int->([ undef, undef, 20, 150 ]),
+			$int->([ 'NULL', 'true', 'false' ]), $int->([ 'NULL', q{'{search}'}, q{'{read_file,run}'} ]),
+			$int->([ undef, 0, 60, 800 ]), lit($crng->choice([qw(stable sliding sliding)])), lit($prof));
+	}
 	for my $step (@{ gen_messages($rng, $serial) })
 	{
 		my ($kind, $row) = @$step;
@@ -413,6 +434,8 @@ END $$;
 
 # ---- the checks -------------------------------------------------------------
 
+my %stats;    # what the run saw (the checks count some of it)
+
 # Python's truth of a JSON value: null, "", [] and {} are false (the values
 # tested here are strings, lists and objects)
 sub truthy
@@ -479,6 +502,31 @@ sub is_cut_of
 	return 0;
 }
 
+# what a window sends for a cleared tool result (CtxwinClearedText, clear.c)
+sub placeholder
+{
+	my ($tool, $call_id, $id) = @_;
+	return '[tool result cleared: ' . (defined $tool ? "$tool, " : '')
+	  . (defined $call_id ? "call $call_id, " : '') . "message $id; ctxwin.message(session, $id) returns it]";
+}
+
+# the tool of the result ROWS->[I]: the function its call names in the
+# message that heads its unit (the nearest older one that is no result)
+sub tool_of
+{
+	my ($rows, $i) = @_;
+	my $h = $i;
+	$h-- while $h > 0 && $rows->[$h]{role} eq 'tool';
+	return undef if $rows->[$h]{role} eq 'tool';
+	for my $c (@{ $rows->[$h]{tool_calls} // [] })
+	{
+		next unless ref $c eq 'HASH' && defined $c->{id} && defined $rows->[$i]{tool_call_id};
+		return ref $c->{function} eq 'HASH' && !ref $c->{function}{name} ? $c->{function}{name} : undef
+		  if $c->{id} eq $rows->[$i]{tool_call_id};
+	}
+	return undef;
+}
+
 # index in ROWS of the first message of the newest unit
 sub unit_start
 {
@@ -510,28 +558,88 @@ sub check_openai
 	}
 	my $first = @unsum - @conv;
 	my $ustart = unit_start(\@unsum);
+	# tool results cleared or cut (check 8): the placeholder each would
+	# have, the newest keep_tool_results of the tools not excluded, and the
+	# calls whose results this window sends cleared
+	my (%holder, %excluded, %kept, %cleared_call, %maybe_call);
+	if ($meta->{clearing})
+	{
+		my %ex = map { $_ => 1 } @{ $meta->{exclude} // [] };
+		my $keep = $meta->{keep} // 0;
+		for my $j (reverse 0 .. $#unsum)
+		{
+			next unless $unsum[$j]{role} eq 'tool';
+			my $tool = tool_of(\@unsum, $j);
+			$holder{$j} = placeholder($tool, $unsum[$j]{tool_call_id}, $unsum[$j]{id});
+			$excluded{$j} = defined $tool && $ex{$tool};
+			$kept{$j} = 1 if !$excluded{$j} && $keep-- > 0;
+		}
+		for my $i (0 .. $#conv)
+		{
+			my $j = $first + $i;
+			next unless exists $holder{$j} && defined $unsum[$j]{tool_call_id};
+			my $c = $conv[$i]{content};
+			if (same($c, $holder{$j}) || ($j >= $ustart && is_cut_of($c, $holder{$j}) && !is_cut_of($c, $unsum[$j]{content})))
+			{
+				$cleared_call{ $unsum[$j]{tool_call_id} } = 1;
+			}
+			elsif ($j >= $ustart && is_cut_of($c, $holder{$j}))
+			{
+				# cut to the marker alone in the newest unit: cleared or not, no telling
+				$maybe_call{ $unsum[$j]{tool_call_id} } = 1;
+			}
+		}
+		$stats{cleared}++ if %cleared_call;
+	}
 	for my $i (0 .. $#conv)
 	{
 		my $row = $unsum[ $first + $i ];
+		my $j = $first + $i;
 		my $want = row_json($row);
 		my %g = %{ $conv[$i] };
 		my ($gc, $wc) = (delete $g{content}, delete $want->{content});
+		if ($meta->{inputs} && ref $want->{tool_calls} eq 'ARRAY')
+		{
+			# clear_tool_inputs: the arguments of the calls cleared here are "{}"
+			my $clear = sub {
+				my ($calls, $ids) = @_;
+				return [
+					map {
+						ref $_ eq 'HASH' && defined $_->{id} && $ids->{ $_->{id} } && ref $_->{function} eq 'HASH'
+						  ? { %$_, function => { %{ $_->{function} }, arguments => '{}' } }
+						  : $_
+					} @$calls
+				];
+			};
+			$want->{tool_calls} = $clear->($clear->($want->{tool_calls}, \%cleared_call), \%maybe_call);
+			$g{tool_calls} = $clear->($g{tool_calls}, \%maybe_call) if ref $g{tool_calls} eq 'ARRAY';
+		}
 		if (!same(\%g, $want))
 		{
 			push @$problems, sprintf('message %d is not the stored row %d (or order changed)', $i, $row->{id});
 			return \@conv;
 		}
-		if (!same($gc, $wc))
+		next if same($gc, $wc);
+		if (exists $holder{$j} && same($gc, $holder{$j}))
 		{
-			if ($first + $i < $ustart)
+			if (!defined $meta->{keep} || $kept{$j} || $excluded{$j})
+			{
+				push @$problems, sprintf('message %d was cleared but is %s', $row->{id},
+					!defined $meta->{keep} ? 'under no keep_tool_results'
+					: $excluded{$j} ? 'of an excluded tool' : 'one of the newest keep_tool_results');
+			}
+		}
+		elsif ($j < $ustart)
+		{
+			if (!(exists $holder{$j} && defined $meta->{max_tokens} && !$excluded{$j} && is_cut_of($gc, $wc)))
 			{
 				push @$problems, sprintf('message %d was cut but is older than the newest unit', $row->{id});
 			}
-			elsif (!is_cut_of($gc, $wc))
-			{
-				push @$problems, sprintf('message %d has cut content without the marker: %s',
-					$row->{id}, $TEXT->encode(substr($gc // '', 0, 80)));
-			}
+		}
+		elsif (!is_cut_of($gc, $wc) && !(exists $holder{$j} && is_cut_of($gc, $holder{$j})))
+		{
+			push @$problems, sprintf('message %d has cut content without the marker: %s',
+				$row->{id}, $TEXT->encode(substr($gc // '', 0, 80)));
 		}
 	}
 	push @$problems, 'the window starts with a tool result' if $conv[0]{role} eq 'tool';
@@ -565,12 +673,14 @@ sub system_text
 	return $sysv;
 }
 
-# an Anthropic body back to OpenAI messages; tool calls come back as stored
+# an Anthropic body back to OpenAI messages; tool calls come back as the
+# OpenAI messages CONV of the same window have them (their arguments
+# cleared or not), else as stored
 sub from_anthropic
 {
-	my ($body, $rows) = @_;
+	my ($body, $rows, $conv) = @_;
 	my %by_call;
-	for my $m (@$rows)
+	for my $m (@$rows, @$conv)
 	{
 		$by_call{ $_->{id} } = $m for @{ $m->{tool_calls} // [] };
 	}
@@ -636,7 +746,15 @@ sub check_anthropic
 	{
 		push @$problems, 'two consecutive turns of one role' if $turns->[$i]{role} eq $turns->[ $i + 1 ]{role};
 	}
-	my $back = from_anthropic($body, $rows);
+	my $back = from_anthropic($body, $rows, $openai_conv);
+	# a call's arguments "{}" (cleared) are the tool_use input {}
+	my %args = map { ref $_ eq 'HASH' && ref $_->{function} eq 'HASH' ? ($_->{id} => $_->{function}{arguments}) : () }
+	  map { @{ $_->{tool_calls} // [] } } @$openai_conv;
+	for my $blk (map { @{ $_->{content} // [] } } @$turns)
+	{
+		push @$problems, "anthropic tool_use $blk->{id}: arguments \"{}\" but input is not {}"
+		  if $blk->{type} eq 'tool_use' && same($args{ $blk->{id} }, '{}') && !same($blk->{input}, {});
+	}
 	my @got = @$back;
 	shift @got if exists $body->{system};
 	# the same messages as the OpenAI form, system ones joined in "system",
@@ -750,7 +868,7 @@ sub diag_text { diag(encode_utf8($_[0])); return; }
 
 diag("seed $SEED, cases $CASES");
 my $started = Time::HiRes::time();
-my %stats = (cases => 0, sessions => 0, skipped => 0, cut => 0, errors_checked => 0);
+%stats = (cases => 0, sessions => 0, skipped => 0, cut => 0, errors_checked => 0, cleared => 0, same_bytes => 0);
 my (%fails, @examples, %failing_cases);
 
 sub fail_case
@@ -776,6 +894,9 @@ while ($stats{cases} < $CASES)
 			'placement', st.summary_placement, 'system_prompt', s.system_prompt,
 			'summary', s.conversation_summary, 'through', s.summary_through_id,
 			'bmin', pt_min_budget(s.id, st.context_window),
+			'keep', st.keep_tool_results, 'max_tokens', st.tool_result_max_tokens,
+			'inputs', st.clear_tool_inputs, 'exclude', st.exclude_tools,
+			'clearing', st.keep_tool_results IS NOT NULL OR st.tool_result_max_tokens IS NOT NULL,
 			'rows', (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
 			                  'name', m.name, 'tool_call_id', m.tool_call_id, 'tool_calls', m.tool_calls)
 			                  ORDER BY m.id)
@@ -822,6 +943,18 @@ while ($stats{cases} < $CASES)
 			fail_case('budget below the smallest accepted one: not the budget-too-small error',
 				sprintf('%s budget %d: %s', $tag, $bmin - 1, substr($TEXT->encode($below), 0, 200)));
 		}
+	}
+	if ($meta->{clearing} && @calls)
+	{
+		# another connection, the same rows: the same bytes
+		my @again = @calls[ 0, -1 ];
+		my $v = join(",\n", map { sprintf('(%s, %s, %d)', $again[$_][0] // 'NULL::int', lit($again[$_][1]), $_) } 0 .. $#again);
+		my $res2 = query_json(sprintf(q{SELECT jsonb_agg(pt_try(%s, v.b, v.f) ORDER BY v.ord) FROM (VALUES %s) v(b, f, ord)},
+			lit($sid), $v));
+		my @first = map { $res->{runs}[$_]{r} } 0, $#calls;
+		$stats{same_bytes}++;
+		fail_case('another connection builds other bytes', "$tag: " . substr($TEXT->encode($res2), 0, 200))
+		  unless $CANON->encode($res2) eq $CANON->encode(\@first);
 	}
 	my (@backs, %openai_by_budget);
 	for my $run (@{ $res->{runs} })
@@ -915,6 +1048,8 @@ diag_text("example: $_") for @examples;
 ok($stats{cases} >= $CASES, "ran at least $CASES cases");
 ok($stats{cut} > 0, 'some cases cut the newest unit');
 ok($stats{errors_checked} > 0, 'some budgets below the smallest accepted one were tried');
+ok($stats{cleared} > 0 && $stats{same_bytes} > 0,
+	"some cases clear tool results ($stats{cleared}), and their bytes were built again ($stats{same_bytes} sessions)");
 for my $kind ('over budget', 'anthropic over budget')
 {
 	ok(!$fails{$kind}, "never over budget ($kind)");

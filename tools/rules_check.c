@@ -408,6 +408,123 @@ CheckSegments(int cases)
 	ok(missed == 0, "a segment is appended whenever an eighth of max_summary_tokens is left");
 	ok(often == 0, "a summarizer that fills its budget consolidates at most every third compaction (max_summary_tokens >= 64)");
 	ok(appends > cases, "the generated sessions append segments");
+
+ * StableJumpAt against StableRoom on the same generated conversations: the
+ * jump's position is where the window's start was last placed from
+ * (StableRoom = total - jump + low), it is -1 exactly while nothing
+ * jumped, and it moves exactly when the start moves, never back.
+ */
+static void
+CheckJump(int cases)
+{
+	int			bad_none = 0,
+				bad_room = 0,
+				bad_moves = 0,
+				back = 0,
+				moved = 0;
+	int			c;
+
+	for (c = 0; c < cases; c++)
+	{
+		int64_t		room = 1 + RandUpTo(20000);
+		int64_t		low = RandUpTo(room + 10) - 5;
+		int64_t		lowc = low < 0 ? 0 : low;
+		int64_t		total = 0,
+					prev_jump = -1,
+					prev_start = 0;
+		int			i,
+					n = 1 + (int) RandUpTo(200);
+
+		for (i = 0; i < n; i++)
+		{
+			int64_t		jump,
+						start;
+
+			total += RandUpTo(room / 4 + 1);
+			jump = StableJumpAt(total, room, low);
+			start = total <= room ? 0 : total - StableRoom(total, room, low);
+			if ((jump < 0) != (total <= room || room - lowc <= 0))
+				bad_none++;
+			if (jump >= 0 && (StableRoom(total, room, low) != total - jump + lowc ||
+							  jump >= total || jump < room))
+				bad_room++;
+			if (room - lowc > 0 && (jump != prev_jump) != (start != prev_start))
+				bad_moves++;
+			if (jump < prev_jump)
+				back++;
+			moved += jump != prev_jump;
+			prev_jump = jump;
+			prev_start = start;
+		}
+	}
+	ok(bad_none == 0, "StableJumpAt: -1 exactly while the window has not jumped (or cannot)");
+	ok(bad_room == 0, "StableJumpAt: StableRoom is total - jump + low, the jump inside the conversation");
+	ok(bad_moves == 0, "StableJumpAt moves exactly when the stable window's start moves");
+	ok(back == 0 && moved > cases / 10, "StableJumpAt never moves back, and the conversations make it move");
+}
+
+/*
+ * ClearBoundaryIndex on generated tool results appended one by one, as a
+ * session's: the newest keep are never cleared; without at_least every
+ * older one is; with it, the cleared set moves only forward, a cleared
+ * result stays cleared, each move clears at least at_least tokens, and the
+ * candidates left waiting hold fewer than at_least.
+ */
+static void
+CheckClearBoundary(int cases)
+{
+	int			bad_keep = 0,
+				bad_all = 0,
+				back = 0,
+				small = 0,
+				waiting = 0,
+				moves = 0;
+	int			c;
+
+	for (c = 0; c < cases; c++)
+	{
+		int64_t		tokens[120];
+		int			n = 1 + (int) RandUpTo(119);
+		int64_t		keep = RandUpTo(8);
+		int64_t		at_least = c % 4 == 0 ? 0 : RandUpTo(3000);
+		int			prev = -1;
+		int			len;
+
+		for (len = 0; len < n; len++)
+			tokens[len] = RandUpTo(c % 3 == 0 ? 40 : 2000);
+		for (len = 1; len <= n; len++)
+		{
+			int			got = ClearBoundaryIndex(tokens, len, keep, at_least);
+			int			candidates = len > keep ? len - (int) keep : 0;
+			int64_t		sum = 0;
+			int			i;
+
+			if (got >= candidates)
+				bad_keep++;
+			if (at_least == 0 && got != candidates - 1)
+				bad_all++;
+			if (got < prev)
+				back++;
+			if (got > prev)
+			{
+				for (i = prev + 1; i <= got; i++)
+					sum += tokens[i];
+				if (sum < at_least)
+					small++;
+				moves++;
+			}
+			for (sum = 0, i = got + 1; i < candidates; i++)
+				sum += tokens[i];
+			if (at_least > 0 && sum >= at_least)
+				waiting++;
+			prev = got;
+		}
+	}
+	ok(bad_keep == 0, "ClearBoundaryIndex: the newest keep results are never cleared");
+	ok(bad_all == 0, "ClearBoundaryIndex: without clear_at_least every older result is cleared");
+	ok(back == 0, "ClearBoundaryIndex: the cleared set only grows as results are appended");
+	ok(small == 0 && moves > 0, "ClearBoundaryIndex: each move clears at least clear_at_least tokens");
+	ok(waiting == 0, "ClearBoundaryIndex: the candidates left whole hold fewer than clear_at_least tokens");
 }
 
 int
@@ -420,6 +537,9 @@ main(int argc, char **argv)
 	CheckCut(cases);
 	CheckStable(cases / 10);
 	CheckSegments(cases / 10);
+
+	CheckJump(cases / 10);
+	CheckClearBoundary(cases / 10);
 	printf("1..%d\n", test_no);
 	return failures ? 1 : 0;
 }

@@ -7,13 +7,11 @@
 -- inserted, and compact() runs, as a worker would between turns, with the
 -- built-in extractive summarizer (offline, deterministic).
 --
--- Cacheable: the whole leading messages of a request identical, byte for
--- byte, to those of the previous request (a provider caches a prefix it has
--- seen recently), and, when the next message is the previous request's
--- message at that place with text appended to its content (a summary that
--- grew by a segment), that message's old tokens too, less its end token.
--- Billed input: uncached tokens + 0.1 x cached tokens (Anthropic's
--- cache-read price, OpenAI's on its newer models).
+-- What the cache serves and what is billed: bench/cache/cached.sql
+-- (cacheable: the whole leading messages of a request identical to those
+-- of the previous request, and the old part of a message that grew by
+-- appended text, a summary with a new segment; billed: uncached + 0.1 x
+-- cached).
 --
 -- New: the tokens of a request that were not in the previous request, which
 -- no cache can serve: its messages absent from the previous request, or,
@@ -27,6 +25,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS ctxwin;
 CREATE SCHEMA bench;
 \ir ../prose.sql
+\ir cached.sql
 
 -- budget 16,384: a context window of 20,480 less the response reserve 4,096
 CREATE FUNCTION bench.profile(name text, policy text, triggers boolean) RETURNS void
@@ -42,14 +41,6 @@ $$;
 CREATE TABLE bench.requests (
     scenario text, policy text, turn int, body jsonb, tokens int, cached int, fresh int,
     compacted boolean);
-
--- Whether message m is message p with text appended to its content (and
--- nothing else changed).
-CREATE FUNCTION bench.extends(m jsonb, p jsonb) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT m - 'content' = p - 'content' AND coalesce(p ->> 'content', '') <> ''
-           AND length(m ->> 'content') > length(p ->> 'content')
-           AND starts_with(m ->> 'content', p ->> 'content') $$;
 
 -- The tokens of a request's messages that the previous request did not hold.
 CREATE FUNCTION bench.fresh(body jsonb, prev jsonb) RETURNS int
@@ -70,8 +61,6 @@ DECLARE
     t int;
     body jsonb;
     prev jsonb := '[]';
-    k int;
-    n int;
 BEGIN
     INSERT INTO ctxwin.sessions (profile, system_prompt)
     VALUES (profile, 'You are the engineering assistant of a small team that runs a web shop. '
@@ -81,20 +70,9 @@ BEGIN
         INSERT INTO ctxwin.messages (session_id, role, content)
         VALUES (sid, 'user', bench.prose(t * 2, 150 + (t * 37) % 450));
         body := ctxwin.build_context(sid);
-        -- the leading messages identical to the previous request's
-        n := jsonb_array_length(body);
-        k := 0;
-        WHILE k < n AND k < jsonb_array_length(prev) AND body -> k = prev -> k LOOP
-            k := k + 1;
-        END LOOP;
         INSERT INTO bench.requests
         SELECT scenario, policy, t, body, ctxwin.messages_tokens(body, 'o200k_base') + 3,
-               CASE WHEN k = 0 THEN 0
-                    ELSE ctxwin.messages_tokens((SELECT jsonb_agg(e ORDER BY i)
-                                                 FROM jsonb_array_elements(body) WITH ORDINALITY x(e, i)
-                                                 WHERE i <= k), 'o200k_base') END
-               + CASE WHEN k < n AND k < jsonb_array_length(prev) AND bench.extends(body -> k, prev -> k)
-                      THEN ctxwin.count_message_tokens(prev -> k, 'o200k_base') - 1 ELSE 0 END,
+               bench.cached_tokens(body, prev, 'o200k_base'),
                bench.fresh(body, prev),
                -- the first request with a new summary (placement 'message': the second message)
                body -> 1 ->> 'role' = 'system' AND body -> 1 IS DISTINCT FROM prev -> 1;

@@ -51,7 +51,12 @@ CREATE TABLE ctxwin.profiles (
     window_policy text NOT NULL DEFAULT 'stable' CHECK (window_policy IN ('stable', 'sliding')),
     window_low_water real NOT NULL DEFAULT 0.6
         CHECK (window_low_water > 0::real AND window_low_water < 1::real),
-    cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval)
+    cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval),
+    keep_tool_results int CHECK (keep_tool_results >= 0),
+    tool_result_max_tokens int CHECK (tool_result_max_tokens > 0),
+    clear_tool_inputs boolean,
+    exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
+    clear_at_least int CHECK (clear_at_least >= 0)
 );
 
 COMMENT ON TABLE ctxwin.profiles IS
@@ -62,6 +67,16 @@ COMMENT ON COLUMN ctxwin.profiles.window_low_water IS
 'Share of the budget a stable window fills after a jump';
 COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
 'How long the provider keeps a prompt cache: a summary due under a stable window waits for a jump, or for the session to be idle this long';
+COMMENT ON COLUMN ctxwin.profiles.keep_tool_results IS
+'The newest tool results a window sends whole; older ones are sent as a placeholder naming the tool, the call and the message (NULL: none cleared)';
+COMMENT ON COLUMN ctxwin.profiles.tool_result_max_tokens IS
+'A tool result longer than this is sent cut in the middle (NULL: never cut)';
+COMMENT ON COLUMN ctxwin.profiles.clear_tool_inputs IS
+'Whether the arguments of the calls whose results are cleared are sent as {} too';
+COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
+'Tools whose results are never cleared nor cut';
+COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
+'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
 
 CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -96,7 +111,11 @@ BEGIN
                     max_summary_tokens = $1.max_summary_tokens, summary_strategy = $1.summary_strategy,
                     summary_model = $1.summary_model, summary_prompt = $1.summary_prompt,
                     summary_placement = $1.summary_placement, window_policy = $1.window_policy,
-                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl, builtin = false
+                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl,
+                    keep_tool_results = $1.keep_tool_results,
+                    tool_result_max_tokens = $1.tool_result_max_tokens,
+                    clear_tool_inputs = $1.clear_tool_inputs, exclude_tools = $1.exclude_tools,
+                    clear_at_least = $1.clear_at_least, builtin = false
                 WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
             GET DIAGNOSTICS n = ROW_COUNT;
             IF n > 0 THEN
@@ -364,7 +383,9 @@ SELECT s.id AS session_id, s.profile, p.model, m.encoding,
        p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
        p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
        p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement,
-       p.window_policy, p.window_low_water, p.cache_ttl
+       p.window_policy, p.window_low_water, p.cache_ttl,
+       p.keep_tool_results, p.tool_result_max_tokens, p.clear_tool_inputs, p.exclude_tools,
+       p.clear_at_least
 FROM ctxwin.sessions s
 JOIN ctxwin.profiles p ON p.name = s.profile
 JOIN ctxwin.models m ON m.name = p.model;

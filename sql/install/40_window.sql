@@ -12,6 +12,45 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION ctxwin._message_json(text, text, text, text, jsonb) IS
 'A message as an OpenAI chat message object, without the fields it does not have';
 
+-- One stored message whole, as the window's placeholders of cleared tool
+-- results point to it: ctxwin.message(session, id).  Read as the caller
+-- (privileges and row-level security apply).  content_parts, where the
+-- table has that column, is read from the row as jsonb, so the function
+-- does not depend on it.
+CREATE FUNCTION ctxwin.message(session uuid, id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    result jsonb;
+BEGIN
+    IF message.session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF message.id IS NULL THEN
+        RAISE EXCEPTION 'message id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+           || jsonb_build_object('id', m.id, 'created_at', m.created_at)
+           || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
+                   ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+    INTO result
+    FROM ctxwin.messages m
+    WHERE m.session_id = message.session AND m.id = message.id;
+    IF result IS NULL THEN
+        IF NOT EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = message.session) THEN
+            RAISE EXCEPTION 'session % does not exist', message.session USING ERRCODE = 'no_data_found';
+        END IF;
+        RAISE EXCEPTION 'message % of session % does not exist', message.id, message.session
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'Message ids run from 1 to the session''s message_count.';
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
+'One stored message whole, as an OpenAI chat message object with its id and created_at: what a cleared tool result in a window stands for';
+
 -- The window is made in C (src/window/window.c: the walk, the packing and the
 -- middle cut; src/window/format.c: the two output formats).  Both run as the
 -- caller: privileges and row-level security apply to what they read.

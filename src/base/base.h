@@ -106,7 +106,7 @@ extern int	ctxwin_bookkeeping_depth;
 extern void CtxwinBookkeepingInit(void);
 
 /* heap.c: rows read from a table's heap and primary key (see there) */
-#define CTXWIN_HEAP_MAX_COLUMNS 16
+#define CTXWIN_HEAP_MAX_COLUMNS 24
 extern void CtxwinReadableColumns(Relation rel, const char *const *cols, int ncols,
 								  uint32 optional, AttrNumber *attnos);
 extern void CtxwinSlotColumns(TupleTableSlot *slot, const AttrNumber *attnos, int ncols,

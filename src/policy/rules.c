@@ -106,6 +106,17 @@ PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens)
 	return false;
 }
 
+/*
+ * Less room for the units not pushed yet: a stable window whose messages
+ * since its jump are sent smaller than StableRoom counted them (tool
+ * results cut: window/clear.c) keeps its start where it was.
+ */
+void
+PackWalkShrink(PackWalk *w, int64_t tokens)
+{
+	w->room -= tokens;
+}
+
 /* What the contents cost when each is capped at level (never below its least). */
 int64_t
 PackCostAtLevel(const int64_t *tokens, const int64_t *least, int n, int64_t level)
@@ -188,6 +199,65 @@ StableRoom(int64_t total, int64_t room, int64_t low)
 	if (total <= room || stride <= 0)
 		return room;
 	return total - ((total - room + stride - 1) / stride) * stride;
+}
+
+/*
+ * The position of the stable window's last jump (see StableRoom): the
+ * tokens since the summary that the messages held when it jumped, room +
+ * (k - 1) * stride; -1 while the window has not jumped (total <= room) or
+ * cannot (stride <= 0: it slides).  The messages that start at or before
+ * it were there at the jump; the start of the window is where it leaves
+ * low tokens before it: StableRoom is total - StableJumpAt + low.  It
+ * changes exactly when the start jumps, which is when a stable window
+ * clears tool results (window/clear.c).
+ */
+int64_t
+StableJumpAt(int64_t total, int64_t room, int64_t low)
+{
+	int64_t		stride;
+
+	if (low < 0)
+		low = 0;
+	stride = room - low;
+	if (total <= room || stride <= 0)
+		return -1;
+	return room + ((total - room + stride - 1) / stride - 1) * stride;
+}
+
+/*
+ * Which tool results a window clears (window/clear.c): of n results, oldest
+ * first, tokens[i] each (those of exclude_tools left out), the newest keep
+ * stay whole and the older ones are the candidates.  They are cleared in
+ * batches: walking the candidates oldest first, a batch ends where the
+ * candidates since the last end reach at_least tokens, and every candidate
+ * up to the last end is cleared.  Returns the index of the newest one
+ * cleared, -1 for none.
+ *
+ * A pure function of the results, and one that only moves forward as
+ * results are appended: the candidates are a prefix of the results, and a
+ * longer prefix keeps every batch end of a shorter one.  So the cleared
+ * set changes only when the candidates waiting reach at_least tokens
+ * (at_least 0: every candidate at once), and a cleared result stays
+ * cleared.
+ */
+int
+ClearBoundaryIndex(const int64_t *tokens, int n, int64_t keep, int64_t at_least)
+{
+	int64_t		pending = 0;
+	int			candidates = keep < n ? n - (int) (keep < 0 ? 0 : keep) : 0;
+	int			last = -1;
+	int			i;
+
+	for (i = 0; i < candidates; i++)
+	{
+		pending += tokens[i];
+		if (pending >= at_least)
+		{
+			last = i;
+			pending = 0;
+		}
+	}
+	return last;
 }
 
 /*

@@ -70,6 +70,7 @@ typedef struct PackWalk
 
 extern void PackWalkInit(PackWalk *w, int64_t room);
 extern bool PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens);
+extern void PackWalkShrink(PackWalk *w, int64_t tokens);
 
 /*
  * The room a stable window packs its messages into (window_policy
@@ -77,6 +78,20 @@ extern bool PackWalkPush(PackWalk *w, bool is_tool, int64_t tokens);
  * what the budget leaves them; low, their share of the low-water mark.
  */
 extern int64_t StableRoom(int64_t total, int64_t room, int64_t low);
+
+/*
+ * Where, in tokens since the summary, that stable window last jumped: -1
+ * while it has not (everything fits, or it cannot jump).
+ */
+extern int64_t StableJumpAt(int64_t total, int64_t room, int64_t low);
+
+/*
+ * Tool results cleared from a window: of n results (oldest first, their
+ * tokens), the newest keep stay whole, the older ones are cleared in
+ * batches of at least at_least tokens.  The index of the newest one
+ * cleared, -1 for none.
+ */
+extern int	ClearBoundaryIndex(const int64_t *tokens, int n, int64_t keep, int64_t at_least);
 
 /*
  * Whether a summary that is due waits, under a stable window, for the

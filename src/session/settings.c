@@ -34,6 +34,7 @@
 #include "catalog/namespace.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
@@ -83,6 +84,11 @@ typedef enum SettingsColumn
 	PS_POLICY,
 	PS_LOW_WATER,
 	PS_CACHE_TTL,
+	PS_KEEP_TOOL_RESULTS,
+	PS_TOOL_RESULT_MAX_TOKENS,
+	PS_CLEAR_TOOL_INPUTS,
+	PS_EXCLUDE_TOOLS,
+	PS_CLEAR_AT_LEAST,
 	PS_ENCODING,
 	PS_MODEL_WINDOW,
 	PS_CALIBRATION_ENCODING,
@@ -116,6 +122,11 @@ static const struct
 	[PS_POLICY] = {"window_policy", ST_PROFILES, "text", FOR_ALL, true},
 	[PS_LOW_WATER] = {"window_low_water", ST_PROFILES, "float4", FOR_ALL, true},
 	[PS_CACHE_TTL] = {"cache_ttl", ST_PROFILES, "interval", FOR_SESSION, true},
+	[PS_KEEP_TOOL_RESULTS] = {"keep_tool_results", ST_PROFILES, "int4", FOR_SESSION, true},
+	[PS_TOOL_RESULT_MAX_TOKENS] = {"tool_result_max_tokens", ST_PROFILES, "int4", FOR_SESSION, true},
+	[PS_CLEAR_TOOL_INPUTS] = {"clear_tool_inputs", ST_PROFILES, "bool", FOR_SESSION, true},
+	[PS_EXCLUDE_TOOLS] = {"exclude_tools", ST_PROFILES, "_text", FOR_SESSION, true},
+	[PS_CLEAR_AT_LEAST] = {"clear_at_least", ST_PROFILES, "int4", FOR_SESSION, true},
 	[PS_ENCODING] = {"encoding", ST_MODELS, "text", FOR_ALL},
 	[PS_MODEL_WINDOW] = {"context_window", ST_MODELS, "int4", FOR_ALL},
 	[PS_CALIBRATION_ENCODING] = {"encoding", ST_CALIBRATION, "text", FOR_SESSION},
@@ -380,6 +391,14 @@ SettingsFrom(text *profile, const Datum *v, const bool *n, ProfileSettings *ps)
 	ps->stable = !n[PS_POLICY] && TextIs(DatumGetTextPP(v[PS_POLICY]), "stable");
 	ps->low_water = n[PS_LOW_WATER] ? 0.6f : DatumGetFloat4(v[PS_LOW_WATER]);
 	ps->cache_ttl_ms = n[PS_CACHE_TTL] ? 0 : CtxwinIntervalMs(DatumGetIntervalP(v[PS_CACHE_TTL]));
+	/* tool results in the window: NULL is off (and so in a database at 0.1.0) */
+	ps->clearing.keep_on = !n[PS_KEEP_TOOL_RESULTS];
+	ps->clearing.keep = n[PS_KEEP_TOOL_RESULTS] ? 0 : DatumGetInt32(v[PS_KEEP_TOOL_RESULTS]);
+	ps->clearing.max_tokens_on = !n[PS_TOOL_RESULT_MAX_TOKENS];
+	ps->clearing.max_tokens = n[PS_TOOL_RESULT_MAX_TOKENS] ? 0 : DatumGetInt32(v[PS_TOOL_RESULT_MAX_TOKENS]);
+	ps->clearing.inputs = !n[PS_CLEAR_TOOL_INPUTS] && DatumGetBool(v[PS_CLEAR_TOOL_INPUTS]);
+	ps->clearing.exclude = n[PS_EXCLUDE_TOOLS] ? NULL : DatumGetArrayTypeP(v[PS_EXCLUDE_TOOLS]);
+	ps->clearing.at_least = n[PS_CLEAR_AT_LEAST] ? 0 : DatumGetInt32(v[PS_CLEAR_AT_LEAST]);
 	/* the margin where the calibration is in the model's encoding now */
 	ps->budget_margin = 1.0f;
 	if (!n[PS_MARGIN] && !n[PS_CALIBRATION_ENCODING] &&

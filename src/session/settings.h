@@ -10,7 +10,27 @@
 
 #include "postgres.h"
 
+#include "utils/array.h"
+
 #include "policy/rules.h"
+
+/*
+ * What a window does with tool results (window/clear.c); NULL columns are
+ * off, as in a database still at 0.1.0.
+ */
+typedef struct ToolClearing
+{
+	bool		keep_on;		/* keep_tool_results is set: older results
+								 * are cleared */
+	int32		keep;			/* keep_tool_results: the newest kept whole */
+	bool		max_tokens_on;	/* tool_result_max_tokens is set */
+	int32		max_tokens;		/* tool_result_max_tokens */
+	bool		inputs;			/* clear_tool_inputs: the arguments of
+								 * cleared calls too */
+	ArrayType  *exclude;		/* exclude_tools (NULL: none): never cleared
+								 * nor cut */
+	int32		at_least;		/* clear_at_least (0: every time) */
+} ToolClearing;
 
 /* A profile's settings in effect now, with its model's. */
 typedef struct ProfileSettings
@@ -27,6 +47,8 @@ typedef struct ProfileSettings
 	int64		cache_ttl_ms;	/* cache_ttl (CtxwinIntervalMs; 0: not read) */
 	float4		budget_margin;	/* the model's calibration (1: none, or not
 								 * read) */
+	ToolClearing clearing;		/* tool results in the window (not read by
+								 * the insert trigger) */
 } ProfileSettings;
 
 /*

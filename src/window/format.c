@@ -127,7 +127,10 @@ PushInt64Field(JsonbParseState **st, const char *key, int64 v, bool null)
  * The window with what context_status reports of it: {"messages" (OpenAI
  * form), "tokens" (everything counted against the budget, tools included),
  * "tool_tokens", "budget", "encoding", "first_id", "window_messages",
- * "dropped_messages", "cut"}.
+ * "dropped_messages", "cut"}; where the profile clears or cuts tool
+ * results, also "cleared_tool_results", "cleared_tokens" (what clearing
+ * saves), "cut_tool_results" and "cut_tokens" (what cutting them to
+ * tool_result_max_tokens saves), of the messages in the window.
  */
 Jsonb *
 CtxwinWindowReport(const Window *w, const char *encoding)
@@ -148,6 +151,13 @@ CtxwinWindowReport(const Window *w, const char *encoding)
 	cut.type = jbvBool;
 	cut.val.boolean = w->cut;
 	pushJsonbValue(&st, WJB_VALUE, &cut);
+	if (w->clearing)
+	{
+		PushInt64Field(&st, "cleared_tool_results", w->cleared_results, false);
+		PushInt64Field(&st, "cleared_tokens", w->cleared_tokens, false);
+		PushInt64Field(&st, "cut_tool_results", w->cut_results, false);
+		PushInt64Field(&st, "cut_tokens", w->cut_tokens, false);
+	}
 	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
 }
 

@@ -115,6 +115,8 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMess
 	m->tool_calls = CtxwinColumnCopy(tup, desc, 4);
 	m->tool_call_id = CtxwinColumnCopy(tup, desc, 5);
 	m->name = CtxwinColumnCopy(tup, desc, 6);
+	m->saved = 0;
+	m->edit = 0;
 	tenc = CtxwinColumnString(tup, desc, 8);
 	/* the stored count, unless it was made in another encoding */
 	if (tenc != NULL && strcmp(tenc, enc->name) == 0)
@@ -137,10 +139,37 @@ NextSlot(WindowMessage **rows, int *n, int *cap)
 	return &(*rows)[(*n)++];
 }
 
+/*
+ * Pushes the row just read, rows[n - 1], to the walk (PackWalkPush).  With
+ * tool results cleared or cut (clear.c), a unit is pushed when its head is
+ * read: what its results cost depends on the call that the head makes.
+ */
+static bool
+WalkPush(PackWalk *walk, WindowClear *clear, WindowMessage *rows, int n)
+{
+	WindowMessage *m = &rows[n - 1];
+	bool		is_tool = strcmp(m->role, "tool") == 0;
+	int			i;
+
+	if (clear == NULL)
+		return PackWalkPush(walk, is_tool, m->tokens);
+	if (is_tool)
+	{
+		clear->pending++;
+		return true;
+	}
+	i = n - 1 - clear->pending;
+	PackWalkShrink(walk, CtxwinClearUnit(clear, &rows[i], clear->pending + 1));
+	for (; i < n - 1; i++)
+		(void) PackWalkPush(walk, true, rows[i].tokens);
+	clear->pending = 0;
+	return PackWalkPush(walk, false, m->tokens);
+}
+
 /* The walk through SPI, in batches (see the top of the file). */
 static int
 SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		WindowMessage **rows, bool counts_only)
+		WindowMessage **rows, bool counts_only, WindowClear *clear)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	int			n = 0,
@@ -164,9 +193,9 @@ SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk
 			CHECK_FOR_INTERRUPTS();
 			m = NextSlot(rows, &n, &cap);
 			ReadMessage(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, enc, m);
-			MemoryContextSwitchTo(old);
 			below = m->id;
-			more = PackWalkPush(walk, strcmp(m->role, "tool") == 0, m->tokens);
+			more = WalkPush(walk, clear, *rows, n);
+			MemoryContextSwitchTo(old);
 		}
 		SPI_freetuptable(SPI_tuptable);
 		if (got < batch)
@@ -236,6 +265,8 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
 	m->content = NULL;
 	m->tool_calls = NULL;
 	m->tool_call_id = m->name = NULL;
+	m->saved = 0;
+	m->edit = 0;
 	/* the texts: to send them, or to count them again in this encoding */
 	if (!counts_only || !same_encoding)
 	{
@@ -258,7 +289,7 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
  */
 static int
 DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		   WindowMessage **rows, bool counts_only)
+		   WindowMessage **rows, bool counts_only, WindowClear *clear)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -300,7 +331,7 @@ DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, 
 		CHECK_FOR_INTERRUPTS();
 		m = NextSlot(rows, &n, &cap);
 		SlotMessage(slot, attno, enc, counts_only, m);
-		if (!PackWalkPush(walk, strcmp(m->role, "tool") == 0, m->tokens))
+		if (!WalkPush(walk, clear, *rows, n))
 			break;
 	}
 	index_endscan(scan);
@@ -314,11 +345,13 @@ DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, 
  * Walks the messages of a session after after_id, newest first, packing
  * whole units into the walk's room.  Returns the messages read, newest
  * first, in *rows (the packed ones are the first walk->packed); without
- * their texts if counts_only.  The caller has connected to SPI.
+ * their texts if counts_only.  With clear (not NULL, and never with
+ * counts_only), tool results are cleared or cut as the profile says
+ * (clear.c) before they are packed.  The caller has connected to SPI.
  */
 int
 CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		   WindowMessage **rows, bool counts_only)
+		   WindowMessage **rows, bool counts_only, WindowClear *clear)
 {
 	Oid			relid = get_relname_relid("messages", get_namespace_oid("ctxwin", false));
 
@@ -329,7 +362,7 @@ CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *w
 		Oid			direct = CtxwinDirectRelation(relid, session);
 
 		if (OidIsValid(direct))
-			return DirectWalk(direct, session, enc, after_id, walk, rows, counts_only);
+			return DirectWalk(direct, session, enc, after_id, walk, rows, counts_only, clear);
 	}
-	return SpiWalk(session, enc, after_id, walk, rows, counts_only);
+	return SpiWalk(session, enc, after_id, walk, rows, counts_only, clear);
 }

@@ -10,10 +10,12 @@
  * calls together with the tool results that follow it.  The walk (walk.c)
  * reads rows newest first and stops after the first unit that does not fit
  * (PackWalkPush, rules.c): the rows read are O(window), whatever the length
- * of the history.  Only the newest unit is ever cut, in the middle of its
- * largest contents (CtxwinFitContents); older units that do not fit are
- * dropped whole.  Read-only, so it runs on a hot standby.  The two output
- * formats are in format.c.
+ * of the history.  Only the newest unit is ever cut to fit, in the middle of
+ * its largest contents (CtxwinFitContents); older units that do not fit are
+ * dropped whole.  Before they are packed, tool results may be cleared or
+ * cut as the profile says (clear.c), and are packed at that size.
+ * Read-only, so it runs on a hot standby.  The two output formats are in
+ * format.c.
  */
 #include "postgres.h"
 
@@ -226,15 +228,48 @@ CutNewestUnit(Window *w, const SessionView *sv, WindowMessage *unit, int n, int6
  * low-water mark window_low_water of b, the budget less the tools (less
  * the prompt's tokens, as room is); for a sliding window, or while the session's
  * counters are in another encoding than its model's (until the next
- * message recounts them), room.
+ * message recounts them), room.  *jump_at is where the stable window last
+ * jumped (StableJumpAt), -1 if it has not; *stable whether it is a stable
+ * window that can jump at all.
  */
 static int64
-StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room)
+StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room, int64 *jump_at,
+				 bool *stable)
 {
+	int64		low = (int64) floor(sv->st.low_water * b) - prompt_tokens;
+
+	*jump_at = -1;
+	*stable = false;
 	if (!sv->st.stable || sv->count_encoding == NULL ||
 		strcmp(sv->count_encoding, text_to_cstring(sv->st.encoding)) != 0)
 		return room;
-	return StableRoom(sv->unsummarized_tokens, room, (int64) floor(sv->st.low_water * b) - prompt_tokens);
+	*stable = room - Max(low, 0) > 0;
+	*jump_at = StableJumpAt(sv->unsummarized_tokens, room, low);
+	return StableRoom(sv->unsummarized_tokens, room, low);
+}
+
+/* What the profile's tool results settings made of the window's messages. */
+static void
+ClearingReport(Window *w)
+{
+	int			i;
+
+	w->clearing = true;
+	for (i = 0; i < w->nmessages; i++)
+	{
+		const WindowMessage *m = &w->messages[i];
+
+		if (m->edit == 'c')
+		{
+			w->cleared_results += strcmp(m->role, "tool") == 0;
+			w->cleared_tokens += m->saved;
+		}
+		else if (m->edit == 't')
+		{
+			w->cut_results++;
+			w->cut_tokens += m->saved;
+		}
+	}
 }
 
 /*
@@ -254,6 +289,11 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 	int64		b = has_budget ? budget : CtxwinDefaultBudget(&sv->st);
 	int64		room;
 	int64		stable_room;
+	int64		jump_at;
+	bool		stable;
+	bool		clearing = CtxwinClearing(&sv->st.clearing);
+	WindowClear clear;
+	WindowClear *wc = NULL;
 	PackWalk	walk;
 	WindowMessage *rows;
 	int			nrows;
@@ -286,21 +326,31 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 						   psprintf("The tools take %lld tokens.", (long long) tool_tokens),
 						   "Give a larger budget, or send fewer tools.");
 	room = b - w->prompt_tokens - tool_tokens;
-	stable_room = StableWindowRoom(sv, b - tool_tokens, w->prompt_tokens, room);
+	stable_room = StableWindowRoom(sv, b - tool_tokens, w->prompt_tokens, room, &jump_at, &stable);
+	if (clearing)
+	{
+		/* tool results cleared or cut (clear.c): what they cost depends on their texts */
+		CtxwinClearInit(&clear, sv, jump_at, stable);
+		wc = &clear;
+		with_texts = true;
+		CtxwinClearWalk(wc, stable && jump_at >= 0);
+	}
 
 	PackWalkInit(&walk, stable_room);
-	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
-	if (walk.cut && stable_room < room)
+	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, wc);
+	if (walk.cut && (stable_room < room || (wc != NULL && wc->shrink)))
 	{
 		/* the newest unit alone is over the stable room: as a sliding window */
 		PackWalkInit(&walk, room);
-		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts);
+		if (wc)
+			CtxwinClearWalk(wc, false);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, wc);
 	}
 	if (walk.cut && !with_texts)
 	{
 		/* the unit to cut, with its texts */
 		PackWalkInit(&walk, room);
-		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false, NULL);
 	}
 	if (walk.cut)
 	{
@@ -314,6 +364,8 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 		w->messages = OldestFirst(rows, walk.packed);
 		room -= walk.used;
 	}
+	if (clearing)
+		ClearingReport(w);
 	w->tokens = b - room;
 	w->first_id = w->nmessages > 0 ? w->messages[0].id : 0;
 	w->window_messages = w->nmessages > 0 ? sv->message_count - w->first_id + 1 : 0;
@@ -483,7 +535,7 @@ ctxwin_window_walk(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PackWalkInit(&walk, PG_GETARG_INT32(2));
-	nrows = CtxwinWalk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false);
+	nrows = CtxwinWalk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false, NULL);
 
 	packed = OldestFirst(rows, walk.packed);
 	values[0] = Int64GetDatum(walk.packed > 0 ? packed[0].id : 0);

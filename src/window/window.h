@@ -28,6 +28,10 @@ typedef struct WindowMessage
 	text	   *tool_call_id;
 	Jsonb	   *tool_calls;
 	int64		tokens;
+	/* set by clear.c, 0 elsewhere */
+	int64		saved;			/* tokens fewer than stored: cleared or cut */
+	char		edit;			/* 'c': a tool result cleared, or a call's
+								 * arguments; 't': a tool result cut */
 } WindowMessage;
 
 /* A session's window within a budget. */
@@ -53,15 +57,54 @@ typedef struct Window
 	int64		window_messages;
 	int64		dropped_messages;
 	bool		cut;			/* the newest unit was cut to fit */
+	bool		clearing;		/* the profile clears or cuts tool results */
+	int			cleared_results;	/* tool results sent as a placeholder */
+	int64		cleared_tokens; /* what clearing saves (results, arguments) */
+	int			cut_results;	/* tool results cut to tool_result_max_tokens */
+	int64		cut_tokens;		/* what cutting them saves */
 	/* set instead when the budget cannot hold the window */
 	char	   *error;
 	char	   *error_detail;
 	char	   *error_hint;
 } Window;
 
+/*
+ * Tool results in a window (clear.c): the profile's settings, where the
+ * cleared set stands, and the state of one walk.
+ */
+typedef struct WindowClear
+{
+	const ToolClearing *st;
+	const CtxwinEncoding *enc;
+	char	  **exclude;		/* exclude_tools */
+	int			nexclude;
+	bool		clears;			/* results may be cleared now (keep_tool_results
+								 * set, and not a stable window before its
+								 * first jump) */
+	int64		jump_at;		/* a stable window: StableJumpAt; results that
+								 * came after it are not cleared; -1: all
+								 * may be (sliding) */
+	int64		total;			/* tokens since the summary (positions) */
+	int64		boundary;		/* clear_at_least: the newest result cleared
+								 * (0: none); -1: the walk counts them */
+	/* one walk */
+	bool		shrink;			/* the walk's room is a stable room after
+								 * its jump (PackWalkShrink) */
+	int64		seen;			/* stored tokens of the units read */
+	int64		kept;			/* results kept whole so far */
+	int			pending;		/* tool results read, their unit's head not yet */
+} WindowClear;
+
 /* walk.c */
 extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-					   WindowMessage **rows, bool counts_only);
+					   WindowMessage **rows, bool counts_only, WindowClear *clear);
+
+/* clear.c */
+extern bool CtxwinClearing(const ToolClearing *st);
+extern void CtxwinClearInit(WindowClear *wc, const SessionView *sv, int64 jump_at, bool stable);
+extern void CtxwinClearWalk(WindowClear *wc, bool shrink);
+extern int64 CtxwinClearUnit(WindowClear *wc, WindowMessage *unit, int n);
+extern text *CtxwinClearedText(const char *tool, const char *call_id, int64 id);
 
 /* window.c */
 extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placement,

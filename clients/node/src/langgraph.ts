@@ -170,10 +170,12 @@ class Summarizer {
         `INSERT INTO ctxwin.profiles (name, model, context_window, trigger_ratio, max_messages_before_summary,
            max_tokens_before_summary, min_recent_messages, response_reserve, max_summary_tokens,
            summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
-           window_low_water, cache_ttl)
+           window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
+           exclude_tools, clear_at_least)
          SELECT $1::text, model, context_window, NULL, NULL, $2::int, min_recent_messages, response_reserve,
            $3::int, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
-           window_low_water, cache_ttl
+           window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
+           exclude_tools, clear_at_least
          FROM ctxwin.profiles WHERE name = $4::text
          ON CONFLICT (name) DO NOTHING`,
         [this.profileName, this.maxTokensBeforeSummary, this.maxSummaryTokens, this.o.baseProfile ?? "default"]);

@@ -244,10 +244,12 @@ class SummarizationNode(RunnableCallable):
             INSERT INTO ctxwin.profiles (name, model, context_window, trigger_ratio, max_messages_before_summary,
                 max_tokens_before_summary, min_recent_messages, response_reserve, max_summary_tokens,
                 summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
-                window_low_water, cache_ttl)
+                window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
+                exclude_tools, clear_at_least)
             SELECT %(name)s, model, context_window, NULL, NULL, %(before)s, min_recent_messages, response_reserve,
                 %(summary)s, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
-                window_low_water, cache_ttl
+                window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
+                exclude_tools, clear_at_least
             FROM ctxwin.profiles WHERE name = %(base)s
             ON CONFLICT (name) DO NOTHING""",
                 {"name": self.profile_name, "before": self.max_tokens_before_summary or self.max_tokens,

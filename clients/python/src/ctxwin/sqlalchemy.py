@@ -72,6 +72,11 @@ class Profile(Base):
     window_policy: Mapped[str] = mapped_column(Text, server_default=FetchedValue())
     window_low_water: Mapped[float] = mapped_column(server_default=FetchedValue())
     cache_ttl: Mapped[datetime.timedelta] = mapped_column(INTERVAL, server_default=FetchedValue())
+    keep_tool_results: Mapped[int | None] = mapped_column(Integer)
+    tool_result_max_tokens: Mapped[int | None] = mapped_column(Integer)
+    clear_tool_inputs: Mapped[bool | None] = mapped_column(Boolean)
+    exclude_tools: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    clear_at_least: Mapped[int | None] = mapped_column(Integer)
 
 
 class Session(Base):
