@@ -8,7 +8,10 @@
  * - `openai`: the OpenAI SDK's client, on the mock LLM;
  * - `model` and `tools`: an AI SDK chat model on the mock LLM and a tool set;
  * - `pool`: a pg.Pool on the test's database (a block's own `new pg.Pool()`
- *   reaches it too: the test sets PGDATABASE);
+ *   reaches it too: the test sets PGDATABASE); `pg` is node-postgres, whose
+ *   pools tearDown ends, so that none is left connected to the database the
+ *   test then drops (its connections ended by DROP DATABASE ... FORCE, an
+ *   idle pool would raise an error with no one to catch it);
  * - `State` and `callModel`: a LangGraph.js state with the node's keys and an
  *   agent node that sends `summarized_messages` to a chat model on the mock.
  *
@@ -24,6 +27,16 @@ import { Ctxwin } from "ctxwin";
 import OpenAI from "openai";
 import pg from "pg";
 import { z } from "zod";
+
+/** node-postgres as the blocks see it: each Pool they make is ended by tearDown. */
+const opened: pg.Pool[] = [];
+class Pool extends pg.Pool {
+  constructor(config?: pg.PoolConfig) {
+    super(config);
+    opened.push(this);
+  }
+}
+const blocksPg: typeof pg = Object.assign(Object.create(pg) as typeof pg, { Pool });
 
 let openai: OpenAI;
 let model: LanguageModel;
@@ -49,7 +62,7 @@ async function callModel(state: typeof State.State): Promise<{ messages: BaseMes
 }
 
 // prelude (test/snippets.mjs reads this list)
-export { openai, model, tools, pool, State, callModel, pg, Ctxwin, generateText, StateGraph, START, MemorySaver, HumanMessage };
+export { openai, model, tools, pool, State, callModel, blocksPg as pg, Ctxwin, generateText, StateGraph, START, MemorySaver, HumanMessage };
 
 /** Points the prelude at the mock LLM (its base URL, with /v1) and the test's database. */
 export function setUp(baseURL: string, apiKey: string, database: string): void {
@@ -62,6 +75,8 @@ export function setUp(baseURL: string, apiKey: string, database: string): void {
 /** Closes what setUp opened. */
 export async function tearDown(): Promise<void> {
   await pool?.end();
+  // a block may have ended its own already (node-postgres refuses a second end)
+  await Promise.all(opened.splice(0).filter((p) => !p.ending).map((p) => p.end()));
 }
 
 /** A fenced block of a README, as test/snippets.mjs found it. */

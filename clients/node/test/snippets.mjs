@@ -80,7 +80,7 @@ function declaredNames(code) {
 const preludeSource = readFileSync(join(pkg, "test", "snippets-prelude.ts"), "utf8");
 const preludeList = /^\/\/ prelude\b.*\nexport \{([^}]*)\};/m.exec(preludeSource);
 if (!preludeList) throw new Error("test/snippets-prelude.ts: no '// prelude' export list");
-const prelude = preludeList[1].split(",").map((s) => s.trim()).filter(Boolean);
+const prelude = preludeList[1].split(",").map((s) => s.trim().split(/\s+as\s+/).pop()).filter(Boolean);  // "x as y" exports y
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out);
