@@ -3,7 +3,8 @@
  *		src/policy/rules.c outside the server: the summary triggers on hand-picked
  *		boundary cases, and the packing of a window and the water-filling
  *		cut against brute-force references on generated cases, the stable
- *		window and the segments of its summary.
+ *		window's jumps, the clearing of tool results and the segments of a
+ *		summary.
  *
  * Usage: rules_check [CASES]   (default 20000 generated cases each)
  * Prints TAP, so prove can run it.
@@ -408,7 +409,9 @@ CheckSegments(int cases)
 	ok(missed == 0, "a segment is appended whenever an eighth of max_summary_tokens is left");
 	ok(often == 0, "a summarizer that fills its budget consolidates at most every third compaction (max_summary_tokens >= 64)");
 	ok(appends > cases, "the generated sessions append segments");
+}
 
+/*
  * StableJumpAt against StableRoom on the same generated conversations: the
  * jump's position is where the window's start was last placed from
  * (StableRoom = total - jump + low), it is -1 exactly while nothing
@@ -536,10 +539,9 @@ main(int argc, char **argv)
 	CheckPacking(cases);
 	CheckCut(cases);
 	CheckStable(cases / 10);
-	CheckSegments(cases / 10);
-
 	CheckJump(cases / 10);
 	CheckClearBoundary(cases / 10);
+	CheckSegments(cases / 10);
 	printf("1..%d\n", test_no);
 	return failures ? 1 : 0;
 }
