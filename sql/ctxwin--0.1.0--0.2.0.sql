@@ -2005,87 +2005,6 @@ BEGIN
             NEW.compaction_queued_at := NULL;
         END IF;
         NEW.updated_at := now();
-
-
--- Tool results in the window (src/window/clear.c): profile columns, NULL
--- (the profiles a database has) is off, so an update changes nothing that
--- is sent.  The view and the built-in rows' trigger take them too.
-ALTER TABLE ctxwin.profiles
-    ADD COLUMN keep_tool_results int CHECK (keep_tool_results >= 0),
-    ADD COLUMN tool_result_max_tokens int CHECK (tool_result_max_tokens > 0),
-    ADD COLUMN clear_tool_inputs boolean,
-    ADD COLUMN exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
-    ADD COLUMN clear_at_least int CHECK (clear_at_least >= 0);
-COMMENT ON COLUMN ctxwin.profiles.keep_tool_results IS
-'The newest tool results a window sends whole; older ones are sent as a placeholder naming the tool, the call and the message (NULL: none cleared)';
-COMMENT ON COLUMN ctxwin.profiles.tool_result_max_tokens IS
-'A tool result longer than this is sent cut in the middle (NULL: never cut)';
-COMMENT ON COLUMN ctxwin.profiles.clear_tool_inputs IS
-'Whether the arguments of the calls whose results are cleared are sent as {} too';
-COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
-'Tools whose results are never cleared nor cut';
-COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
-'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
-CREATE OR REPLACE VIEW ctxwin.session_settings WITH (security_invoker = true) AS
-SELECT s.id AS session_id, s.profile, p.model, m.encoding,
-       coalesce(p.context_window, m.context_window) AS context_window,
-       p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
-       p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
-       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement,
-       p.window_policy, p.window_low_water, p.cache_ttl,
-       p.keep_tool_results, p.tool_result_max_tokens, p.clear_tool_inputs, p.exclude_tools,
-       p.clear_at_least
-FROM ctxwin.sessions s
-JOIN ctxwin.profiles p ON p.name = s.profile
-JOIN ctxwin.models m ON m.name = p.model;
-
-CREATE OR REPLACE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    n bigint;
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        -- A user's row under a built-in name takes over the built-in row in
-        -- place (deleting it first would break the profiles and sessions
-        -- that reference it); the insert itself is then skipped.  The row
-        -- is updated in the table the trigger fires on: under Citus that
-        -- is each node's copy of the reference table (models_102008, say),
-        -- where a query of ctxwin.models would be a distributed query,
-        -- which Citus refuses on a shard.
-        IF NOT NEW.builtin AND starts_with(TG_TABLE_NAME, 'models') THEN
-            EXECUTE format('UPDATE %I.%I
-                SET encoding = $1.encoding, context_window = $1.context_window,
-                    provider = $1.provider, builtin = false,
-                    input_price = $1.input_price, cached_input_price = $1.cached_input_price,
-                    cache_write_price = $1.cache_write_price, output_price = $1.output_price
-                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
-            GET DIAGNOSTICS n = ROW_COUNT;
-            IF n > 0 THEN
-                RETURN NULL;
-            END IF;
-        ELSIF NOT NEW.builtin THEN
-            EXECUTE format('UPDATE %I.%I
-                SET model = $1.model, context_window = $1.context_window, trigger_ratio = $1.trigger_ratio,
-                    max_messages_before_summary = $1.max_messages_before_summary,
-                    max_tokens_before_summary = $1.max_tokens_before_summary,
-                    min_recent_messages = $1.min_recent_messages, response_reserve = $1.response_reserve,
-                    max_summary_tokens = $1.max_summary_tokens, summary_strategy = $1.summary_strategy,
-                    summary_model = $1.summary_model, summary_prompt = $1.summary_prompt,
-                    summary_placement = $1.summary_placement, window_policy = $1.window_policy,
-                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl,
-                    keep_tool_results = $1.keep_tool_results,
-                    tool_result_max_tokens = $1.tool_result_max_tokens,
-                    clear_tool_inputs = $1.clear_tool_inputs, exclude_tools = $1.exclude_tools,
-                    clear_at_least = $1.clear_at_least, builtin = false
-                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
-            GET DIAGNOSTICS n = ROW_COUNT;
-            IF n > 0 THEN
-                RETURN NULL;
-            END IF;
-        END IF;
-    ELSIF OLD.builtin AND NEW.builtin THEN
-        -- a built-in row the user changes becomes the user's
-        NEW.builtin := false;
     END IF;
     RETURN NEW;
 END $$;
@@ -2278,6 +2197,91 @@ BEGIN
         END IF;
         PERFORM pg_sleep((nxt ->> 'wait')::float8);
     END LOOP;
+END $$;
+
+
+
+-- Tool results in the window (src/window/clear.c): profile columns, NULL
+-- (the profiles a database has) is off, so an update changes nothing that
+-- is sent.  The view and the built-in rows' trigger take them too.
+ALTER TABLE ctxwin.profiles
+    ADD COLUMN keep_tool_results int CHECK (keep_tool_results >= 0),
+    ADD COLUMN tool_result_max_tokens int CHECK (tool_result_max_tokens > 0),
+    ADD COLUMN clear_tool_inputs boolean,
+    ADD COLUMN exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
+    ADD COLUMN clear_at_least int CHECK (clear_at_least >= 0);
+COMMENT ON COLUMN ctxwin.profiles.keep_tool_results IS
+'The newest tool results a window sends whole; older ones are sent as a placeholder naming the tool, the call and the message (NULL: none cleared)';
+COMMENT ON COLUMN ctxwin.profiles.tool_result_max_tokens IS
+'A tool result longer than this is sent cut in the middle (NULL: never cut)';
+COMMENT ON COLUMN ctxwin.profiles.clear_tool_inputs IS
+'Whether the arguments of the calls whose results are cleared are sent as {} too';
+COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
+'Tools whose results are never cleared nor cut';
+COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
+'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
+CREATE OR REPLACE VIEW ctxwin.session_settings WITH (security_invoker = true) AS
+SELECT s.id AS session_id, s.profile, p.model, m.encoding,
+       coalesce(p.context_window, m.context_window) AS context_window,
+       p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary,
+       p.min_recent_messages, p.response_reserve, p.max_summary_tokens,
+       p.summary_strategy, p.summary_model, p.summary_prompt, p.summary_placement,
+       p.window_policy, p.window_low_water, p.cache_ttl,
+       p.keep_tool_results, p.tool_result_max_tokens, p.clear_tool_inputs, p.exclude_tools,
+       p.clear_at_least
+FROM ctxwin.sessions s
+JOIN ctxwin.profiles p ON p.name = s.profile
+JOIN ctxwin.models m ON m.name = p.model;
+
+CREATE OR REPLACE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A user's row under a built-in name takes over the built-in row in
+        -- place (deleting it first would break the profiles and sessions
+        -- that reference it); the insert itself is then skipped.  The row
+        -- is updated in the table the trigger fires on: under Citus that
+        -- is each node's copy of the reference table (models_102008, say),
+        -- where a query of ctxwin.models would be a distributed query,
+        -- which Citus refuses on a shard.
+        IF NOT NEW.builtin AND starts_with(TG_TABLE_NAME, 'models') THEN
+            EXECUTE format('UPDATE %I.%I
+                SET encoding = $1.encoding, context_window = $1.context_window,
+                    provider = $1.provider, builtin = false,
+                    input_price = $1.input_price, cached_input_price = $1.cached_input_price,
+                    cache_write_price = $1.cache_write_price, output_price = $1.output_price
+                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                RETURN NULL;
+            END IF;
+        ELSIF NOT NEW.builtin THEN
+            EXECUTE format('UPDATE %I.%I
+                SET model = $1.model, context_window = $1.context_window, trigger_ratio = $1.trigger_ratio,
+                    max_messages_before_summary = $1.max_messages_before_summary,
+                    max_tokens_before_summary = $1.max_tokens_before_summary,
+                    min_recent_messages = $1.min_recent_messages, response_reserve = $1.response_reserve,
+                    max_summary_tokens = $1.max_summary_tokens, summary_strategy = $1.summary_strategy,
+                    summary_model = $1.summary_model, summary_prompt = $1.summary_prompt,
+                    summary_placement = $1.summary_placement, window_policy = $1.window_policy,
+                    window_low_water = $1.window_low_water, cache_ttl = $1.cache_ttl,
+                    keep_tool_results = $1.keep_tool_results,
+                    tool_result_max_tokens = $1.tool_result_max_tokens,
+                    clear_tool_inputs = $1.clear_tool_inputs, exclude_tools = $1.exclude_tools,
+                    clear_at_least = $1.clear_at_least, builtin = false
+                WHERE name = $1.name AND builtin', TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n > 0 THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    ELSIF OLD.builtin AND NEW.builtin THEN
+        -- a built-in row the user changes becomes the user's
+        NEW.builtin := false;
+    END IF;
+    RETURN NEW;
 END $$;
 
 -- One stored message whole: what a cleared tool result stands for.
