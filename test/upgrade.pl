@@ -261,10 +261,11 @@ is( q_up("SELECT format('%s %s', count(*) FILTER (WHERE summary_segments IS NOT 
 my $summary_010 = q_up("SELECT conversation_summary FROM ctxwin.sessions WHERE id = '$sid2'");
 isnt($summary_010, '', '(the session summarized in 0.1.0 has a summary)');
 q_up("UPDATE ctxwin.profiles SET window_policy = 'stable' WHERE name = 'plain'");
+# (the session also holds the tool call and result the clearing's checks added)
 add_turns(2, 8, 'After the update, turn %s: which invoice is due?');
 is( q_up("SELECT format('%s %s-%s %s', version, from_id, through_id, segments IS NOT NULL)
           FROM ctxwin.summarize_session('$sid2', force => true)"),
-	'2 2-9 t', 'under a stable window the first compaction after the update appends a segment');
+	'2 2-11 t', 'under a stable window the first compaction after the update appends a segment');
 is( q_up("SELECT left(conversation_summary, length(\$q\$$summary_010\$q\$) + 2) FROM ctxwin.sessions WHERE id = '$sid2'"),
 	"$summary_010\n\n", '... after the summary 0.1.0 wrote, byte for byte');
 is( q_up("SELECT summary_segments[1] = length(\$q\$$summary_010\$q\$) AND cardinality(summary_segments) = 2
