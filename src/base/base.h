@@ -88,6 +88,10 @@ typedef struct CtxwinQuery
 extern uint64 CtxwinQueryRow(CtxwinQuery *q, const Datum *args, const char *nulls,
 							 Datum *cols, bool *colnulls, int ncols);
 
+/* spi.c: "SELECT alias.col, ... rest", made in TopMemoryContext (see there) */
+extern char *CtxwinSelectQuery(const char *alias, const char *const *cols, int ncols,
+							   const char *rest);
+
 /* spi.c: fn(arg) in a subtransaction of its own (see there); its error, or NULL */
 #define CTXWIN_SUBXACT_UNDONE	0x01	/* rolled back even if fn succeeds */
 #define CTXWIN_SUBXACT_PLPGSQL	0x02	/* a cancel or a failed assertion is

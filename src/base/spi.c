@@ -9,6 +9,7 @@
 
 #include "access/xact.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -255,4 +256,26 @@ void
 CtxwinBookkeepingInit(void)
 {
 	RegisterXactCallback(BookkeepingXactCallback, NULL);
+}
+
+/*
+ * The text "SELECT cols rest" in TopMemoryContext, each column prefixed
+ * with "alias." unless alias is NULL: the query of a column list a file
+ * keeps, made once and kept for the backend's life.
+ */
+char *
+CtxwinSelectQuery(const char *alias, const char *const *cols, int ncols, const char *rest)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	StringInfoData q;
+	int			i;
+
+	initStringInfo(&q);
+	appendStringInfoString(&q, "SELECT ");
+	for (i = 0; i < ncols; i++)
+		appendStringInfo(&q, "%s%s%s%s", i > 0 ? ", " : "", alias ? alias : "", alias ? "." : "",
+						 cols[i]);
+	appendStringInfo(&q, " %s", rest);
+	MemoryContextSwitchTo(old);
+	return q.data;
 }

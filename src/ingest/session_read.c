@@ -73,20 +73,8 @@ SessionLockQuery(void)
 	static char *query = NULL;
 
 	if (query == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-		StringInfoData q;
-		int			i;
-
-		initStringInfo(&q);
-		appendStringInfoString(&q, "SELECT ");
-		for (i = 0; i < SC_NCOLUMNS; i++)
-			appendStringInfo(&q, "%sx.%s", i > 0 ? ", " : "", session_cols[i]);
-		appendStringInfoString(&q, " FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 "
-							   "FOR NO KEY UPDATE OF x");
-		MemoryContextSwitchTo(old);
-		query = q.data;
-	}
+		query = CtxwinSelectQuery("x", session_cols, SC_NCOLUMNS,
+								  "FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE OF x");
 	return query;
 }
 

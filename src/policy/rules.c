@@ -166,6 +166,20 @@ PackFitLevel(const int64_t *tokens, const int64_t *least, int n, int64_t room)
 }
 
 /*
+ * How many times a stable window has jumped (see StableRoom): 0 while
+ * everything fits (total <= room) or it cannot jump (stride <= 0: it
+ * slides); *stride is what each jump moves its start by, room less low.
+ */
+static int64_t
+StableJumps(int64_t total, int64_t room, int64_t low, int64_t *stride)
+{
+	*stride = room - (low < 0 ? 0 : low);
+	if (total <= room || *stride <= 0)
+		return 0;
+	return (total - room + *stride - 1) / *stride;
+}
+
+/*
  * A stable window (window_policy 'stable') starts where the previous
  * request started while everything since then still fits, so that each
  * request begins with the bytes of the previous one and the provider's
@@ -192,13 +206,9 @@ int64_t
 StableRoom(int64_t total, int64_t room, int64_t low)
 {
 	int64_t		stride;
+	int64_t		k = StableJumps(total, room, low, &stride);
 
-	if (low < 0)
-		low = 0;
-	stride = room - low;
-	if (total <= room || stride <= 0)
-		return room;
-	return total - ((total - room + stride - 1) / stride) * stride;
+	return k == 0 ? room : total - k * stride;
 }
 
 /*
@@ -215,13 +225,9 @@ int64_t
 StableJumpAt(int64_t total, int64_t room, int64_t low)
 {
 	int64_t		stride;
+	int64_t		k = StableJumps(total, room, low, &stride);
 
-	if (low < 0)
-		low = 0;
-	stride = room - low;
-	if (total <= room || stride <= 0)
-		return -1;
-	return room + ((total - room + stride - 1) / stride - 1) * stride;
+	return k == 0 ? -1 : room + (k - 1) * stride;
 }
 
 /*

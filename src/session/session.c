@@ -85,19 +85,8 @@ SessionQuery(void)
 	static char *query = NULL;
 
 	if (query == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-		StringInfoData q;
-		int			i;
-
-		initStringInfo(&q);
-		appendStringInfoString(&q, "SELECT ");
-		for (i = 0; i < SV_NCOLUMNS; i++)
-			appendStringInfo(&q, "%s%s", i > 0 ? ", " : "", session_columns[i]);
-		appendStringInfoString(&q, " FROM ctxwin.sessions s WHERE s.id " OP("=") " $1");
-		MemoryContextSwitchTo(old);
-		query = q.data;
-	}
+		query = CtxwinSelectQuery(NULL, session_columns, SV_NCOLUMNS,
+								  "FROM ctxwin.sessions s WHERE s.id " OP("=") " $1");
 	return query;
 }
 
