@@ -34,11 +34,17 @@ before(async () => {
   setUp(mock.url + "/v1", mock.key, db.name);
 });
 after(async () => {
-  await tearDown();
-  if (pgDatabase === undefined) delete process.env["PGDATABASE"];
-  else process.env["PGDATABASE"] = pgDatabase;
-  await db?.drop();
-  await mock?.stop();
+  try {
+    await tearDown();
+  } finally {
+    if (pgDatabase === undefined) delete process.env["PGDATABASE"];
+    else process.env["PGDATABASE"] = pgDatabase;
+    try {
+      await db?.drop();
+    } finally {
+      await mock?.stop();   // else the mock outlives the test, and so does its runner
+    }
+  }
 });
 
 interface Row { role: string; content: string | null; client_key: string | null }
