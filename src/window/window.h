@@ -27,6 +27,7 @@ typedef struct WindowMessage
 	text	   *name;
 	text	   *tool_call_id;
 	Jsonb	   *tool_calls;
+	Jsonb	   *parts;			/* content parts (format.c sends them); NULL: none */
 	int64		tokens;
 } WindowMessage;
 
