@@ -362,6 +362,14 @@ SELECT pg_temp.add('0c', 'user', jsonb_build_array(jsonb_build_object('type', 'i
 SELECT is(ctxwin.build_context('20000000-0000-0000-0000-00000000000c', NULL, 'anthropic', NULL, false) -> 'messages' -> 0 -> 'content' -> -1 -> 'source' -> 'media_type',
           '"image/gif"', 'a media type given in upper case is sent in lower case');
 
+-- an Anthropic cache_control is taken, and not sent: ctxwin places the breakpoints
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('20000000-0000-0000-0000-000000000012', 'pc');
+SELECT pg_temp.add('12', 'user', jsonb_build_array(pg_temp.txt('Keep this.') || '{"cache_control": {"type": "ephemeral"}}',
+                                                   pg_temp.b64_block('gif') || '{"cache_control": {"type": "ephemeral"}}'));
+SELECT is(ctxwin.build_context('20000000-0000-0000-0000-000000000012', NULL, 'anthropic', NULL, false) -> 'messages' -> 0 -> 'content',
+          jsonb_build_array(pg_temp.txt('Keep this.'), pg_temp.b64_block('gif')),
+          'a cache_control given with a part is taken, and not sent (ctxwin places the breakpoints)');
+
 -- each message sent costs what it was counted when stored (so the window's
 -- budget, made of stored counts, is what the provider counts); an image
 -- behind a URL is sent without ctxwin's width and height, so only messages

@@ -184,17 +184,18 @@ is(q_up("SELECT count(*) FILTER (WHERE content_parts IS NULL) || '/' || count(*)
 # A message with content parts in the updated database: its text in
 # content, its image counted by OpenAI's rule (the model's provider, acme,
 # is neither openai nor anthropic: GPT-4o's prices), sent as parts.
+my $parts_id = q_up(
+	    "SELECT (ctxwin.append_messages('00000000-0000-4000-8000-000000000001', "
+	  . "'[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"This one?\"}, "
+	  . "{\"type\": \"image_url\", \"image_url\": {\"url\": \"https://img.example/a.png\", \"detail\": \"high\"}, "
+	  . "\"width\": 1024, \"height\": 1024}]}]'))[1]");
 is( q_up(
 		"SELECT format('%s|%s', content, token_count - ctxwin.message_tokens('user', content, NULL, NULL, NULL, 'o200k_base')) "
-		  . "FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-000000000001' AND id = ("
-		  . "SELECT (ctxwin.append_messages('00000000-0000-4000-8000-000000000001', "
-		  . "'[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"This one?\"}, "
-		  . "{\"type\": \"image_url\", \"image_url\": {\"url\": \"https://img.example/a.png\", \"detail\": \"high\"}, "
-		  . "\"width\": 1024, \"height\": 1024}]}]'))[1])"),
+		  . "FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-000000000001' AND id = $parts_id"),
 	'This one?|765', 'after the update a message takes content parts, its image counted (765)');
 is( q_up(
 		"SELECT jsonb_path_query_array(ctxwin.build_context('00000000-0000-4000-8000-000000000001', NULL, 'anthropic'), "
-		  . "'\$.messages[last].content[*].type')"),
+		  . "'\$.messages[last].content[last - 1 to last].type')"),
 	'["text", "image"]', '... and the window sends them');
 is(q_up("SELECT string_agg(DISTINCT window_policy, ' ') FROM ctxwin.profiles") . '|'
 	  . q_up("INSERT INTO ctxwin.profiles (name) VALUES ('after the update') RETURNING window_policy"),

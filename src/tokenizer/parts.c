@@ -15,7 +15,9 @@
  *
  * An image part may carry ctxwin's own "width" and "height" (whole
  * numbers of pixels), which give the size of an image behind a URL: ctxwin
- * never fetches one.  They are never sent to a provider.  An inline image
+ * never fetches one.  They are never sent to a provider; nor is an
+ * Anthropic cache_control, which is taken (ctxwin places the prompt-cache
+ * breakpoints of what it sends itself).  An inline image
  * (a data: URL, a base64 source) is sized from its PNG, JPEG, GIF or WebP
  * header; its media type must be that of its bytes.  Images are taken in
  * user messages only: OpenAI's chat API takes them nowhere else.  Keys
@@ -274,7 +276,7 @@ ReadImageUrl(const PartPlace *pp, JsonbContainer *obj, bool check, CtxwinPart *p
 static void
 ReadImage(const PartPlace *pp, JsonbContainer *obj, bool check, CtxwinPart *p)
 {
-	static const char *const keys[] = {"type", "source", "width", "height"};
+	static const char *const keys[] = {"type", "source", "width", "height", "cache_control"};
 	static const char *const base64_keys[] = {"type", "media_type", "data"};
 	static const char *const url_keys[] = {"type", "url"};
 	JsonbContainer *src;
@@ -283,7 +285,7 @@ ReadImage(const PartPlace *pp, JsonbContainer *obj, bool check, CtxwinPart *p)
 
 	if (check)
 		CheckKeys(pp, obj, keys, lengthof(keys), "",
-				  "An image part has type, source and, for an image behind a URL, ctxwin's width and height.");
+				  "An image part has type, source (and Anthropic's cache_control) and, for an image behind a URL, ctxwin's width and height.");
 	if (!IsObject(Member(obj, "source"), &src))
 		PartError(pp, "has no object \"source\"",
 				  "An image part is {\"type\": \"image\", \"source\": {\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": \"...\"}} or has a source {\"type\": \"url\", \"url\": \"...\"}.", NULL);
@@ -360,10 +362,11 @@ CtxwinPartsRead(JsonbContainer *arr, bool check, const char *role, const char *a
 		StringMember(&pp, obj, "type", false, "", &type, &type_len);
 		if (Is(type, type_len, "text"))
 		{
-			static const char *const keys[] = {"type", "text"};
+			static const char *const keys[] = {"type", "text", "cache_control"};
 
 			if (check)
-				CheckKeys(&pp, obj, keys, lengthof(keys), "", "A text part has type and text.");
+				CheckKeys(&pp, obj, keys, lengthof(keys), "",
+						  "A text part has type and text (and Anthropic's cache_control).");
 			p->kind = CTXWIN_PART_TEXT;
 			StringMember(&pp, obj, "text", false, "", &p->text, &p->text_len);
 			continue;
