@@ -20,6 +20,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -224,6 +225,20 @@ SlotCopy(TupleTableSlot *slot, AttrNumber attno)
 	return isnull ? NULL : PG_DETOAST_DATUM_COPY(d);
 }
 
+/*
+ * Whether an attribute of the slot's row is null: for a heap tuple in a
+ * buffer, read from its null bitmap, without deforming the row up to the
+ * attribute (content_parts is the last column, and NULL on most rows).
+ */
+static bool
+SlotIsNull(TupleTableSlot *slot, AttrNumber attno)
+{
+	if (TTS_IS_BUFFERTUPLE(slot) && attno > slot->tts_nvalid)
+		return heap_attisnull(((BufferHeapTupleTableSlot *) slot)->base.tuple, attno,
+							  slot->tts_tupleDescriptor);
+	return slot_attisnull(slot, attno);
+}
+
 /* Whether a text datum equals a C string. */
 static bool
 TextIs(Datum d, const char *s)
@@ -279,19 +294,15 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
 		m->tokens = DatumGetInt32(d);
 	else
 	{
-		bool		has_parts = false;
+		bool		has_parts = attno[WC_CONTENT_PARTS] > 0 &&
+			!SlotIsNull(slot, attno[WC_CONTENT_PARTS]);
 
-		if (attno[WC_CONTENT_PARTS] > 0)
-		{
-			(void) slot_getattr(slot, attno[WC_CONTENT_PARTS], &isnull);
-			has_parts = !isnull;
-		}
 		m->tokens = CtxwinRecountTokens(enc, m->role, m->content, m->name, m->tool_call_id,
 										m->tool_calls, has_parts, DatumGetInt32(d),
 										tenc_null ? NULL : DatumGetTextPP(tenc));
 	}
 	/* the parts, to send them */
-	if (!counts_only && attno[WC_CONTENT_PARTS] > 0)
+	if (!counts_only && attno[WC_CONTENT_PARTS] > 0 && !SlotIsNull(slot, attno[WC_CONTENT_PARTS]))
 		m->parts = SlotCopy(slot, attno[WC_CONTENT_PARTS]);
 }
 
