@@ -290,11 +290,8 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, NewMessag
 	m->tool_call_id = TextColumn(tup, desc, cols->tool_call_id);
 	m->name = TextColumn(tup, desc, cols->name);
 	m->content_parts = NULL;
-	if (cols->content_parts > 0)
-	{
-		d = heap_getattr(tup, cols->content_parts, desc, &isnull);
-		m->content_parts = isnull ? NULL : DatumGetJsonbP(d);
-	}
+	if (cols->content_parts > 0 && !heap_attisnull(tup, cols->content_parts, desc))
+		m->content_parts = DatumGetJsonbP(heap_getattr(tup, cols->content_parts, desc, &isnull));
 	d = heap_getattr(tup, cols->id, desc, &isnull);
 	m->has_id = !isnull;
 	m->id = isnull ? 0 : DatumGetInt64(d);
