@@ -16,6 +16,7 @@ OBJS = \
 	src/tokenizer/tokenizer.o \
 	src/tokenizer/messages.o \
 	src/tokenizer/image.o \
+	src/tokenizer/parts.o \
 	src/citus/citus.o \
 	src/session/settings.o \
 	src/session/session.o \

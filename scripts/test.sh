@@ -185,9 +185,10 @@ read_tally "$testdir/prove.tally"
 stage_done prove "$t_passed" "$t_failed" "$t_detail"
 fi
 
-# The whole run also runs the suites of the window, the summaries and the
-# bill again with ctxwin.messages hash-partitioned by session (each file
-# creates the extension itself, with the setting its connection carries).
+# The whole run also runs the suites of the window, the summaries, the
+# bill and content parts again with ctxwin.messages hash-partitioned by
+# session (each file creates the extension itself, with the setting its
+# connection carries).
 if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 	stage=partitioned
 	echo "=== again, with ctxwin.messages hash-partitioned (ctxwin.messages_partitions = 8)"
@@ -201,7 +202,7 @@ if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 			CTXWIN_TALLY="$testdir/partitioned.tally" \
 			prove --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
 			test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
-			test/extractive.sql test/request.sql test/usage.sql test/rls.sql
+			test/extractive.sql test/request.sql test/usage.sql test/rls.sql test/parts.sql
 	) || true
 	read_tally "$testdir/partitioned.tally"
 	# the relkind check is one more test of this stage

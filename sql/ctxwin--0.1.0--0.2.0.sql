@@ -2318,3 +2318,146 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
 'One stored message whole, as an OpenAI chat message object with its id and created_at: what a cleared tool result in a window stands for';
+
+
+-- Content parts: a message's content may be an array of parts (text and
+-- images, in OpenAI's or Anthropic's shape), kept in content_parts; content
+-- holds the text of its text parts.  The insert trigger checks the parts and
+-- counts images by the rule of the session's model's provider
+-- (src/tokenizer/parts.c, src/tokenizer/image.c); the window sends them in
+-- either format (src/window/format.c).  The counters' recount keeps an
+-- image's cost, the guard keeps the parts unchanged, and append_messages
+-- takes a content array.
+ALTER TABLE ctxwin.messages ADD COLUMN content_parts jsonb;
+
+COMMENT ON COLUMN ctxwin.messages.content_parts IS
+'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
+
+COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
+'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text; a content array of parts costs the text of its text parts (joined by a blank line) and its images by the rule of the model''s provider (an encoding: OpenAI''s at GPT-4o''s prices)';
+
+CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                     ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                                m.tool_calls, p_encoding)
+                                          + CASE WHEN m.content_parts IS NULL THEN 0
+                                                 ELSE greatest(m.token_count - ctxwin.message_tokens(
+                                                          m.role, m.content, m.name, m.tool_call_id,
+                                                          m.tool_calls, m.token_encoding), 0) END
+                                END), 0)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after);
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin._messages_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
+           IS DISTINCT FROM
+           (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text) THEN
+            RAISE EXCEPTION 'messages cannot be changed'
+                USING ERRCODE = 'integrity_constraint_violation',
+                      DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
+                      HINT = 'Append a correction as a new message.';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = OLD.session_id) THEN
+        RAISE EXCEPTION 'a single message cannot be deleted'
+            USING ERRCODE = 'integrity_constraint_violation',
+                  DETAIL = 'Its session''s ids, counters and summary would no longer match its messages.',
+                  HINT = 'Delete the whole session (DELETE FROM ctxwin.sessions WHERE id = ...); its messages, summaries and flush events go with it.';
+    END IF;
+    RETURN OLD;
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin.append_messages(session uuid, messages jsonb, keys text[] DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n int;
+    ids bigint[] := '{}';
+    m jsonb;
+    k text;
+    bad text;
+    got bigint;
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF messages IS NULL OR jsonb_typeof(messages) <> 'array' THEN
+        RAISE EXCEPTION 'messages must be a JSON array of chat messages'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(jsonb_typeof(messages), 'NULL')),
+                  HINT = 'Pass [{"role": "user", "content": "..."}, ...].';
+    END IF;
+    n := jsonb_array_length(messages);
+    IF keys IS NOT NULL AND coalesce(array_length(keys, 1), 0) <> n THEN
+        RAISE EXCEPTION 'keys must have one element per message'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('There are %s messages and %s keys.', n, coalesce(array_length(keys, 1), 0)),
+                  HINT = 'Give NULL for a message without a key, or no keys at all.';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        m := messages -> (i - 1);
+        IF jsonb_typeof(m) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'message % is not a JSON object', i
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = 'Nothing was appended.';
+        END IF;
+        SELECT string_agg(x, ', ' ORDER BY x) INTO bad FROM jsonb_object_keys(m) x
+        WHERE x NOT IN ('role', 'content', 'name', 'tool_call_id', 'tool_calls', 'metadata');
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'message % has keys ctxwin does not store: %', i, bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'A message has role, content, name, tool_call_id, tool_calls and metadata. Nothing was appended.',
+                      HINT = 'Convert the message to OpenAI''s chat shape first, or keep the rest in metadata.';
+        END IF;
+        IF jsonb_typeof(m -> 'content') NOT IN ('string', 'array', 'null')
+           OR jsonb_typeof(m -> 'name') NOT IN ('string', 'null')
+           OR jsonb_typeof(m -> 'tool_call_id') NOT IN ('string', 'null')
+           OR jsonb_typeof(m -> 'tool_calls') NOT IN ('array', 'null')
+           OR jsonb_typeof(m -> 'metadata') NOT IN ('object', 'null') THEN
+            RAISE EXCEPTION 'message % has a value of the wrong type', i
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'content is a string or an array of content parts, name and tool_call_id are strings, tool_calls an array and metadata an object, or null. Nothing was appended.';
+        END IF;
+    END LOOP;
+
+    PERFORM FROM ctxwin.sessions s WHERE s.id = session FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', session
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'Create it first: INSERT INTO ctxwin.sessions DEFAULT VALUES RETURNING id.';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        m := messages -> (i - 1);
+        k := keys[i];
+        got := NULL;
+        IF k IS NOT NULL THEN
+            SELECT x.id INTO got FROM ctxwin.messages x WHERE x.session_id = session AND x.client_key = k;
+        END IF;
+        IF got IS NULL THEN
+            INSERT INTO ctxwin.messages (session_id, role, content, name, tool_call_id, tool_calls, metadata,
+                                         client_key, content_parts)
+            VALUES (session, m ->> 'role',
+                    CASE WHEN jsonb_typeof(m -> 'content') = 'string' THEN m ->> 'content' END,
+                    m ->> 'name', m ->> 'tool_call_id',
+                    nullif(m -> 'tool_calls', 'null'::jsonb), coalesce(nullif(m -> 'metadata', 'null'::jsonb), '{}'),
+                    k, CASE WHEN jsonb_typeof(m -> 'content') = 'array' THEN m -> 'content' END)
+            RETURNING id INTO got;
+        END IF;
+        ids := ids || got;
+    END LOOP;
+    RETURN ids;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
+'Appends chat messages (OpenAI''s shape; a content array is stored as content parts) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';

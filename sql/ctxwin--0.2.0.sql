@@ -113,7 +113,7 @@ AS 'MODULE_PATHNAME', 'ctxwin_count_message_tokens'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
-'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
+'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text; a content array of parts costs the text of its text parts (joined by a blank line) and its images by the rule of the model''s provider (an encoding: OpenAI''s at GPT-4o''s prices)';
 
 -- What tools cost a request (src/window/tools.c): OpenAI's published formula for an
 -- encoding or a model ctxwin ships of any provider but anthropic;
@@ -461,6 +461,7 @@ CREATE TABLE ctxwin.messages (
     metadata jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
     client_key text,
+    content_parts jsonb,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -476,6 +477,8 @@ COMMENT ON COLUMN ctxwin.messages.token_count IS
 'Tokens of the message with its overhead, counted with token_encoding when it was inserted';
 COMMENT ON COLUMN ctxwin.messages.client_key IS
 'The key the application gave the message (append_messages), unique in its session; NULL: none';
+COMMENT ON COLUMN ctxwin.messages.content_parts IS
+'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
 -- a client's own key of a message (a framework's message id, a hash of a
 -- retried request's message): stored once per session
 CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
@@ -563,7 +566,11 @@ GRANT SELECT ON ctxwin.session_settings TO PUBLIC;
 
 -- ==== sql/install/30_counters.sql ====
 
--- Tokens of the unsummarized messages of a session, in an encoding.
+-- Tokens of the unsummarized messages of a session, in an encoding.  A
+-- message counted in another is counted again; of one with content parts,
+-- the fields are, and its images keep what they cost when it was stored
+-- (its stored count less its fields in the stored encoding): their rule is
+-- the model's, not the encoding's (CtxwinRecountTokens, src/tokenizer/messages.c).
 CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -571,7 +578,12 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
                                      ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
-                                                                m.tool_calls, p_encoding) END), 0)
+                                                                m.tool_calls, p_encoding)
+                                          + CASE WHEN m.content_parts IS NULL THEN 0
+                                                 ELSE greatest(m.token_count - ctxwin.message_tokens(
+                                                          m.role, m.content, m.name, m.tool_call_id,
+                                                          m.tool_calls, m.token_encoding), 0) END
+                                END), 0)
             FROM ctxwin.messages m
             WHERE m.session_id = p_session AND m.id > p_after);
 END $$;
@@ -847,10 +859,10 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
-            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at)
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
            IS DISTINCT FROM
            (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
-            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at) THEN
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text) THEN
             RAISE EXCEPTION 'messages cannot be changed'
                 USING ERRCODE = 'integrity_constraint_violation',
                       DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
@@ -2182,7 +2194,8 @@ COMMENT ON VIEW ctxwin.worker_status IS
 
 /*
  * Appends chat messages (a JSON array in OpenAI's chat shape: role,
- * content, name, tool_call_id, tool_calls, metadata) to a session, each
+ * content, name, tool_call_id, tool_calls, metadata; a content that is an
+ * array of parts is stored in content_parts) to a session, each
  * with its client key (keys[i], NULL: none), and returns their ids in
  * order.  A message whose key the session already has is not stored again:
  * the stored one's id is returned, so a request retried after a lost
@@ -2234,14 +2247,14 @@ BEGIN
                       DETAIL = 'A message has role, content, name, tool_call_id, tool_calls and metadata. Nothing was appended.',
                       HINT = 'Convert the message to OpenAI''s chat shape first, or keep the rest in metadata.';
         END IF;
-        IF jsonb_typeof(m -> 'content') NOT IN ('string', 'null')
+        IF jsonb_typeof(m -> 'content') NOT IN ('string', 'array', 'null')
            OR jsonb_typeof(m -> 'name') NOT IN ('string', 'null')
            OR jsonb_typeof(m -> 'tool_call_id') NOT IN ('string', 'null')
            OR jsonb_typeof(m -> 'tool_calls') NOT IN ('array', 'null')
            OR jsonb_typeof(m -> 'metadata') NOT IN ('object', 'null') THEN
             RAISE EXCEPTION 'message % has a value of the wrong type', i
                 USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'content, name and tool_call_id are strings, tool_calls an array and metadata an object, or null. Nothing was appended.';
+                      DETAIL = 'content is a string or an array of content parts, name and tool_call_id are strings, tool_calls an array and metadata an object, or null. Nothing was appended.';
         END IF;
     END LOOP;
 
@@ -2260,10 +2273,12 @@ BEGIN
         END IF;
         IF got IS NULL THEN
             INSERT INTO ctxwin.messages (session_id, role, content, name, tool_call_id, tool_calls, metadata,
-                                         client_key)
-            VALUES (session, m ->> 'role', m ->> 'content', m ->> 'name', m ->> 'tool_call_id',
+                                         client_key, content_parts)
+            VALUES (session, m ->> 'role',
+                    CASE WHEN jsonb_typeof(m -> 'content') = 'string' THEN m ->> 'content' END,
+                    m ->> 'name', m ->> 'tool_call_id',
                     nullif(m -> 'tool_calls', 'null'::jsonb), coalesce(nullif(m -> 'metadata', 'null'::jsonb), '{}'),
-                    k)
+                    k, CASE WHEN jsonb_typeof(m -> 'content') = 'array' THEN m -> 'content' END)
             RETURNING id INTO got;
         END IF;
         ids := ids || got;
@@ -2272,7 +2287,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
-'Appends chat messages (OpenAI''s shape) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';
+'Appends chat messages (OpenAI''s shape; a content array is stored as content parts) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';
 
 /*
  * One chat turn in one call: append_messages, then the window

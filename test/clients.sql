@@ -64,8 +64,8 @@ SELECT throws_ok($$SELECT ctxwin.append_messages('c1000000-0000-4000-8000-000000
                    '[{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "id": "msg_1"}]')$$,
                  '22023', 'message 2 has keys ctxwin does not store: id', 'a key ctxwin does not store, named');
 SELECT throws_ok($$SELECT ctxwin.append_messages('c1000000-0000-4000-8000-000000000001',
-                   '[{"role": "user", "content": [{"type": "text", "text": "x"}]}]')$$,
-                 '22023', 'message 1 has a value of the wrong type', 'content that is not a string');
+                   '[{"role": "user", "content": {"type": "text", "text": "x"}}]')$$,
+                 '22023', 'message 1 has a value of the wrong type', 'content that is neither a string nor an array');
 SELECT throws_ok($$SELECT ctxwin.append_messages('c1000000-0000-4000-8000-000000000001', '["hello"]')$$,
                  '22023', 'message 1 is not a JSON object', 'a message that is not an object');
 SELECT throws_ok($$SELECT ctxwin.append_messages('c1000000-0000-4000-8000-000000000001',

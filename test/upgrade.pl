@@ -158,7 +158,7 @@ my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', to_jsonb(s) - 'summary_segments'), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
+       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key' - 'content_parts'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
        (SELECT string_agg(format('%s', to_jsonb(x) - 'segments'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl',
                                                              'keep_tool_results', 'tool_result_max_tokens', 'clear_tool_inputs',
@@ -181,6 +181,24 @@ isnt($contexts_sql_nocache, $contexts_sql, '(the query after the update asks for
 is(q_up($contexts_sql_nocache), $contexts_before, 'build_context and context_status answer as before the update');
 is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
+is(q_up("SELECT count(*) FILTER (WHERE content_parts IS NULL) || '/' || count(*) FROM ctxwin.messages"),
+	q_up("SELECT count(*) || '/' || count(*) FROM ctxwin.messages"), 'the messages of before have no content parts');
+# A message with content parts in the updated database: its text in
+# content, its image counted by OpenAI's rule (the model's provider, acme,
+# is neither openai nor anthropic: GPT-4o's prices), sent as parts.
+my $parts_id = q_up(
+	    "SELECT (ctxwin.append_messages('00000000-0000-4000-8000-000000000001', "
+	  . "'[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"This one?\"}, "
+	  . "{\"type\": \"image_url\", \"image_url\": {\"url\": \"https://img.example/a.png\", \"detail\": \"high\"}, "
+	  . "\"width\": 1024, \"height\": 1024}]}]'))[1]");
+is( q_up(
+		"SELECT format('%s|%s', content, token_count - ctxwin.message_tokens('user', content, NULL, NULL, NULL, 'o200k_base')) "
+		  . "FROM ctxwin.messages WHERE session_id = '00000000-0000-4000-8000-000000000001' AND id = $parts_id"),
+	'This one?|765', 'after the update a message takes content parts, its image counted (765)');
+is( q_up(
+		"SELECT jsonb_path_query_array(ctxwin.build_context('00000000-0000-4000-8000-000000000001', NULL, 'anthropic'), "
+		  . "'\$.messages[last].content[last - 1 to last].type')"),
+	'["text", "image"]', '... and the window sends them');
 is(q_up("SELECT string_agg(DISTINCT window_policy, ' ') FROM ctxwin.profiles") . '|'
 	  . q_up("INSERT INTO ctxwin.profiles (name) VALUES ('after the update') RETURNING window_policy"),
 	'sliding|stable', 'the profiles of before keep their sliding window; a new profile gets the stable one');

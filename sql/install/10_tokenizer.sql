@@ -56,7 +56,7 @@ AS 'MODULE_PATHNAME', 'ctxwin_count_message_tokens'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin.count_message_tokens(jsonb, text) IS
-'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text';
+'Tokens of one chat message in OpenAI form: 4 + the tokens of role, content, name and tool_call_id + the tokens of the tool_calls JSON text; a content array of parts costs the text of its text parts (joined by a blank line) and its images by the rule of the model''s provider (an encoding: OpenAI''s at GPT-4o''s prices)';
 
 -- What tools cost a request (src/window/tools.c): OpenAI's published formula for an
 -- encoding or a model ctxwin ships of any provider but anthropic;

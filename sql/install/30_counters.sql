@@ -1,4 +1,8 @@
--- Tokens of the unsummarized messages of a session, in an encoding.
+-- Tokens of the unsummarized messages of a session, in an encoding.  A
+-- message counted in another is counted again; of one with content parts,
+-- the fields are, and its images keep what they cost when it was stored
+-- (its stored count less its fields in the stored encoding): their rule is
+-- the model's, not the encoding's (CtxwinRecountTokens, src/tokenizer/messages.c).
 CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
@@ -6,7 +10,12 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
                                      ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
-                                                                m.tool_calls, p_encoding) END), 0)
+                                                                m.tool_calls, p_encoding)
+                                          + CASE WHEN m.content_parts IS NULL THEN 0
+                                                 ELSE greatest(m.token_count - ctxwin.message_tokens(
+                                                          m.role, m.content, m.name, m.tool_call_id,
+                                                          m.tool_calls, m.token_encoding), 0) END
+                                END), 0)
             FROM ctxwin.messages m
             WHERE m.session_id = p_session AND m.id > p_after);
 END $$;
@@ -282,10 +291,10 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
-            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at)
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
            IS DISTINCT FROM
            (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
-            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at) THEN
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text) THEN
             RAISE EXCEPTION 'messages cannot be changed'
                 USING ERRCODE = 'integrity_constraint_violation',
                       DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',

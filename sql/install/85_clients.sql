@@ -4,7 +4,8 @@
 
 /*
  * Appends chat messages (a JSON array in OpenAI's chat shape: role,
- * content, name, tool_call_id, tool_calls, metadata) to a session, each
+ * content, name, tool_call_id, tool_calls, metadata; a content that is an
+ * array of parts is stored in content_parts) to a session, each
  * with its client key (keys[i], NULL: none), and returns their ids in
  * order.  A message whose key the session already has is not stored again:
  * the stored one's id is returned, so a request retried after a lost
@@ -56,14 +57,14 @@ BEGIN
                       DETAIL = 'A message has role, content, name, tool_call_id, tool_calls and metadata. Nothing was appended.',
                       HINT = 'Convert the message to OpenAI''s chat shape first, or keep the rest in metadata.';
         END IF;
-        IF jsonb_typeof(m -> 'content') NOT IN ('string', 'null')
+        IF jsonb_typeof(m -> 'content') NOT IN ('string', 'array', 'null')
            OR jsonb_typeof(m -> 'name') NOT IN ('string', 'null')
            OR jsonb_typeof(m -> 'tool_call_id') NOT IN ('string', 'null')
            OR jsonb_typeof(m -> 'tool_calls') NOT IN ('array', 'null')
            OR jsonb_typeof(m -> 'metadata') NOT IN ('object', 'null') THEN
             RAISE EXCEPTION 'message % has a value of the wrong type', i
                 USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'content, name and tool_call_id are strings, tool_calls an array and metadata an object, or null. Nothing was appended.';
+                      DETAIL = 'content is a string or an array of content parts, name and tool_call_id are strings, tool_calls an array and metadata an object, or null. Nothing was appended.';
         END IF;
     END LOOP;
 
@@ -82,10 +83,12 @@ BEGIN
         END IF;
         IF got IS NULL THEN
             INSERT INTO ctxwin.messages (session_id, role, content, name, tool_call_id, tool_calls, metadata,
-                                         client_key)
-            VALUES (session, m ->> 'role', m ->> 'content', m ->> 'name', m ->> 'tool_call_id',
+                                         client_key, content_parts)
+            VALUES (session, m ->> 'role',
+                    CASE WHEN jsonb_typeof(m -> 'content') = 'string' THEN m ->> 'content' END,
+                    m ->> 'name', m ->> 'tool_call_id',
                     nullif(m -> 'tool_calls', 'null'::jsonb), coalesce(nullif(m -> 'metadata', 'null'::jsonb), '{}'),
-                    k)
+                    k, CASE WHEN jsonb_typeof(m -> 'content') = 'array' THEN m -> 'content' END)
             RETURNING id INTO got;
         END IF;
         ids := ids || got;
@@ -94,7 +97,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
-'Appends chat messages (OpenAI''s shape) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';
+'Appends chat messages (OpenAI''s shape; a content array is stored as content parts) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';
 
 /*
  * One chat turn in one call: append_messages, then the window

@@ -13,7 +13,9 @@
  * they would be after the same messages inserted one by one.  The checks, token
  * counting, the tool call protocol and the summary trigger rule
  * (SessionQueues, rules.c) run in C, with the semantics of the SQL they
- * replace.
+ * replace.  A message with content parts (text and images, parts.c) has
+ * them checked, its content set to the text of its text parts, and its
+ * images counted by the rule of its session's model's provider.
  *
  * search_path: the functions have no SET clause (a SET clause costs a GUC
  * save and restore on every row).  They resolve no name through
@@ -41,6 +43,7 @@
 
 #include "ingest/ingest.h"
 #include "session/session.h"
+#include "window/window.h"
 #include "worker/worker.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_messages_insert);
@@ -57,6 +60,7 @@ typedef struct MessageColumns
 	int			name;
 	int			token_count;
 	int			token_encoding;
+	int			content_parts;	/* 0: none (a database still at 0.1.0) */
 } MessageColumns;
 
 /* A new message as its row gives it; NULL pointers are SQL NULLs. */
@@ -65,8 +69,11 @@ typedef struct NewMessage
 	Datum		session_id;
 	bool		session_null;
 	text	   *role;
+	text	   *content;
 	Jsonb	   *tool_calls;
 	text	   *tool_call_id;
+	text	   *name;
+	Jsonb	   *content_parts;
 	/* supplied only by a restore (the table's owner) */
 	bool		has_id;
 	int64		id;
@@ -79,6 +86,7 @@ typedef struct MessageCount
 {
 	int64		id;
 	int32		tokens;
+	text	   *content;		/* set from the content parts (NULL: as given) */
 	text	   *encoding;		/* the encoding of tokens and the counters */
 	ArrayType  *pending;		/* pending_tool_calls; NULL: SQL NULL */
 	int64		unsummarized_messages;
@@ -254,6 +262,7 @@ MessageColumnsOf(TupleDesc desc, MessageColumns *cols)
 	cols->name = MessageColumn(desc, "name");
 	cols->token_count = MessageColumn(desc, "token_count");
 	cols->token_encoding = MessageColumn(desc, "token_encoding");
+	cols->content_parts = Max(SPI_fnumber(desc, "content_parts"), 0);
 }
 
 /* A text column of a row, or NULL. */
@@ -275,9 +284,14 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, NewMessag
 
 	m->session_id = heap_getattr(tup, cols->session_id, desc, &m->session_null);
 	m->role = TextColumn(tup, desc, cols->role);
+	m->content = TextColumn(tup, desc, cols->content);
 	d = heap_getattr(tup, cols->tool_calls, desc, &isnull);
 	m->tool_calls = isnull ? NULL : DatumGetJsonbP(d);
 	m->tool_call_id = TextColumn(tup, desc, cols->tool_call_id);
+	m->name = TextColumn(tup, desc, cols->name);
+	m->content_parts = NULL;
+	if (cols->content_parts > 0 && !heap_attisnull(tup, cols->content_parts, desc))
+		m->content_parts = DatumGetJsonbP(heap_getattr(tup, cols->content_parts, desc, &isnull));
 	d = heap_getattr(tup, cols->id, desc, &isnull);
 	m->has_id = !isnull;
 	m->id = isnull ? 0 : DatumGetInt64(d);
@@ -404,16 +418,56 @@ PendingAfter(const NewMessage *m, const PendingSession *e)
 												   PointerGetDatum(m->tool_call_id)));
 }
 
-/* The tokens of the message, as message_tokens() counts them, capped to an int. */
-static int32
-MessageTokens(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const NewMessage *m,
-			  const CtxwinEncoding *enc)
+/*
+ * The content parts of a message (parts.c), checked: an error names the
+ * part and the message (by the id it would have).  Returns what its images
+ * cost by the rule of the provider of the session's model (its row of
+ * ctxwin.models, read only for a message with parts), and sets
+ * mc->content to the text of its text parts where the content was left
+ * NULL; a content given must be that text.
+ */
+static int64
+PartsImageTokens(const NewMessage *m, const ProfileSettings *st, MessageCount *mc)
 {
-	int64		n = CtxwinMessageTokens(enc, text_to_cstring(m->role),
-										TextColumn(tup, desc, cols->content),
-										TextColumn(tup, desc, cols->name),
-										m->tool_call_id, m->tool_calls);
+	char	   *role = text_to_cstring(m->role);
+	char	   *where = psprintf("message " INT64_FORMAT " of session %s", mc->id,
+								 CtxwinUuidText(m->session_id));
+	char	   *model = text_to_cstring(st->model);
+	CtxwinParts parts;
+	CtxwinImageRule rule;
+	text	   *t;
 
+	CtxwinPartsRead(&m->content_parts->root, true, role, "content_parts", where, &parts);
+	t = CtxwinPartsText(&parts);
+	if (m->content == NULL)
+		mc->content = t;
+	else if (!CtxwinTextsEqual(m->content, t))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("content of %s is not the text of its content_parts", where),
+				 errdetail("The content of a message with content parts is the text of its text parts, joined by a blank line."),
+				 errhint("Leave content NULL: ctxwin fills it in.")));
+	CtxwinImageRuleFor(parts.nimages > 0 ? CtxwinModelProvider(model) : NULL, model, &rule);
+	return CtxwinPartsImageTokens(&parts, &rule);
+}
+
+/*
+ * The tokens of the message, as message_tokens() counts them (its content
+ * the text of its parts, if it has parts, and their images added), capped
+ * to an int.
+ */
+static int32
+MessageTokens(const NewMessage *m, const ProfileSettings *st, const CtxwinEncoding *enc,
+			  MessageCount *mc)
+{
+	int64		images = 0;
+	int64		n;
+
+	mc->content = NULL;
+	if (m->content_parts != NULL)
+		images = PartsImageTokens(m, st, mc);
+	n = CtxwinMessageTokens(enc, text_to_cstring(m->role), mc->content ? mc->content : m->content,
+							m->name, m->tool_call_id, m->tool_calls) + images;
 	return (int32) Min(n, PG_INT32_MAX);
 }
 
@@ -471,8 +525,8 @@ SummaryWaitEnds(const ProfileSettings *st, const PendingSession *e, const Messag
  * session.
  */
 static void
-CountMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const NewMessage *m,
-			 const PendingSession *e, const ProfileSettings *st, MessageCount *mc)
+CountMessage(const NewMessage *m, const PendingSession *e, const ProfileSettings *st,
+			 MessageCount *mc)
 {
 	const CtxwinEncoding *enc;
 
@@ -480,7 +534,7 @@ CountMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const Ne
 	mc->id = AddInt64(e->c.message_count, 1);
 	mc->encoding = st->encoding;
 	enc = CtxwinEncodingArg(st->encoding);
-	mc->tokens = MessageTokens(tup, desc, cols, m, enc);
+	mc->tokens = MessageTokens(m, st, enc, mc);
 	TokensInEncoding(e, m->session_id, st, enc, mc);
 	mc->unsummarized_messages = AddInt64(e->c.unsummarized_messages, 1);
 	mc->unsummarized_tokens = AddInt64(mc->unsummarized_tokens, mc->tokens);
@@ -506,21 +560,27 @@ AdvanceCounters(PendingSession *e, const MessageCount *mc)
 	e->c.counted = true;
 }
 
-/* The new row with its id, token count and encoding, in memory context cxt. */
+/*
+ * The new row with its id, token count and encoding (and its content, from
+ * its parts), in memory context cxt.
+ */
 static HeapTuple
 NumberedRow(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const MessageCount *mc,
 			MemoryContext cxt)
 {
-	int			attnos[3] = {cols->id, cols->token_count, cols->token_encoding};
-	Datum		vals[3];
-	bool		nulls[3] = {false, false, false};
+	int			attnos[4] = {cols->id, cols->token_count, cols->token_encoding, cols->content};
+	Datum		vals[4];
+	bool		nulls[4] = {false, false, false, false};
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
 	vals[0] = Int64GetDatum(mc->id);
 	vals[1] = Int32GetDatum(mc->tokens);
 	vals[2] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->encoding),
 													   VARSIZE_ANY_EXHDR(mc->encoding)));
-	tup = heap_modify_tuple_by_cols(tup, desc, 3, attnos, vals, nulls);
+	if (mc->content != NULL)
+		vals[3] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->content),
+														   VARSIZE_ANY_EXHDR(mc->content)));
+	tup = heap_modify_tuple_by_cols(tup, desc, mc->content != NULL ? 4 : 3, attnos, vals, nulls);
 	MemoryContextSwitchTo(old);
 	return tup;
 }
@@ -579,7 +639,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 		if (!have_settings && !CtxwinSettingsRead(e->c.profile, SETTINGS_FOR_TRIGGER, &st))
 			CtxwinSessionNotFound(m.session_id, true);
 
-		CountMessage(tup, desc, &cols, &m, e, &st, &mc);
+		CountMessage(&m, e, &st, &mc);
 
 		/*
 		 * Wake the worker (at commit) when the session enters the queue, or

@@ -10,6 +10,11 @@
  * count (CtxwinMessageTokens) the insert trigger stores, must agree: both
  * are the overhead plus each field's tokens by CtxwinCountText, a string
  * by its text and any other value by its JSON text.
+ *
+ * A message whose content is an array of parts (parts.c) costs the same
+ * with, for its content, the text of its text parts joined by a blank line
+ * (what the trigger stores in content) plus its images by the rule of the
+ * model's provider; never the images' base64 as text.
  */
 #include "postgres.h"
 
@@ -71,6 +76,31 @@ CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, text *content,
 }
 
 /*
+ * The cost of a message in enc whose stored count (stored, in
+ * stored_encoding) was made in another encoding: its fields counted again,
+ * and, for a message with content parts (has_parts), its images as they
+ * were counted when it was stored: what that count has besides its fields
+ * (the images' rule is the model's, not the encoding's, and the parts
+ * need not be read).  The SQL of ctxwin._unsummarized_tokens recounts so
+ * too.
+ */
+int64
+CtxwinRecountTokens(const CtxwinEncoding *enc, const char *role, text *content, text *name,
+					text *tool_call_id, Jsonb *tool_calls, bool has_parts, int64 stored,
+					text *stored_encoding)
+{
+	int64		n = CtxwinMessageTokens(enc, role, content, name, tool_call_id, tool_calls);
+
+	if (has_parts && stored_encoding != NULL)
+	{
+		const CtxwinEncoding *old = CtxwinEncodingArg(stored_encoding);
+
+		n += Max(stored - CtxwinMessageTokens(old, role, content, name, tool_call_id, tool_calls), 0);
+	}
+	return n;
+}
+
+/*
  * message_tokens(role, content, name, tool_call_id, tool_calls, encoding):
  * the cost of one message given as fields; NULL fields are absent.
  */
@@ -118,15 +148,37 @@ FieldTokens(const CtxwinEncoding *enc, JsonbValue *v)
 }
 
 /*
+ * Tokens of a content that is an array of parts: the text of its text
+ * parts, joined, and its images by the rule of model (a model ctxwin
+ * ships; NULL: an encoding was given, and OpenAI's rule at GPT-4o's prices
+ * counts them).  role is the message's (NULL if it has none).
+ */
+static int64
+PartsTokens(const CtxwinEncoding *enc, JsonbContainer *arr, const char *role,
+			const CtxwinBuiltinModel *model)
+{
+	CtxwinParts parts;
+	CtxwinImageRule rule;
+	text	   *t;
+
+	CtxwinPartsRead(arr, true, role, "content", "the message", &parts);
+	t = CtxwinPartsText(&parts);
+	CtxwinImageRuleFor(model ? model->provider : NULL, model ? model->name : NULL, &rule);
+	return TextTokens(enc, t) + CtxwinPartsImageTokens(&parts, &rule);
+}
+
+/*
  * count_message_tokens(jsonb, encoding) returns int: the cost of one chat
  * message in OpenAI form ({"role", "content", "name", "tool_call_id",
- * "tool_calls"}); other keys cost nothing.
+ * "tool_calls"}); other keys cost nothing.  A content that is an array is
+ * of content parts (PartsTokens).
  */
 Datum
 ctxwin_count_message_tokens(PG_FUNCTION_ARGS)
 {
 	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
-	const CtxwinEncoding *enc = CtxwinCountingArg(fcinfo, 1, NULL);
+	const CtxwinBuiltinModel *model;
+	const CtxwinEncoding *enc = CtxwinCountingArg(fcinfo, 1, &model);
 	static const char *const fields[] = {"role", "content", "name", "tool_call_id", "tool_calls"};
 	int64		n = CTXWIN_MESSAGE_OVERHEAD;
 	int			i;
@@ -139,8 +191,19 @@ ctxwin_count_message_tokens(PG_FUNCTION_ARGS)
 	for (i = 0; i < lengthof(fields); i++)
 	{
 		JsonbValue	buf;
+		JsonbValue *v = ObjectField(jb, fields[i], &buf);
 
-		n += FieldTokens(enc, ObjectField(jb, fields[i], &buf));
+		if (i == 1 && v != NULL && v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data))
+		{
+			JsonbValue	rbuf;
+			JsonbValue *r = ObjectField(jb, "role", &rbuf);
+
+			n += PartsTokens(enc, v->val.binary.data,
+							 r != NULL && r->type == jbvString ?
+							 pnstrdup(r->val.string.val, r->val.string.len) : NULL, model);
+			continue;
+		}
+		n += FieldTokens(enc, v);
 	}
 	PG_RETURN_INT32((int32) Min(n, PG_INT32_MAX));
 }

@@ -1,8 +1,10 @@
 /*
  * tokenizer.h
  *		Counting tokens: encodings and the built-in models (tokenizer.c),
- *		messages counted as the providers count them (messages.c).  The BPE
- *		core itself (bpe.c) is plain C, also built outside the server.
+ *		messages counted as the providers count them (messages.c), their
+ *		content parts and images (parts.c, with image.c's rules).  The BPE
+ *		core itself (bpe.c) and image.c are plain C, also built outside the
+ *		server.
  *
  * Glossary
  *	token		a unit of text as an LLM counts it: one id of a BPE vocabulary
@@ -19,6 +21,7 @@
 #include "utils/jsonb.h"
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/image.h"
 
 /* How an encoding counts. */
 typedef enum CtxwinEncodingKind
@@ -59,5 +62,66 @@ extern int64 CtxwinMessageTokens(const CtxwinEncoding *enc, const char *role, te
 								 text *name, text *tool_call_id, Jsonb *tool_calls);
 extern int64 CtxwinContentsLeast(const CtxwinEncoding *enc, int n, text **contents);
 extern bool CtxwinFitContents(const CtxwinEncoding *enc, int n, text **contents, int64 room);
+extern int64 CtxwinRecountTokens(const CtxwinEncoding *enc, const char *role, text *content,
+								 text *name, text *tool_call_id, Jsonb *tool_calls,
+								 bool has_parts, int64 stored, text *stored_encoding);
+
+/* A content part of a message (parts.c): a text, or an image. */
+typedef enum CtxwinPartKind
+{
+	CTXWIN_PART_TEXT,
+	CTXWIN_PART_IMAGE
+} CtxwinPartKind;
+
+typedef struct CtxwinPart
+{
+	CtxwinPartKind kind;
+	bool		anthropic;		/* an image in Anthropic's shape ("image") */
+	const char *text;			/* a text part's text */
+	int			text_len;
+	const char *url;			/* an image's URL (OpenAI's: a data: URL too) */
+	int			url_len;
+	const char *media_type;		/* an inline image's media type, as given */
+	int			media_type_len;
+	const char *data;			/* ... and its base64 text */
+	int			data_len;
+	bool		has_detail;		/* OpenAI's detail, given (else auto) */
+	ImageDetail detail;
+	int			width;			/* IMAGE_SIZE_UNKNOWN: not known (or not */
+	int			height;			/* read: the parts were not checked) */
+} CtxwinPart;
+
+typedef struct CtxwinParts
+{
+	int			n;
+	CtxwinPart *parts;			/* pointing into the jsonb read */
+	int			nimages;
+} CtxwinParts;
+
+/* How a model's images are counted (parts.c: CtxwinImageRuleFor). */
+typedef enum CtxwinImageRuleKind
+{
+	IMAGE_RULE_TILES,			/* OpenAI's 512-px tiles */
+	IMAGE_RULE_PATCHES,			/* OpenAI's 32-px patches */
+	IMAGE_RULE_ANTHROPIC		/* Anthropic's 28-px patches */
+} CtxwinImageRuleKind;
+
+typedef struct CtxwinImageRule
+{
+	const char *family;			/* the OpenAI family, or "anthropic" */
+	CtxwinImageRuleKind kind;
+	int			base_tokens;	/* tiles */
+	int			tile_tokens;
+	int			multiplier_permille;	/* patches */
+	ImageAnthropicTier tier;	/* anthropic */
+} CtxwinImageRule;
+
+/* parts.c */
+extern void CtxwinPartsRead(JsonbContainer *arr, bool check, const char *role, const char *array,
+							const char *where, CtxwinParts *out);
+extern text *CtxwinPartsText(const CtxwinParts *parts);
+extern void CtxwinImageRuleFor(const char *provider, const char *model, CtxwinImageRule *rule);
+extern int64 CtxwinImageTokens(const CtxwinImageRule *rule, int width, int height, ImageDetail detail);
+extern int64 CtxwinPartsImageTokens(const CtxwinParts *parts, const CtxwinImageRule *rule);
 
 #endif							/* CTXWIN_TOKENIZER_H */

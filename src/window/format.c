@@ -2,6 +2,15 @@
  * format.c
  *		A window as the request a provider takes: OpenAI chat messages, or
  *		an Anthropic Messages API body.
+ *
+ * A message with content parts (text and images, stored in either
+ * provider's shape: src/tokenizer/parts.c) is sent as parts in the shape
+ * of the format asked for: an OpenAI content array of text and image_url
+ * parts, or Anthropic content blocks of text and image, an inline image
+ * moving between a data: URL and a base64 source.  ctxwin's own width and
+ * height are left out.  Where the window replaced the message's text (the
+ * middle of an oversized newest message cut to fit), that text stands
+ * for its text parts, at the place of the first; its images stay whole.
  */
 #include "postgres.h"
 
@@ -87,6 +96,101 @@ PushJsonbField(JsonbParseState **st, const char *key, Jsonb *jb)
 }
 
 /*
+ * The parts of a message to send (read as stored, checked then), and
+ * whether its text stands for its text parts: the window replaced it, so
+ * it is no longer their text.
+ */
+static void
+SentParts(const WindowMessage *m, CtxwinParts *parts, bool *text_replaced)
+{
+	CtxwinPartsRead(&m->parts->root, false, NULL, "content_parts", "a stored message", parts);
+	*text_replaced = m->content != NULL && !CtxwinTextsEqual(m->content, CtxwinPartsText(parts));
+}
+
+/* Pushes key: a string of a part (pointing into the stored parts). */
+static void
+PushPartField(JsonbParseState **st, const char *key, const char *val, int len)
+{
+	PushKey(st, key);
+	PushString(st, WJB_VALUE, val, len);
+}
+
+/* An inline image's media type in lower case, as Anthropic takes it. */
+static char *
+MediaType(const CtxwinPart *p)
+{
+	char	   *mt = pnstrdup(p->media_type, p->media_type_len);
+	char	   *c;
+
+	for (c = mt; *c; c++)
+		*c = pg_ascii_tolower((unsigned char) *c);
+	return mt;
+}
+
+/* Pushes an image part as OpenAI's {"type": "image_url", "image_url": {"url", "detail"}}. */
+static void
+PushOpenAIImage(JsonbParseState **st, const CtxwinPart *p)
+{
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(st, "type", "image_url");
+	PushKey(st, "image_url");
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	if (p->anthropic && p->data != NULL)
+	{
+		StringInfoData url;
+
+		/* a base64 source: as a data: URL */
+		initStringInfo(&url);
+		appendStringInfo(&url, "data:%s;base64,", MediaType(p));
+		appendBinaryStringInfo(&url, p->data, p->data_len);
+		PushPartField(st, "url", url.data, url.len);
+	}
+	else
+		PushPartField(st, "url", p->url, p->url_len);
+	if (p->has_detail)
+		PushCStringField(st, "detail", p->detail == IMAGE_DETAIL_LOW ? "low" :
+						 p->detail == IMAGE_DETAIL_HIGH ? "high" : "auto");
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+	pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/* Pushes a text part, {"type": "text", "text": ...}; the object if it is all that is built. */
+static JsonbValue *
+PushTextPart(JsonbParseState **st, const char *text, int len)
+{
+	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(st, "type", "text");
+	PushPartField(st, "text", text, len);
+	return pushJsonbValue(st, WJB_END_OBJECT, NULL);
+}
+
+/* Pushes the content parts of a message as an OpenAI content array. */
+static void
+PushOpenAIParts(JsonbParseState **st, const WindowMessage *m)
+{
+	CtxwinParts parts;
+	bool		replaced;
+	bool		text_sent = false;
+	int			i;
+
+	SentParts(m, &parts, &replaced);
+	pushJsonbValue(st, WJB_BEGIN_ARRAY, NULL);
+	for (i = 0; i < parts.n; i++)
+	{
+		const CtxwinPart *p = &parts.parts[i];
+
+		if (p->kind == CTXWIN_PART_IMAGE)
+			PushOpenAIImage(st, p);
+		else if (!replaced)
+			PushTextPart(st, p->text, p->text_len);
+		else if (!text_sent && m->content != NULL && VARSIZE_ANY_EXHDR(m->content) > 0)
+			PushTextPart(st, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content));
+		text_sent |= p->kind == CTXWIN_PART_TEXT;
+	}
+	pushJsonbValue(st, WJB_END_ARRAY, NULL);
+}
+
+/*
  * A message as an OpenAI chat message object, absent fields left out;
  * returns the object when it is the whole value being built.
  */
@@ -95,7 +199,12 @@ PushOpenAIMessage(JsonbParseState **st, const WindowMessage *m)
 {
 	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
 	PushCStringField(st, "role", m->role);
-	if (m->content)
+	if (m->parts)
+	{
+		PushKey(st, "content");
+		PushOpenAIParts(st, m);
+	}
+	else if (m->content)
 		PushTextField(st, "content", m->content);
 	if (m->name)
 		PushTextField(st, "name", m->name);
@@ -285,14 +394,82 @@ BlockDone(JsonbParseState **st)
 	return b;
 }
 
-/* The content blocks of a user or assistant message: its text, then its tool calls. */
+/* blocks and a text block, unless the text is empty (the API refuses an empty text block). */
+static List *
+TextBlock(List *blocks, const char *text, int len)
+{
+	JsonbParseState *st = NULL;
+
+	if (len == 0)
+		return blocks;
+	return lappend(blocks, JsonbValueToJsonb(PushTextPart(&st, text, len)));
+}
+
+/* An image part as Anthropic's {"type": "image", "source": {...}}. */
+static Jsonb *
+AnthropicImage(const CtxwinPart *p)
+{
+	JsonbParseState *st = NULL;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushCStringField(&st, "type", "image");
+	PushKey(&st, "source");
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	if (p->data != NULL)
+	{
+		/* a base64 source, or an OpenAI data: URL as one */
+		PushCStringField(&st, "type", "base64");
+		PushCStringField(&st, "media_type", MediaType(p));
+		PushPartField(&st, "data", p->data, p->data_len);
+	}
+	else
+	{
+		PushCStringField(&st, "type", "url");
+		PushPartField(&st, "url", p->url, p->url_len);
+	}
+	pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
+
+/* The content parts of a message as Anthropic content blocks. */
+static List *
+AnthropicPartBlocks(const WindowMessage *m)
+{
+	List	   *blocks = NIL;
+	CtxwinParts parts;
+	bool		replaced;
+	bool		text_sent = false;
+	int			i;
+
+	SentParts(m, &parts, &replaced);
+	for (i = 0; i < parts.n; i++)
+	{
+		const CtxwinPart *p = &parts.parts[i];
+
+		if (p->kind == CTXWIN_PART_IMAGE)
+			blocks = lappend(blocks, AnthropicImage(p));
+		else if (!replaced)
+			blocks = TextBlock(blocks, p->text, p->text_len);
+		else if (!text_sent && m->content != NULL)
+			blocks = TextBlock(blocks, VARDATA_ANY(m->content), VARSIZE_ANY_EXHDR(m->content));
+		text_sent |= p->kind == CTXWIN_PART_TEXT;
+	}
+	return blocks;
+}
+
+/*
+ * The content blocks of a user or assistant message: its text (or its
+ * content parts), then its tool calls.
+ */
 static List *
 MessageBlocks(const WindowMessage *m)
 {
 	List	   *blocks = NIL;
 	JsonbParseState *st = NULL;
 
-	if (m->content != NULL && VARSIZE_ANY_EXHDR(m->content) > 0)
+	if (m->parts != NULL)
+		blocks = AnthropicPartBlocks(m);
+	else if (m->content != NULL && VARSIZE_ANY_EXHDR(m->content) > 0)
 	{
 		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 		PushCStringField(&st, "type", "text");

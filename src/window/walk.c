@@ -12,10 +12,15 @@
  * SQL in between.  Elsewhere SPI runs the same read as queries in
  * batches, so that privileges, policies and Citus apply as they would to
  * the caller's own query.
+ *
+ * A message's content parts (content_parts, NULL for a plain text) are
+ * read where it has them; a text-only message costs the walk one null
+ * test.  A database still at 0.1.0 has no such column.
  */
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -43,30 +48,42 @@
  * the planner sort every message of the session first: measured 120 ms on
  * a session of 100,000 messages, against 0.6 ms for 1,000.)
  */
-static const char *const walk_query =
-"SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id " OP("=") " $1 "
-"AND id " OP(">") " $2 AND id " OP("<") " $3 "
-"ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH);
+#define WALK_QUERY(parts) \
+"SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding, " \
+parts " FROM ctxwin.messages WHERE session_id " OP("=") " $1 " \
+"AND id " OP(">") " $2 AND id " OP("<") " $3 " \
+"ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH)
+
+/* [1]: where ctxwin.messages has content_parts; [0]: where it has not (0.1.0) */
+static const char *const walk_query[2] = {
+	WALK_QUERY("NULL::pg_catalog.jsonb"), WALK_QUERY("content_parts")
+};
 
 /*
  * The same walk when only the window's size is wanted (context_status): a
  * row's texts are read only when its stored count was made in another
- * encoding than $4, the session's, and must be counted again.
+ * encoding than $4, the session's, and must be counted again (and then,
+ * of its content parts, only whether it has them: see CtxwinRecountTokens).
  */
-static const char *const walk_count_query =
-"SELECT id, role, "
-"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE content END, "
-"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE tool_calls END, "
-"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE tool_call_id END, "
-"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE name END, "
-"       token_count, token_encoding "
-"FROM ctxwin.messages WHERE session_id " OP("=") " $1 "
-"AND id " OP(">") " $2 AND id " OP("<") " $3 "
-"ORDER BY id DESC LIMIT " CppAsString2(WALK_COUNT_BATCH);
+#define WALK_COUNT_QUERY(has_parts) \
+"SELECT id, role, " \
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE content END, " \
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE tool_calls END, " \
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE tool_call_id END, " \
+"       CASE WHEN token_encoding " OP("=") " $4 THEN NULL ELSE name END, " \
+"       token_count, token_encoding, " \
+"       CASE WHEN " has_parts " THEN '[]'::pg_catalog.jsonb END " \
+"FROM ctxwin.messages WHERE session_id " OP("=") " $1 " \
+"AND id " OP(">") " $2 AND id " OP("<") " $3 " \
+"ORDER BY id DESC LIMIT " CppAsString2(WALK_COUNT_BATCH)
 
-static SPIPlanPtr walk_plan = NULL;
-static SPIPlanPtr walk_count_plan = NULL;
+static const char *const walk_count_query[2] = {
+	WALK_COUNT_QUERY("false"),
+	WALK_COUNT_QUERY("token_encoding " OP("<>") " $4 AND content_parts IS NOT NULL")
+};
+
+static SPIPlanPtr walk_plan[2] = {NULL, NULL};
+static SPIPlanPtr walk_count_plan[2] = {NULL, NULL};
 
 /*
  * Runs one batch of the walk: the newest WALK_BATCH messages with after <
@@ -77,7 +94,7 @@ static SPIPlanPtr walk_count_plan = NULL;
  * are off for the statement.
  */
 static int
-WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_in)
+WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_in, bool has_parts)
 {
 	Oid			types[4] = {UUIDOID, INT8OID, INT8OID, TEXTOID};
 	Datum		args[4] = {session, Int64GetDatum(after), Int64GetDatum(below), 0};
@@ -92,11 +109,13 @@ WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_
 	if (counts_in)
 	{
 		args[3] = CStringGetTextDatum(counts_in->name);
-		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_count_plan, walk_count_query, 4, types), args,
-							  NULL, true, batch);
+		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_count_plan[has_parts], walk_count_query[has_parts],
+											 4, types),
+							  args, NULL, true, batch);
 	}
 	else
-		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan, walk_query, 3, types), args, NULL, true, batch);
+		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan[has_parts], walk_query[has_parts], 3, types),
+							  args, NULL, true, batch);
 	AtEOXact_GUC(true, nest);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading the messages of a session failed");
@@ -105,9 +124,12 @@ WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_
 
 /* A message row of the walk, copied into the current memory context. */
 static void
-ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMessage *m)
+ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, bool counts_only,
+			WindowMessage *m)
 {
 	char	   *tenc;
+	bool		isnull;
+	bool		has_parts;
 
 	m->id = CtxwinColumnInt64(tup, desc, 1);
 	m->role = CtxwinColumnString(tup, desc, 2);
@@ -118,12 +140,18 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, WindowMess
 	m->saved = 0;
 	m->edit = 0;
 	tenc = CtxwinColumnString(tup, desc, 8);
+	/* content_parts: for counts only, a mark of whether there are any */
+	(void) SPI_getbinval(tup, desc, 9, &isnull);
+	has_parts = !isnull;
+	m->parts = counts_only ? NULL : CtxwinColumnCopy(tup, desc, 9);
 	/* the stored count, unless it was made in another encoding */
 	if (tenc != NULL && strcmp(tenc, enc->name) == 0)
 		m->tokens = CtxwinColumnInt32(tup, desc, 7, NULL);
 	else
-		m->tokens = CtxwinMessageTokens(enc, m->role, m->content, m->name,
-										m->tool_call_id, m->tool_calls);
+		m->tokens = CtxwinRecountTokens(enc, m->role, m->content, m->name, m->tool_call_id,
+										m->tool_calls, has_parts,
+										CtxwinColumnInt32(tup, desc, 7, NULL),
+										tenc ? cstring_to_text(tenc) : NULL);
 }
 
 /* Room for one more row in *rows. */
@@ -169,7 +197,7 @@ WalkPush(PackWalk *walk, WindowClear *clear, WindowMessage *rows, int n)
 /* The walk through SPI, in batches (see the top of the file). */
 static int
 SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		WindowMessage **rows, bool counts_only, WindowClear *clear)
+		WindowMessage **rows, bool counts_only, WindowClear *clear, bool has_parts)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	int			n = 0,
@@ -182,7 +210,7 @@ SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk
 	{
 		uint64		got,
 					i;
-		int			batch = WalkBatch(session, after_id, below, counts_only ? enc : NULL);
+		int			batch = WalkBatch(session, after_id, below, counts_only ? enc : NULL, has_parts);
 
 		got = SPI_processed;
 		for (i = 0; i < got && more; i++)
@@ -192,7 +220,7 @@ SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk
 
 			CHECK_FOR_INTERRUPTS();
 			m = NextSlot(rows, &n, &cap);
-			ReadMessage(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, enc, m);
+			ReadMessage(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, enc, counts_only, m);
 			below = m->id;
 			more = WalkPush(walk, clear, *rows, n);
 			MemoryContextSwitchTo(old);
@@ -205,15 +233,15 @@ SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk
 }
 
 
-/* The columns of ctxwin.messages the walk reads, in this order. */
+/* The columns of ctxwin.messages the walk reads, in this order (the last may be missing). */
 static const char *const walk_cols[] = {
 	"session_id", "id", "role", "content", "tool_calls", "tool_call_id", "name",
-	"token_count", "token_encoding"
+	"token_count", "token_encoding", "content_parts"
 };
 enum
 {
 	WC_SESSION, WC_ID, WC_ROLE, WC_CONTENT, WC_TOOL_CALLS, WC_TOOL_CALL_ID, WC_NAME,
-	WC_TOKEN_COUNT, WC_TOKEN_ENCODING, WC_NCOLS
+	WC_TOKEN_COUNT, WC_TOKEN_ENCODING, WC_CONTENT_PARTS, WC_NCOLS
 };
 
 /* A varlena attribute of the slot, copied (detoasted), or NULL. */
@@ -224,6 +252,20 @@ SlotCopy(TupleTableSlot *slot, AttrNumber attno)
 	Datum		d = slot_getattr(slot, attno, &isnull);
 
 	return isnull ? NULL : PG_DETOAST_DATUM_COPY(d);
+}
+
+/*
+ * Whether an attribute of the slot's row is null: for a heap tuple in a
+ * buffer, read from its null bitmap, without deforming the row up to the
+ * attribute (content_parts is the last column, and NULL on most rows).
+ */
+static bool
+SlotIsNull(TupleTableSlot *slot, AttrNumber attno)
+{
+	if (TTS_IS_BUFFERTUPLE(slot) && attno > slot->tts_nvalid)
+		return heap_attisnull(((BufferHeapTupleTableSlot *) slot)->base.tuple, attno,
+							  slot->tts_tupleDescriptor);
+	return slot_attisnull(slot, attno);
 }
 
 /* Whether a text datum equals a C string. */
@@ -256,17 +298,20 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
 {
 	bool		isnull;
 	Datum		d;
+	Datum		tenc;
+	bool		tenc_null;
 	bool		same_encoding;
 
 	m->id = DatumGetInt64(slot_getattr(slot, attno[WC_ID], &isnull));
 	m->role = RoleName(slot_getattr(slot, attno[WC_ROLE], &isnull));
-	d = slot_getattr(slot, attno[WC_TOKEN_ENCODING], &isnull);
-	same_encoding = !isnull && TextIs(d, enc->name);
+	tenc = slot_getattr(slot, attno[WC_TOKEN_ENCODING], &tenc_null);
+	same_encoding = !tenc_null && TextIs(tenc, enc->name);
 	m->content = NULL;
 	m->tool_calls = NULL;
 	m->tool_call_id = m->name = NULL;
 	m->saved = 0;
 	m->edit = 0;
+	m->parts = NULL;
 	/* the texts: to send them, or to count them again in this encoding */
 	if (!counts_only || !same_encoding)
 	{
@@ -275,11 +320,21 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
 		m->tool_call_id = SlotCopy(slot, attno[WC_TOOL_CALL_ID]);
 		m->name = SlotCopy(slot, attno[WC_NAME]);
 	}
+	d = slot_getattr(slot, attno[WC_TOKEN_COUNT], &isnull);
 	if (same_encoding)
-		m->tokens = DatumGetInt32(slot_getattr(slot, attno[WC_TOKEN_COUNT], &isnull));
+		m->tokens = DatumGetInt32(d);
 	else
-		m->tokens = CtxwinMessageTokens(enc, m->role, m->content, m->name,
-										m->tool_call_id, m->tool_calls);
+	{
+		bool		has_parts = attno[WC_CONTENT_PARTS] > 0 &&
+			!SlotIsNull(slot, attno[WC_CONTENT_PARTS]);
+
+		m->tokens = CtxwinRecountTokens(enc, m->role, m->content, m->name, m->tool_call_id,
+										m->tool_calls, has_parts, DatumGetInt32(d),
+										tenc_null ? NULL : DatumGetTextPP(tenc));
+	}
+	/* the parts, to send them */
+	if (!counts_only && attno[WC_CONTENT_PARTS] > 0 && !SlotIsNull(slot, attno[WC_CONTENT_PARTS]))
+		m->parts = SlotCopy(slot, attno[WC_CONTENT_PARTS]);
 }
 
 /*
@@ -306,9 +361,10 @@ DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, 
 	for (i = 0; i < WC_NCOLS; i++)
 	{
 		attno[i] = SPI_fnumber(desc, walk_cols[i]);
-		if (attno[i] <= 0)
+		if (attno[i] <= 0 && i != WC_CONTENT_PARTS)
 			elog(ERROR, "ctxwin.messages has no column \"%s\"", walk_cols[i]);
 	}
+	attno[WC_CONTENT_PARTS] = Max(attno[WC_CONTENT_PARTS], 0);
 	if (!OidIsValid(indexid))
 		elog(ERROR, "ctxwin.messages has no primary key");
 	index = index_open(indexid, AccessShareLock);
@@ -354,6 +410,7 @@ CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *w
 		   WindowMessage **rows, bool counts_only, WindowClear *clear)
 {
 	Oid			relid = get_relname_relid("messages", get_namespace_oid("ctxwin", false));
+	bool		has_parts = OidIsValid(relid) && get_attnum(relid, "content_parts") != InvalidAttrNumber;
 
 	if (OidIsValid(relid) && ActiveSnapshotSet() &&
 		pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK)
@@ -364,5 +421,5 @@ CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *w
 		if (OidIsValid(direct))
 			return DirectWalk(direct, session, enc, after_id, walk, rows, counts_only, clear);
 	}
-	return SpiWalk(session, enc, after_id, walk, rows, counts_only, clear);
+	return SpiWalk(session, enc, after_id, walk, rows, counts_only, clear, has_parts);
 }

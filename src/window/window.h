@@ -27,6 +27,7 @@ typedef struct WindowMessage
 	text	   *name;
 	text	   *tool_call_id;
 	Jsonb	   *tool_calls;
+	Jsonb	   *parts;			/* content parts (format.c sends them); NULL: none */
 	int64		tokens;
 	/* set by clear.c, 0 elsewhere */
 	int64		saved;			/* tokens fewer than stored: cleared or cut */
