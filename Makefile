@@ -140,12 +140,12 @@ tools/corpus_check_huge: tools/corpus_check.c $(CORE_SRCS) src/tokenizer/bpe.h t
 	$(HOST_CC) $(HOST_CFLAGS) -DBPE_SMALL_PIECE=2 -DBPE_LARGE_PIECE=64 -Isrc -o $@ tools/corpus_check.c $(CORE_SRCS)
 
 # The policy's pure functions (src/policy/rules.c) on boundary and generated cases.
-tools/rules_check: tools/rules_check.c src/policy/rules.c src/policy/rules.h
+tools/rules_check: tools/rules_check.c tools/check.h src/policy/rules.c src/policy/rules.h
 	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/rules_check.c src/policy/rules.c -lm
 
 # Images in messages (src/tokenizer/image.c): sizes from file headers, and the
 # providers' published token rules against their examples and brute force.
-tools/image_check: tools/image_check.c src/tokenizer/image.c src/tokenizer/image.h
+tools/image_check: tools/image_check.c tools/check.h src/tokenizer/image.c src/tokenizer/image.h
 	$(HOST_CC) $(HOST_CFLAGS) -Isrc -o $@ tools/image_check.c src/tokenizer/image.c -lm
 
 check-core: tools/rules_check tools/image_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge

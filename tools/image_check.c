@@ -27,18 +27,7 @@
 #include <sys/stat.h>
 
 #include "../src/tokenizer/image.h"
-
-static int	test_no = 0;
-static int	failures = 0;
-
-static void
-ok(int cond, const char *what)
-{
-	test_no++;
-	if (!cond)
-		failures++;
-	printf("%s %d - %s\n", cond ? "ok" : "not ok", test_no, what);
-}
+#include "check.h"
 
 static void
 is(long long got, long long want, const char *what)
@@ -48,16 +37,6 @@ is(long long got, long long want, const char *what)
 		printf("#   got %lld, want %lld\n", got, want);
 }
 
-/* xorshift64*: the same cases on every run */
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static uint64_t
-Rand(void)
-{
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return rng * 0x2545f4914f6cdd1dULL;
-}
 static int
 RandIn(int lo, int hi)			/* lo .. hi */
 {

@@ -15,29 +15,8 @@
 #include <string.h>
 
 #include "../src/policy/rules.h"
+#include "check.h"
 
-static int	test_no = 0;
-static int	failures = 0;
-
-static void
-ok(int cond, const char *what)
-{
-	test_no++;
-	if (!cond)
-		failures++;
-	printf("%s %d - %s\n", cond ? "ok" : "not ok", test_no, what);
-}
-
-/* xorshift64*: the same cases on every run */
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static uint64_t
-Rand(void)
-{
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return rng * 0x2545f4914f6cdd1dULL;
-}
 static int64_t
 RandUpTo(int64_t n)				/* 0 .. n */
 {
