@@ -17,6 +17,8 @@ OBJS = \
 	src/tokenizer/messages.o \
 	src/citus/citus.o \
 	src/session/session.o \
+	src/recall/search.o \
+	src/recall/tool.o \
 	src/window/walk.o \
 	src/window/window.o \
 	src/window/history.o \

@@ -201,7 +201,7 @@ if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 			CTXWIN_TALLY="$testdir/partitioned.tally" \
 			prove --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
 			test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
-			test/extractive.sql test/request.sql test/usage.sql test/rls.sql
+			test/extractive.sql test/request.sql test/usage.sql test/rls.sql test/recall.sql
 	) || true
 	read_tally "$testdir/partitioned.tally"
 	# the relkind check is one more test of this stage

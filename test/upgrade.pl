@@ -188,6 +188,19 @@ ok( $node->poll_query_until(
 	'the worker goes on by itself after the update and compacts the queued session');
 like(worker_state(), qr/^(idle|working)$/, '... and its state says it serves the database');
 
+# Recall over the rows of before: the update builds the search index on
+# them, summarized ones included.
+is( q_up("SELECT (SELECT summary_through_id >= 1 FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-000000000002') || ' '"
+		  . " || (SELECT string_agg(id::text, ',') FROM ctxwin.search('00000000-0000-4000-8000-000000000002', '4001'))"
+		  . " || ' ' || (SELECT string_agg(id::text, ',' ORDER BY id) FROM ctxwin.search('00000000-0000-4000-8000-000000000002', 'Grüße'))"),
+	'true 1 1,2,3,4,5',
+	'after the update, search finds the messages of 0.1.0 that its summary covers, by a number and a word');
+q_up("INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-000000000002', 'user', 'New order ORD-48213 after the update')");
+is( q_up("SELECT string_agg(id::text, ',') FROM ctxwin.search('00000000-0000-4000-8000-000000000002', '48213')"),
+	'8', '... and a message inserted after it');
+is( q_up("SELECT ctxwin.build_request('00000000-0000-4000-8000-000000000002', recall => true) -> 'tools' -> 0 -> 'function' ->> 'name'"),
+	'conversation_search', '... and build_request takes recall');
+
 # The schema: the updated database against a fresh install, every member
 # object included (binary-upgrade mode dumps them; the OIDs it pins differ).
 $node->safe_psql('fresh', 'CREATE EXTENSION ctxwin');
