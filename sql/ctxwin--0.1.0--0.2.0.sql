@@ -2235,9 +2235,14 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
     STORAGE text;
 
 -- One index for every session's search (on each partition of a
--- partitioned ctxwin.messages, and each shard under Citus).
+-- partitioned ctxwin.messages, and each shard under Citus).  A pending
+-- list of 64 kB: every scan of a GIN index reads all of its pending list,
+-- which GIN's 4 MB would make the cost of a search; an insert that fills
+-- it merges some 40 messages into the index (docs/recall.md has the
+-- figures of both).
 CREATE INDEX messages_search ON ctxwin.messages
-    USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops);
+    USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
+    WITH (fastupdate = on, gin_pending_list_limit = 64);
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery

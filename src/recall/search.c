@@ -28,7 +28,7 @@
  *
  * A query (_search_query) is the AND (or the OR) of its terms, with a
  * scope (a bucket, or the session): a word term is its full-text lexeme,
- * an identifier term the AND of its trigrams.  The index finds a superset
+ * an identifier term the AND of some of its trigrams.  The index finds a superset
  * of the matches; _search_rank checks each term in the search text (a word
  * as a whole word, an identifier as written, case aside) and ranks what
  * matches; _search_snippet cuts the part of the text that shows it.  The
@@ -568,10 +568,21 @@ AppendQuoted(StringInfo out, const char *prefix, const char *s, int len)
 	appendStringInfoChar(out, '\'');
 }
 
+/*
+ * The trigrams of an identifier a query looks for: the QUERY_TRIGRAMS of
+ * them with the most digits (2 each) and other characters than letters (1
+ * each), the first of equals: those are rarer in text, so their lists in
+ * the index are shorter.  Every trigram of the identifier is in a message
+ * that has it, so any of them finds a superset, which _search_rank checks;
+ * fewer entries make the index's scan cheaper.
+ */
+#define QUERY_TRIGRAMS 3
+
 typedef struct TrigramQuery
 {
-	StringInfo	out;
 	int			n;
+	const char *tri[SEARCH_IDENT_BYTES];
+	int			len[SEARCH_IDENT_BYTES];
 } TrigramQuery;
 
 static void
@@ -579,9 +590,50 @@ TrigramToQuery(void *arg, const char *tri, int len)
 {
 	TrigramQuery *tq = arg;
 
-	if (tq->n++ > 0)
-		appendStringInfoString(tq->out, " & ");
-	AppendQuoted(tq->out, " ", tri, len);
+	tq->tri[tq->n] = tri;
+	tq->len[tq->n] = len;
+	tq->n++;
+}
+
+/* A trigram's weight: its digits twice, its other characters but letters once. */
+static int
+TrigramScore(const char *tri, int len)
+{
+	int			score = 0;
+	int			i;
+
+	for (i = 0; i < len; i++)
+		if (tri[i] >= '0' && tri[i] <= '9')
+			score += 2;
+		else if (!((tri[i] >= 'a' && tri[i] <= 'z') || (tri[i] >= 'A' && tri[i] <= 'Z')))
+			score++;
+	return score;
+}
+
+/* Appends the AND of the chosen trigrams of an identifier (QUERY_TRIGRAMS). */
+static void
+AppendTrigrams(StringInfo out, const char *s, int len)
+{
+	TrigramQuery tq;
+	bool		taken[SEARCH_IDENT_BYTES];
+	int			k;
+
+	tq.n = 0;
+	ForEachTrigram(s, len, TrigramToQuery, &tq);
+	memset(taken, 0, sizeof(taken));
+	for (k = 0; k < Min(tq.n, QUERY_TRIGRAMS); k++)
+	{
+		int			best = -1;
+		int			i;
+
+		for (i = 0; i < tq.n; i++)
+			if (!taken[i] && (best < 0 || TrigramScore(tq.tri[i], tq.len[i]) > TrigramScore(tq.tri[best], tq.len[best])))
+				best = i;
+		taken[best] = true;
+		if (k > 0)
+			appendStringInfoString(out, " & ");
+		AppendQuoted(out, " ", tq.tri[best], tq.len[best]);
+	}
 }
 
 /*
@@ -589,7 +641,7 @@ TrigramToQuery(void *arg, const char *tri, int len)
  * boolean) returns tsquery: the scope (level 1 or 2: the bucket of that
  * level that holds the message below - 1; else the session) AND each term
  * of the query (any: one of them at least).  A term that names an
- * identifier is the AND of its trigrams.
+ * identifier is the AND of some of its trigrams (AppendTrigrams).
  */
 Datum
 ctxwin_search_query(PG_FUNCTION_ARGS)
@@ -621,7 +673,6 @@ ctxwin_search_query(PG_FUNCTION_ARGS)
 	for (i = 0; i < q->n; i++)
 	{
 		SearchTerm *t = &q->terms[i];
-		TrigramQuery tq;
 
 		if (i > 0)
 			appendStringInfoString(&out, any ? " | " : " & ");
@@ -631,9 +682,7 @@ ctxwin_search_query(PG_FUNCTION_ARGS)
 			continue;
 		}
 		appendStringInfoChar(&out, '(');
-		tq.out = &out;
-		tq.n = 0;
-		ForEachTrigram(t->s, t->len, TrigramToQuery, &tq);
+		AppendTrigrams(&out, t->s, t->len);
 		appendStringInfoChar(&out, ')');
 	}
 	appendStringInfoChar(&out, ')');
