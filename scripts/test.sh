@@ -185,9 +185,10 @@ read_tally "$testdir/prove.tally"
 stage_done prove "$t_passed" "$t_failed" "$t_detail"
 fi
 
-# The whole run also runs the suites of the window, the summaries and the
-# bill again with ctxwin.messages hash-partitioned by session (each file
-# creates the extension itself, with the setting its connection carries).
+# The whole run also runs the suites of the window, the summaries, the
+# bill and recall again with ctxwin.messages hash-partitioned by session
+# (each file creates the extension itself, with the setting its connection
+# carries).
 if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 	stage=partitioned
 	echo "=== again, with ctxwin.messages hash-partitioned (ctxwin.messages_partitions = 8)"
