@@ -1149,10 +1149,9 @@ BEGIN
     FROM jsonb_array_elements(messages) e WHERE (e ->> 'id') ~ '^[0-9]+$';
     SELECT string_agg(f, ', ' ORDER BY o) INTO terms
     FROM jsonb_array_elements_text(items -> 'Identifiers') WITH ORDINALITY AS x(f, o) WHERE o <= 6;
-    IF jsonb_array_length(messages) > 0 THEN
-        items := jsonb_set(items, '{Lookup hints}', to_jsonb(
-            coalesce('Messages ' || ids, 'Messages') || ': '
-            || coalesce(nullif(concat_ws('; ', 'tools ' || tools, 'search ' || terms), ''), 'no tools, no identifiers')));
+    terms := nullif(concat_ws('; ', 'tools ' || tools, 'search ' || terms), '');
+    IF ids IS NOT NULL OR terms IS NOT NULL THEN
+        items := jsonb_set(items, '{Lookup hints}', to_jsonb(coalesce('Messages ' || ids, 'Messages') || coalesce(': ' || terms, '')));
     END IF;
 
     -- the previous summary: its sections follow the new items; another
@@ -1172,6 +1171,9 @@ BEGIN
                     ELSIF cur = 'Earlier' AND btrim(substring(line FROM '^[^:]+:\s*(.*)$')) <> '' THEN
                         earlier := substring(line FROM '^[^:]+:\s*(.*)$');
                     END IF;
+                ELSIF cur = 'Earlier' THEN
+                    -- (the text of a summary of another kind, kept whole)
+                    earlier := concat_ws(E'\n', earlier, line);
                 ELSIF line ~ '^- ' AND cur IS NOT NULL THEN
                     prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(substr(line, 3)));
                 END IF;
@@ -2277,10 +2279,11 @@ COMMENT ON FUNCTION ctxwin._search_snippet(text, jsonb, text) IS
  * holds each message's session and its buckets of 1024 and 32768 messages
  * (by id), newest bucket first, each probe reading at most 4 times that
  * many rows: first the newest 1024 messages; then, by the matches per
- * message found so far, the next bucket of 1024 (dense matches), of 32768
- * (sparse: no more than twice the matches still wanted expected in it),
- * or the rest of the session at once (so sparse that 4 buckets of 32768
- * would not hold them, as a rare term's); 16 probes at most.  Within a
+ * message found so far, the next bucket of 1024 (dense matches: 4 such
+ * would hold those still wanted), of 32768 (sparser, or none in the
+ * newest 1024), or the rest of the session at once (so sparse that 4
+ * buckets of 32768 would not hold them, or none in one: a rare term); 16
+ * probes at most.  Within a
  * probe whose matches are more than it reads, the rows read are those the
  * bitmap scan reaches first (in the table's order), not the newest.
  *
@@ -2365,17 +2368,21 @@ BEGIN
             EXIT WHEN lvl = 3;
             below := ctxwin._search_bucket_start(lvl, below - 1);
             probes := probes + 1;
-            -- the next probe, by the matches per message so far: dense, a
-            -- bucket of 1024; sparse, one of 32768; so sparse that 4 of
-            -- those would not hold the matches still wanted (or none), the
-            -- rest of the session
+            -- the next probe, by the matches per message so far: a bucket
+            -- of 1024 if 4 of them would hold the matches still wanted, or
+            -- if one of 32768 would hold more than a probe reads; else one
+            -- of 32768 (also after none in the newest 1024), unless 4 of
+            -- those would not hold them (or one held none): then the rest
+            -- of the session
             density := hits::float8 / (top + 1 - greatest(below, 1));
-            IF density * 32768 * 4 < want - cardinality(ids) THEN
-                lvl := 3;
-            ELSIF density * 32768 <= 2 * (want - cardinality(ids)) THEN
+            IF hits = 0 AND lvl = 1 THEN
                 lvl := 2;
-            ELSE
+            ELSIF density * 32768 * 4 < want - cardinality(ids) THEN
+                lvl := 3;
+            ELSIF density * 1024 * 4 >= want - cardinality(ids) OR density * 32768 > 4 * want THEN
                 lvl := 1;
+            ELSE
+                lvl := 2;
             END IF;
         END LOOP;
 

@@ -305,8 +305,24 @@ SELECT ok(ctxwin.transcript('[{"role": "user", "content": "hi", "id": 12}, {"rol
           = E'[user #12] hi\n[assistant] hello', 'the transcript marks a message with its id where it has one');
 SELECT ok(ctxwin.extractive_summary(E'Requests:\n- Move the cron job to Friday.\nFacts: OLD-1; /srv/x.py\nTools used: deploy (2)',
                                     '[{"role": "user", "content": "ok"}]', 300)
-          ~ E'^Goal and state:\n- Move the cron job to Friday\\.\nIdentifiers: OLD-1; /srv/x\\.py\nLookup hints:\n- Messages: no tools, no identifiers\n- Tools used: deploy \\(2\\)$',
+          ~ E'^Goal and state:\n- Move the cron job to Friday\\.\nIdentifiers: OLD-1; /srv/x\\.py\nLookup hints:\n- Tools used: deploy \\(2\\)$',
           'a summary in the sections of 0.1.0 is read into the new ones');
+SELECT is(ctxwin.extractive_summary(E'Earlier: The user likes tea.\nAnd short answers.',
+                                    '[{"role": "user", "content": "Book the table for 8pm on Friday.", "id": 40}]', 300),
+          E'Goal and state:\n- Book the table for 8pm on Friday.\nLookup hints:\n- Messages #40\nEarlier: The user likes tea.\nAnd short answers.',
+          'a previous summary of another kind is kept whole as Earlier, after the sections');
+
+-- without the index (an application that never searches may drop it), the
+-- same answers, by a scan of the session
+CREATE TEMP TABLE with_index AS
+SELECT q, (SELECT array_agg(row(x.id, x.snippet, x.rank)::text ORDER BY x.rank DESC, x.id DESC)
+           FROM ctxwin.search('a0000000-0000-4000-8000-000000000001', q) x) AS r
+FROM unnest(ARRAY['database', 'ORD-48213', 'walk.c', '4031', 'walk.c arrived', 'get_order', 'metadata']) q;
+DROP INDEX ctxwin.messages_search;
+SELECT is((SELECT count(*) FROM with_index w
+           WHERE w.r IS DISTINCT FROM (SELECT array_agg(row(x.id, x.snippet, x.rank)::text ORDER BY x.rank DESC, x.id DESC)
+                                       FROM ctxwin.search('a0000000-0000-4000-8000-000000000001', w.q) x)),
+          0::bigint, 'without the search index, search gives the same answers');
 
 SELECT * FROM finish();
 ROLLBACK;

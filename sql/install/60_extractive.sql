@@ -143,10 +143,9 @@ BEGIN
     FROM jsonb_array_elements(messages) e WHERE (e ->> 'id') ~ '^[0-9]+$';
     SELECT string_agg(f, ', ' ORDER BY o) INTO terms
     FROM jsonb_array_elements_text(items -> 'Identifiers') WITH ORDINALITY AS x(f, o) WHERE o <= 6;
-    IF jsonb_array_length(messages) > 0 THEN
-        items := jsonb_set(items, '{Lookup hints}', to_jsonb(
-            coalesce('Messages ' || ids, 'Messages') || ': '
-            || coalesce(nullif(concat_ws('; ', 'tools ' || tools, 'search ' || terms), ''), 'no tools, no identifiers')));
+    terms := nullif(concat_ws('; ', 'tools ' || tools, 'search ' || terms), '');
+    IF ids IS NOT NULL OR terms IS NOT NULL THEN
+        items := jsonb_set(items, '{Lookup hints}', to_jsonb(coalesce('Messages ' || ids, 'Messages') || coalesce(': ' || terms, '')));
     END IF;
 
     -- the previous summary: its sections follow the new items; another
@@ -166,6 +165,9 @@ BEGIN
                     ELSIF cur = 'Earlier' AND btrim(substring(line FROM '^[^:]+:\s*(.*)$')) <> '' THEN
                         earlier := substring(line FROM '^[^:]+:\s*(.*)$');
                     END IF;
+                ELSIF cur = 'Earlier' THEN
+                    -- (the text of a summary of another kind, kept whole)
+                    earlier := concat_ws(E'\n', earlier, line);
                 ELSIF line ~ '^- ' AND cur IS NOT NULL THEN
                     prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(substr(line, 3)));
                 END IF;
