@@ -49,14 +49,15 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
     STORAGE text;
 
 -- One index for every session's search (on each partition of a
--- partitioned ctxwin.messages, and each shard under Citus).  A pending
--- list of 64 kB: every scan of a GIN index reads all of its pending list,
--- which GIN's 4 MB would make the cost of a search; an insert that fills
--- it merges some 40 messages into the index (docs/recall.md has the
--- figures of both).
+-- partitioned ctxwin.messages, and each shard under Citus).  fastupdate
+-- off: every scan of a GIN index reads all of its pending list (GIN's 4 MB
+-- made a search of a rare word 4.6 times slower), and the insert that
+-- fills a pending list merges it into the index (with 64 kB: inserts'
+-- p99.9 23 ms, against 6 ms without the list, at the same rate with
+-- synchronous_commit on; bench/recall/RESULTS.md).
 CREATE INDEX messages_search ON ctxwin.messages
     USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-    WITH (fastupdate = on, gin_pending_list_limit = 64);
+    WITH (fastupdate = off);
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery
