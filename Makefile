@@ -20,6 +20,8 @@ OBJS = \
 	src/citus/citus.o \
 	src/session/settings.o \
 	src/session/session.o \
+	src/recall/search.o \
+	src/recall/tool.o \
 	src/window/walk.o \
 	src/window/clear.o \
 	src/window/window.o \

@@ -186,8 +186,8 @@ stage_done prove "$t_passed" "$t_failed" "$t_detail"
 fi
 
 # The whole run also runs the suites of the window, the summaries, the
-# bill and content parts again with ctxwin.messages hash-partitioned by
-# session (each file creates the extension itself, with the setting its
+# bill, content parts and recall again with ctxwin.messages hash-partitioned
+# by session (each file creates the extension itself, with the setting its
 # connection carries).
 if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 	stage=partitioned
@@ -202,7 +202,8 @@ if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 			CTXWIN_TALLY="$testdir/partitioned.tally" \
 			prove --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
 			test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
-			test/extractive.sql test/request.sql test/usage.sql test/rls.sql test/parts.sql
+			test/extractive.sql test/request.sql test/usage.sql test/rls.sql test/parts.sql \
+			test/recall.sql
 	) || true
 	read_tally "$testdir/partitioned.tally"
 	# the relkind check is one more test of this stage

@@ -2461,3 +2461,765 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
 'Appends chat messages (OpenAI''s shape; a content array is stored as content parts) to a session, each stored once per client key; returns their ids in order (a key already stored: its message''s id)';
+
+-- ==== Recall (0.2.0): search over the whole history, the conversation_search
+-- tool, summaries in sections (sql/install/86_recall.sql, 40_window.sql,
+-- 60_extractive.sql, 70_summaries.sql, 95_citus.sql) ====
+
+-- build_request takes recall: a new argument, so a new function (nothing
+-- depends on the old one: append_and_build calls it by name)
+DROP FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean);
+CREATE FUNCTION ctxwin.build_request(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true,
+                                     recall boolean DEFAULT false)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
+'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
+
+-- the summaries' sections, and message ids in the transcript
+CREATE OR REPLACE FUNCTION ctxwin.default_summary_prompt()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'You maintain the running summary of a conversation between a user and an AI assistant. '
+    || 'You are given the previous summary (possibly empty) and the messages that came after it, each marked with its id (#12). '
+    || 'Write one updated summary that merges both, in these sections, each heading on a line of its own followed by short lines starting with "- ": '
+    || '"Goal and state:" what the user wants and where things stand now; '
+    || '"Decisions:" what was decided, and why; '
+    || '"Identifiers:" names, ids, file paths, URLs, commands, numbers, amounts, dates and error messages, verbatim; '
+    || '"Open items:" questions and tasks not yet done; '
+    || '"Lookup hints:" where the details you leave out are: message ids (#12) and search terms to find them again. '
+    || 'Keep identifiers verbatim. '
+    || 'When two facts conflict, keep the newer one. '
+    || 'Keep decisions, open tasks, constraints and the user''s preferences. '
+    || 'Do not answer the user, do not continue the conversation, and add nothing that is not in the input. '
+    || 'Output only the summary.';
+
+COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none: a summary in the sections Goal and state, Decisions, Identifiers, Open items and Lookup hints';
+
+CREATE OR REPLACE FUNCTION ctxwin.transcript(messages jsonb, encoding text DEFAULT 'cl100k_base',
+                                  max_tool_tokens int DEFAULT 400)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT string_agg(
+        CASE
+            WHEN m ->> 'role' = 'tool' THEN
+                '[tool result ' || coalesce(m ->> 'tool_call_id', '') || coalesce(' #' || (m ->> 'id'), '') || '] '
+                || ctxwin.truncate_middle(coalesce(m ->> 'content', ''), max_tool_tokens, encoding)
+            WHEN m ? 'tool_calls' THEN
+                '[' || (m ->> 'role') || coalesce(' #' || (m ->> 'id'), '') || '] ' || coalesce(nullif(m ->> 'content', '') || ' ', '')
+                || '(calls ' || (SELECT string_agg((c -> 'function' ->> 'name') || ' ' || coalesce(c -> 'function' ->> 'arguments', '')
+                                                   || ' [' || (c ->> 'id') || ']', ', ')
+                                 FROM jsonb_array_elements(m -> 'tool_calls') c) || ')'
+            ELSE '[' || (m ->> 'role') || coalesce(' ' || (m ->> 'name'), '') || coalesce(' #' || (m ->> 'id'), '') || '] '
+                 || coalesce(m ->> 'content', '')
+        END, E'\n' ORDER BY o)
+    FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(m, o));
+
+COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
+'Messages as a plain transcript with role labels (and message ids, "[user #12]", where the messages have an "id"), tool calls by name and arguments, tool results shortened in the middle';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                             || jsonb_build_object('id', m.id) ORDER BY m.id)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
+'Messages of a session after one id and up to another, as chat messages with their "id", oldest first';
+
+CREATE OR REPLACE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tokens int,
+                                          encoding text DEFAULT 'cl100k_base',
+                                          instructions text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sections text[] := ARRAY['Goal and state', 'Decisions', 'Identifiers', 'Open items', 'Lookup hints', 'Earlier'];
+    -- the headings of a previous summary, 0.1.0's included, and the section each goes to
+    headings CONSTANT jsonb := '{"Goal and state": "Goal and state", "Decisions": "Decisions",
+        "Identifiers": "Identifiers", "Open items": "Open items", "Lookup hints": "Lookup hints",
+        "Earlier": "Earlier", "Focus": "Goal and state", "Requests": "Goal and state",
+        "Questions": "Open items", "Facts": "Identifiers", "Tools used": "Lookup hints"}';
+    heading_re CONSTANT text := '^(Goal and state|Decisions|Identifiers|Open items|Lookup hints|Earlier|Focus|Requests|Questions|Facts|Tools used):';
+    items jsonb := '{}';        -- section -> array of items, highest priority first
+    focus jsonb := '[]';        -- sentences that mention a word of instructions
+    sec text;
+    m jsonb;
+    sent text;
+    focus_re text;
+    prev_items jsonb := '{}';
+    line text;
+    cur text;
+    earlier text;
+    result text;
+    tools text;
+    ids text;
+    terms text;
+    n int;
+    k int;
+    limits int[];
+BEGIN
+    IF max_tokens IS NULL OR max_tokens <= 0 THEN
+        RAISE EXCEPTION 'max_tokens must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOREACH sec IN ARRAY sections LOOP
+        items := jsonb_set(items, ARRAY[sec], '[]');
+        prev_items := jsonb_set(prev_items, ARRAY[sec], '[]');
+    END LOOP;
+    -- words of the focus, 4 letters or more
+    SELECT string_agg(DISTINCT regexp_replace(w, '([.^$*+?()\[\]{}|\\])', '\\\1', 'g'), '|')
+    INTO focus_re
+    FROM regexp_split_to_table(lower(coalesce(instructions, '')), '[^[:alnum:]_]+') w
+    WHERE length(w) >= 4 AND w NOT IN ('keep', 'about', 'with', 'that', 'this', 'from', 'have', 'what', 'when', 'which', 'their', 'there', 'should');
+
+    -- the newest messages first, so items are in priority order
+    FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
+        CONTINUE WHEN coalesce(m ->> 'content', '') = '';
+        IF jsonb_array_length(items -> 'Identifiers') < max_tokens THEN
+            items := jsonb_set(items, '{Identifiers}', (items -> 'Identifiers') || to_jsonb((ctxwin.extract_facts(
+                CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END))[1:max_tokens]));
+        END IF;
+        CONTINUE WHEN m ->> 'role' = 'tool';
+        k := 0;
+        FOR sent IN
+            SELECT btrim(regexp_replace(x, '\s+', ' ', 'g'))
+            FROM regexp_split_to_table(m ->> 'content', '(?<=[.!?])\s+|\n+') x
+        LOOP
+            CONTINUE WHEN length(sent) < 8 OR length(sent) > 400;
+            k := k + 1;
+            -- no section shows more than max_tokens items: more would only
+            -- make this loop quadratic on a huge message
+            EXIT WHEN k > max_tokens;
+            IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
+                focus := focus || to_jsonb(sent);
+            ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
+                items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
+            ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead)\M' THEN
+                items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
+                    CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
+            ELSIF m ->> 'role' = 'user' AND k = 1 THEN
+                items := jsonb_set(items, '{Goal and state}', (items -> 'Goal and state') || to_jsonb(sent));
+            END IF;
+        END LOOP;
+    END LOOP;
+    items := jsonb_set(items, '{Goal and state}', focus || (items -> 'Goal and state'));
+
+    -- the lookup hint of these messages: their ids, the tools they called
+    -- (name and count, in order of first call) and identifiers to search for
+    SELECT string_agg(t.name || CASE WHEN t.cnt > 1 THEN ' (' || t.cnt || ')' ELSE '' END, ', ' ORDER BY t.first_o)
+    INTO tools
+    FROM (SELECT c -> 'function' ->> 'name' AS name, count(*) AS cnt, min(x.o * 1000 + y.p) AS first_o
+          FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o),
+               jsonb_array_elements(CASE WHEN jsonb_typeof(x.e -> 'tool_calls') = 'array' THEN x.e -> 'tool_calls' ELSE '[]' END)
+                   WITH ORDINALITY AS y(c, p)
+          WHERE c -> 'function' ->> 'name' IS NOT NULL
+          GROUP BY 1) t;
+    SELECT '#' || min((e ->> 'id')::bigint) || CASE WHEN count(DISTINCT e ->> 'id') > 1 THEN '-#' || max((e ->> 'id')::bigint) ELSE '' END
+    INTO ids
+    FROM jsonb_array_elements(messages) e WHERE (e ->> 'id') ~ '^[0-9]+$';
+    SELECT string_agg(f, ', ' ORDER BY o) INTO terms
+    FROM jsonb_array_elements_text(items -> 'Identifiers') WITH ORDINALITY AS x(f, o) WHERE o <= 6;
+    terms := nullif(concat_ws('; ', 'tools ' || tools, 'search ' || terms), '');
+    IF ids IS NOT NULL OR terms IS NOT NULL THEN
+        items := jsonb_set(items, '{Lookup hints}', to_jsonb(coalesce('Messages ' || ids, 'Messages') || coalesce(': ' || terms, '')));
+    END IF;
+
+    -- the previous summary: its sections follow the new items; another
+    -- kind of text is kept whole as Earlier
+    IF coalesce(previous, '') <> '' THEN
+        IF previous ~ heading_re THEN
+            FOR line IN SELECT l FROM regexp_split_to_table(previous, '\n') l LOOP
+                IF line ~ heading_re THEN
+                    cur := headings ->> substring(line FROM '^([^:]+):');
+                    IF substring(line FROM '^([^:]+):') IN ('Identifiers', 'Facts') THEN
+                        prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || (
+                            SELECT coalesce(jsonb_agg(btrim(v)), '[]')
+                            FROM regexp_split_to_table(substring(line FROM '^[^:]+:\s*(.*)$'), ';\s*') v
+                            WHERE btrim(v) <> ''));
+                    ELSIF substring(line FROM '^([^:]+):') = 'Tools used' THEN
+                        prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(line));
+                    ELSIF cur = 'Earlier' AND btrim(substring(line FROM '^[^:]+:\s*(.*)$')) <> '' THEN
+                        earlier := substring(line FROM '^[^:]+:\s*(.*)$');
+                    END IF;
+                ELSIF cur = 'Earlier' THEN
+                    -- (the text of a summary of another kind, kept whole)
+                    earlier := concat_ws(E'\n', earlier, line);
+                ELSIF line ~ '^- ' AND cur IS NOT NULL THEN
+                    prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(substr(line, 3)));
+                END IF;
+            END LOOP;
+        ELSE
+            earlier := previous;
+        END IF;
+    END IF;
+
+    -- merge: new first, each item once
+    FOREACH sec IN ARRAY sections LOOP
+        items := jsonb_set(items, ARRAY[sec], (
+            SELECT coalesce(jsonb_agg(v ORDER BY first_o), '[]')
+            FROM (SELECT v, min(o) AS first_o
+                  FROM jsonb_array_elements_text((items -> sec) || (prev_items -> sec)) WITH ORDINALITY AS x(v, o)
+                  GROUP BY v) d));
+    END LOOP;
+
+    -- fill the budget: take items round-robin over sections in priority
+    -- order, so every section gets room, until the next one would not fit
+    limits := ARRAY[0, 0, 0, 0, 0, 0];
+    IF earlier IS NOT NULL THEN
+        -- a summary of another kind keeps up to half the room, cut in the middle
+        earlier := ctxwin.truncate_middle(earlier, max_tokens / 2, encoding);
+        limits[6] := 1;
+    END IF;
+    LOOP
+        n := 0;
+        FOR k IN 1 .. cardinality(sections) LOOP
+            sec := sections[k];
+            CONTINUE WHEN sec = 'Earlier';
+            CONTINUE WHEN limits[k] >= jsonb_array_length(items -> sec);
+            limits[k] := limits[k] + 1;
+            result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+            IF ctxwin.count_tokens(result, encoding) > max_tokens THEN
+                limits[k] := limits[k] - 1;
+            ELSE
+                n := n + 1;
+            END IF;
+        END LOOP;
+        EXIT WHEN n = 0;
+    END LOOP;
+    result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+    IF (btrim(result) = '' OR limits[1] + limits[2] + limits[3] + limits[4] = 0) AND jsonb_array_length(messages) > 0 THEN
+        -- nothing matched (small talk, bare identifiers, hashes, log lines):
+        -- the messages' own text, shortened, so that a summary is never
+        -- empty, nor only a lookup hint
+        result := ctxwin._fallback_summary(messages, max_tokens, encoding);
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
+'The extractive summary (no LLM) of a previous summary and new messages, in the sections Goal and state, Decisions, Identifiers (verbatim), Open items and Lookup hints (message ids, tools called, search terms), within max_tokens';
+
+CREATE OR REPLACE FUNCTION ctxwin._render_summary(sections text[], items jsonb, limits int[], earlier text,
+                                       max_tokens int, encoding text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    out_lines text[] := '{}';
+    k int;
+    sec text;
+    vals text[];
+BEGIN
+    FOR k IN 1 .. cardinality(sections) LOOP
+        sec := sections[k];
+        CONTINUE WHEN limits[k] = 0;
+        IF sec = 'Earlier' THEN
+            out_lines := out_lines || ('Earlier: ' || earlier);
+            CONTINUE;
+        END IF;
+        vals := ARRAY(SELECT v FROM jsonb_array_elements_text(items -> sec) WITH ORDINALITY AS x(v, o)
+                      WHERE o <= limits[k] ORDER BY o);
+        IF sec = 'Identifiers' THEN
+            out_lines := out_lines || (sec || ': ' || array_to_string(vals, '; '));
+        ELSE
+            out_lines := out_lines || (sec || ':') || ARRAY(SELECT '- ' || v FROM unnest(vals) v);
+        END IF;
+    END LOOP;
+    RETURN array_to_string(out_lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin._render_summary(text[], jsonb, int[], text, int, text) IS
+'Renders the first limits[k] items of each section of an extractive summary';
+
+-- ctxwin.distribute() delegates search and answer_tool_call, and the new build_request
+CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning AS $$
+DECLARE
+    -- (table, constraint, definition): every foreign key between ctxwin's tables
+    fkeys CONSTANT text[][] := ARRAY[
+        ['ctxwin.profiles', 'profiles_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
+        ['ctxwin.calibration', 'calibration_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
+        ['ctxwin.sessions', 'sessions_profile_fkey',
+         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
+        ['ctxwin.messages', 'messages_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summaries', 'summaries_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
+    drops text := '';
+    failed text;
+    i int;
+    t text;
+    f regprocedure;
+BEGIN
+    -- Citus creates the tables' triggers on their shards only with this on:
+    -- ctxwin's insert trigger numbers and counts a message on the shard
+    -- that holds its session (co-located with the session's row).
+    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+    -- reference tables are written after distributed ones in this transaction
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
+                                 fkeys[i][1], fkeys[i][2]);
+    END LOOP;
+    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
+    INTO failed
+    FROM run_command_on_workers(drops) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
+                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
+    END IF;
+    EXECUTE drops;
+
+    PERFORM create_reference_table('ctxwin.models');
+    PERFORM create_reference_table('ctxwin.profiles');
+    PERFORM create_reference_table('ctxwin.calibration');
+    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
+    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
+                             'ctxwin.usage_log'] LOOP
+        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
+    END LOOP;
+
+    -- the coordinator's own copies of the rows, now in the shards
+    FOREACH t IN ARRAY ARRAY['ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
+                             'ctxwin.profiles', 'ctxwin.models'] LOOP
+        PERFORM truncate_local_data_after_distributing_table(t::regclass);
+    END LOOP;
+
+    -- one call, one round trip to the node that holds the session
+    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
+                             'ctxwin.context_status(uuid)',
+                             'ctxwin.context_report(uuid)',
+                             'ctxwin.messages_after(uuid,bigint)',
+                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
+                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._distribute(int) IS
+'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';
+
+------------------------------------------------------------------------------
+-- Recall: a session's whole history, summarized messages included,
+-- searchable (search), and a tool for the model (build_request's recall,
+-- recall_tool, answer_tool_call).  The text, the index entries, the
+-- queries, the rank and the snippet are made in C (src/recall/search.c);
+-- docs/recall.md says why it is built so.
+------------------------------------------------------------------------------
+
+-- A message's index entries: the full-text words (configuration simple) and
+-- the trigrams of the identifiers of its content and tool calls, its
+-- session and its session's buckets of 1024 and 32768 messages.  Its cost
+-- tells the planner that a filter computing it per row is no match for
+-- the index.  LEAKPROOF, as the operator below: under row-level security
+-- an index condition must be leakproof through and through, and it raises
+-- no error that depends on its arguments (src/recall/search.c says why).
+CREATE FUNCTION ctxwin._search_vector(session uuid, id bigint, content text, tool_calls jsonb)
+RETURNS tsvector
+AS 'MODULE_PATHNAME', 'ctxwin_search_vector'
+LANGUAGE C IMMUTABLE PARALLEL SAFE LEAKPROOF COST 1000;
+
+COMMENT ON FUNCTION ctxwin._search_vector(uuid, bigint, text, jsonb) IS
+'A message''s entries in the search index: the words (text search configuration simple) and the trigrams of the identifiers of its content and tool calls, its session and its buckets of 1024 and 32768 messages';
+
+-- tsvector @@ tsquery, declared LEAKPROOF: under row-level security on
+-- ctxwin.messages only a leakproof operator may be an index condition.
+CREATE FUNCTION ctxwin._search_match(tsvector, tsquery)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_search_match'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
+
+COMMENT ON FUNCTION ctxwin._search_match(tsvector, tsquery) IS
+'tsvector @@ tsquery (ts_match_vq), leakproof: the operator ctxwin.@@ of the search index';
+
+CREATE OPERATOR ctxwin.@@ (LEFTARG = tsvector, RIGHTARG = tsquery, FUNCTION = ctxwin._search_match,
+                           RESTRICT = tsmatchsel, JOIN = tsmatchjoinsel);
+
+COMMENT ON OPERATOR ctxwin.@@ (tsvector, tsquery) IS
+'Text search match, as pg_catalog.@@, usable by the search index under row-level security';
+
+-- The GIN operator class of tsvector_ops, with the operator above.
+CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
+    OPERATOR 1 ctxwin.@@ (tsvector, tsquery),
+    FUNCTION 1 pg_catalog.gin_cmp_tslexeme(text, text),
+    FUNCTION 2 pg_catalog.gin_extract_tsvector(tsvector, internal, internal),
+    FUNCTION 3 pg_catalog.gin_extract_tsquery(tsvector, internal, int2, internal, internal, internal, internal),
+    FUNCTION 4 pg_catalog.gin_tsquery_consistent(internal, int2, tsvector, int4, internal, internal, internal, internal),
+    FUNCTION 5 pg_catalog.gin_cmp_prefix(text, text, int2, internal),
+    FUNCTION 6 pg_catalog.gin_tsquery_triconsistent(internal, int2, tsvector, int4, internal, internal, internal),
+    STORAGE text;
+
+-- One index for every session's search (on each partition of a
+-- partitioned ctxwin.messages, and each shard under Citus).  fastupdate
+-- off: every scan of a GIN index reads all of its pending list (GIN's 4 MB
+-- made a search of a rare word 4.6 times slower), and the insert that
+-- fills a pending list merges it into the index (with 64 kB: inserts'
+-- p99.9 23 ms, against 6 ms without the list, at the same rate with
+-- synchronous_commit on; bench/recall/RESULTS.md).
+CREATE INDEX messages_search ON ctxwin.messages
+    USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
+    WITH (fastupdate = off);
+
+CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
+RETURNS tsquery
+AS 'MODULE_PATHNAME', 'ctxwin_search_query'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._search_query(uuid, int, bigint, text, boolean) IS
+'The index query of a search: the scope (level 1 or 2: the bucket of 1024 or 32768 messages that holds the message below - 1; else the session) and every term of the query (any_term: one at least)';
+
+CREATE FUNCTION ctxwin._search_terms(query text)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_search_terms'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._search_terms(text) IS
+'How many terms (words and identifiers) a search query has; an error for a query with none or too many';
+
+CREATE FUNCTION ctxwin._search_bucket_start(level int, id bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ctxwin_search_bucket_start'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin._search_bucket_start(int, bigint) IS
+'The first id of the bucket of a level (1: 1024 messages, 2: 32768) that holds a message id; 0 for the session';
+
+CREATE FUNCTION ctxwin._search_rank(content text, tool_calls jsonb, query text, any_term boolean)
+RETURNS real
+AS 'MODULE_PATHNAME', 'ctxwin_search_rank'
+LANGUAGE C IMMUTABLE PARALLEL SAFE COST 10;
+
+COMMENT ON FUNCTION ctxwin._search_rank(text, jsonb, text, boolean) IS
+'How well a message matches a search query (0: not at all; an identifier must be in the text as written)';
+
+CREATE FUNCTION ctxwin._search_snippet(content text, tool_calls jsonb, query text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ctxwin_search_snippet'
+LANGUAGE C IMMUTABLE PARALLEL SAFE COST 10;
+
+COMMENT ON FUNCTION ctxwin._search_snippet(text, jsonb, text) IS
+'About 200 characters of a message around the place where most terms of a search query are found';
+
+/*
+ * search(session, query, roles, since, until, max_results): the messages of
+ * a session's whole history, summarized or not, that match a query, best
+ * first.  A message matches when it has every term of the query: each word
+ * as a whole word, each identifier-like term (ORD-48213,
+ * src/window/walk.c, E4031) as written, also inside a longer token, case
+ * aside (_search_rank); when no message has every term, the messages with
+ * some of them.
+ *
+ * Only the newest matches are ranked: at most 5 * max_results of them (50
+ * to 500), so that a word that a hundred thousand messages have costs what
+ * a rare one does.  They are found in the GIN index messages_search, which
+ * holds each message's session and its buckets of 1024 and 32768 messages
+ * (by id), newest bucket first, each probe reading at most 4 times that
+ * many rows: first the newest 1024 messages; then, by the matches per
+ * message found so far, the next bucket of 1024 (dense matches: 4 such
+ * would hold those still wanted), of 32768 (sparser, or none in the
+ * newest 1024), or the rest of the session at once (so sparse that 4
+ * buckets of 32768 would not hold them, or none in one: a rare term); 16
+ * probes at most.  Within a
+ * probe whose matches are more than it reads, the rows read are those the
+ * bitmap scan reaches first (in the table's order), not the newest.
+ *
+ * SECURITY INVOKER: the caller's privileges and row-level security apply
+ * to every row read; a session the caller cannot see does not exist.
+ * Custom plans: each probe's query is planned with its tsquery, which the
+ * planner's estimates need to choose the index.
+ */
+CREATE FUNCTION ctxwin.search(session uuid, query text, roles text[] DEFAULT NULL,
+                              since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL,
+                              max_results int DEFAULT 10)
+RETURNS TABLE (id bigint, role text, created_at timestamptz, snippet text, rank real)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+DECLARE
+    top bigint;
+    terms int;
+    want int;
+    ids bigint[];
+    ranks real[];
+    got_ids bigint[];
+    got_ranks real[];
+    below bigint;
+    lvl int;
+    probes int;
+    hits bigint;
+    density float8;
+    any_term boolean := false;
+    bad text;
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF query IS NULL THEN
+        RAISE EXCEPTION 'search query must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF max_results IS NULL OR max_results < 1 OR max_results > 100 THEN
+        RAISE EXCEPTION 'max_results must be between 1 and 100'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(max_results::text, 'NULL'));
+    END IF;
+    SELECT string_agg(coalesce(quote_literal(r), 'NULL'), ', ') INTO bad FROM unnest(roles) r
+    WHERE r IS NULL OR r NOT IN ('system', 'user', 'assistant', 'tool');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'roles has a value that is not a message role: %', bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The roles are system, user, assistant and tool.';
+    END IF;
+    SELECT s.message_count INTO top FROM ctxwin.sessions s WHERE s.id = session;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', session USING ERRCODE = 'no_data_found';
+    END IF;
+    terms := ctxwin._search_terms(query);
+    want := least(greatest(5 * max_results, 50), 500);
+
+    LOOP
+        ids := '{}';
+        ranks := '{}';
+        below := top + 1;
+        lvl := 1;
+        probes := 0;
+        hits := 0;
+        WHILE below > 1 AND cardinality(ids) < want AND probes < 16 LOOP
+            -- the matches of a bucket (lvl 1, 2) or the rest of the session
+            -- (3) below the messages searched, newest first
+            SELECT coalesce(array_agg(x.id ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}'),
+                   coalesce(array_agg(x.rank ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}')
+            INTO got_ids, got_ranks
+            FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
+                  FROM ctxwin.messages m
+                  WHERE m.session_id = session AND m.id < below
+                    AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
+                        OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
+                    AND (roles IS NULL OR m.role = ANY (roles))
+                    AND (since IS NULL OR m.created_at >= since) AND (until IS NULL OR m.created_at < until)
+                  LIMIT 4 * want) x;
+            ids := ids || got_ids[1 : want - cardinality(ids)];
+            ranks := ranks || got_ranks[1 : want - cardinality(ranks)];
+            hits := hits + cardinality(got_ids);
+            EXIT WHEN lvl = 3;
+            below := ctxwin._search_bucket_start(lvl, below - 1);
+            probes := probes + 1;
+            -- the next probe, by the matches per message so far: a bucket
+            -- of 1024 if 4 of them would hold the matches still wanted, or
+            -- if one of 32768 would hold more than a probe reads; else one
+            -- of 32768 (also after none in the newest 1024), unless 4 of
+            -- those would not hold them (or one held none): then the rest
+            -- of the session
+            density := hits::float8 / (top + 1 - greatest(below, 1));
+            IF hits = 0 AND lvl = 1 THEN
+                lvl := 2;
+            ELSIF density * 32768 * 4 < want - cardinality(ids) THEN
+                lvl := 3;
+            ELSIF density * 1024 * 4 >= want - cardinality(ids) OR density * 32768 > 4 * want THEN
+                lvl := 1;
+            ELSE
+                lvl := 2;
+            END IF;
+        END LOOP;
+
+        RETURN QUERY
+        SELECT m.id, m.role, m.created_at, ctxwin._search_snippet(m.content, m.tool_calls, query), c.rank
+        FROM (SELECT u.id, u.rank FROM unnest(ids, ranks) AS u(id, rank)
+              ORDER BY u.rank DESC, u.id DESC LIMIT max_results) c
+        JOIN ctxwin.messages m ON m.session_id = session AND m.id = c.id
+        ORDER BY c.rank DESC, c.id DESC;
+        -- no message has every term: those with some of them
+        EXIT WHEN FOUND OR any_term OR terms < 2;
+        any_term := true;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.search(uuid, text, text[], timestamptz, timestamptz, int) IS
+'The messages of a session''s whole history (summarized ones included) that best match a query: every word (as a whole word) and identifier (as written, also inside a longer one), else some of them, case aside; with their role, time, a snippet and a rank, best first. The newest 5 * max_results matches (50 to 500) are ranked.';
+
+-- The conversation_search tool (src/recall/tool.c): what build_request adds
+-- with recall, for an application that sends its own list of tools.
+CREATE FUNCTION ctxwin.recall_tool()
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_recall_tool'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION ctxwin.recall_tool() IS
+'The conversation_search tool (an OpenAI function tool) that build_request adds with recall; answer_tool_call answers its calls';
+
+/*
+ * answer_tool_call(session, tool_call): the tool message that answers a
+ * model's call of conversation_search, to append to the session as it is
+ * (append_messages, or an INSERT of its fields).  The call is an OpenAI
+ * tool call ({"id", "type": "function", "function": {"name", "arguments":
+ * a JSON text}}) or an Anthropic tool_use block ({"type": "tool_use",
+ * "id", "name", "input"}); the answer is a message in OpenAI's shape
+ * ({"role": "tool", "tool_call_id", "name", "content"}), which
+ * build_context turns into a tool_result block for Anthropic.  Its content
+ * is the search's results as compact text, one line each: "[#id role
+ * time] snippet", time in UTC, so that the model can cite the ids.
+ */
+CREATE FUNCTION ctxwin.answer_tool_call(session uuid, tool_call jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    call_id text;
+    tool_name text;
+    args jsonb;
+    bad text;
+    q text;
+    wanted_roles text[];
+    t_since timestamptz;
+    t_until timestamptz;
+    n int := 10;
+    lines text[] := '{}';
+    r record;
+    hint CONSTANT text := 'Pass an OpenAI tool call {"id": ..., "type": "function", "function": {"name": "conversation_search", "arguments": "{\"query\": ...}"}} or an Anthropic tool_use block {"type": "tool_use", "id": ..., "name": "conversation_search", "input": {"query": ...}}.';
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF tool_call IS NULL THEN
+        RAISE EXCEPTION 'tool_call must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF jsonb_typeof(tool_call) <> 'object' THEN
+        RAISE EXCEPTION 'tool_call must be a JSON object' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('It is %s.', jsonb_typeof(tool_call)), HINT = hint;
+    END IF;
+    IF tool_call ->> 'type' = 'tool_use' THEN
+        call_id := tool_call ->> 'id';
+        tool_name := tool_call ->> 'name';
+        args := tool_call -> 'input';
+        IF jsonb_typeof(args) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'the input of tool_use block % must be a JSON object', coalesce(call_id, '(no id)')
+                USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+        END IF;
+    ELSIF jsonb_typeof(tool_call -> 'function') = 'object'
+          AND coalesce(tool_call ->> 'type', 'function') = 'function' THEN
+        call_id := tool_call ->> 'id';
+        tool_name := tool_call -> 'function' ->> 'name';
+        args := tool_call -> 'function' -> 'arguments';
+        IF jsonb_typeof(args) = 'string' THEN
+            BEGIN
+                args := (args #>> '{}')::jsonb;
+            EXCEPTION WHEN invalid_text_representation THEN
+                RAISE EXCEPTION 'the arguments of tool call % are not valid JSON', coalesce(call_id, '(no id)')
+                    USING ERRCODE = 'invalid_parameter_value',
+                          DETAIL = format('They are %s.', left(tool_call -> 'function' ->> 'arguments', 200));
+            END;
+        END IF;
+        IF jsonb_typeof(args) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'the arguments of tool call % must be a JSON object', coalesce(call_id, '(no id)')
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('They are %s.', coalesce(left(args::text, 200), 'missing'));
+        END IF;
+    ELSE
+        RAISE EXCEPTION 'tool_call is neither an OpenAI tool call nor an Anthropic tool_use block'
+            USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+    END IF;
+    IF coalesce(call_id, '') = '' THEN
+        RAISE EXCEPTION 'tool_call has no id' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = 'The tool message answers the call by its id.', HINT = hint;
+    END IF;
+    IF tool_name IS DISTINCT FROM 'conversation_search' THEN
+        RAISE EXCEPTION 'ctxwin answers calls of conversation_search, not of %', coalesce(quote_ident(tool_name), 'a tool without a name')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Answer the calls of the application''s own tools in the application.';
+    END IF;
+
+    SELECT string_agg(k, ', ' ORDER BY k) INTO bad FROM jsonb_object_keys(args) k
+    WHERE k NOT IN ('query', 'roles', 'since', 'until', 'max_results');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'conversation_search has no argument %', bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Its arguments are query, roles, since, until and max_results.';
+    END IF;
+    IF jsonb_typeof(args -> 'query') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'the argument query of conversation_search must be a string'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(left((args -> 'query')::text, 200), 'missing'));
+    END IF;
+    q := args ->> 'query';
+    IF jsonb_typeof(args -> 'roles') = 'array' THEN
+        IF EXISTS (SELECT FROM jsonb_array_elements(args -> 'roles') e WHERE jsonb_typeof(e) <> 'string') THEN
+            RAISE EXCEPTION 'the argument roles of conversation_search must be an array of strings'
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', left((args -> 'roles')::text, 200));
+        END IF;
+        wanted_roles := ARRAY(SELECT jsonb_array_elements_text(args -> 'roles'));
+    ELSIF coalesce(jsonb_typeof(args -> 'roles'), 'null') <> 'null' THEN
+        RAISE EXCEPTION 'the argument roles of conversation_search must be an array of strings'
+            USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', left((args -> 'roles')::text, 200));
+    END IF;
+    BEGIN
+        t_since := CASE WHEN jsonb_typeof(args -> 'since') = 'string' THEN (args ->> 'since')::timestamptz END;
+    EXCEPTION WHEN data_exception THEN
+        RAISE EXCEPTION 'the argument since of conversation_search is not a time: %', args ->> 'since'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Give an ISO 8601 time, e.g. 2025-06-01T12:00:00Z.';
+    END;
+    BEGIN
+        t_until := CASE WHEN jsonb_typeof(args -> 'until') = 'string' THEN (args ->> 'until')::timestamptz END;
+    EXCEPTION WHEN data_exception THEN
+        RAISE EXCEPTION 'the argument until of conversation_search is not a time: %', args ->> 'until'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Give an ISO 8601 time, e.g. 2025-06-01T12:00:00Z.';
+    END;
+    IF coalesce(jsonb_typeof(args -> 'since'), 'null') NOT IN ('string', 'null')
+       OR coalesce(jsonb_typeof(args -> 'until'), 'null') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'the arguments since and until of conversation_search must be strings'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Give an ISO 8601 time, e.g. 2025-06-01T12:00:00Z.';
+    END IF;
+    IF coalesce(jsonb_typeof(args -> 'max_results'), 'null') <> 'null' THEN
+        IF jsonb_typeof(args -> 'max_results') <> 'number' OR (args ->> 'max_results') !~ '^[0-9]+$'
+           OR (args ->> 'max_results')::numeric NOT BETWEEN 1 AND 50 THEN
+            RAISE EXCEPTION 'the argument max_results of conversation_search must be an integer from 1 to 50'
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', left((args -> 'max_results')::text, 200));
+        END IF;
+        n := (args ->> 'max_results')::int;
+    END IF;
+
+    FOR r IN SELECT * FROM ctxwin.search(session, q, wanted_roles, t_since, t_until, n) LOOP
+        lines := lines || format('[#%s %s %s] %s', r.id, r.role,
+                                 to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), r.snippet);
+    END LOOP;
+    RETURN jsonb_build_object(
+        'role', 'tool', 'tool_call_id', call_id, 'name', 'conversation_search',
+        'content', CASE cardinality(lines)
+                       WHEN 0 THEN format('No earlier message matches %s.', quote_literal(q))
+                       ELSE format('%s %s %s, best first:', cardinality(lines),
+                                   CASE cardinality(lines) WHEN 1 THEN 'message matches' ELSE 'messages match' END,
+                                   quote_literal(q))
+                            || E'\n' || array_to_string(lines, E'\n')
+                   END);
+END $$;
+
+COMMENT ON FUNCTION ctxwin.answer_tool_call(uuid, jsonb) IS
+'The tool message ({"role": "tool", "tool_call_id", "name", "content"}) answering a conversation_search call (an OpenAI tool call or an Anthropic tool_use block) of a session: the search''s results, one line each with the message''s id, role, time and snippet';

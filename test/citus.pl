@@ -132,8 +132,10 @@ is( c(  "SELECT count(DISTINCT colocationid) FROM pg_dist_partition WHERE logica
 is( c(  "SELECT string_agg(objid::regprocedure::text, ' ' ORDER BY objid::regprocedure::text) FROM pg_dist_object "
 	  . "WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0 "
 	  . "AND colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'ctxwin.sessions'::regclass)"),
-	'ctxwin.build_context(uuid,integer,text,jsonb,boolean) ctxwin.build_request(uuid,integer,text,jsonb,boolean) '
-	  . 'ctxwin.context_report(uuid) ctxwin.context_status(uuid) ctxwin.messages_after(uuid,bigint)',
+	'ctxwin.answer_tool_call(uuid,jsonb) ctxwin.build_context(uuid,integer,text,jsonb,boolean) '
+	  . 'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean) '
+	  . 'ctxwin.context_report(uuid) ctxwin.context_status(uuid) ctxwin.messages_after(uuid,bigint) '
+	  . 'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
 	'the functions that take a session are delegated by it');
 is(c("SELECT ctxwin.build_context('$old')::text"), $old_window,
 	'the chat of before: the same window after distribute(), read from its shard');
@@ -141,6 +143,8 @@ is(c("SELECT count(*) FROM ctxwin.messages") . ' ' . c("SELECT count(*) FROM ctx
 	'... its messages and summary moved into the shards');
 is(c("INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('$old', 'user', 'And now?') RETURNING id"),
 	'11', '... and its next message takes the next id');
+is(c("SELECT string_agg(id::text, ',' ORDER BY id) FROM ctxwin.search('$old', 'turn 3')"), '3',
+	'... and search finds a message of before distribute() in its shard (the search index moved with it)');
 like(c('SELECT ctxwin.distribute()'), qr/NOTICE:  ctxwin is distributed already/,
 	'distribute() again: a notice, nothing changed');
 is( c(  "SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND connamespace = 'ctxwin'::regnamespace "

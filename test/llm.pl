@@ -260,7 +260,7 @@ for my $p (qw(openai anthropic))
 	my @new = msgs($s, 1, 6);
 	my @tail = msgs($s, 7, 8);
 	is(scalar(@new) . '/' . contains_all($prompt, @new), '6/', "$p: the request holds messages 1-6 as a transcript");
-	has($prompt, "[user] $new[0]\n[assistant] $new[1]", "$p: with role labels, oldest first");
+	has($prompt, "[user #1] $new[0]\n[assistant #2] $new[1]", "$p: with role labels and message ids, oldest first");
 	is(contains_none($prompt, @tail), '', "$p: and not the newest min_recent_messages");
 	my $text = last_req('response_text');
 	is(sq("SELECT conversation_summary FROM ctxwin.sessions WHERE id = '$s'"), $text,

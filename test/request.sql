@@ -309,7 +309,7 @@ SELECT throws_ok($$SELECT ctxwin.build_request(NULL)$$, '22004', 'session id mus
 
 -- the functions are what the contract says
 SELECT is((SELECT p.provolatile::text || ' ' || array_to_string(p.proconfig, ',') FROM pg_proc p
-           WHERE p.oid = 'ctxwin.build_request(uuid, int, text, jsonb, boolean)'::regprocedure),
+           WHERE p.oid = 'ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean)'::regprocedure),
           's search_path=pg_catalog, pg_temp', 'build_request is STABLE with a pinned search_path');
 SELECT is((SELECT p.provolatile::text || ' ' || array_to_string(p.proconfig, ',') FROM pg_proc p
            WHERE p.oid = 'ctxwin.build_context(uuid, int, text, jsonb, boolean)'::regprocedure),

@@ -67,7 +67,7 @@ SELECT ok((SELECT content FROM s2) LIKE '%E4242%' AND (SELECT content FROM s2) L
           'facts of the previous summary survive into the new one');
 SELECT ok((SELECT content FROM s2) LIKE '%RenderError%' AND (SELECT content FROM s2) LIKE '%run_tests%',
           'facts and tools of the newly covered messages are in it');
-SELECT ok((SELECT content FROM s2) LIKE E'Focus:\n- Also the PDF renderer crashes%',
+SELECT ok((SELECT content FROM s2) LIKE E'Goal and state:\n- Also the PDF renderer crashes%',
           'instructions bring matching sentences first');
 SELECT is((SELECT array_agg(array[from_id, through_id] ORDER BY id) FROM ctxwin.flush_events),
           ARRAY[ARRAY[1, 8], ARRAY[9, 16]]::bigint[], 'summary ranges chain without gaps or overlaps');

@@ -231,6 +231,19 @@ ok( $node->poll_query_until(
 	'the worker goes on by itself after the update and compacts the queued session');
 like(worker_state(), qr/^(idle|working)$/, '... and its state says it serves the database');
 
+# Recall over the rows of before: the update builds the search index on
+# them, summarized ones included.
+is( q_up("SELECT (SELECT summary_through_id >= 1 FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-000000000002') || ' '"
+		  . " || (SELECT string_agg(id::text, ',') FROM ctxwin.search('00000000-0000-4000-8000-000000000002', '4001'))"
+		  . " || ' ' || (SELECT string_agg(id::text, ',' ORDER BY id) FROM ctxwin.search('00000000-0000-4000-8000-000000000002', 'Grüße'))"),
+	'true 1 1,2,3,4,5',
+	'after the update, search finds the messages of 0.1.0 that its summary covers, by a number and a word');
+my $new_id = q_up("INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('00000000-0000-4000-8000-000000000002', 'user', 'New order ORD-48213 after the update') RETURNING id");
+is( q_up("SELECT string_agg(id::text, ',') FROM ctxwin.search('00000000-0000-4000-8000-000000000002', '48213')"),
+	$new_id, '... and a message inserted after it');
+is( q_up("SELECT ctxwin.build_request('00000000-0000-4000-8000-000000000002', recall => true) -> 'tools' -> 0 -> 'function' ->> 'name'"),
+	'conversation_search', '... and build_request takes recall');
+
 # The schema: the updated database against a fresh install, every member
 # object included (binary-upgrade mode dumps them; the OIDs it pins differ).
 $node->safe_psql('fresh', 'CREATE EXTENSION ctxwin');
@@ -279,11 +292,12 @@ is( q_up("SELECT format('%s %s', count(*) FILTER (WHERE summary_segments IS NOT 
 my $summary_010 = q_up("SELECT conversation_summary FROM ctxwin.sessions WHERE id = '$sid2'");
 isnt($summary_010, '', '(the session summarized in 0.1.0 has a summary)');
 q_up("UPDATE ctxwin.profiles SET window_policy = 'stable' WHERE name = 'plain'");
-# (the session also holds the tool call and result the clearing's checks added)
+# (the session also holds the tool call and result the clearing's checks
+# added, and the message the search's check added)
 add_turns(2, 8, 'After the update, turn %s: which invoice is due?');
 is( q_up("SELECT format('%s %s-%s %s', version, from_id, through_id, segments IS NOT NULL)
           FROM ctxwin.summarize_session('$sid2', force => true)"),
-	'2 2-11 t', 'under a stable window the first compaction after the update appends a segment');
+	'2 2-12 t', 'under a stable window the first compaction after the update appends a segment');
 is( q_up("SELECT left(conversation_summary, length(\$q\$$summary_010\$q\$) + 2) FROM ctxwin.sessions WHERE id = '$sid2'"),
 	"$summary_010\n\n", '... after the summary 0.1.0 wrote, byte for byte');
 is( q_up("SELECT summary_segments[1] = length(\$q\$$summary_010\$q\$) AND cardinality(summary_segments) = 2

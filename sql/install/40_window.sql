@@ -75,13 +75,15 @@ COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
 'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
 -- The whole request body (src/window/request.c), the window built as build_context
--- builds it.
+-- builds it; with recall, the tools have ctxwin's conversation_search too
+-- (sql/install/86_recall.sql).
 CREATE FUNCTION ctxwin.build_request(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
-                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+                                     tools jsonb DEFAULT NULL, cache boolean DEFAULT true,
+                                     recall boolean DEFAULT false)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'ctxwin_build_request'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean) IS
-'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s. Never writes.';
+COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
+'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';

@@ -39,11 +39,18 @@ COMMENT ON FUNCTION ctxwin.extract_facts(text) IS
 
 /*
  * The extractive strategy: no network, deterministic.  Keeps, within
- * max_tokens: what the user asked, decisions and conclusions, questions,
- * facts verbatim and the tools used, newest first within each section, merged
- * with the sections of the previous summary (newer facts first; a previous
- * summary of another kind is kept as "Earlier").  Sentences that mention a
- * word of instructions come first.
+ * max_tokens, in the sections of the LLM's summary (default_summary_prompt):
+ *   Goal and state  what the user asked (sentences that mention a word of
+ *                   instructions first)
+ *   Decisions       decisions and conclusions
+ *   Identifiers     facts verbatim (extract_facts), on one line
+ *   Open items      the user's questions
+ *   Lookup hints    per summarized range, its message ids, the tools it
+ *                   called and identifiers to search it by
+ * newest first within each section, merged with the sections of the
+ * previous summary (newer items first).  A previous summary in 0.1.0's
+ * sections (Focus, Requests, Questions, Facts, Tools used) is read into
+ * these; a previous summary of another kind is kept as "Earlier".
  */
 CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tokens int,
                                           encoding text DEFAULT 'cl100k_base',
@@ -51,8 +58,15 @@ CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tok
 RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    sections text[] := ARRAY['Focus', 'Requests', 'Decisions', 'Questions', 'Facts', 'Tools used', 'Earlier'];
+    sections text[] := ARRAY['Goal and state', 'Decisions', 'Identifiers', 'Open items', 'Lookup hints', 'Earlier'];
+    -- the headings of a previous summary, 0.1.0's included, and the section each goes to
+    headings CONSTANT jsonb := '{"Goal and state": "Goal and state", "Decisions": "Decisions",
+        "Identifiers": "Identifiers", "Open items": "Open items", "Lookup hints": "Lookup hints",
+        "Earlier": "Earlier", "Focus": "Goal and state", "Requests": "Goal and state",
+        "Questions": "Open items", "Facts": "Identifiers", "Tools used": "Lookup hints"}';
+    heading_re CONSTANT text := '^(Goal and state|Decisions|Identifiers|Open items|Lookup hints|Earlier|Focus|Requests|Questions|Facts|Tools used):';
     items jsonb := '{}';        -- section -> array of items, highest priority first
+    focus jsonb := '[]';        -- sentences that mention a word of instructions
     sec text;
     m jsonb;
     sent text;
@@ -61,8 +75,10 @@ DECLARE
     line text;
     cur text;
     earlier text;
-    out_lines text[];
     result text;
+    tools text;
+    ids text;
+    terms text;
     n int;
     k int;
     limits int[];
@@ -82,14 +98,9 @@ BEGIN
 
     -- the newest messages first, so items are in priority order
     FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
-        IF m ? 'tool_calls' AND jsonb_typeof(m -> 'tool_calls') = 'array' THEN
-            items := jsonb_set(items, '{Tools used}', (items -> 'Tools used') || (
-                SELECT coalesce(jsonb_agg(c -> 'function' ->> 'name'), '[]') FROM jsonb_array_elements(m -> 'tool_calls') c
-                WHERE c -> 'function' ->> 'name' IS NOT NULL));
-        END IF;
         CONTINUE WHEN coalesce(m ->> 'content', '') = '';
-        IF jsonb_array_length(items -> 'Facts') < max_tokens THEN
-            items := jsonb_set(items, '{Facts}', (items -> 'Facts') || to_jsonb((ctxwin.extract_facts(
+        IF jsonb_array_length(items -> 'Identifiers') < max_tokens THEN
+            items := jsonb_set(items, '{Identifiers}', (items -> 'Identifiers') || to_jsonb((ctxwin.extract_facts(
                 CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END))[1:max_tokens]));
         END IF;
         CONTINUE WHEN m ->> 'role' = 'tool';
@@ -104,31 +115,59 @@ BEGIN
             -- make this loop quadratic on a huge message
             EXIT WHEN k > max_tokens;
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
-                items := jsonb_set(items, '{Focus}', (items -> 'Focus') || to_jsonb(sent));
+                focus := focus || to_jsonb(sent);
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
-                items := jsonb_set(items, '{Questions}', (items -> 'Questions') || to_jsonb(sent));
+                items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
             ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead)\M' THEN
                 items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
                     CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
             ELSIF m ->> 'role' = 'user' AND k = 1 THEN
-                items := jsonb_set(items, '{Requests}', (items -> 'Requests') || to_jsonb(sent));
+                items := jsonb_set(items, '{Goal and state}', (items -> 'Goal and state') || to_jsonb(sent));
             END IF;
         END LOOP;
     END LOOP;
+    items := jsonb_set(items, '{Goal and state}', focus || (items -> 'Goal and state'));
+
+    -- the lookup hint of these messages: their ids, the tools they called
+    -- (name and count, in order of first call) and identifiers to search for
+    SELECT string_agg(t.name || CASE WHEN t.cnt > 1 THEN ' (' || t.cnt || ')' ELSE '' END, ', ' ORDER BY t.first_o)
+    INTO tools
+    FROM (SELECT c -> 'function' ->> 'name' AS name, count(*) AS cnt, min(x.o * 1000 + y.p) AS first_o
+          FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o),
+               jsonb_array_elements(CASE WHEN jsonb_typeof(x.e -> 'tool_calls') = 'array' THEN x.e -> 'tool_calls' ELSE '[]' END)
+                   WITH ORDINALITY AS y(c, p)
+          WHERE c -> 'function' ->> 'name' IS NOT NULL
+          GROUP BY 1) t;
+    SELECT '#' || min((e ->> 'id')::bigint) || CASE WHEN count(DISTINCT e ->> 'id') > 1 THEN '-#' || max((e ->> 'id')::bigint) ELSE '' END
+    INTO ids
+    FROM jsonb_array_elements(messages) e WHERE (e ->> 'id') ~ '^[0-9]+$';
+    SELECT string_agg(f, ', ' ORDER BY o) INTO terms
+    FROM jsonb_array_elements_text(items -> 'Identifiers') WITH ORDINALITY AS x(f, o) WHERE o <= 6;
+    terms := nullif(concat_ws('; ', 'tools ' || tools, 'search ' || terms), '');
+    IF ids IS NOT NULL OR terms IS NOT NULL THEN
+        items := jsonb_set(items, '{Lookup hints}', to_jsonb(coalesce('Messages ' || ids, 'Messages') || coalesce(': ' || terms, '')));
+    END IF;
 
     -- the previous summary: its sections follow the new items; another
     -- kind of text is kept whole as Earlier
     IF coalesce(previous, '') <> '' THEN
-        IF previous ~ '^(Focus|Requests|Decisions|Questions|Facts|Tools used|Earlier):' THEN
+        IF previous ~ heading_re THEN
             FOR line IN SELECT l FROM regexp_split_to_table(previous, '\n') l LOOP
-                IF line ~ '^(Focus|Requests|Decisions|Questions|Facts|Tools used|Earlier):' THEN
-                    cur := substring(line FROM '^([^:]+):');
-                    IF cur IN ('Facts', 'Tools used') THEN
+                IF line ~ heading_re THEN
+                    cur := headings ->> substring(line FROM '^([^:]+):');
+                    IF substring(line FROM '^([^:]+):') IN ('Identifiers', 'Facts') THEN
                         prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || (
                             SELECT coalesce(jsonb_agg(btrim(v)), '[]')
                             FROM regexp_split_to_table(substring(line FROM '^[^:]+:\s*(.*)$'), ';\s*') v
                             WHERE btrim(v) <> ''));
+                    ELSIF substring(line FROM '^([^:]+):') = 'Tools used' THEN
+                        prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(line));
+                    ELSIF cur = 'Earlier' AND btrim(substring(line FROM '^[^:]+:\s*(.*)$')) <> '' THEN
+                        earlier := substring(line FROM '^[^:]+:\s*(.*)$');
                     END IF;
+                ELSIF cur = 'Earlier' THEN
+                    -- (the text of a summary of another kind, kept whole)
+                    earlier := concat_ws(E'\n', earlier, line);
                 ELSIF line ~ '^- ' AND cur IS NOT NULL THEN
                     prev_items := jsonb_set(prev_items, ARRAY[cur], (prev_items -> cur) || to_jsonb(substr(line, 3)));
                 END IF;
@@ -138,39 +177,29 @@ BEGIN
         END IF;
     END IF;
 
-    -- merge: new first, each item once (tools are counted below)
+    -- merge: new first, each item once
     FOREACH sec IN ARRAY sections LOOP
-        CONTINUE WHEN sec = 'Tools used';
         items := jsonb_set(items, ARRAY[sec], (
             SELECT coalesce(jsonb_agg(v ORDER BY first_o), '[]')
             FROM (SELECT v, min(o) AS first_o
                   FROM jsonb_array_elements_text((items -> sec) || (prev_items -> sec)) WITH ORDINALITY AS x(v, o)
                   GROUP BY v) d));
     END LOOP;
-    -- tools: name (count)
-    items := jsonb_set(items, '{Tools used}', (
-        SELECT coalesce(jsonb_agg(name || CASE WHEN cnt > 1 THEN ' (' || cnt || ')' ELSE '' END ORDER BY first_o), '[]')
-        FROM (SELECT regexp_replace(v, ' \(([0-9]+)\)$', '') AS name,
-                     sum(coalesce(substring(v FROM ' \(([0-9]+)\)$')::int, 1)) AS cnt, min(o) AS first_o
-              FROM jsonb_array_elements_text((items -> 'Tools used') || (prev_items -> 'Tools used'))
-                   WITH ORDINALITY AS x(v, o)
-              GROUP BY 1) t));
 
     -- fill the budget: take items round-robin over sections in priority
     -- order, so every section gets room, until the next one would not fit
-    limits := ARRAY[0, 0, 0, 0, 0, 0, 0];
+    limits := ARRAY[0, 0, 0, 0, 0, 0];
     IF earlier IS NOT NULL THEN
         -- a summary of another kind keeps up to half the room, cut in the middle
         earlier := ctxwin.truncate_middle(earlier, max_tokens / 2, encoding);
-        limits[7] := 1;
+        limits[6] := 1;
     END IF;
     LOOP
         n := 0;
         FOR k IN 1 .. cardinality(sections) LOOP
             sec := sections[k];
-            CONTINUE WHEN sec = 'Earlier' AND earlier IS NULL;
-            CONTINUE WHEN sec <> 'Earlier' AND limits[k] >= jsonb_array_length(items -> sec);
-            CONTINUE WHEN sec = 'Earlier' AND limits[k] >= 1;
+            CONTINUE WHEN sec = 'Earlier';
+            CONTINUE WHEN limits[k] >= jsonb_array_length(items -> sec);
             limits[k] := limits[k] + 1;
             result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
             IF ctxwin.count_tokens(result, encoding) > max_tokens THEN
@@ -182,16 +211,17 @@ BEGIN
         EXIT WHEN n = 0;
     END LOOP;
     result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
-    IF btrim(result) = '' AND jsonb_array_length(messages) > 0 THEN
+    IF (btrim(result) = '' OR limits[1] + limits[2] + limits[3] + limits[4] = 0) AND jsonb_array_length(messages) > 0 THEN
         -- nothing matched (small talk, bare identifiers, hashes, log lines):
-        -- the messages' own text, shortened, so that a summary is never empty
+        -- the messages' own text, shortened, so that a summary is never
+        -- empty, nor only a lookup hint
         result := ctxwin._fallback_summary(messages, max_tokens, encoding);
     END IF;
     RETURN result;
 END $$;
 
 COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
-'The extractive summary (no LLM) of a previous summary and new messages: requests, decisions, questions, facts verbatim and tools used, within max_tokens';
+'The extractive summary (no LLM) of a previous summary and new messages, in the sections Goal and state, Decisions, Identifiers (verbatim), Open items and Lookup hints (message ids, tools called, search terms), within max_tokens';
 
 /*
  * The extractive summary of last resort, for messages in which the
@@ -268,7 +298,7 @@ BEGIN
         END IF;
         vals := ARRAY(SELECT v FROM jsonb_array_elements_text(items -> sec) WITH ORDINALITY AS x(v, o)
                       WHERE o <= limits[k] ORDER BY o);
-        IF sec IN ('Facts', 'Tools used') THEN
+        IF sec = 'Identifiers' THEN
             out_lines := out_lines || (sec || ': ' || array_to_string(vals, '; '));
         ELSE
             out_lines := out_lines || (sec || ':') || ARRAY(SELECT '- ' || v FROM unnest(vals) v);

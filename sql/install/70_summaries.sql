@@ -12,23 +12,33 @@ COMMENT ON FUNCTION ctxwin._llm_post(jsonb) IS
 
 REVOKE ALL ON FUNCTION ctxwin._llm_post(jsonb) FROM PUBLIC;
 
--- The built-in summary prompt.
+-- The built-in summary prompt.  The summary keeps fixed sections, the same
+-- headings as the extractive strategy's (60_extractive.sql), so that a
+-- model can find its way in it and to what it leaves out: the transcript
+-- marks each message with its id (#12), which the lookup hints name, with
+-- search terms for the conversation_search tool (86_recall.sql).
 CREATE FUNCTION ctxwin.default_summary_prompt()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN 'You maintain the running summary of a conversation between a user and an AI assistant. '
-    || 'You are given the previous summary (possibly empty) and the messages that came after it. '
-    || 'Write one updated summary that merges both. '
-    || 'Keep identifiers verbatim: names, ids, file paths, URLs, commands, numbers, amounts, dates and error messages. '
+    || 'You are given the previous summary (possibly empty) and the messages that came after it, each marked with its id (#12). '
+    || 'Write one updated summary that merges both, in these sections, each heading on a line of its own followed by short lines starting with "- ": '
+    || '"Goal and state:" what the user wants and where things stand now; '
+    || '"Decisions:" what was decided, and why; '
+    || '"Identifiers:" names, ids, file paths, URLs, commands, numbers, amounts, dates and error messages, verbatim; '
+    || '"Open items:" questions and tasks not yet done; '
+    || '"Lookup hints:" where the details you leave out are: message ids (#12) and search terms to find them again. '
+    || 'Keep identifiers verbatim. '
     || 'When two facts conflict, keep the newer one. '
     || 'Keep decisions, open tasks, constraints and the user''s preferences. '
     || 'Do not answer the user, do not continue the conversation, and add nothing that is not in the input. '
     || 'Output only the summary.';
 
-COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none';
+COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none: a summary in the sections Goal and state, Decisions, Identifiers, Open items and Lookup hints';
 
--- Messages as a transcript for the summarizer: role labels, tool calls by
+-- Messages as a transcript for the summarizer: role labels (with the
+-- message's id where the message has one, "[user #12]"), tool calls by
 -- name, long tool results shortened.
 CREATE FUNCTION ctxwin.transcript(messages jsonb, encoding text DEFAULT 'cl100k_base',
                                   max_tool_tokens int DEFAULT 400)
@@ -39,19 +49,20 @@ RETURN (
     SELECT string_agg(
         CASE
             WHEN m ->> 'role' = 'tool' THEN
-                '[tool result ' || coalesce(m ->> 'tool_call_id', '') || '] '
+                '[tool result ' || coalesce(m ->> 'tool_call_id', '') || coalesce(' #' || (m ->> 'id'), '') || '] '
                 || ctxwin.truncate_middle(coalesce(m ->> 'content', ''), max_tool_tokens, encoding)
             WHEN m ? 'tool_calls' THEN
-                '[' || (m ->> 'role') || '] ' || coalesce(nullif(m ->> 'content', '') || ' ', '')
+                '[' || (m ->> 'role') || coalesce(' #' || (m ->> 'id'), '') || '] ' || coalesce(nullif(m ->> 'content', '') || ' ', '')
                 || '(calls ' || (SELECT string_agg((c -> 'function' ->> 'name') || ' ' || coalesce(c -> 'function' ->> 'arguments', '')
                                                    || ' [' || (c ->> 'id') || ']', ', ')
                                  FROM jsonb_array_elements(m -> 'tool_calls') c) || ')'
-            ELSE '[' || (m ->> 'role') || coalesce(' ' || (m ->> 'name'), '') || '] ' || coalesce(m ->> 'content', '')
+            ELSE '[' || (m ->> 'role') || coalesce(' ' || (m ->> 'name'), '') || coalesce(' #' || (m ->> 'id'), '') || '] '
+                 || coalesce(m ->> 'content', '')
         END, E'\n' ORDER BY o)
     FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(m, o));
 
 COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
-'Messages as a plain transcript with role labels, tool calls by name and arguments, tool results shortened in the middle';
+'Messages as a plain transcript with role labels (and message ids, "[user #12]", where the messages have an "id"), tool calls by name and arguments, tool results shortened in the middle';
 
 -- The body of a summary request in the configured provider's wire format.
 CREATE FUNCTION ctxwin._llm_request(system_prompt text, prompt text, max_tokens int, model text)
@@ -377,13 +388,14 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) ORDER BY m.id)
+    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                             || jsonb_build_object('id', m.id) ORDER BY m.id)
             FROM ctxwin.messages m
             WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
-'Messages of a session after one id and up to another, as chat messages, oldest first';
+'Messages of a session after one id and up to another, as chat messages with their "id", oldest first';
 
 /*
  * The part of the messages after p_after, up to p_through, that one summary

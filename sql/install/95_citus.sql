@@ -90,10 +90,12 @@ BEGIN
 
     -- one call, one round trip to the node that holds the session
     FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
-                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
                              'ctxwin.context_status(uuid)',
                              'ctxwin.context_report(uuid)',
-                             'ctxwin.messages_after(uuid,bigint)']::regprocedure[] LOOP
+                             'ctxwin.messages_after(uuid,bigint)',
+                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
+                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
         PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
     END LOOP;
 END $$;

@@ -15,13 +15,14 @@
 #include "fmgr.h"
 #include "utils/jsonb.h"
 
+#include "recall/recall.h"
 #include "window/window.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_build_request);
 
 /*
  * build_request(session uuid, budget int, format text, tools jsonb, cache
- * boolean) returns jsonb.
+ * boolean, recall boolean) returns jsonb.
  *
  * openai: {"model", "messages", "max_completion_tokens" for a model whose
  * provider is openai (OpenAI's reasoning models refuse max_tokens), else
@@ -34,6 +35,10 @@ PG_FUNCTION_INFO_V1(ctxwin_build_request);
  *
  * "tools" is left out when there are none (NULL or []): both APIs refuse
  * an empty list or treat it as none.
+ *
+ * With recall (argument 5; false when the function's SQL declaration has no
+ * such argument), the tools have ctxwin's conversation_search after them
+ * (recall/tool.c), counted and converted as the others are.
  */
 Datum
 ctxwin_build_request(PG_FUNCTION_ARGS)
@@ -41,12 +46,15 @@ ctxwin_build_request(PG_FUNCTION_ARGS)
 	bool		anthropic = CtxwinFormatArg(fcinfo, 2);
 	Jsonb	   *tools = CtxwinToolsArg(fcinfo, 3);
 	bool		cache = PG_NARGS() <= 4 || PG_ARGISNULL(4) || PG_GETARG_BOOL(4);
+	bool		recall = PG_NARGS() > 5 && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
 	SessionView sv;
 	Window		w;
 	char	   *provider;
 	Jsonb	   *result;
 	MemoryContext callcxt = CurrentMemoryContext;
 
+	if (recall)
+		tools = CtxwinToolsWithRecall(tools);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	CtxwinWindowOfArgs(fcinfo, tools, &sv, &w, &provider);
