@@ -3223,3 +3223,47 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.answer_tool_call(uuid, jsonb) IS
 'The tool message ({"role": "tool", "tool_call_id", "name", "content"}) answering a conversation_search call (an OpenAI tool call or an Anthropic tool_use block) of a session: the search''s results, one line each with the message''s id, role, time and snippet';
+
+-- append_and_build takes recall (as build_request does): a new argument, so
+-- a new function (nothing depends on the old one)
+DROP FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean);
+/*
+ * One chat turn in one call: append_messages, then the window
+ * (build_context) or, with request, the whole request body
+ * (build_request, with recall: its tools end with conversation_search)
+ * of the session with them.  Returns {"ids": [...], "context": ...} or
+ * {"ids": [...], "request": ...}.
+ */
+CREATE FUNCTION ctxwin.append_and_build(session uuid, messages jsonb, keys text[] DEFAULT NULL,
+                                        budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                        tools jsonb DEFAULT NULL, cache boolean DEFAULT true,
+                                        request boolean DEFAULT false, recall boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ids bigint[];
+BEGIN
+    IF request IS NULL THEN
+        RAISE EXCEPTION 'request must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF recall IS NULL THEN
+        RAISE EXCEPTION 'recall must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF recall AND NOT request THEN
+        RAISE EXCEPTION 'recall needs request'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Only a request body carries the conversation_search tool.',
+                  HINT = 'Pass request => true, or add ctxwin.recall_tool() to tools for the window.';
+    END IF;
+    ids := ctxwin.append_messages(session, messages, keys);
+    IF request THEN
+        RETURN jsonb_build_object('ids', to_jsonb(ids),
+                                  'request', ctxwin.build_request(session, budget, format, tools, cache, recall));
+    END IF;
+    RETURN jsonb_build_object('ids', to_jsonb(ids),
+                              'context', ctxwin.build_context(session, budget, format, tools, cache));
+END $$;
+
+COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
+'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ...}';

@@ -99,6 +99,15 @@ SELECT is((SELECT t -> 'request' FROM turn),
           'with request: build_request''s body of the session with the message, in the format asked for');
 SELECT throws_ok($$SELECT ctxwin.append_and_build('c1000000-0000-4000-8000-000000000001', '[]', request => NULL)$$,
                  '22004', 'request must not be null', 'a NULL request');
+SELECT is((ctxwin.append_and_build('c1000000-0000-4000-8000-000000000001', '[]', request => true,
+                                   recall => true) -> 'request'),
+          ctxwin.build_request('c1000000-0000-4000-8000-000000000001', recall => true),
+          'with recall: build_request''s body with recall');
+SELECT is(ctxwin.append_and_build('c1000000-0000-4000-8000-000000000001', '[]', request => true,
+                                  recall => true) #>> '{request,tools,-1,function,name}',
+          'conversation_search', 'its last tool is conversation_search');
+SELECT throws_ok($$SELECT ctxwin.append_and_build('c1000000-0000-4000-8000-000000000001', '[]', recall => true)$$,
+                 '22023', 'recall needs request', 'recall without request');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -9,6 +9,10 @@ faults chosen by the requested model name:
   mock                  a deterministic summary that keeps every identifier
                         of the prompt (paths, URLs, ids, error codes, numbers
                         with units) and says what the previous summary held
+                        (a request that offers the tool conversation_search
+                        and ends with the user's message: a call of it, its
+                        query the words of that message with a digit, else
+                        its last word, as a model that looks a detail up)
   fault-500             500 with the provider's error JSON, always
   fault-503-then-ok     503 for the first request of a given body, then ok
   fault-429             429 with Retry-After: 1 for the first request of a
@@ -155,11 +159,12 @@ def error_body(provider, status, message, kind=None):
 
 
 def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, tool_calls=False,
-            choices=1, no_finish=False):
+            choices=1, no_finish=False, call=None):
     """A 200 answer.  finish: the finish_reason / stop_reason (None: the
     provider's complete stop; no_finish: the key left out); refusal: the
     refusal text (OpenAI's message field, Anthropic's text); tool_calls: a
-    tool call after the text; choices: how many (OpenAI); no_finish:
+    tool call after the text; call: (name, input) of a tool call to make
+    instead of a text; choices: how many (OpenAI); no_finish:
     "missing" leaves the finish_reason / stop_reason key out, "null" sends
     JSON null."""
     pt = max(1, prompt_chars // 4)
@@ -171,6 +176,8 @@ def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, t
         if tool_calls:
             content.append({"type": "tool_use", "id": "toolu_" + req_id[:12], "name": "search_history",
                             "input": {"query": "billing"}})
+        if call:
+            content.append({"type": "tool_use", "id": "toolu_" + req_id[:12], "name": call[0], "input": call[1]})
         b = {"id": "msg_" + req_id, "type": "message", "role": "assistant", "model": model,
              "content": content, "stop_reason": finish or "end_turn", "stop_sequence": None,
              "usage": {"input_tokens": pt, "output_tokens": ct,
@@ -181,7 +188,7 @@ def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, t
                 del b["stop_reason"]
         return b
     out = []
-    if text is not None or refusal is not None:
+    if text is not None or refusal is not None or call:
         for i in range(choices):
             msg = {"role": "assistant", "content": text if i == 0 or text is None else "Alternative: " + text,
                    "refusal": refusal}
@@ -189,6 +196,9 @@ def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, t
                 msg["tool_calls"] = [{"id": "call_" + req_id[:12], "type": "function",
                                       "function": {"name": "search_history",
                                                    "arguments": "{\"query\": \"billing\"}"}}]
+            if call:
+                msg["tool_calls"] = [{"id": "call_" + req_id[:12], "type": "function",
+                                      "function": {"name": call[0], "arguments": json.dumps(call[1])}}]
             c = {"index": i, "message": msg, "logprobs": None, "finish_reason": finish or "stop"}
             if no_finish:
                 c["finish_reason"] = None
@@ -199,6 +209,26 @@ def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, t
             "model": model + "-2024-07-18", "choices": out,
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
             "system_fingerprint": "fp_mock"}
+
+
+def recall_query(provider, body):
+    """The query of the conversation_search call "mock" makes: when the
+    request offers that tool and its last message is the user's (not tool
+    results), the words of that message with a digit, else its last word;
+    otherwise None."""
+    names = [(t.get("function") or {}).get("name") if provider == "openai" else t.get("name")
+             for t in body.get("tools") or [] if isinstance(t, dict)]
+    last = (body.get("messages") or [None])[-1]
+    if "conversation_search" not in names or not isinstance(last, dict) or last.get("role") != "user":
+        return None
+    content = last.get("content")
+    if isinstance(content, list):
+        if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+            return None
+        content = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
+    words = [w.strip(".,;:!?") for w in re.findall(r"[\w./#@:-]+", content or "")]
+    words = [w for w in words if w]
+    return " ".join(w for w in words if re.search(r"\d", w)) or (words[-1] if words else "conversation")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -308,6 +338,10 @@ class Handler(BaseHTTPRequestHandler):
                     "response_text": text if text is not None else kw.get("refusal"), "finish": sent}
 
         if model == "mock":
+            q = recall_query(provider, body)
+            if q is not None:
+                return ok(text=None, call=("conversation_search", {"query": q}),
+                          finish="tool_use" if provider == "anthropic" else "tool_calls")
             return ok()
         m = re.fullmatch(r"slow-(\d+)", model)
         if m:

@@ -5,7 +5,7 @@
  * Pool or a PoolClient: anything with query(text, values).
  */
 import { type MessageInput } from "./convert.js";
-import type { AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, ToolDefinition } from "./types.js";
+import type { AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, RecallToolCall, SearchHit, StoredChatMessage, ToolDefinition, ToolMessage } from "./types.js";
 /** What the client needs of node-postgres: pg.Client, pg.Pool and pg.PoolClient all have it. */
 export interface Queryable {
     query(text: string, values?: any[]): Promise<{
@@ -116,6 +116,22 @@ export interface WindowOptions {
     /** Anthropic prompt-cache marks (and OpenAI's prompt_cache_key in requests); default true. */
     cache?: boolean;
 }
+/** build_request's options: with recall, its tools end with ctxwin's conversation_search. */
+export interface RequestOptions extends WindowOptions {
+    /** Add the conversation_search tool (answer its calls with answerToolCall); default false. */
+    recall?: boolean;
+}
+/** ctxwin.search's filters. */
+export interface SearchOptions {
+    /** Any of system, user, assistant, tool; default all. */
+    roles?: readonly ChatMessage["role"][] | null;
+    /** Messages created at or after it. */
+    since?: Date | string | null;
+    /** Messages created before it. */
+    until?: Date | string | null;
+    /** 1 to 100; default 10. */
+    maxResults?: number;
+}
 export interface AppendOptions {
     /** One per input message: its key (null or undefined: its own id, if any). */
     keys?: readonly (string | null | undefined)[];
@@ -179,15 +195,31 @@ export declare class Ctxwin {
     buildContext(session: SessionRef, options?: WindowOptions & {
         format?: Format;
     }): Promise<ChatMessage[] | AnthropicContext>;
-    buildRequest(session: SessionRef, options?: WindowOptions & {
+    buildRequest(session: SessionRef, options?: RequestOptions & {
         format?: "openai";
     }): Promise<OpenAIRequest>;
-    buildRequest(session: SessionRef, options: WindowOptions & {
+    buildRequest(session: SessionRef, options: RequestOptions & {
         format: "anthropic";
     }): Promise<AnthropicRequest>;
-    buildRequest(session: SessionRef, options?: WindowOptions & {
+    buildRequest(session: SessionRef, options?: RequestOptions & {
         format?: Format;
     }): Promise<OpenAIRequest | AnthropicRequest>;
+    /**
+     * ctxwin.search: the messages of the session's whole history (summarized
+     * ones included) that best match the query, best first.
+     */
+    search(session: SessionRef, query: string, options?: SearchOptions): Promise<SearchHit[]>;
+    /**
+     * ctxwin.message: one stored message whole, with its id and created_at
+     * (what a cleared tool result of a window, or a search hit, points to).
+     */
+    message(session: SessionRef, id: number): Promise<StoredChatMessage>;
+    /**
+     * ctxwin.answer_tool_call: the tool message answering the model's call of
+     * conversation_search (an OpenAI tool call or an Anthropic tool_use block,
+     * as the SDKs give them), to append to the session as it is.
+     */
+    answerToolCall(session: SessionRef, toolCall: RecallToolCall | object): Promise<ToolMessage>;
     turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options?: AppendOptions & WindowOptions & {
         format?: "openai";
         request?: false;
@@ -196,11 +228,11 @@ export declare class Ctxwin {
         format: "anthropic";
         request?: false;
     }): Promise<TurnResult<AnthropicContext>>;
-    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & RequestOptions & {
         format?: "openai";
         request: true;
     }): Promise<TurnRequestResult<OpenAIRequest>>;
-    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+    turn(session: SessionRef, messages: MessageInput | readonly MessageInput[], options: AppendOptions & RequestOptions & {
         format: "anthropic";
         request: true;
     }): Promise<TurnRequestResult<AnthropicRequest>>;
@@ -244,12 +276,15 @@ export declare class CtxwinSession {
     buildContext(options: WindowOptions & {
         format: "anthropic";
     }): Promise<AnthropicContext>;
-    buildRequest(options?: WindowOptions & {
+    buildRequest(options?: RequestOptions & {
         format?: "openai";
     }): Promise<OpenAIRequest>;
-    buildRequest(options: WindowOptions & {
+    buildRequest(options: RequestOptions & {
         format: "anthropic";
     }): Promise<AnthropicRequest>;
+    search(query: string, options?: SearchOptions): Promise<SearchHit[]>;
+    message(id: number): Promise<StoredChatMessage>;
+    answerToolCall(toolCall: RecallToolCall | object): Promise<ToolMessage>;
     turn(messages: MessageInput | readonly MessageInput[], options?: AppendOptions & WindowOptions & {
         format?: "openai";
         request?: false;
@@ -258,11 +293,11 @@ export declare class CtxwinSession {
         format: "anthropic";
         request?: false;
     }): Promise<TurnResult<AnthropicContext>>;
-    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & RequestOptions & {
         format?: "openai";
         request: true;
     }): Promise<TurnRequestResult<OpenAIRequest>>;
-    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & WindowOptions & {
+    turn(messages: MessageInput | readonly MessageInput[], options: AppendOptions & RequestOptions & {
         format: "anthropic";
         request: true;
     }): Promise<TurnRequestResult<AnthropicRequest>>;

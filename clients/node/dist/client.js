@@ -106,20 +106,51 @@ export class Ctxwin {
     async buildContext(session, options = {}) {
         return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
     }
-    /** ctxwin.build_request: the whole body to POST. */
+    /** ctxwin.build_request: the whole body to POST (with recall: the conversation_search tool last). */
     async buildRequest(session, options = {}) {
-        return await this.one("SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
+        return await this.one("SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean, $6::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true,
+            options.recall ?? false]);
+    }
+    /**
+     * ctxwin.search: the messages of the session's whole history (summarized
+     * ones included) that best match the query, best first.
+     */
+    async search(session, query, options = {}) {
+        const rows = await this.query(`SELECT id, role, created_at, snippet, rank
+       FROM ctxwin.search($1::uuid, $2::text, $3::text[], $4::timestamptz, $5::timestamptz, $6::int)`, [sid(session), query, options.roles ?? null, options.since ?? null, options.until ?? null,
+            options.maxResults ?? 10]);
+        return rows.map((r) => ({
+            id: Number(r["id"]), role: r["role"],
+            createdAt: r["created_at"] instanceof Date ? r["created_at"] : new Date(String(r["created_at"])),
+            snippet: String(r["snippet"]), rank: Number(r["rank"]),
+        }));
+    }
+    /**
+     * ctxwin.message: one stored message whole, with its id and created_at
+     * (what a cleared tool result of a window, or a search hit, points to).
+     */
+    async message(session, id) {
+        return await this.one("SELECT ctxwin.message($1::uuid, $2::bigint) AS r", [sid(session), id]);
+    }
+    /**
+     * ctxwin.answer_tool_call: the tool message answering the model's call of
+     * conversation_search (an OpenAI tool call or an Anthropic tool_use block,
+     * as the SDKs give them), to append to the session as it is.
+     */
+    async answerToolCall(session, toolCall) {
+        return await this.one("SELECT ctxwin.answer_tool_call($1::uuid, $2::jsonb) AS r", [sid(session), JSON.stringify(toolCall)]);
     }
     /**
      * One chat turn in one round trip (ctxwin.append_and_build): appends the
      * messages (the user's, or a tool's results) and returns the window to
-     * send, or with request: true the whole request body.
+     * send, or with request: true the whole request body (with recall: the
+     * conversation_search tool last).
      */
     async turn(session, messages, options = {}) {
         const c = toChatMessages(messages, options.keys);
         const r = await this.one(`SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
-                                      $7::boolean, $8::boolean) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
-            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false]);
+                                      $7::boolean, $8::boolean, $9::boolean) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
+            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false]);
         return r;
     }
     /**
@@ -181,6 +212,13 @@ export class CtxwinSession {
     }
     buildRequest(options) {
         return this.client.buildRequest(this.id, options);
+    }
+    search(query, options) {
+        return this.client.search(this.id, query, options);
+    }
+    message(id) { return this.client.message(this.id, id); }
+    answerToolCall(toolCall) {
+        return this.client.answerToolCall(this.id, toolCall);
     }
     turn(messages, options = {}) {
         // eslint-disable-next-line @typescript-eslint/no-explicit-any

@@ -22,6 +22,10 @@ export declare class CtxwinError extends Error {
 export declare class SessionNotFoundError extends CtxwinError {
     constructor(message: string, fields?: CtxwinErrorFields);
 }
+/** P0002 from Ctxwin.message: the session has no message of that id. */
+export declare class MessageNotFoundError extends CtxwinError {
+    constructor(message: string, fields?: CtxwinErrorFields);
+}
 /** 22023 (invalid_parameter_value) and 22004 (null_value_not_allowed): a value ctxwin refuses. */
 export declare class InvalidValueError extends CtxwinError {
     constructor(message: string, fields?: CtxwinErrorFields);

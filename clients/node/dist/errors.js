@@ -23,6 +23,13 @@ export class SessionNotFoundError extends CtxwinError {
         this.name = "SessionNotFoundError";
     }
 }
+/** P0002 from Ctxwin.message: the session has no message of that id. */
+export class MessageNotFoundError extends CtxwinError {
+    constructor(message, fields = {}) {
+        super(message, { ...fields, code: fields.code ?? "P0002" });
+        this.name = "MessageNotFoundError";
+    }
+}
 /** 22023 (invalid_parameter_value) and 22004 (null_value_not_allowed): a value ctxwin refuses. */
 export class InvalidValueError extends CtxwinError {
     constructor(message, fields = {}) {
@@ -47,6 +54,8 @@ export function toCtxwinError(e) {
     const fields = {
         code: e.code, detail: str(e.detail), hint: str(e.hint), cause: e,
     };
+    if (e.code === "P0002" && e.message.startsWith("message "))
+        return new MessageNotFoundError(e.message, fields);
     if (e.code === "P0002")
         return new SessionNotFoundError(e.message, fields);
     if (e.code === "22023" || e.code === "22004")

@@ -88,3 +88,44 @@ export interface AnthropicRequest extends AnthropicContext {
     }>;
 }
 export type Format = "openai" | "anthropic";
+/** A message ctxwin.search found (Ctxwin.search), best first. */
+export interface SearchHit {
+    id: number;
+    role: ChatMessage["role"];
+    createdAt: Date;
+    /** About 200 characters around the terms found. */
+    snippet: string;
+    /** Comparable within one search. */
+    rank: number;
+}
+/**
+ * A model's call of conversation_search, as answerToolCall takes it: an
+ * OpenAI tool call (arguments a JSON text) or an Anthropic tool_use block.
+ */
+export type RecallToolCall = {
+    id: string;
+    type?: "function";
+    function: {
+        name: string;
+        arguments: string;
+    };
+} | {
+    type: "tool_use";
+    id: string;
+    name: string;
+    input: Record<string, unknown>;
+};
+/** The tool message answering a conversation_search call (ctxwin.answer_tool_call): append it as it is. */
+export interface ToolMessage {
+    role: "tool";
+    tool_call_id: string;
+    name: string;
+    content: string;
+}
+/** One stored message whole (ctxwin.message): the chat message with its id and time. */
+export type StoredChatMessage = ChatMessage & {
+    id: number;
+    /** ISO 8601, as the JSON of the message has it. */
+    created_at: string;
+    content_parts?: Array<Record<string, unknown>>;
+};

@@ -7,7 +7,8 @@
 import { toChatMessages, type MessageInput } from "./convert.js";
 import { CtxwinError, toCtxwinError } from "./errors.js";
 import type {
-  AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, ToolDefinition,
+  AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, RecallToolCall, SearchHit,
+  StoredChatMessage, ToolDefinition, ToolMessage,
 } from "./types.js";
 
 /** What the client needs of node-postgres: pg.Client, pg.Pool and pg.PoolClient all have it. */
@@ -124,6 +125,24 @@ export interface WindowOptions {
   tools?: readonly ToolDefinition[] | null;
   /** Anthropic prompt-cache marks (and OpenAI's prompt_cache_key in requests); default true. */
   cache?: boolean;
+}
+
+/** build_request's options: with recall, its tools end with ctxwin's conversation_search. */
+export interface RequestOptions extends WindowOptions {
+  /** Add the conversation_search tool (answer its calls with answerToolCall); default false. */
+  recall?: boolean;
+}
+
+/** ctxwin.search's filters. */
+export interface SearchOptions {
+  /** Any of system, user, assistant, tool; default all. */
+  roles?: readonly ChatMessage["role"][] | null;
+  /** Messages created at or after it. */
+  since?: Date | string | null;
+  /** Messages created before it. */
+  until?: Date | string | null;
+  /** 1 to 100; default 10. */
+  maxResults?: number;
 }
 
 export interface AppendOptions {
@@ -274,14 +293,50 @@ export class Ctxwin {
       ChatMessage[] | AnthropicContext;
   }
 
-  buildRequest(session: SessionRef, options?: WindowOptions & { format?: "openai" }): Promise<OpenAIRequest>;
-  buildRequest(session: SessionRef, options: WindowOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
-  buildRequest(session: SessionRef, options?: WindowOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest>;
-  /** ctxwin.build_request: the whole body to POST. */
-  async buildRequest(session: SessionRef, options: WindowOptions & { format?: Format } = {}): Promise<OpenAIRequest | AnthropicRequest> {
-    return await this.one("SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
-      [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
-      OpenAIRequest | AnthropicRequest;
+  buildRequest(session: SessionRef, options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
+  buildRequest(session: SessionRef, options: RequestOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
+  buildRequest(session: SessionRef, options?: RequestOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest>;
+  /** ctxwin.build_request: the whole body to POST (with recall: the conversation_search tool last). */
+  async buildRequest(session: SessionRef, options: RequestOptions & { format?: Format } = {}): Promise<OpenAIRequest | AnthropicRequest> {
+    return await this.one(
+      "SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean, $6::boolean) AS r",
+      [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true,
+        options.recall ?? false]) as OpenAIRequest | AnthropicRequest;
+  }
+
+  /**
+   * ctxwin.search: the messages of the session's whole history (summarized
+   * ones included) that best match the query, best first.
+   */
+  async search(session: SessionRef, query: string, options: SearchOptions = {}): Promise<SearchHit[]> {
+    const rows = await this.query(
+      `SELECT id, role, created_at, snippet, rank
+       FROM ctxwin.search($1::uuid, $2::text, $3::text[], $4::timestamptz, $5::timestamptz, $6::int)`,
+      [sid(session), query, options.roles ?? null, options.since ?? null, options.until ?? null,
+        options.maxResults ?? 10]);
+    return rows.map((r) => ({
+      id: Number(r["id"]), role: r["role"] as ChatMessage["role"],
+      createdAt: r["created_at"] instanceof Date ? r["created_at"] : new Date(String(r["created_at"])),
+      snippet: String(r["snippet"]), rank: Number(r["rank"]),
+    }));
+  }
+
+  /**
+   * ctxwin.message: one stored message whole, with its id and created_at
+   * (what a cleared tool result of a window, or a search hit, points to).
+   */
+  async message(session: SessionRef, id: number): Promise<StoredChatMessage> {
+    return await this.one("SELECT ctxwin.message($1::uuid, $2::bigint) AS r", [sid(session), id]) as StoredChatMessage;
+  }
+
+  /**
+   * ctxwin.answer_tool_call: the tool message answering the model's call of
+   * conversation_search (an OpenAI tool call or an Anthropic tool_use block,
+   * as the SDKs give them), to append to the session as it is.
+   */
+  async answerToolCall(session: SessionRef, toolCall: RecallToolCall | object): Promise<ToolMessage> {
+    return await this.one("SELECT ctxwin.answer_tool_call($1::uuid, $2::jsonb) AS r",
+      [sid(session), JSON.stringify(toolCall)]) as ToolMessage;
   }
 
   turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
@@ -289,23 +344,24 @@ export class Ctxwin {
   turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
     options: AppendOptions & WindowOptions & { format: "anthropic"; request?: false }): Promise<TurnResult<AnthropicContext>>;
   turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format?: "openai"; request: true }): Promise<TurnRequestResult<OpenAIRequest>>;
+    options: AppendOptions & RequestOptions & { format?: "openai"; request: true }): Promise<TurnRequestResult<OpenAIRequest>>;
   turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
+    options: AppendOptions & RequestOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
   /**
    * One chat turn in one round trip (ctxwin.append_and_build): appends the
    * messages (the user's, or a tool's results) and returns the window to
-   * send, or with request: true the whole request body.
+   * send, or with request: true the whole request body (with recall: the
+   * conversation_search tool last).
    */
   async turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean } = {}):
+    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean; recall?: boolean } = {}):
     Promise<TurnResult<ChatMessage[] | AnthropicContext> | TurnRequestResult<OpenAIRequest | AnthropicRequest>> {
     const c = toChatMessages(messages, options.keys);
     const r = await this.one(
       `SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
-                                      $7::boolean, $8::boolean) AS r`,
+                                      $7::boolean, $8::boolean, $9::boolean) AS r`,
       [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
-        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false]);
+        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false]);
     return r as TurnResult<ChatMessage[]>;
   }
 
@@ -372,21 +428,28 @@ export class CtxwinSession {
   buildContext(options?: WindowOptions & { format?: Format }): Promise<ChatMessage[] | AnthropicContext> {
     return this.client.buildContext(this.id, options);
   }
-  buildRequest(options?: WindowOptions & { format?: "openai" }): Promise<OpenAIRequest>;
-  buildRequest(options: WindowOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
-  buildRequest(options?: WindowOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest> {
+  buildRequest(options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
+  buildRequest(options: RequestOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
+  buildRequest(options?: RequestOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest> {
     return this.client.buildRequest(this.id, options);
+  }
+  search(query: string, options?: SearchOptions): Promise<SearchHit[]> {
+    return this.client.search(this.id, query, options);
+  }
+  message(id: number): Promise<StoredChatMessage> { return this.client.message(this.id, id); }
+  answerToolCall(toolCall: RecallToolCall | object): Promise<ToolMessage> {
+    return this.client.answerToolCall(this.id, toolCall);
   }
   turn(messages: MessageInput | readonly MessageInput[],
     options?: AppendOptions & WindowOptions & { format?: "openai"; request?: false }): Promise<TurnResult<ChatMessage[]>>;
   turn(messages: MessageInput | readonly MessageInput[],
     options: AppendOptions & WindowOptions & { format: "anthropic"; request?: false }): Promise<TurnResult<AnthropicContext>>;
   turn(messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format?: "openai"; request: true }): Promise<TurnRequestResult<OpenAIRequest>>;
+    options: AppendOptions & RequestOptions & { format?: "openai"; request: true }): Promise<TurnRequestResult<OpenAIRequest>>;
   turn(messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
+    options: AppendOptions & RequestOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
   turn(messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean } = {}): Promise<unknown> {
+    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean; recall?: boolean } = {}): Promise<unknown> {
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     return this.client.turn(this.id, messages, options as any);
   }

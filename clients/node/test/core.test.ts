@@ -10,7 +10,7 @@ import { AIMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/
 import type { ModelMessage } from "ai";
 import pg from "pg";
 import {
-  Ctxwin, CtxwinError, InvalidValueError, SessionNotFoundError, toChatMessages, uuidv5, NAMESPACE_URL,
+  Ctxwin, CtxwinError, InvalidValueError, MessageNotFoundError, SessionNotFoundError, toChatMessages, uuidv5, NAMESPACE_URL,
   type ChatMessage, type Queryable, type ToolDefinition,
 } from "../src/index.js";
 import { createTestDb, post, startMockLlm, windowTokens, type MockLlm, type TestDb } from "./helpers.js";
@@ -380,5 +380,121 @@ describe("usage, status, summaries, errors", () => {
     // errors that are not ctxwin's pass through as CtxwinErrors with their code
     await assert.rejects(cw.query("SELECT 1/0"), (e: unknown) => e instanceof CtxwinError && e.code === "22012");
     assert.throws(() => new Ctxwin({} as unknown as pg.Pool), TypeError);
+  });
+});
+
+describe("recall: search, the conversation_search tool, one message whole", () => {
+  const talk: ChatMessage[] = [
+    { role: "user", content: "Order ORD-48213 never arrived. The label was src/labels/eu-2025.pdf." },
+    { role: "assistant", content: "The carrier returned ORD-48213 with error E4031 (address incomplete)." },
+    { role: "user", content: "Thanks. Please also refund the shipping." },
+    { role: "assistant", content: "Done: the shipping is refunded." },
+    ...Array.from({ length: 6 }, (_, i): ChatMessage => ({ role: i % 2 ? "assistant" : "user",
+      content: `Small talk number ${i} about the weather.` })),
+  ];
+  const missing = "00000000-0000-4000-8000-000000000002";
+
+  /** The tool call a model makes, in OpenAI's shape (arguments a JSON text). */
+  function searchCall(id: string, args: Record<string, unknown>) {
+    return { id, type: "function" as const, function: { name: "conversation_search", arguments: JSON.stringify(args) } };
+  }
+
+  /** A session whose first messages (the order's) a summary covers. */
+  async function summarized(): Promise<string> {
+    await db.pool.query(`INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages,
+                                                      max_summary_tokens, summary_strategy)
+                         VALUES ('offline', 'gpt-4o', 8, 2, 200, 'extractive') ON CONFLICT (name) DO NOTHING`);
+    const s = await cw.createSession({ profile: "offline", systemPrompt: "You track orders." });
+    await cw.append(s.id, talk);
+    const sum = await cw.summarize(s.id, { force: true });
+    assert.ok(sum && sum.throughId >= 2);
+    const ctx = await cw.buildContext(s.id);
+    assert.ok(!ctx.slice(1).some((m) => (m.content ?? "").includes("src/labels/eu-2025.pdf")), "the window no longer shows it");
+    return s.id;
+  }
+
+  test("search finds what the summary covers, with roles, maxResults and a time window", async () => {
+    const s = await summarized();
+    const hits = await cw.search(s, "ORD-48213");
+    assert.deepEqual(hits.map((h) => h.id).sort(), [1, 2]);
+    const first = hits.find((h) => h.id === 1)!;
+    assert.equal(first.role, "user");
+    assert.match(first.snippet, /ORD-48213/);
+    assert.ok(first.createdAt instanceof Date && first.rank > 0);
+    assert.ok(hits[0]!.rank >= hits[1]!.rank);
+    assert.deepEqual((await cw.search(s, "48213", { roles: ["user"] })).map((h) => h.id), [1]);
+    assert.deepEqual((await cw.search({ id: s }, "eu-2025.pdf")).map((h) => h.id), [1]);
+    assert.deepEqual((await cw.search(s, "ORD-48213", { roles: ["assistant"] })).map((h) => [h.id, h.role]), [[2, "assistant"]]);
+    assert.equal((await cw.search(s, "ORD-48213", { maxResults: 1 })).length, 1);
+    const later = new Date(first.createdAt.getTime() + 365 * 86400e3);
+    assert.deepEqual(await cw.search(s, "ORD-48213", { since: later }), []);
+    assert.equal((await cw.search(s, "ORD-48213", { until: later.toISOString() })).length, 2);
+    assert.deepEqual(await cw.session(s).search("nothing-like-this-9999"), []);
+  });
+
+  test("search's errors keep their SQLSTATE: an unknown session P0002, a bad maxResults or role 22023", async () => {
+    const s = await cw.createSession();
+    await assert.rejects(cw.search(missing, "ORD-48213"), (e: unknown) =>
+      e instanceof SessionNotFoundError && e.code === "P0002" && /does not exist/.test(e.message));
+    await assert.rejects(cw.search(s.id, "ORD-48213", { maxResults: 0 }), (e: unknown) =>
+      e instanceof InvalidValueError && e.code === "22023" && e.detail === "It is 0.");
+    await assert.rejects(cw.search(s.id, "ORD-48213", { maxResults: 101 }), (e: unknown) =>
+      e instanceof InvalidValueError && e.code === "22023");
+    await assert.rejects(cw.search(s.id, "ORD-48213", { roles: ["robot" as ChatMessage["role"]] }), (e: unknown) =>
+      e instanceof InvalidValueError && e.code === "22023" && /robot/.test(e.message));
+  });
+
+  test("message() returns one stored message whole; an unknown id is MessageNotFoundError (P0002)", async () => {
+    const s = await summarized();
+    const m = await cw.message(s, 1);
+    assert.equal(m.id, 1);
+    assert.equal(m.role, "user");
+    assert.equal(m.content, talk[0]!.content);
+    assert.equal(typeof m.created_at, "string");
+    assert.equal((await cw.session(s).message(2)).content, talk[1]!.content);
+    await assert.rejects(cw.message(s, 999), (e: unknown) =>
+      e instanceof MessageNotFoundError && e.code === "P0002" && /message 999/.test(e.message));
+    await assert.rejects(cw.message(missing, 1), (e: unknown) => e instanceof SessionNotFoundError && e.code === "P0002");
+  });
+
+  test("buildRequest({ recall }) offers conversation_search; answerToolCall answers the model's call", async () => {
+    const s = await summarized();
+    const req = await cw.buildRequest(s, { recall: true });
+    assert.deepEqual(req.tools?.map((t) => t.function.name), ["conversation_search"]);
+    assert.equal((await cw.buildRequest(s)).tools?.length ?? 0, 0);
+    const anthropic = await cw.buildRequest(s, { format: "anthropic", recall: true });
+    assert.deepEqual(anthropic.tools?.map((t) => t.name), ["conversation_search"]);
+    // the model's call, answered by ctxwin, appended as it is
+    const call = searchCall("call_r1", { query: "ORD-48213", roles: ["user"], max_results: 3 });
+    const answer = await cw.answerToolCall(s, call);
+    assert.equal(answer.role, "tool");
+    assert.equal(answer.tool_call_id, "call_r1");
+    assert.equal(answer.name, "conversation_search");
+    assert.match(answer.content, /\[#1 user /);
+    assert.doesNotMatch(answer.content, /#2 /);
+    const ids = await cw.append(s, [{ role: "assistant", content: null, tool_calls: [call] }, answer]);
+    const ctx = await cw.buildContext(s);
+    assert.equal(ctx.at(-1)!.tool_call_id, "call_r1");
+    assert.equal(ctx.at(-1)!.content, answer.content);
+    assert.equal((await cw.message(s, ids[1]!)).content, answer.content);
+    // an Anthropic tool_use block
+    const got = await cw.session(s).answerToolCall({ type: "tool_use", id: "toolu_r3", name: "conversation_search",
+      input: { query: "refund" } });
+    assert.equal(got.tool_call_id, "toolu_r3");
+    assert.match(got.content, /\[#3 user /);
+    // a call of another tool is the application's: 22023
+    await assert.rejects(cw.answerToolCall(s, { id: "call_x", type: "function", function: { name: "get_weather", arguments: "{}" } }),
+      (e: unknown) => e instanceof InvalidValueError && e.code === "22023" && /get_weather/.test(e.message));
+    await assert.rejects(cw.answerToolCall(missing, call), (e: unknown) => e instanceof SessionNotFoundError && e.code === "P0002");
+  });
+
+  test("turn({ request, recall }) is build_request's body with the tool; recall without request is 22023", async () => {
+    const s = await cw.createSession();
+    const { ids, request } = await cw.turn(s.id, { role: "user", content: "Where is ORD-48213?" }, { request: true, recall: true });
+    assert.deepEqual(ids, [1]);
+    assert.deepEqual(request.tools?.map((t) => t.function.name), ["conversation_search"]);
+    assert.deepEqual(request, await cw.buildRequest(s.id, { recall: true }));
+    await assert.rejects(cw.turn(s.id, [], { recall: true } as unknown as { request: true }), (e: unknown) =>
+      e instanceof InvalidValueError && e.code === "22023" && /recall needs request/.test(e.message));
   });
 });

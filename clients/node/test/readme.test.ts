@@ -112,6 +112,29 @@ function nodeChecks(): Record<string, Check> {
       assert.deepEqual(out.summarized_messages.map((m) => [m.getType(), m.content]), [["human", "Hi"], ["ai", first], ["human", "And order 8813?"]]);
       assert.deepEqual((await rows(sid)).map((x) => [x.role, x.content]), [["user", "Hi"], ["assistant", first], ["user", "And order 8813?"]]);
     },
+    Recall: async (made, mark) => {
+      // on the core block's session: the mock calls conversation_search when offered it after the user's
+      // message; ctxwin's answer names the message about order 8812; then the model answers
+      const r = (await db.pool.query(
+        `SELECT role, tool_calls, tool_call_id, content, client_key FROM ctxwin.messages
+         WHERE session_id = $1 AND id > 4 ORDER BY id`, [core.id])).rows as Array<Record<string, unknown>>;
+      assert.deepEqual(r.map((x) => x["role"]), ["user", "assistant", "tool", "assistant"]);
+      const call = (r[1]!["tool_calls"] as Array<{ id: string; function: { name: string; arguments: string } }>)[0]!;
+      assert.equal(call.function.name, "conversation_search");
+      assert.deepEqual(JSON.parse(call.function.arguments), { query: "8812" });
+      assert.equal(r[2]!["tool_call_id"], call.id);
+      assert.match(String(r[2]!["content"]), /\[#1 user [^\]]*\] Where is order 8812\?/);
+      const reply = made["reply"] as OpenAI.ChatCompletion;
+      assert.equal(r[3]!["content"], reply.choices[0]!.message.content);
+      assert.equal(r[3]!["client_key"], reply.id);
+      const reqs = mock.requests().slice(mark).filter((q) => q.path.endsWith("/chat/completions"));
+      assert.equal(reqs.length, 2);
+      for (const q of reqs) {
+        const tools = (q.body as unknown as { tools: Array<{ function: { name: string } }> }).tools;
+        assert.equal(tools.at(-1)!.function.name, "conversation_search");
+      }
+      assert.equal(reqs[1]!.body.messages.at(-1)!["tool_call_id"], call.id);
+    },
   };
 }
 

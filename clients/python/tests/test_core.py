@@ -347,3 +347,151 @@ def test_async_client(dsn: str, mockllm: MockLLM) -> None:
             assert (await cl2.append(s2, "hello")) == [1]
             assert ac.autocommit is False
     asyncio.run(main())
+
+
+# -- recall: search, the conversation_search tool, one message whole -------
+
+ORDER_TALK = [
+    {"role": "user", "content": "Order ORD-48213 never arrived. The label was src/labels/eu-2025.pdf."},
+    {"role": "assistant", "content": "The carrier returned ORD-48213 with error E4031 (address incomplete)."},
+    {"role": "user", "content": "Thanks. Please also refund the shipping."},
+    {"role": "assistant", "content": "Done: the shipping is refunded."},
+    *[{"role": "user" if i % 2 == 0 else "assistant", "content": f"Small talk number {i} about the weather."}
+      for i in range(6)],
+]
+
+
+def search_call(call_id: str, **args: Any) -> dict[str, Any]:
+    """The tool call a model makes, in OpenAI's shape (arguments a JSON text)."""
+    return {"id": call_id, "type": "function",
+            "function": {"name": "conversation_search", "arguments": json.dumps(args)}}
+
+
+def summarized_order_talk(client: ctxwin.Client) -> ctxwin.Session:
+    """A session whose first messages (the order's) a summary covers."""
+    s = client.create_session(profile="offline", system_prompt="You track orders.")
+    client.append(s, ORDER_TALK)
+    summary = client.summarize(s, force=True)
+    assert summary is not None and summary.through_id >= 2
+    ctx = client.build_context(s)
+    assert not any("src/labels/eu-2025.pdf" in (m.get("content") or "") for m in ctx[1:])
+    return s
+
+
+def test_search_finds_what_the_summary_covers(client: ctxwin.Client) -> None:
+    s = summarized_order_talk(client)
+    hits = client.search(s, "ORD-48213")
+    assert sorted(h.id for h in hits) == [1, 2]
+    assert all(isinstance(h, ctxwin.SearchHit) for h in hits)
+    first = next(h for h in hits if h.id == 1)
+    assert first.role == "user" and "ORD-48213" in first.snippet and first.rank > 0
+    assert first.created_at.tzinfo is not None
+    assert hits[0].rank >= hits[1].rank
+    # a part of an identifier, and a path
+    assert [h.id for h in client.search(str(s.id), "48213", roles=["user"])] == [1]
+    assert [h.id for h in client.search(s.id, "eu-2025.pdf")] == [1]
+    # the filters: roles, max_results, a time window
+    assert [(h.id, h.role) for h in client.search(s, "ORD-48213", roles=["assistant"])] == [(2, "assistant")]
+    assert len(client.search(s, "ORD-48213", max_results=1)) == 1
+    later = first.created_at.replace(year=first.created_at.year + 1)
+    assert client.search(s, "ORD-48213", since=later) == []
+    assert len(client.search(s, "ORD-48213", until=later)) == 2
+    assert client.search(s, "nothing-like-this-9999") == []
+
+
+def test_search_errors_keep_sqlstate(client: ctxwin.Client) -> None:
+    s = client.create_session()
+    with pytest.raises(ctxwin.SessionNotFound) as nf:
+        client.search("00000000-0000-4000-8000-000000000000", "ORD-48213")
+    assert nf.value.sqlstate == "P0002" and "does not exist" in str(nf.value)
+    with pytest.raises(ctxwin.InvalidArgument) as bad:
+        client.search(s, "ORD-48213", max_results=0)
+    assert bad.value.sqlstate == "22023" and bad.value.detail == "It is 0."
+    with pytest.raises(ctxwin.InvalidArgument) as bad_role:
+        client.search(s, "ORD-48213", roles=["robot"])
+    assert bad_role.value.sqlstate == "22023" and "robot" in str(bad_role.value)
+
+
+def test_message_whole(client: ctxwin.Client) -> None:
+    s = summarized_order_talk(client)
+    m = client.message(s, 1)
+    assert m["id"] == 1 and m["role"] == "user" and m["content"] == ORDER_TALK[0]["content"]
+    assert "created_at" in m
+    with pytest.raises(ctxwin.MessageNotFound) as mnf:
+        client.message(s, 999)
+    assert mnf.value.sqlstate == "P0002" and "message 999" in str(mnf.value)
+    with pytest.raises(ctxwin.SessionNotFound) as nf:
+        client.message("00000000-0000-4000-8000-000000000000", 1)
+    assert nf.value.sqlstate == "P0002"
+
+
+def test_the_conversation_search_tool_round_trip(client: ctxwin.Client) -> None:
+    from openai.types.chat import ChatCompletionMessageToolCall
+
+    s = summarized_order_talk(client)
+    names = [t["function"]["name"] for t in client.build_request(s, recall=True)["tools"]]
+    assert names == ["conversation_search"]
+    assert "tools" not in client.build_request(s) or not client.build_request(s)["tools"]
+    anthropic = client.build_request(s, "anthropic", recall=True)
+    assert [t["name"] for t in anthropic["tools"]] == ["conversation_search"]
+    # the model's call, answered by ctxwin, appended as it is
+    call = search_call("call_r1", query="ORD-48213", roles=["user"], max_results=3)
+    answer = client.answer_tool_call(s, call)
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "call_r1"
+    assert answer["name"] == "conversation_search"
+    assert "[#1 user " in answer["content"] and "#2 " not in answer["content"]
+    ids = client.append(s, [{"role": "assistant", "content": None, "tool_calls": [call]}, answer])
+    ctx = client.build_context(s)
+    assert ctx[-1]["tool_call_id"] == "call_r1" and ctx[-1]["content"] == answer["content"]
+    assert client.message(s, ids[1])["content"] == answer["content"]
+    # the SDK's own object, and an Anthropic tool_use block
+    obj = ChatCompletionMessageToolCall.model_validate(search_call("call_r2", query="E4031"))
+    assert "[#2 assistant " in client.answer_tool_call(s, obj)["content"]
+    block = {"type": "tool_use", "id": "toolu_r3", "name": "conversation_search", "input": {"query": "refund"}}
+    got = client.answer_tool_call(s, block)
+    assert got["tool_call_id"] == "toolu_r3" and "[#3 user " in got["content"]
+    # a call of another tool is the application's: 22023
+    with pytest.raises(ctxwin.InvalidArgument) as other:
+        client.answer_tool_call(s, {"id": "call_x", "type": "function",
+                                    "function": {"name": "get_weather", "arguments": "{}"}})
+    assert other.value.sqlstate == "22023" and "get_weather" in str(other.value)
+    with pytest.raises(ctxwin.SessionNotFound) as nf:
+        client.answer_tool_call("00000000-0000-4000-8000-000000000000", call)
+    assert nf.value.sqlstate == "P0002"
+
+
+def test_append_and_build_with_recall(client: ctxwin.Client) -> None:
+    s = client.create_session()
+    turn = client.append_and_build(s, {"role": "user", "content": "Where is ORD-48213?"}, request=True, recall=True)
+    assert turn.request is not None
+    assert [t["function"]["name"] for t in turn.request["tools"]] == ["conversation_search"]
+    assert turn.request == client.build_request(s, recall=True)
+    with pytest.raises(ctxwin.InvalidArgument) as bad:
+        client.append_and_build(s, [], recall=True)
+    assert bad.value.sqlstate == "22023"
+
+
+def test_async_recall(dsn: str) -> None:
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac:
+            cl = ctxwin.AsyncClient(ac)
+            s = await cl.create_session(profile="offline")
+            await cl.append(s, ORDER_TALK)
+            assert await cl.summarize(s, force=True) is not None
+            hits = await cl.search(s, "ORD-48213", roles=["user"], max_results=5)
+            assert [(h.id, h.role) for h in hits] == [(1, "user")] and isinstance(hits[0], ctxwin.SearchHit)
+            assert len(await cl.search(s, "ORD-48213", max_results=1)) == 1
+            assert (await cl.message(s, 2))["content"] == ORDER_TALK[1]["content"]
+            req = await cl.build_request(s, recall=True)
+            assert [t["function"]["name"] for t in req["tools"]] == ["conversation_search"]
+            turn = await cl.append_and_build(s, {"role": "user", "content": "And E4031?"}, request=True, recall=True)
+            assert turn.request is not None and turn.request["tools"][-1]["function"]["name"] == "conversation_search"
+            answer = await cl.answer_tool_call(s, search_call("call_a1", query="E4031"))
+            assert answer["tool_call_id"] == "call_a1" and "[#2 assistant " in answer["content"]
+            with pytest.raises(ctxwin.SessionNotFound) as nf:
+                await cl.search("00000000-0000-4000-8000-000000000000", "x1")
+            assert nf.value.sqlstate == "P0002"
+            with pytest.raises(ctxwin.InvalidArgument) as bad:
+                await cl.search(s, "E4031", max_results=101)
+            assert bad.value.sqlstate == "22023"
+    asyncio.run(main())

@@ -157,6 +157,26 @@ def check_chat_turn(ns: dict[str, Any], env: Env, keys: tuple[str | None, str | 
     env.made["session"] = s.id
 
 
+def recall_check(ns: dict[str, Any], env: Env) -> None:
+    """The recall block, on the core block's session: the model (the mock
+    calls conversation_search when it is offered) got the tool, its call was
+    answered by ctxwin with the message that names order 8812, and the
+    model's answer came after that."""
+    sid = env.made["session"]
+    got = env.db.execute("SELECT id, role, tool_calls, tool_call_id, content FROM ctxwin.messages "
+                         "WHERE session_id = %s::uuid AND id > 2 ORDER BY id", (str(sid),)).fetchall()
+    assert [r[1] for r in got] == ["user", "assistant", "tool", "assistant"]
+    call = got[1][2][0]
+    assert call["function"]["name"] == "conversation_search"
+    assert json.loads(call["function"]["arguments"]) == {"query": "8812"}
+    assert got[2][3] == call["id"] and "[#1 user " in got[2][4] and "Where is order 8812?" in got[2][4]
+    assert got[3][4] == ns["reply"].choices[0].message.content and got[3][2] is None
+    sent = env.mockllm.chat_requests(env.mark)
+    assert len(sent) == 2
+    assert all(r["body"]["tools"][-1]["function"]["name"] == "conversation_search" for r in sent)
+    assert sent[1]["body"]["messages"][-1]["tool_call_id"] == call["id"]
+
+
 # -- clients/python/README.md, by section
 
 class State(MessagesState):
@@ -274,6 +294,7 @@ def sqlalchemy_check(ns: dict[str, Any], env: Env) -> None:
 SECTIONS: dict[str, dict[str, Section]] = {
     PY_README: {
         "Core (psycopg 3)": Section(check=lambda ns, env: check_chat_turn(ns, env, ("req-41:0", "req-41:1"))),
+        "Recall": Section(check=recall_check),
         "LangGraph": Section(langgraph_prelude, check=langgraph_check),
         "LangChain": Section(langchain_prelude, check=langchain_check),
         "OpenAI Agents SDK": Section(aprelude=agents_aprelude, check=agents_check),

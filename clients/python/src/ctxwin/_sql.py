@@ -45,7 +45,7 @@ APPEND = "SELECT ctxwin.append_messages(%s::uuid, %s::jsonb, %s::text[]) AS ids"
 
 APPEND_AND_BUILD = """
 SELECT ctxwin.append_and_build(%s::uuid, %s::jsonb, %s::text[], %s::int, %s::text, %s::jsonb,
-                               %s::boolean, %s::boolean) AS r"""
+                               %s::boolean, %s::boolean, %s::boolean) AS r"""
 
 BUILD_CONTEXT = "SELECT ctxwin.build_context(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
 
@@ -53,7 +53,16 @@ BUILD_WINDOW = """
 SELECT jsonb_build_object('ids', '[]'::jsonb, 'context', ctxwin.build_context(s.id, %s::int, 'openai', %s::jsonb, true)) AS r
 FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
 
-BUILD_REQUEST = "SELECT ctxwin.build_request(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
+BUILD_REQUEST = """
+SELECT ctxwin.build_request(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean, %s::boolean) AS r"""
+
+SEARCH = """
+SELECT id, role, created_at, snippet, rank
+FROM ctxwin.search(%s::uuid, %s::text, %s::text[], %s::timestamptz, %s::timestamptz, %s::int)"""
+
+MESSAGE = "SELECT ctxwin.message(%s::uuid, %s::bigint) AS r"
+
+ANSWER_TOOL_CALL = "SELECT ctxwin.answer_tool_call(%s::uuid, %s::jsonb) AS r"
 
 RECORD_USAGE = "SELECT ctxwin.record_usage(%s::uuid, %s::jsonb, %s::bigint, %s::int) AS id"
 
@@ -124,6 +133,19 @@ def prepare_messages(
         messages = [messages]
     chat, ks = to_chat_messages(messages, keys)
     return Jsonb(chat), (ks if any(k is not None for k in ks) else None), chat
+
+
+def tool_call_json(call: Any) -> Jsonb:
+    """A model's tool call as answer_tool_call takes it: an OpenAI tool call
+    or an Anthropic tool_use block, as a dict or the SDK's object."""
+    dump = getattr(call, "model_dump", None)
+    if callable(dump):
+        call = dump(exclude_none=True, mode="json")
+    if not isinstance(call, Mapping):
+        raise InvalidArgument(f"cannot read a tool call from {type(call).__name__}",
+                              hint="Pass an OpenAI tool call or an Anthropic tool_use block, "
+                                   "as a dict or the SDK's object.")
+    return Jsonb(dict(call))
 
 
 def check_format(fmt: str) -> None:

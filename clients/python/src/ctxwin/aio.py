@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, AsyncIterator, Mapping, Sequence, TypeVar, Union
 from uuid import UUID
 
@@ -14,6 +15,7 @@ from .errors import CtxwinError, SessionNotFound, from_psycopg
 from .types import (
     ContextStatus,
     Format,
+    SearchHit,
     Session,
     SessionRef,
     StoredMessage,
@@ -194,11 +196,15 @@ class AsyncClient:
         *,
         budget: int | None = None,
         cache: bool = True,
+        recall: bool = False,
     ) -> dict[str, Any]:
-        """The whole request body to POST to the provider."""
+        """The whole request body to POST to the provider; with ``recall=True``
+        its tools end with ctxwin's ``conversation_search`` (answer its calls
+        with :meth:`answer_tool_call`)."""
         _sql.check_format(format)
         row = await self._one(_sql.BUILD_REQUEST, (session_id(session), budget, format,
-                                             _sql.jsonb(list(tools) if tools is not None else None), cache))
+                                             _sql.jsonb(list(tools) if tools is not None else None), cache,
+                                             recall))
         assert row is not None
         r: dict[str, Any] = row["r"]
         return r
@@ -214,14 +220,16 @@ class AsyncClient:
         tools: Sequence[Mapping[str, Any]] | None = None,
         cache: bool = True,
         request: bool = False,
+        recall: bool = False,
     ) -> Turn:
         """One chat turn in one round trip: appends the messages, then returns
-        the window (or, with ``request=True``, the whole request body)."""
+        the window (or, with ``request=True``, the whole request body; with
+        ``recall=True`` too, its tools end with ``conversation_search``)."""
         _sql.check_format(format)
         body, ks, _ = _sql.prepare_messages(messages, keys)
         row = await self._one(_sql.APPEND_AND_BUILD, (session_id(session), body, ks, budget, format,
                                                 _sql.jsonb(list(tools) if tools is not None else None),
-                                                cache, request))
+                                                cache, request, recall))
         assert row is not None
         r = row["r"]
         return Turn(ids=[int(i) for i in r.get("ids") or []], context=r.get("context"), request=r.get("request"))
@@ -246,7 +254,7 @@ class AsyncClient:
             async with conn.pipeline():
                 c1 = conn.cursor(row_factory=dict_row)
                 if chat:
-                    await c1.execute(_sql.APPEND_AND_BUILD, (sid, body, ks, budget, "openai", t, True, False))
+                    await c1.execute(_sql.APPEND_AND_BUILD, (sid, body, ks, budget, "openai", t, True, False, False))
                 else:       # only reads: no lock, and a hot standby serves it
                     await c1.execute(_sql.BUILD_WINDOW, (budget, t, sid))
                 c2 = conn.cursor(row_factory=dict_row)
@@ -257,6 +265,45 @@ class AsyncClient:
             r = r1["r"]
             return _sql.match_window([int(i) for i in r.get("ids") or []], r.get("context") or [], r2)
         return await self._run(go)
+
+    # -- recall ------------------------------------------------------------
+
+    async def search(
+        self,
+        session: SessionRef,
+        query: str,
+        *,
+        roles: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_results: int = 10,
+    ) -> list[SearchHit]:
+        """The messages of the session's whole history (summarized ones
+        included) that best match ``query``, best first (``ctxwin.search``):
+        ``roles`` any of system, user, assistant, tool; ``since`` inclusive,
+        ``until`` exclusive; ``max_results`` from 1 to 100."""
+        rows = await self._all(_sql.SEARCH, (session_id(session), query, None if roles is None else list(roles),
+                                        since, until, max_results))
+        return [SearchHit.from_row(r) for r in rows]
+
+    async def message(self, session: SessionRef, id: int) -> dict[str, Any]:
+        """One stored message whole (``ctxwin.message``), as an OpenAI chat
+        message with its ``id`` and ``created_at``: what a cleared tool result
+        of a window, or a search hit, points to."""
+        row = await self._one(_sql.MESSAGE, (session_id(session), id))
+        assert row is not None
+        r: dict[str, Any] = row["r"]
+        return r
+
+    async def answer_tool_call(self, session: SessionRef, tool_call: Any) -> dict[str, Any]:
+        """The tool message answering a model's call of ``conversation_search``
+        (``ctxwin.answer_tool_call``): ``tool_call`` is an OpenAI tool call or
+        an Anthropic ``tool_use`` block, a dict or the SDK's object.  Append
+        the answer to the session as it is."""
+        row = await self._one(_sql.ANSWER_TOOL_CALL, (session_id(session), _sql.tool_call_json(tool_call)))
+        assert row is not None
+        r: dict[str, Any] = row["r"]
+        return r
 
     # -- usage, status, summaries -----------------------------------------
 

@@ -71,6 +71,10 @@ class SessionNotFound(CtxwinError, LookupError):
     """The session does not exist, or the role may not see it (P0002)."""
 
 
+class MessageNotFound(CtxwinError, LookupError):
+    """The session has no message of that id (P0002, from ``message``)."""
+
+
 class IntegrityViolation(CtxwinError):
     """A change ctxwin refuses to keep its invariants: a message update or
     delete, a duplicate key, a foreign key (class 23)."""
@@ -117,7 +121,9 @@ def from_psycopg(exc: psycopg.Error) -> CtxwinError:
     message = diag.message_primary or str(exc).strip() or type(exc).__name__
     cls: type[CtxwinError] = CtxwinError
     if sqlstate is not None:
-        if sqlstate in _BY_SQLSTATE:
+        if sqlstate == "P0002" and message.startswith("message "):
+            cls = MessageNotFound
+        elif sqlstate in _BY_SQLSTATE:
             cls = _BY_SQLSTATE[sqlstate]
         elif sqlstate == "22023" and message.startswith("token budget"):
             cls = BudgetTooSmall

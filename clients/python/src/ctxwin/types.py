@@ -247,6 +247,24 @@ class Window:
         return min(ids) if ids else None
 
 
+@dataclass(frozen=True)
+class SearchHit:
+    """A message found by :meth:`~ctxwin.Client.search` (``ctxwin.search``):
+    its id, role and time, about 200 characters around the terms found, and
+    its rank (comparable within one search; best first)."""
+
+    id: int
+    role: str
+    created_at: datetime
+    snippet: str
+    rank: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SearchHit:
+        return cls(id=int(row["id"]), role=row["role"], created_at=row["created_at"],
+                   snippet=row["snippet"], rank=float(row["rank"]))
+
+
 SessionRef = Union[UUID, str, Session]
 
 
