@@ -58,7 +58,19 @@ export async function createTestDb(prefix: string): Promise<TestDb> {
       return c;
     },
     async drop() {
+      // pool.end() resolves before its connections are closed: wait for
+      // each to be, so that DROP ... FORCE terminates none of them (a
+      // terminated idle connection is an error event on the pool, which
+      // would be uncaught and fail whichever test runs then)
+      pool.on("error", () => { /* a connection closing as the pool ends */ });
+      const open = pool.totalCount;
+      let closed = 0;
+      const allClosed = new Promise<void>((done) => {
+        if (open === 0) done();
+        pool.on("remove", () => { if (++closed >= open) done(); });
+      });
       await pool.end();
+      await allClosed;
       const a = new pg.Client();
       await a.connect();
       try {
