@@ -394,6 +394,7 @@ package CtxwinTest::Mock;
 
 use strict;
 use warnings;
+use File::Spec;
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Utils;
@@ -438,7 +439,10 @@ Stops it (also done at exit).
 sub start
 {
 	my ($class, %opts) = @_;
-	my $dir = PostgreSQL::Test::Utils::tempdir('mockllm');
+	# absolute: the server reads the key file from its data directory, and
+	# the framework's temporary directories are relative where TESTDIR is
+	# not set (as when scripts/valgrind.sh runs llm.pl)
+	my $dir = File::Spec->rel2abs(PostgreSQL::Test::Utils::tempdir('mockllm'));
 	chmod 0755, $dir;
 	open(my $r, '<', '/dev/urandom') or die "/dev/urandom: $!";
 	read($r, my $bytes, 16) == 16 or die "/dev/urandom: short read";
