@@ -327,8 +327,9 @@ BEGIN
                   HINT = 'Answer the calls of the application''s own tools in the application.';
     END IF;
 
+    -- the tool's own parameters (recall_tool(), src/recall/tool.c)
     SELECT string_agg(k, ', ' ORDER BY k) INTO bad FROM jsonb_object_keys(args) k
-    WHERE k NOT IN ('query', 'roles', 'since', 'until', 'max_results');
+    WHERE NOT ctxwin.recall_tool() -> 'function' -> 'parameters' -> 'properties' ? k;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'conversation_search has no argument %', bad
             USING ERRCODE = 'invalid_parameter_value',
