@@ -163,6 +163,30 @@ ctxwin_pg_perl() {
 	fi
 }
 
+# CTXWIN_PG_COPY=DIR: the server is a private copy of the installation in
+# DIR/pgMAJOR (made on first use), so that two trees built and tested side
+# by side on one machine never install their ctxwin.so over each other's.
+# Each directory a build or the server reads is copied at its own path
+# under the copy, where the copy's pg_config and server find it; prints the
+# copy's bin directory's parent as the prefix to use.
+_ctxwin_pg_copy() {
+	local prefix=$1 dir=$2 d
+	if [ ! -f "$dir/.ctxwin-copy" ]; then
+		rm -rf "$dir"
+		for d in $("$prefix/bin/pg_config" --bindir --pkglibdir --sharedir --includedir-server); do
+			mkdir -p "$dir/root$(dirname "$d")"
+			cp -a "$d" "$dir/root$d" || return 1
+		done
+		touch "$dir/.ctxwin-copy"
+	fi
+	local copy=$dir/root$prefix
+	case $("$copy/bin/pg_config" --pkglibdir) in
+	"$dir/root"/*) ;;
+	*) echo "the copy of $prefix in $dir is not used by its own pg_config" >&2; return 1 ;;
+	esac
+	echo "$copy"
+}
+
 ctxwin_pg_use() {
 	local major=$1
 	case $major in
@@ -179,6 +203,9 @@ ctxwin_pg_use() {
 	esac
 	local prefix
 	prefix=$(ctxwin_pg_prefix "$major")
+	if [ -n "${CTXWIN_PG_COPY:-}" ]; then
+		prefix=$(_ctxwin_pg_copy "$prefix" "$CTXWIN_PG_COPY/pg$major") || return 1
+	fi
 	export PG_CONFIG=$prefix/bin/pg_config
 	export PATH=$prefix/bin:$PATH
 	export PERL5LIB=$(ctxwin_pg_perl "$major")${PERL5LIB:+:$PERL5LIB}

@@ -13,7 +13,9 @@
 #   bash scripts/test.sh test/worker.pl   one test file (or several)
 #   bash scripts/test.sh clients/python   the Python client's tests (or
 #                                         clients/node: the TypeScript one's)
-# CTXWIN_PG=18 works as --pg 18 does.
+# CTXWIN_PG=18 works as --pg 18 does.  CTXWIN_PG_COPY=DIR tests against a
+# private copy of the server's installation in DIR (scripts/pg.sh), for two
+# trees tested side by side on one machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=$(pwd -P)
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--pg) major=$2; shift 2 ;;
 	--pg=*) major=${1#--pg=}; shift ;;
-	-h | --help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) files+=("$1"); shift ;;
 	esac
 done
