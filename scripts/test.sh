@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--pg) major=$2; shift 2 ;;
 	--pg=*) major=${1#--pg=}; shift ;;
-	-h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) files+=("$1"); shift ;;
 	esac
 done
