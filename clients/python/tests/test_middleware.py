@@ -48,8 +48,12 @@ async def aconversation_search(query: str) -> str:
 aconversation_search.name = "conversation_search"
 
 
-def chat_model(mockllm: MockLLM) -> ChatOpenAI:
-    return ChatOpenAI(model="mock", base_url=mockllm.base_url, api_key=mockllm.key, max_retries=0)  # type: ignore[arg-type]
+def chat_model(mockllm: MockLLM, timeout: float | None = None) -> ChatOpenAI:
+    """ChatOpenAI on the mock (langchain-openai shares one async HTTP client
+    per base URL and timeout: an async test gives a timeout of its own, so
+    that it never gets a client of another test's closed event loop)."""
+    return ChatOpenAI(model="mock", base_url=mockllm.base_url, api_key=mockllm.key, max_retries=0,  # type: ignore[arg-type]
+                      timeout=timeout)
 
 
 def stored(db: psycopg.Connection[Any], sid: uuid.UUID) -> list[tuple[Any, ...]]:
@@ -208,7 +212,7 @@ async def test_async_agent_with_postgres_saver(mockllm: MockLLM, dsn: str, db: p
             await saver.setup()
             mw = ContextEditingMiddleware(edits=[ClearToolUsesEdit(keep=1)], max_tokens=BUDGET,
                                           trigger=("tokens", 600), keep=("messages", 6), async_connection=pool)
-            agent = create_agent(chat_model(mockllm), [aconversation_search], system_prompt=SYSTEM,
+            agent = create_agent(chat_model(mockllm, timeout=59.5), [aconversation_search], system_prompt=SYSTEM,
                                  middleware=[mw], checkpointer=saver)
             mark = len(mockllm.requests())
             for i in range(6):
