@@ -3601,10 +3601,17 @@ BEGIN
                     'finish_reason', 'stop')))
                 -- no usage: none stored, as for a provider's answer without one
                 || CASE WHEN usage IS NOT NULL THEN jsonb_build_object('usage', usage) ELSE '{}'::jsonb END));
-    EXCEPTION WHEN serialization_failure THEN
-        RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
-            USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
-                  HINT = 'Claim a new job with ctxwin.claim_summary.';
+    EXCEPTION
+        WHEN serialization_failure THEN
+            RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
+                USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
+                      HINT = 'Claim a new job with ctxwin.claim_summary.';
+        WHEN data_exception THEN
+            -- the worker's checks refused the answer (far over max_summary_tokens)
+            RAISE EXCEPTION '%', SQLERRM
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                      HINT = format('Ask the model for at most %s tokens (the job''s max_tokens).', j.plan ->> 'answer_tokens');
     END;
     UPDATE ctxwin.summary_jobs x SET state = 'completed', finished_at = clock_timestamp()
     WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
@@ -3632,3 +3639,129 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
 'Releases a claimed summary job without a summary, recording the failure with the worker''s backoff; CW001 for a stale token';
+
+-- A model that answers longer than a summary segment's target is not cut
+-- off: the summary request's max_tokens is all that max_summary_tokens
+-- leaves, above the target its prompt asks for.
+/*
+ * The LLM request of a summary of a session's messages after p_after up to
+ * p_through (a place where a summary may end), made from stored data only:
+ * the profile's summary prompt, model and max_summary_tokens, the previous
+ * summary and the messages' transcript.  The request fits the summary
+ * model's window, so it may cover fewer messages: "through" says up to
+ * where (see _summary_fit).  Under a stable window the answer may be a
+ * segment appended to the summary (_summary_segment): the request then
+ * holds the whole summary for context, and its system prompt ends with
+ * segment_summary_prompt().  Returns through, transcript_cut, facts
+ * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
+ * less the facts, above the target "Write at most N tokens" of the prompt),
+ * system_prompt, prompt, model, segment and budget.
+ */
+CREATE OR REPLACE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+    shape record;
+    cap int;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    -- appended as a segment (a stable window's), or written whole, in budget tokens
+    shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
+                                     st.max_summary_tokens);
+    -- the answer's hard cap, the request's max_tokens: max_summary_tokens,
+    -- above the target the prompt asks for, so that a model that answers
+    -- longer than its target is not cut off (a cut-off answer is never
+    -- stored, and the same request would be cut off again); a segment
+    -- longer than the summary has room for is cut to fit when it is written
+    cap := greatest(st.max_summary_tokens, shape.budget);
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model'));
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    IF shape.segment THEN
+        -- the summary stays as it is: all of it, for context
+        previous := s.conversation_summary;
+    ELSIF s.summary_segments IS NOT NULL THEN
+        -- segments consolidated: the Facts line of each is merged below
+        previous := coalesce(nullif(regexp_replace(s.conversation_summary, '(^|\n\n)Facts: [^\n]*(\n\n|$)', '\1', 'g'), ''),
+                             '(none)');
+    END IF;
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', shape.budget)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - cap - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        IF shape.segment THEN
+            -- a segment's own: those of its messages that the summary does not hold yet
+            facts := ARRAY(SELECT f FROM unnest(ctxwin.extract_facts(ctxwin.transcript(msgs, st.encoding)))
+                                         WITH ORDINALITY AS u(f, o)
+                           WHERE f <> ALL (ctxwin.extract_facts(s.conversation_summary)) ORDER BY o);
+        ELSIF s.summary_segments IS NOT NULL THEN
+            -- the facts of every segment, then the new messages'
+            facts := ctxwin.extract_facts(coalesce((SELECT string_agg(m[1], '; ')
+                                                    FROM regexp_matches(s.conversation_summary, '(?:^|\n\n)Facts: ([^\n]*)', 'g') m), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        ELSE
+            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        END IF;
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > shape.budget / 4 LOOP
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := shape.budget - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text,
+                                      'answer_tokens', cap - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
+                                      'system_prompt', sys,
+                                      'prompt', prompt, 'model', model,
+                                      'segment', shape.segment, 'budget', shape.budget);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
+'The LLM request of a summary, made from stored data only, within the summary model''s window';
+

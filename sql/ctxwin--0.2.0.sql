@@ -1881,7 +1881,9 @@ COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
  * segment appended to the summary (_summary_segment): the request then
  * holds the whole summary for context, and its system prompt ends with
  * segment_summary_prompt().  Returns through, transcript_cut, facts
- * (hybrid), answer_tokens, system_prompt, prompt, model, segment and budget.
+ * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
+ * less the facts, above the target "Write at most N tokens" of the prompt),
+ * system_prompt, prompt, model, segment and budget.
  */
 CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
 RETURNS jsonb
@@ -1904,12 +1906,19 @@ DECLARE
     previous text;
     fit jsonb;
     shape record;
+    cap int;
 BEGIN
     SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
     SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
     -- appended as a segment (a stable window's), or written whole, in budget tokens
     shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
                                      st.max_summary_tokens);
+    -- the answer's hard cap, the request's max_tokens: max_summary_tokens,
+    -- above the target the prompt asks for, so that a model that answers
+    -- longer than its target is not cut off (a cut-off answer is never
+    -- stored, and the same request would be cut off again); a segment
+    -- longer than the summary has room for is cut to fit when it is written
+    cap := greatest(st.max_summary_tokens, shape.budget);
     strategy := coalesce(st.summary_strategy,
                          CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
                               THEN 'llm' ELSE 'extractive' END);
@@ -1935,7 +1944,7 @@ BEGIN
            || coalesce(' Focus: ' || p_instructions, '');
     -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
     fit := ctxwin._summary_fit(p_session, p_after, through,
-                               summary_window - shape.budget - 32
+                               summary_window - cap - 32
                                - ctxwin.count_tokens(sys, summary_encoding)
                                - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
                                                      summary_encoding),
@@ -1974,7 +1983,9 @@ BEGIN
            || format(' Write at most %s tokens.', room)
            || coalesce(' Focus: ' || p_instructions, '');
     prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
-    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+    RETURN plan || jsonb_build_object('facts', facts_text,
+                                      'answer_tokens', cap - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
+                                      'system_prompt', sys,
                                       'prompt', prompt, 'model', model,
                                       'segment', shape.segment, 'budget', shape.budget);
 END $$;
@@ -2307,10 +2318,17 @@ BEGIN
                     'finish_reason', 'stop')))
                 -- no usage: none stored, as for a provider's answer without one
                 || CASE WHEN usage IS NOT NULL THEN jsonb_build_object('usage', usage) ELSE '{}'::jsonb END));
-    EXCEPTION WHEN serialization_failure THEN
-        RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
-            USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
-                  HINT = 'Claim a new job with ctxwin.claim_summary.';
+    EXCEPTION
+        WHEN serialization_failure THEN
+            RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
+                USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
+                      HINT = 'Claim a new job with ctxwin.claim_summary.';
+        WHEN data_exception THEN
+            -- the worker's checks refused the answer (far over max_summary_tokens)
+            RAISE EXCEPTION '%', SQLERRM
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                      HINT = format('Ask the model for at most %s tokens (the job''s max_tokens).', j.plan ->> 'answer_tokens');
     END;
     UPDATE ctxwin.summary_jobs x SET state = 'completed', finished_at = clock_timestamp()
     WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;

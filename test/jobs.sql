@@ -183,6 +183,20 @@ SELECT ok(job -> 'messages' -> 0 ->> 'content' LIKE '%' || ctxwin.segment_summar
 SELECT is((ctxwin.complete_summary(job ->> 'token', 'Deploys 11 to 20.')).content, 'Deploys 1 to 10.' || E'\n\n' || 'Deploys 11 to 20.',
           'its answer is appended as a segment, the first byte for byte') FROM jobs WHERE step = 'b2';
 SELECT is((SELECT summary_segments FROM ctxwin.sessions WHERE id = :b), ARRAY[16, 17], '... with the segments'' lengths');
+SELECT pg_temp.talk(:b, 23, 32);
+INSERT INTO jobs VALUES ('b3', ctxwin.claim_summary(:b, true));
+SELECT is((job ->> 'max_tokens')::int, 400,
+          'a segment''s job may answer up to max_summary_tokens, above the target its prompt asks for') FROM jobs WHERE step = 'b3';
+CREATE TEMP TABLE long_done AS
+SELECT d.* FROM jobs, ctxwin.complete_summary(job ->> 'token', repeat('release_25 deployed and verified. ', 80)) d WHERE step = 'b3';
+SELECT ok(token_count <= 400 AND starts_with(content, 'Deploys 1 to 10.' || E'\n\n' || 'Deploys 11 to 20.' || E'\n\n' || 'release_25')
+          AND content LIKE '%tokens omitted%',
+          'an answer longer than the summary has room for is cut in the middle to fit, not refused') FROM long_done;
+SELECT pg_temp.talk(:b, 33, 42);
+INSERT INTO jobs VALUES ('b4', ctxwin.claim_summary(:b, true));
+SELECT throws_ok(format('SELECT ctxwin.complete_summary(%L, %L)', job ->> 'token', repeat('release_35 deployed and verified. ', 400)),
+                 '22023', NULL, 'an answer more than twice as long as max_summary_tokens is refused: 22023') FROM jobs WHERE step = 'b4';
+SELECT is((SELECT summary_version FROM ctxwin.sessions WHERE id = :b), 3, '... nothing written');
 
 -- --- the app strategy: left queued for the application ---------------------------
 SELECT pg_temp.talk('40000000-0000-4000-8000-00000000000d', 1, 12);
@@ -192,8 +206,9 @@ SELECT isnt((SELECT compaction_queued_at FROM ctxwin.sessions WHERE id = '400000
             'the app session stays queued');
 SELECT matches((ctxwin.context_status('40000000-0000-4000-8000-00000000000d')).note,
                'written by the application''s own model \(summary_strategy ''app''\)', 'context_status says it waits for the application');
-INSERT INTO jobs VALUES ('n1', ctxwin.claim_next_summary()), ('n2', ctxwin.claim_next_summary()),
-                        ('n3', ctxwin.claim_next_summary());
+INSERT INTO jobs VALUES ('n1', ctxwin.claim_next_summary());
+INSERT INTO jobs VALUES ('n2', ctxwin.claim_next_summary());
+INSERT INTO jobs VALUES ('n3', ctxwin.claim_next_summary());
 SELECT is(array_agg(job ->> 'session_id' ORDER BY step),
           ARRAY['40000000-0000-4000-8000-00000000000a', '40000000-0000-4000-8000-00000000000d', NULL],
           'claim_next_summary gives the queued sessions oldest queued first (the expired job''s, then the app session), then none')

@@ -34,6 +34,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/timestamp.h"
@@ -134,6 +135,10 @@ static CtxwinQuery answer_q = {
 	"COALESCE(($2 " OP("->>") " 'total_ms')::pg_catalog.int4, (r.a " OP("->>") " 'latency_ms')::pg_catalog.int4) "
 	"FROM ctxwin._llm_answer($2, ($1 " OP("->>") " 'answer_tokens')::pg_catalog.int4) AS r(a)",
 	2, {JSONBOID, JSONBOID}
+};
+
+static CtxwinQuery cut_q_middle = {
+	"SELECT ctxwin.truncate_middle($1, $2, $3)", 3, {TEXTOID, INT4OID, TEXTOID}
 };
 
 static CtxwinQuery count_q = {
@@ -523,8 +528,77 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 }
 
 /*
+ * A summary over max_tokens, cut in the middle (truncate_middle) until it
+ * fits: its new segment, the summary before it byte for byte, or, written
+ * whole, all of it.  A model that answers longer than its target (or whose
+ * tokens ctxwin counts as more) is so never refused for it: the same
+ * request would get the same answer again, and the session would never be
+ * summarized.  After a cut segment less than an eighth of max_tokens is
+ * left, and the next compaction consolidates the segments
+ * (SummarySegmentPlan).  False if no cut fits (the summary before the
+ * segment fills max_tokens).
+ */
+static bool
+CutToFit(const FinishPlan *fp, NewSummary *ns)
+{
+	text	   *all = DatumGetTextPP(ns->content);
+	Datum		original = ns->segment_null ? ns->content : ns->segment;
+	int			prev_len = VARSIZE_ANY_EXHDR(all) - VARSIZE_ANY_EXHDR(DatumGetTextPP(original));
+	int32		max_tokens = DatumGetInt32(fp->f[F_MAX_TOKENS]);
+	Datum		cut_tokens;
+	bool		cut_tokens_null;
+	int32		room;
+	int			tries;
+
+	{
+		Datum		args[2] = {original, fp->f[F_ENCODING]};
+		char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+
+		CtxwinQueryRow(&count_q, args, nulls, &cut_tokens, &cut_tokens_null, 1);
+	}
+	if (cut_tokens_null)
+		return false;
+	/* the tokens the summary has over max_tokens come off the new text */
+	room = DatumGetInt32(cut_tokens) - (DatumGetInt32(ns->tokens) - max_tokens);
+	for (tries = 0; tries < 8 && room > 0; tries++)
+	{
+		Datum		args[3] = {original, Int32GetDatum(room), fp->f[F_ENCODING]};
+		char		nulls[3] = {' ', ' ', SPI_NULL(fp->fn[F_ENCODING])};
+		Datum		cut;
+		bool		cut_null;
+		text	   *c;
+		StringInfoData b;
+		Datum		cargs[2];
+		char		cnulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+
+		CHECK_FOR_INTERRUPTS();
+		CtxwinQueryRow(&cut_q_middle, args, nulls, &cut, &cut_null, 1);
+		if (cut_null)
+			return false;
+		c = DatumGetTextPP(cut);
+		initStringInfo(&b);
+		appendBinaryStringInfo(&b, VARDATA_ANY(all), prev_len);
+		appendBinaryStringInfo(&b, VARDATA_ANY(c), VARSIZE_ANY_EXHDR(c));
+		if (!ns->segment_null)
+			ns->segment = cut;
+		ns->content = PointerGetDatum(cstring_to_text_with_len(b.data, b.len));
+		cargs[0] = ns->content;
+		cargs[1] = fp->f[F_ENCODING];
+		CtxwinQueryRow(&count_q, cargs, cnulls, &ns->tokens, &ns->tokens_null, 1);
+		if (ns->tokens_null || DatumGetInt32(ns->tokens) <= max_tokens)
+			return true;
+		/* a cut's seam may count differently: take off what is still over */
+		room -= Max(DatumGetInt32(ns->tokens) - max_tokens, 1);
+	}
+	return false;
+}
+
+/*
  * Counts the tokens of a new summary into ns; raises for an empty one (or
- * an empty segment) or one over the plan's max_tokens.
+ * an empty segment).  An LLM's summary over the plan's max_tokens is cut
+ * to fit (CutToFit) when its new text has at most twice the tokens it has
+ * room for; beyond, the model did not do what it was asked (a provider
+ * stops it at max_tokens), and it is refused.
  */
 static void
 CheckSummary(const FinishPlan *fp, NewSummary *ns)
@@ -533,6 +607,9 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 		ns->content_null ? NULL : TextDatumGetCString(ns->content);
 	Datum		args[2] = {ns->content, fp->f[F_ENCODING]};
 	char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+	int32		max_tokens;
+	int64		new_tokens;
+	int64		room;
 
 	/* btrim(content) = '': spaces only */
 	if (str == NULL || str[strspn(str, " ")] == '\0')
@@ -541,22 +618,36 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
 				 errdetail("The session was left unchanged.")));
 	CtxwinQueryRow(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
-	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] && !ns->segment_null &&
-		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
+	if (ns->tokens_null || fp->fn[F_MAX_TOKENS] ||
+		DatumGetInt32(ns->tokens) <= DatumGetInt32(fp->f[F_MAX_TOKENS]))
+		return;
+	max_tokens = DatumGetInt32(fp->f[F_MAX_TOKENS]);
+	new_tokens = DatumGetInt32(ns->tokens);
+	if (!ns->segment_null)
+	{
+		Datum		sargs[2] = {ns->segment, fp->f[F_ENCODING]};
+		Datum		n;
+		bool		n_null;
+
+		CtxwinQueryRow(&count_q, sargs, nulls, &n, &n_null, 1);
+		new_tokens = n_null ? 0 : DatumGetInt32(n);
+	}
+	/* the room of the new text: max_tokens less the summary before it */
+	room = (int64) max_tokens - (DatumGetInt32(ns->tokens) - new_tokens);
+	if ((fp->strategy == NULL || strcmp(fp->strategy, "extractive") != 0) &&
+		room > 0 && new_tokens <= 2 * room && CutToFit(fp, ns))
+		return;
+	if (!ns->segment_null)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("the %s summarizer returned a segment that takes the summary to %d tokens, over max_summary_tokens (%d)",
-						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
-						DatumGetInt32(fp->f[F_MAX_TOKENS])),
-				 errdetail("The session was left unchanged.")));
-	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] &&
-		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
-						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
-						DatumGetInt32(fp->f[F_MAX_TOKENS])),
-				 errdetail("The session was left unchanged.")));
+						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens), max_tokens),
+				 errdetail("The session was left unchanged; a segment is cut to fit only when it is at most twice as long as the room it has.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_EXCEPTION),
+			 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
+					SummaryShown(fp->strategy), DatumGetInt32(ns->tokens), max_tokens),
+			 errdetail("The session was left unchanged; a summary is cut to fit only when it is at most twice as long as max_summary_tokens.")));
 }
 
 /*
