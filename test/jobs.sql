@@ -206,6 +206,7 @@ SELECT isnt((SELECT compaction_queued_at FROM ctxwin.sessions WHERE id = '400000
             'the app session stays queued');
 SELECT matches((ctxwin.context_status('40000000-0000-4000-8000-00000000000d')).note,
                'written by the application''s own model \(summary_strategy ''app''\)', 'context_status says it waits for the application');
+SELECT pg_sleep(0.15);   -- the job of step a5 (a 100 ms lease) has expired
 INSERT INTO jobs VALUES ('n1', ctxwin.claim_next_summary());
 INSERT INTO jobs VALUES ('n2', ctxwin.claim_next_summary());
 INSERT INTO jobs VALUES ('n3', ctxwin.claim_next_summary());

@@ -173,6 +173,8 @@ ctxwin_claim_summary(PG_FUNCTION_ARGS)
 				 errmsg("force must not be null")));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* the claims are the coordinator's, where the worker runs */
+	CtxwinRequireCitusCoordinator("claim_summary()");
 	CtxwinSessionMustExist((NullableDatum) {.value = PG_GETARG_DATUM(0), .isnull = PG_ARGISNULL(0)});
 	job = ClaimSession(PG_GETARG_DATUM(0), PG_GETARG_BOOL(1), &isnull);
 	return SummaryReturn(fcinfo, job, isnull);
