@@ -3270,6 +3270,7 @@ COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, json
 'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ...}';
 
 
+
 -- ==== Retract, never delete (0.2.0): ctxwin.retract(session, from_id) ====
 -- Messages from an id on leave every later window, summary, search and
 -- count; the rows stay, marked with retracted_at.  Both columns are added
@@ -3339,6 +3340,70 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.context_report(uuid) IS
 'context_status as text for a person in psql, with progress bars';
+
+CREATE OR REPLACE FUNCTION ctxwin.record_usage(session uuid, usage jsonb, window_first_id bigint DEFAULT NULL,
+                                    window_tokens int DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p_session uuid := record_usage.session;
+    p_usage jsonb := record_usage.usage;
+    first_id bigint := record_usage.window_first_id;
+    tokens int := record_usage.window_tokens;
+    u record;
+    newest bigint;
+    st record;
+    next_id bigint;
+BEGIN
+    IF p_session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO u FROM ctxwin.usage_tokens(p_usage);
+    -- the session row's lock numbers its requests, as it numbers messages
+    SELECT x.message_count INTO newest FROM ctxwin.sessions x
+    WHERE x.id = p_session
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', p_session USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.model, x.encoding INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
+    IF first_id IS NULL AND tokens IS NULL THEN
+        -- the window build_context returns now
+        SELECT c.window_tokens,
+               CASE WHEN c.window_messages > 0 THEN
+                   (SELECT min(w.id) FROM (SELECT m.id FROM ctxwin.messages m
+                                           WHERE m.session_id = p_session AND m.retracted_at IS NULL
+                                           ORDER BY m.id DESC LIMIT c.window_messages) w) END
+        INTO tokens, first_id
+        FROM ctxwin.context_status(p_session) c;
+    ELSIF first_id IS NOT NULL AND (first_id < 1 OR first_id > newest) THEN
+        RAISE EXCEPTION 'window_first_id % is not a message of session %', first_id, p_session
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('The session has %s messages.', newest);
+    END IF;
+    IF tokens IS NOT NULL AND tokens < 1 THEN
+        RAISE EXCEPTION 'window_tokens must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the tokens of the window the request sent, as ctxwin counts them (context_status''s window_tokens), or NULL.';
+    END IF;
+    SELECT coalesce(max(l.id), 0) + 1 INTO next_id FROM ctxwin.usage_log l WHERE l.session_id = p_session;
+    -- the time of the call, not of the transaction: calibration takes the
+    -- newest requests, and a transaction may record several
+    INSERT INTO ctxwin.usage_log (session_id, id, created_at, kind, provider, model, input_tokens, cached_tokens,
+                                  cache_write_tokens, output_tokens, usage, window_first_id, window_tokens,
+                                  window_encoding)
+    VALUES (p_session, next_id, clock_timestamp(), 'request', u.provider, st.model, u.input_tokens, u.cached_tokens,
+            u.cache_write_tokens, u.output_tokens, p_usage, first_id, tokens,
+            CASE WHEN tokens IS NOT NULL THEN st.encoding END);
+    IF tokens IS NOT NULL THEN
+        PERFORM ctxwin._calibrate(st.model);
+    END IF;
+    RETURN next_id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.record_usage(uuid, jsonb, bigint, int) IS
+'Records the usage object of an LLM answer (OpenAI or Anthropic, as it came) for a session, with the window the request sent (default: the window build_context returns now); returns the request''s id in the session';
 
 CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
 RETURNS bigint
