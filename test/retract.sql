@@ -161,7 +161,8 @@ SELECT is((SELECT metadata ->> 'retracted_client_key' FROM ctxwin.messages
           'the retracted message keeps its key in its metadata');
 SELECT is(pg_temp.words(ctxwin.build_context('40000000-0000-4000-8000-00000000000c')::text), '{1,3}',
           'edit and resend: the window has the new reply only');
-SELECT ctxwin.record_usage('40000000-0000-4000-8000-00000000000c', '{"prompt_tokens": 30, "completion_tokens": 5}');
+SELECT isnt(ctxwin.record_usage('40000000-0000-4000-8000-00000000000c', '{"prompt_tokens": 30, "completion_tokens": 5}'),
+            NULL, 'record_usage after a retract');
 SELECT is((SELECT window_first_id FROM ctxwin.usage_log WHERE session_id = '40000000-0000-4000-8000-00000000000c'),
           1::bigint, 'record_usage: the window starts at message 1, the retracted message 2 inside it not counted');
 
