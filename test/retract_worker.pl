@@ -4,7 +4,8 @@
 # messages that are then retracted; the retract does not wait for it; the
 # summary that comes back is refused (the summary version moved on) and
 # never lands; the next summary, planned after the retract, covers no
-# retracted message.  Builds its own cluster with PostgreSQL's test
+# retracted message.  Also: an append and a retract of one session
+# serialize on its row.  Builds its own cluster with PostgreSQL's test
 # framework.
 use strict;
 use warnings;
@@ -88,6 +89,26 @@ is(sq("SELECT string_agg(m ->> 'content', '|') ~ 'ORD-10(08|09|10|11|12)' FROM j
 	'f', 'the window sends no retracted message');
 is(sq("SELECT count(*) FROM ctxwin.messages WHERE session_id = '50000000-0000-4000-8000-000000000001' "
 		  . "AND retracted_at IS NOT NULL"), '5', 'the five retracted rows are still stored');
+
+# an append and a retract of one session serialize on the session's row: a
+# retract from 17 while an append (message 18) is open waits for it, then
+# takes the new message back too
+my $bg = bg_sql($node, 'r1', {}, 'BEGIN',
+	"INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('50000000-0000-4000-8000-000000000001', 'user', 'Order ORD-1018.')",
+	'SELECT pg_sleep(2)', 'COMMIT');
+ok(wait_for($node, 'r1', "SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'", 10),
+	'an append is open (it holds the session\'s row)');
+$t0 = Time::HiRes::time();
+is(sq("SELECT ctxwin.retract('50000000-0000-4000-8000-000000000001', 17)"), '2',
+	'a retract from 17 meanwhile takes back 17 and the appended 18');
+cmp_ok(Time::HiRes::time() - $t0, '>', 0.5, '... after waiting for the append to commit');
+bg_done($bg);
+is(sq("INSERT INTO ctxwin.messages (session_id, role, content) VALUES ('50000000-0000-4000-8000-000000000001', 'user', 'next') RETURNING id"),
+	'19', 'the next message gets id 19');
+is(sq("SELECT format('%s %s', unsummarized_messages, (SELECT count(*) FROM ctxwin.messages m WHERE m.session_id = s.id "
+		  . "AND m.id > s.summary_through_id AND m.retracted_at IS NULL)) FROM ctxwin.sessions s "
+		  . "WHERE id = '50000000-0000-4000-8000-000000000001'"),
+	'2 2', 'the counter matches the messages not retracted after the summary');
 
 $node->stop;
 $mock->stop;
