@@ -143,6 +143,9 @@ SELECT throws_ok($$UPDATE ctxwin.messages SET retracted_at = now()
 SELECT throws_ok($$UPDATE ctxwin.messages SET retracted_at = NULL
                    WHERE session_id = '40000000-0000-4000-8000-00000000000a' AND id = 8$$,
                  '23000', 'messages cannot be changed', '... nor bring one back');
+SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content, retracted_at)
+                   VALUES ('40000000-0000-4000-8000-00000000000a', 'user', 'born retracted', now())$$,
+                 '23514', 'a new message cannot be retracted', 'an INSERT cannot bring a retracted message');
 SELECT lives_ok($$UPDATE ctxwin.messages SET metadata = '{"seen": true}'
                   WHERE session_id = '40000000-0000-4000-8000-00000000000a' AND id = 8$$,
                 'metadata of a retracted message may still change');
