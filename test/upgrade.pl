@@ -171,6 +171,10 @@ my $contexts_before = q_up($contexts_sql);
 my $state_before = q_up($state_sql);
 
 # --- ALTER EXTENSION ctxwin UPDATE --------------------------------------------
+# (the files of the messages and summaries tables: the update adds columns
+# to both without rewriting either)
+my $filenodes_sql = "SELECT pg_relation_filenode('ctxwin.messages') || ' ' || pg_relation_filenode('ctxwin.summaries')";
+my $filenodes_before = q_up($filenodes_sql);
 q_up('ALTER EXTENSION ctxwin UPDATE');
 is(q_up("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 	$current, "ALTER EXTENSION ctxwin UPDATE reaches $current");
@@ -179,6 +183,8 @@ is(q_up("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 (my $contexts_sql_nocache = $contexts_sql) =~ s/300, 'anthropic'\)/300, 'anthropic', cache => false)/;
 isnt($contexts_sql_nocache, $contexts_sql, '(the query after the update asks for no breakpoints)');
 is(q_up($contexts_sql_nocache), $contexts_before, 'build_context and context_status answer as before the update');
+is(q_up($filenodes_sql), $filenodes_before,
+	'the update rewrote neither ctxwin.messages nor ctxwin.summaries (retracted_at added without a default)');
 is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
 is(q_up("SELECT count(*) FILTER (WHERE content_parts IS NULL) || '/' || count(*) FROM ctxwin.messages"),
