@@ -71,6 +71,9 @@ SELECT is(ctxwin.retract('40000000-0000-4000-8000-00000000000a', 9), 0, 'from a 
 SELECT is((SELECT array_agg(id ORDER BY id) FROM ctxwin.messages
            WHERE session_id = '40000000-0000-4000-8000-00000000000a' AND retracted_at IS NOT NULL),
           '{7,8,9,10}'::bigint[], 'messages 7 to 10 are marked');
+SELECT is((SELECT count(DISTINCT retracted_at) FROM ctxwin.messages
+           WHERE session_id = '40000000-0000-4000-8000-00000000000a' AND retracted_at IS NOT NULL),
+          1::bigint, '... with one time');
 SELECT is((SELECT count(*) FROM ctxwin.messages WHERE session_id = '40000000-0000-4000-8000-00000000000a'),
           10::bigint, '... and every row is still stored');
 SELECT is(pg_temp.words(ctxwin.build_context('40000000-0000-4000-8000-00000000000a')::text),

@@ -27,6 +27,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "base/base.h"
 #include "session/session.h"
@@ -45,18 +46,19 @@ static CtxwinQuery lock_q = {
 
 /*
  * The messages marked, as the caller (UPDATE on ctxwin.messages; the guard
- * lets ctxwin's own write of retracted_at through, and nothing else).  A
+ * lets ctxwin's own write of retracted_at through, and nothing else), all
+ * with one time ($3: when the retract had the session's row).  A
  * retracted message's client key is set free, kept in its metadata, so
  * that the application may append a message with that key again.
  */
 static CtxwinQuery mark_q = {
-	"WITH r AS (UPDATE ctxwin.messages x SET retracted_at = pg_catalog.clock_timestamp(), client_key = NULL, "
+	"WITH r AS (UPDATE ctxwin.messages x SET retracted_at = $3, client_key = NULL, "
 	"metadata = CASE WHEN x.client_key IS NULL THEN x.metadata "
 	"ELSE x.metadata " OP("||") " pg_catalog.jsonb_build_object('retracted_client_key', x.client_key) END "
 	"WHERE x.session_id " OP("=") " $1 AND x.id " OP(">=") " $2 AND x.retracted_at IS NULL "
 	"RETURNING x.token_count) "
 	"SELECT pg_catalog.count(*), pg_catalog.sum(r.token_count) FROM r",
-	2, {UUIDOID, INT8OID}, .once = true, .bookkeeping = true, .expect = SPI_OK_SELECT
+	3, {UUIDOID, INT8OID, TIMESTAMPTZOID}, .once = true, .bookkeeping = true, .expect = SPI_OK_SELECT
 };
 
 /*
@@ -66,9 +68,9 @@ static CtxwinQuery mark_q = {
  * has locked the session and marked its messages.
  */
 static CtxwinQuery supersede_q = {
-	"UPDATE ctxwin.summaries x SET retracted_at = pg_catalog.clock_timestamp() "
+	"UPDATE ctxwin.summaries x SET retracted_at = $3 "
 	"WHERE x.session_id " OP("=") " $1 AND x.through_id " OP(">=") " $2 AND x.retracted_at IS NULL",
-	2, {UUIDOID, INT8OID}, .once = true, .expect = SPI_OK_UPDATE
+	3, {UUIDOID, INT8OID, TIMESTAMPTZOID}, .once = true, .expect = SPI_OK_UPDATE
 };
 
 /*
@@ -89,7 +91,7 @@ static CtxwinQuery session_q = {
 	"summary_through_id = CASE WHEN x.summary_through_id " OP("<") " $2 THEN x.summary_through_id "
 	"ELSE COALESCE(fb.through_id, 0) END, "
 	"summary_version = x.summary_version " OP("+") " 1, "
-	"token_count = GREATEST(x.token_count " OP("-") " $3, 0), "
+	"token_count = GREATEST(x.token_count " OP("-") " $4, 0), "
 	"pending_tool_calls = pc.pending "
 	"FROM (SELECT NULL::pg_catalog.int4) z "
 	"LEFT JOIN LATERAL (SELECT s.content, s.segments, s.through_id FROM ctxwin.summaries s "
@@ -107,7 +109,7 @@ static CtxwinQuery session_q = {
 	"    WHERE m.session_id " OP("=") " $1 AND m.retracted_at IS NULL AND m.role " OP("<>") " 'tool' "
 	"    ORDER BY m.id DESC LIMIT 1) h ON true) pc ON true "
 	"WHERE x.id " OP("=") " $1",
-	3, {UUIDOID, INT8OID, INT8OID}, .once = true, .bookkeeping = true, .expect = SPI_OK_UPDATE
+	4, {UUIDOID, INT8OID, TIMESTAMPTZOID, INT8OID}, .once = true, .bookkeeping = true, .expect = SPI_OK_UPDATE
 };
 
 /* Runs supersede_q as the owner of ctxwin.summaries. */
@@ -144,7 +146,7 @@ SupersedeSummaries(Datum *args)
 Datum
 ctxwin_retract(PG_FUNCTION_ARGS)
 {
-	Datum		args[3];
+	Datum		args[4];
 	Datum		cols[2];
 	bool		nulls[2];
 	int64		n;
@@ -171,13 +173,14 @@ ctxwin_retract(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	if (CtxwinQueryRow(&lock_q, args, NULL, cols, nulls, 1) != 1)
 		CtxwinSessionNotFound(args[0], false);
+	args[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 	(void) CtxwinQueryRow(&mark_q, args, NULL, cols, nulls, 2);
 	n = nulls[0] ? 0 : DatumGetInt64(cols[0]);
 	tokens = nulls[1] ? 0 : DatumGetInt64(cols[1]);
 	if (n > 0)
 	{
 		SupersedeSummaries(args);
-		args[2] = Int64GetDatum(tokens);
+		args[3] = Int64GetDatum(tokens);
 		if (CtxwinQueryRow(&session_q, args, NULL, NULL, NULL, 0) != 1)
 			elog(ERROR, "could not write the session after the retract");
 	}
