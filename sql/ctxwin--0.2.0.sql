@@ -1020,6 +1020,20 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
 'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
+-- The window with the stored rows it shows (src/window/window.c and
+-- format.c): build_context's result and, from the same walk, the ids,
+-- client keys and roles of the messages in it, and the session's summary
+-- fields, so a client needs no second query to know what the model sees.
+CREATE FUNCTION ctxwin.build_window(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                    tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_window(uuid, int, text, jsonb, boolean) IS
+'build_context''s window with what it shows: {"context": build_context''s result for the same arguments, "messages": [{"id", "client_key", "role"}, ...] (the stored rows in the window, oldest first, cleared or cut ones included), "summary", "summary_version", "summary_through_id" (null: none), "tokens"}. Never writes.';
+
 -- The whole request body (src/window/request.c), the window built as build_context
 -- builds it; with recall, the tools have ctxwin's conversation_search too
 -- (sql/install/86_recall.sql).
@@ -1033,6 +1047,18 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
 'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
+
+-- build_request's body with the rows its window shows, as build_window
+-- returns build_context's: for append_and_build (sql/install/85_clients.sql).
+CREATE FUNCTION ctxwin._request_window(session uuid, budget int, format text, tools jsonb, cache boolean,
+                                       recall boolean)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_request_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._request_window(uuid, int, text, jsonb, boolean, boolean) IS
+'build_request''s body with the rows its window shows: {"request", "messages", "summary", "summary_version", "summary_through_id", "tokens"}, as build_window returns build_context''s';
 -- ==== sql/install/50_status.sql ====
 
 CREATE FUNCTION ctxwin.context_status(
@@ -2292,6 +2318,57 @@ COMMENT ON VIEW ctxwin.worker_status IS
 -- chat turn (append, then the window or the request body) in one call.
 
 /*
+ * The session with an id, created when missing (profile NULL: 'default',
+ * metadata NULL: '{}'); an existing one is returned as it is stored, its
+ * settings left alone.  So a client's first write to a session it names
+ * itself is one statement, in the caller's transaction or not:
+ *   SELECT ctxwin.append_messages((ctxwin.ensure_session($1)).id, $2, $3)
+ * Two transactions that create the same id at once: INSERT ... ON CONFLICT
+ * DO NOTHING makes the second wait for the first, and under READ COMMITTED
+ * its next statement sees the row once the first commits; nothing is
+ * raised or logged (REPEATABLE READ raises serialization_failure there, as
+ * any write that meets a concurrent one does).  A session the caller may
+ * not see (row-level security) is an error, never a second row.
+ * SECURITY INVOKER: the caller's privileges and policies apply.
+ */
+CREATE FUNCTION ctxwin.ensure_session(id uuid, profile text DEFAULT NULL, system_prompt text DEFAULT NULL,
+                                      metadata jsonb DEFAULT NULL)
+RETURNS ctxwin.sessions
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    s ctxwin.sessions;
+BEGIN
+    IF ensure_session.id IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- twice at most: the second round sees a session that a transaction
+    -- created and committed while the first round's INSERT waited for it
+    FOR attempt IN 1 .. 2 LOOP
+        SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = ensure_session.id;
+        IF FOUND THEN
+            RETURN s;
+        END IF;
+        INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
+        VALUES (ensure_session.id, coalesce(ensure_session.profile, 'default'), ensure_session.system_prompt,
+                coalesce(ensure_session.metadata, '{}'))
+        ON CONFLICT (id) DO NOTHING
+        RETURNING * INTO s;
+        IF FOUND THEN
+            RETURN s;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'session % exists but is not visible to role %', ensure_session.id, current_user
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'Row-level security of ctxwin.sessions hides it from this role.',
+              HINT = 'Use a new session id, or connect as a role that may see this session.';
+END $$;
+
+COMMENT ON FUNCTION ctxwin.ensure_session(uuid, text, text, jsonb) IS
+'The session with this id, created (profile NULL: default, metadata NULL: {}) when missing; an existing one is returned unchanged. Safe when two transactions create the same id at once, and raises nothing on the normal path: a client''s first write is SELECT ctxwin.append_messages((ctxwin.ensure_session(id)).id, ...)';
+
+/*
  * Appends chat messages (a JSON array in OpenAI's chat shape: role,
  * content, name, tool_call_id, tool_calls, metadata; a content that is an
  * array of parts is stored in content_parts) to a session, each
@@ -2392,8 +2469,10 @@ COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
  * One chat turn in one call: append_messages, then the window
  * (build_context) or, with request, the whole request body
  * (build_request, with recall: its tools end with conversation_search)
- * of the session with them.  Returns {"ids": [...], "context": ...} or
- * {"ids": [...], "request": ...}.
+ * of the session with them.  Returns {"ids": [...], "context": ...,
+ * "messages": [...]} or {"ids": [...], "request": ..., "messages": [...]}:
+ * messages are the stored rows the window shows, as build_window gives
+ * them (one walk).
  */
 CREATE FUNCTION ctxwin.append_and_build(session uuid, messages jsonb, keys text[] DEFAULT NULL,
                                         budget int DEFAULT NULL, format text DEFAULT 'openai',
@@ -2404,6 +2483,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ids bigint[];
+    w jsonb;
 BEGIN
     IF request IS NULL THEN
         RAISE EXCEPTION 'request must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -2419,15 +2499,15 @@ BEGIN
     END IF;
     ids := ctxwin.append_messages(session, messages, keys);
     IF request THEN
-        RETURN jsonb_build_object('ids', to_jsonb(ids),
-                                  'request', ctxwin.build_request(session, budget, format, tools, cache, recall));
+        w := ctxwin._request_window(session, budget, format, tools, cache, recall);
+        RETURN jsonb_build_object('ids', to_jsonb(ids), 'request', w -> 'request', 'messages', w -> 'messages');
     END IF;
-    RETURN jsonb_build_object('ids', to_jsonb(ids),
-                              'context', ctxwin.build_context(session, budget, format, tools, cache));
+    w := ctxwin.build_window(session, budget, format, tools, cache);
+    RETURN jsonb_build_object('ids', to_jsonb(ids), 'context', w -> 'context', 'messages', w -> 'messages');
 END $$;
 
 COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
-'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ...}';
+'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ..., "messages": [{"id", "client_key", "role"}, ...] (the stored rows the window shows)}';
 -- ==== sql/install/86_recall.sql ====
 
 ------------------------------------------------------------------------------
@@ -3446,6 +3526,7 @@ BEGIN
 
     -- one call, one round trip to the node that holds the session
     FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
                              'ctxwin.context_status(uuid)',
                              'ctxwin.context_report(uuid)',

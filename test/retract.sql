@@ -129,6 +129,9 @@ SELECT is(pg_temp.words((ctxwin.append_and_build('40000000-0000-4000-8000-000000
           '{1,2,3,4,5,6,11,12}', 'append_and_build''s window too');
 SELECT is((SELECT unsummarized_messages FROM ctxwin.sessions WHERE id = '40000000-0000-4000-8000-00000000000a'),
           8::bigint, 'the counter goes on from six');
+SELECT is((SELECT array_agg((x ->> 'id')::bigint ORDER BY n) FROM jsonb_array_elements(
+               ctxwin.build_window('40000000-0000-4000-8000-00000000000a') -> 'messages') WITH ORDINALITY a(x, n)),
+          '{1,2,3,4,5,6,11,12}'::bigint[], 'build_window''s rows: no retracted one');
 
 -- ids are per session: another session's message ids mean this session's positions
 SELECT is(ctxwin.retract('40000000-0000-4000-8000-00000000000b', 7), 0,
