@@ -125,6 +125,13 @@ SELECT throws_ok($$SELECT ctxwin.summarize_session('b0000000-0000-4000-8000-0000
 SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content)
                    VALUES ('b0000000-0000-4000-8000-000000000002', 'user', 'injected by A')$$,
                  NULL, NULL, 'A cannot add a message to B''s session');
+SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content, retracted_at)
+                   VALUES ('a0000000-0000-4000-8000-000000000001', 'user', 'born retracted', now())$$,
+                 '42501', 'permission denied to write column "retracted_at" of ctxwin.messages',
+                 'an application role cannot insert a retracted message');
+SELECT throws_ok($$UPDATE ctxwin.messages SET retracted_at = now()
+                   WHERE session_id = 'a0000000-0000-4000-8000-000000000001' AND id = 1$$,
+                 '23000', 'messages cannot be changed', '... nor mark one retracted by an UPDATE');
 SELECT throws_ok($$SELECT ctxwin.retract('b0000000-0000-4000-8000-000000000001', 1)$$,
                  'P0002', 'session b0000000-0000-4000-8000-000000000001 does not exist',
                  'retract of B''s session: does not exist');
