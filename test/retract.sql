@@ -19,7 +19,8 @@ INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_token
 VALUES ('r_none', 'gpt-4o', NULL, NULL, NULL, 2, 400, 'extractive', 'message', 'sliding', 100),
        ('r_sld', 'gpt-4o', 10, NULL, NULL, 2, 400, 'extractive', 'message', 'sliding', 100),
        ('r_stb', 'gpt-4o', 10, NULL, NULL, 2, 400, 'extractive', 'message', 'stable', 100),
-       ('r_llm', 'gpt-4o', 10, NULL, NULL, 2, 400, 'llm', 'message', 'sliding', 100);
+       ('r_llm', 'gpt-4o', 10, NULL, NULL, 2, 400, 'llm', 'message', 'sliding', 100),
+       ('r_hyb', 'gpt-4o', 10, NULL, NULL, 2, 400, 'hybrid', 'message', 'sliding', 100);
 
 -- messages a .. b of a session: users ask, assistants answer, each naming
 -- its own word (word_<i>) so that a window, a summary or a search shows
@@ -46,7 +47,8 @@ INSERT INTO ctxwin.sessions (id, profile, system_prompt) VALUES
     ('40000000-0000-4000-8000-00000000000d', 'r_sld', 'You help.'),
     ('40000000-0000-4000-8000-00000000000e', 'r_stb', 'You help.'),
     ('40000000-0000-4000-8000-00000000000f', 'r_llm', 'You help.'),
-    ('40000000-0000-4000-8000-000000000010', 'r_stb', 'You help.');
+    ('40000000-0000-4000-8000-000000000010', 'r_stb', 'You help.'),
+    ('40000000-0000-4000-8000-000000000011', 'r_hyb', 'You help.');
 
 -- --- the column and the errors ----------------------------------------------------
 SELECT has_column('ctxwin', 'messages', 'retracted_at', 'ctxwin.messages has retracted_at');
@@ -318,6 +320,21 @@ SELECT is(pg_temp.words((SELECT plan::text FROM plans WHERE name = 'f2')) && '{8
 SELECT is((ctxwin._summary_finish(plan, pg_temp.answer('Messages 1 to 5.'))).through_id, 5::bigint, '... and lands')
 FROM plans WHERE name = 'f2';
 
+
+-- hybrid: the facts of the plan are those of the messages not retracted
+SELECT pg_temp.talk('40000000-0000-4000-8000-000000000011', 1, 14);
+SELECT is(ctxwin.retract('40000000-0000-4000-8000-000000000011', 6), 9, 'hybrid: retract from 6 of 14');
+SELECT pg_temp.talk('40000000-0000-4000-8000-000000000011', 15, 22);
+INSERT INTO plans VALUES ('h1', ctxwin._summary_plan('40000000-0000-4000-8000-000000000011', true, NULL));
+SELECT is((SELECT (plan ->> 'through')::bigint FROM plans WHERE name = 'h1'), 20::bigint, 'a plan through 20');
+SELECT ok((SELECT plan ->> 'facts' ~ 'ORD-1005' AND plan ->> 'facts' ~ 'ORD-1015' FROM plans WHERE name = 'h1'),
+          '... whose facts name messages 5 and 15');
+SELECT ok((SELECT plan ->> 'facts' !~ 'ORD-10(0[6-9]|1[0-4])' AND pg_temp.words(plan::text) && '{6,7,8,9,10,11,12,13,14}' = false
+           FROM plans WHERE name = 'h1'), '... and no retracted one, nor does its request');
+SELECT is((ctxwin._summary_finish(plan, pg_temp.answer('Orders.'))).through_id, 20::bigint, '... and it lands')
+FROM plans WHERE name = 'h1';
+SELECT ok((SELECT conversation_summary !~ 'ORD-10(0[6-9]|1[0-4])' FROM ctxwin.sessions
+           WHERE id = '40000000-0000-4000-8000-000000000011'), 'the hybrid summary names no retracted message');
 RESET ctxwin.llm_provider;
 
 -- the summary point moves back only past a retracted message
