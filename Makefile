@@ -36,6 +36,7 @@ OBJS = \
 	src/summary/jobs.o \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
+	src/summary/retract.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
 	src/worker/loop.o \

@@ -373,7 +373,10 @@ BEGIN
     IF first_id IS NULL AND tokens IS NULL THEN
         -- the window build_context returns now
         SELECT c.window_tokens,
-               CASE WHEN c.window_messages > 0 THEN c.message_count - c.window_messages + 1 END
+               CASE WHEN c.window_messages > 0 THEN
+                   (SELECT min(w.id) FROM (SELECT m.id FROM ctxwin.messages m
+                                           WHERE m.session_id = p_session AND m.retracted_at IS NULL
+                                           ORDER BY m.id DESC LIMIT c.window_messages) w) END
         INTO tokens, first_id
         FROM ctxwin.context_status(p_session) c;
     ELSIF first_id IS NOT NULL AND (first_id < 1 OR first_id > newest) THEN
