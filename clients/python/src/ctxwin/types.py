@@ -14,7 +14,8 @@ class ChatMessage(TypedDict, total=False):
     """A chat message in OpenAI's chat shape, as ctxwin stores and returns it."""
 
     role: str
-    content: str | None
+    content: str | list[dict[str, Any]] | None
+    """Text, or content parts (text and images) as docs/images.md lists them."""
     name: str | None
     tool_call_id: str | None
     tool_calls: list[dict[str, Any]] | None
