@@ -12,7 +12,7 @@ import pytest
 import ctxwin
 from ctxwin.convert import to_chat, to_langchain, to_responses_items
 
-from .conftest import rows
+from .conftest import RoundTrips, rows
 
 GIF = "R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"     # 1x1
 OPENAI_PARTS = [{"type": "text", "text": "What is on this plan?"},
@@ -84,3 +84,24 @@ def test_content_the_server_refuses_stores_nothing(client: ctxwin.Client, db: ps
     assert wrong.value.sqlstate == "22023" and "image/jpeg" in str(wrong.value)
     assert rows(db, s.id) == []
 
+
+
+def test_window_ids_are_the_servers(client: ctxwin.Client) -> None:
+    """Every message of a window has its stored row's id, however many
+    unsummarized messages precede it and however alike they are (the old
+    client matched rows by content over the last 1,000)."""
+    s = client.create_session(system_prompt="Prompt.")
+    n = 1100
+    client.append(s, [{"role": "user" if i % 2 == 0 else "assistant", "content": "ok"} for i in range(n)],
+                  keys=[f"k{i}" for i in range(n)])
+    w = client.window(s, budget=100000)
+    assert [m.id for m in w.messages] == [None, *range(1, n + 1)]
+    assert [m.client_key for m in w.messages[1:]] == [f"k{i}" for i in range(n)]
+    assert w.first_id == 1 and all(m.intact for m in w.messages)
+    # the newest message cut to fit: its id, and not intact; the append and
+    # the window in one round trip
+    long = {"role": "user", "content": "word " * 400}
+    with RoundTrips(client._source) as rt:
+        w2 = client.window(s, long, budget=150)
+    assert rt.count == 1
+    assert w2.ids == [n + 1] and w2.messages[-1].id == n + 1 and not w2.messages[-1].intact

@@ -117,30 +117,6 @@ SUMMARIZED_KEYS = """
 SELECT id, client_key FROM ctxwin.messages
 WHERE session_id = %s::uuid AND id > %s::bigint AND id <= %s::bigint ORDER BY id"""
 
-TAIL_LIMIT = 1000
-
-OLD_BUILD_WINDOW = """
-SELECT jsonb_build_object('ids', '[]'::jsonb, 'context', ctxwin.build_context(s.id, %(budget)s::int, 'openai', %(tools)s::jsonb, true)) AS r
-FROM ctxwin.sessions s WHERE s.id = %(id)s::uuid"""
-
-# The window's stored rows: read in the same round trip as the window (a
-# pipeline), after it; matched from the newest message back.
-TAIL = """
-SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
-       (s.compaction_queued_at IS NOT NULL
-        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
-       (SELECT k.client_key FROM ctxwin.messages k
-        WHERE k.session_id = s.id AND k.id = s.summary_through_id) AS summary_through_key,
-       (SELECT coalesce(jsonb_agg(jsonb_build_array(t.id, t.role, t.client_key,
-                                                    md5(coalesce(t.content, '')), t.tool_call_id,
-                                                    t.tool_calls, t.metadata -> 'responses_items')
-                                  ORDER BY t.id), '[]'::jsonb)
-        FROM (SELECT m.* FROM ctxwin.messages m
-              WHERE m.session_id = s.id AND m.id > s.summary_through_id
-              ORDER BY m.id DESC LIMIT %s) t) AS tail
-FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
-
-
 # A worker serves the database when its process runs and it is idle or
 # working: one that runs but waits (for ALTER EXTENSION ctxwin UPDATE: state
 # "version mismatch"; on a Citus worker node) compacts nothing, and one
@@ -223,38 +199,6 @@ def _jsonable(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def _md5(s: str | None) -> str:
     return hashlib.md5((s or "").encode("utf-8")).hexdigest()
-
-
-def match_window(ids: list[int], context: list[ChatMessage], tail_row: Mapping[str, Any] | None) -> Window:
-    """The window's messages with the stored rows they show, matched from the
-    newest back by role and tool call id; what is left in front is the
-    system prompt and summary (or, if a summary was written between the two
-    reads, messages it now covers, shown without their rows)."""
-    if tail_row is None:
-        return Window(ids=ids, messages=[WindowMessage(message=m) for m in context])
-    tail = tail_row["tail"] or []
-    out: list[WindowMessage] = []
-    j = len(tail) - 1
-    i = len(context) - 1
-    while i >= 0 and j >= 0:
-        m = context[i]
-        tid, role, key, md5, tcid, tcalls, items = tail[j]
-        if m.get("role") != role or (m.get("tool_call_id") or None) != (tcid or None):
-            break
-        intact = _md5(_text(m.get("content"))) == md5 and (m.get("tool_calls") or None) == (tcalls or None)
-        out.append(WindowMessage(message=m, id=int(tid), client_key=key, source=items, intact=intact))
-        i -= 1
-        j -= 1
-    head = [WindowMessage(message=context[k]) for k in range(i + 1)]
-    out.reverse()
-    return Window(ids=ids, messages=head + out,
-                  summary_through_id=int(tail_row["summary_through_id"] or 0),
-                  conversation_summary=tail_row["conversation_summary"],
-                  summary_version=int(tail_row["summary_version"] or 0),
-                  summary_through_key=tail_row["summary_through_key"],
-                  queued=bool(tail_row["queued"]))
-
-
 
 
 def _text(content: Any) -> str:

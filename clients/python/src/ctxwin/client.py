@@ -285,23 +285,25 @@ class Client:
                   "budget": budget, "tools": _sql.tools(tools)}
 
         def go(conn: Conn) -> Window:
+            if not chat:        # only reads: no lock, and a hot standby serves it
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(_sql.BUILD_WINDOW, params)
+                    row = cur.fetchone()
+                if row is None:
+                    raise _sql.not_found(sid)
+                return _sql.window_of(row, [])
+            # the append, then the window with it: two statements, one round trip
             with conn.pipeline():
                 c1 = conn.cursor(row_factory=dict_row)
-                if not chat:        # only reads: no lock, and a hot standby serves it
-                    c1.execute(_sql.OLD_BUILD_WINDOW, params)
-                elif create:
-                    c1.execute(_sql.APPEND_AND_BUILD_CREATE, {**params, "format": "openai", "cache": True,
-                                                                    "request": False, "recall": False})
+                if create:
+                    c1.execute(_sql.APPEND_CREATE, params)
                 else:
-                    c1.execute(_sql.APPEND_AND_BUILD, {**params, "format": "openai", "cache": True,
-                                                             "request": False, "recall": False})
+                    c1.execute(_sql.APPEND, (sid, body, ks))
                 c2 = conn.cursor(row_factory=dict_row)
-                c2.execute(_sql.TAIL, (_sql.TAIL_LIMIT, sid))
+                c2.execute(_sql.BUILD_WINDOW, params)
             r1, r2 = c1.fetchone(), c2.fetchone()
-            if r1 is None:
-                raise _sql.not_found(sid)
-            r = r1["r"]
-            return _sql.match_window([int(i) for i in r.get("ids") or []], r.get("context") or [], r2)
+            assert r1 is not None and r2 is not None
+            return _sql.window_of(r2, [int(i) for i in r1["ids"] or []])
         return self._run(go)
 
     # -- recall ------------------------------------------------------------
