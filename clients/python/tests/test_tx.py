@@ -57,14 +57,21 @@ class ServerLog:
         return int(r[0])
 
     def lines(self, pids: set[int]) -> list[str]:
-        time.sleep(0.3)             # the collector writes what the backends sent it
         n = self._size() - self.start
         r = self.db.execute("SELECT pg_read_file(%s, %s, %s)", (self.file, self.start, n)).fetchone()
         text = r[0] if r else ""
         return [ln for ln in text.splitlines() if any(f"[{p}]" in ln for p in pids)]
 
-    def errors(self, pids: set[int]) -> list[str]:
-        return [ln for ln in self.lines(pids) if re.search(r"\b(ERROR|FATAL|PANIC):", ln)]
+    def errors(self, pids: set[int], wait: float = 1.0) -> list[str]:
+        """The ERROR (FATAL, PANIC) lines of these backends; waits up to
+        ``wait`` seconds for one (the collector writes what the backends
+        sent it a little later)."""
+        t0 = time.monotonic()
+        while True:
+            found = [ln for ln in self.lines(pids) if re.search(r"\b(ERROR|FATAL|PANIC):", ln)]
+            if found or time.monotonic() - t0 > wait:
+                return found
+            time.sleep(0.1)
 
 
 # -- every entry point, sync --------------------------------------------------
@@ -173,7 +180,7 @@ def test_every_entry_point_inside_the_callers_transaction(dsn: str, db: psycopg.
     with psycopg.connect(dsn, autocommit=True) as c2, pytest.raises(ctxwin.SessionNotFound):
         pid2 = c2.info.backend_pid
         ctxwin.Client(c2).append(uuid.uuid4(), USER)            # no create=True: the server's P0002
-    assert any("does not exist" in ln for ln in log.errors({pid2}))
+    assert any("does not exist" in ln for ln in log.errors({pid2}, wait=10))
 
 
 def test_the_callers_rollback_takes_back_the_session(dsn: str, db: psycopg.Connection[Any]) -> None:
