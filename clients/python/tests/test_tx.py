@@ -24,6 +24,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 import ctxwin
 
+from .conftest import RoundTrips
+
 IDLE, INTRANS = TransactionStatus.IDLE, TransactionStatus.INTRANS
 USER = {"role": "user", "content": "Where is order ORD-7731?"}
 REPLY = {"role": "assistant", "content": "Order ORD-7731 left the depot at 09:12."}
@@ -181,6 +183,27 @@ def test_every_entry_point_inside_the_callers_transaction(dsn: str, db: psycopg.
         pid2 = c2.info.backend_pid
         ctxwin.Client(c2).append(uuid.uuid4(), USER)            # no create=True: the server's P0002
     assert any("does not exist" in ln for ln in log.errors({pid2}, wait=10))
+
+
+def test_a_first_write_is_one_round_trip(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """Creating the session costs no round trip of its own, on an idle
+    connection (committed) or inside the caller's transaction."""
+    with psycopg.connect(dsn) as c:
+        cl = ctxwin.Client(c)
+        for call in (lambda sid: cl.append_and_build(sid, USER, create=True, request=True),
+                     lambda sid: cl.append(sid, USER, create=True),
+                     lambda sid: cl.window(sid, USER, create=True)):
+            sid = uuid.uuid4()
+            with RoundTrips(c) as rt:
+                call(sid)
+            assert rt.count == 1 and count(db, sid) == (1, 1)
+        c.execute("SELECT 1")
+        sid = uuid.uuid4()
+        with RoundTrips(c) as rt:
+            cl.append_and_build(sid, USER, create=True)
+        assert rt.count == 1 and c.info.transaction_status == INTRANS
+        c.commit()
+        assert count(db, sid) == (1, 1)
 
 
 def test_the_callers_rollback_takes_back_the_session(dsn: str, db: psycopg.Connection[Any]) -> None:
