@@ -14,8 +14,10 @@ class ChatMessage(TypedDict, total=False):
     """A chat message in OpenAI's chat shape, as ctxwin stores and returns it."""
 
     role: str
-    content: str | list[dict[str, Any]] | None
-    """Text, or content parts (text and images) as docs/images.md lists them."""
+    content: Any
+    """A text, a list of content parts (text and images, as docs/images.md
+    lists them), or None: ``str | list[dict[str, Any]] | None``, typed Any
+    so that code written when it was only a text keeps type-checking."""
     name: str | None
     tool_call_id: str | None
     tool_calls: list[dict[str, Any]] | None
