@@ -362,3 +362,26 @@ def test_transactions_md_runs_as_written(dsn: str, db: psycopg.Connection[Any]) 
     for b in blocks:
         exec(compile(b, "TRANSACTIONS.md", "exec"), ns)     # noqa: S102 - the doc's own code
     assert count(db, ns["sid"]) == (1, 1)
+
+
+def test_async_connection_lost(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """The async client on a connection the server ended while it was idle,
+    out of autocommit mode: ConnectionLost, and the messages committed
+    before are all there for a new connection."""
+    async def main() -> None:
+        sid = uuid.uuid4()
+        async with await psycopg.AsyncConnection.connect(dsn) as c:
+            cl = ctxwin.AsyncClient(c)
+            assert await cl.append(sid, [USER, REPLY], create=True) == [1, 2]
+            assert db.execute("SELECT pg_terminate_backend(%s)", (c.info.backend_pid,)).fetchone() == (True,)
+            for _ in range(50):
+                if db.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                              (c.info.backend_pid,)).fetchone() == (0,):
+                    break
+                time.sleep(0.05)
+            with pytest.raises(ctxwin.ConnectionLost) as lost:
+                await cl.append(sid, {"role": "user", "content": "after"})
+            assert lost.value.sqlstate in ("57P01", None) and c.closed
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as fresh:
+            assert [m.id for m in await ctxwin.AsyncClient(fresh).messages(sid)] == [1, 2]
+    asyncio.run(main())
