@@ -5,6 +5,7 @@ many turns with summaries, a tool call, usage recorded per request."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -99,9 +100,6 @@ def test_tool_calls_stay_with_their_outputs(dsn: str, db: psycopg.Connection[Any
                            model=model(mockllm, "fault-tool-calls"), tool_use_behavior="stop_on_first_tool")
             r1 = await Runner.run(caller, "Which invoices are about billing?", session=session)
             assert "INV-1001" in str(r1.final_output)
-            # the same items again (a retried write): stored once
-            items = await session.get_items()
-            await session.add_items(items[-2:])
             answerer = Agent(name="Billing", instructions="You look up invoices.", model=model(mockllm))
             await Runner.run(answerer, "Thanks, and the total?", session=session)
             items = await session.get_items()
@@ -123,3 +121,138 @@ def test_tool_calls_stay_with_their_outputs(dsn: str, db: psycopg.Connection[Any
     assert second[3]["tool_call_id"] == second[2]["tool_calls"][0]["id"]
     assert "INV-1001" in second[3]["content"]
     assert stored(db, sid) == []
+
+
+def text_item(text: str, id: str | None = None, role: str = "assistant") -> dict[str, Any]:
+    it: dict[str, Any] = {"type": "message", "role": role,
+                          "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    if id is not None:
+        it["id"] = id
+    return it
+
+
+def test_session_settings_as_the_sdk_keeps_them(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+    """session_settings defaults to SessionSettings(), a dict is checked and
+    converted, get_items honours its limit and the limit argument, and
+    Runner's RunConfig(session_settings=...) limits the history sent."""
+    from agents import RunConfig, SessionSettings
+
+    sid = str(uuid.uuid4())
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            s = CtxwinSession(sid, conn)
+            assert s.session_settings == SessionSettings() and s.session_settings.limit is None
+            d = CtxwinSession(sid, conn, session_settings={"limit": 3})
+            assert isinstance(d.session_settings, SessionSettings) and d.session_settings.limit == 3
+            with pytest.raises(TypeError, match="Unknown session settings: limt"):
+                CtxwinSession(sid, conn, session_settings={"limt": 3})
+            with pytest.raises(TypeError):
+                CtxwinSession(sid, conn, session_settings=3)  # type: ignore[arg-type]
+            agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
+            for i in range(3):
+                await Runner.run(agent, question(i), session=s)
+            everything = await s.get_items()
+            assert len(everything) == 6
+            assert await d.get_items() == everything[-3:]
+            assert await d.get_items(limit=1) == everything[-1:]
+            assert await s.get_items(limit=2) == everything[-2:]
+            assert await s.get_items(limit=0) == []
+            since = len(mockllm.requests())
+            await Runner.run(agent, question(3), session=s,
+                             run_config=RunConfig(session_settings=SessionSettings(limit=2)))
+            sent = mockllm.chat_requests(since)[0]["body"]["messages"]
+            assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+            assert sent[1]["content"] == question(2) and sent[3]["content"] == question(3)
+            # a session of settings {"limit": 3} given to Runner: 3 items sent
+            since = len(mockllm.requests())
+            await Runner.run(agent, question(4), session=d)
+            sent = mockllm.chat_requests(since)[0]["body"]["messages"]
+            assert len(sent) == 1 + 3 + 1
+
+    asyncio.run(main())
+
+
+def test_clear_session_then_run(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+    """clear_session() then Runner.run: the session starts anew (this raised
+    InvalidArgument: the cleared window's first id reached record_usage)."""
+    sid = str(uuid.uuid4())
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, min_size=1, max_size=2) as pool:
+            s = CtxwinSession(sid, pool)
+            agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
+            for i in range(2):
+                await Runner.run(agent, question(i), session=s)
+            await s.clear_session()
+            assert await s.get_items() == []
+            r = await Runner.run(agent, question(7), session=s)
+            items = await s.get_items()
+            assert len(items) == 2 and items[0]["content"] == question(7)
+            assert str(r.final_output) in json.dumps(items[1])
+
+    asyncio.run(main())
+    got = stored(db, sid)
+    assert [r[1] for r in got] == ["user", "assistant"] and got[0][2] == question(7)
+    use = db.execute("SELECT window_first_id FROM ctxwin.usage_log WHERE session_id = %s ORDER BY id",
+                     (uuid.UUID(sid),)).fetchall()
+    assert use == [(got[0][0],)] or use == [(None,)]
+
+
+def test_item_ids_repeated_across_turns(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """Two replies with the same item id in different turns are both stored;
+    the same add_items retried (by a session object in the same state: the
+    answer of the first call was lost) stores nothing twice."""
+    sid = str(uuid.uuid4())
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            s = CtxwinSession(sid, conn)
+            await s.add_items([{"role": "user", "content": "first"}])
+            await s.add_items([text_item("reply one", id="msg_1")])
+            await s.add_items([{"role": "user", "content": "second"}])
+            await s.add_items([text_item("reply two", id="msg_1")])
+            # a retry: two objects that read the session in the same state
+            a, b = CtxwinSession(sid, conn), CtxwinSession(sid, conn)
+            assert await a.get_items() == await b.get_items()
+            batch = [{"role": "user", "content": "third"}, text_item("reply three", id="msg_1")]
+            await a.add_items(batch)
+            await b.add_items(batch)
+            # a fresh object that never read the session: the same id again is a new turn
+            await CtxwinSession(sid, conn).add_items([text_item("reply four", id="msg_1")])
+
+    asyncio.run(main())
+    assert [(r[1], r[2]) for r in stored(db, sid)] == [
+        ("user", "first"), ("assistant", "reply one"), ("user", "second"), ("assistant", "reply two"),
+        ("user", "third"), ("assistant", "reply three"), ("assistant", "reply four")]
+
+
+def test_in_the_callers_transaction(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+    """On a connection as psycopg hands it out (not in autocommit): in the
+    caller's open transaction the first write to a new session works and
+    leaves that transaction open and usable (the caller commits or rolls
+    back); outside one, each call leaves the connection idle."""
+    sid, sid2 = str(uuid.uuid4()), str(uuid.uuid4())
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            idle = psycopg.pq.TransactionStatus.IDLE
+            s = CtxwinSession(sid, conn)
+            await conn.execute("SELECT 1")        # the caller's transaction
+            await s.add_items([{"role": "user", "content": "in a transaction"}])
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            assert len(await s.get_items()) == 1
+            await conn.rollback()
+            assert stored(db, sid) == []
+            # idle, out of autocommit: each call commits what it wrote, nothing left open
+            s2 = CtxwinSession(sid2, conn)
+            assert await s2.get_items() == []
+            assert conn.info.transaction_status == idle
+            agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
+            await Runner.run(agent, question(1), session=s2)
+            assert conn.info.transaction_status == idle
+            await s2.clear_session()
+            assert conn.info.transaction_status == idle
+
+    asyncio.run(main())
+    assert stored(db, sid2) == []

@@ -14,9 +14,19 @@ from the run's usage, which the SDK hands the session)::
 Items are stored as chat messages; the items they came from are kept in
 their metadata and given back as they came while ctxwin shows the message
 whole (items without a chat equivalent, such as reasoning items, ride with
-the message next to them).  ``pop_item`` is refused: ctxwin never deletes a
-message (append a correction instead); ``clear_session`` deletes the whole
-session (an erasure).
+the message next to them).
+
+The ``Session`` protocol as the SDK's own sessions keep it:
+``session_settings`` is a ``SessionSettings`` (a dict of settings is checked
+and converted as the SDK does), whose ``limit`` ``get_items`` honours when
+it is given none; ``add_items`` stores every item it is given, each once
+per turn (an item id the model repeats in a later turn is stored again; the
+same call retried stores nothing twice); ``clear_session`` erases the
+session, the next run starts it anew.
+
+The SDK's compaction-aware interface (``run_compaction``, for OpenAI's
+``responses.compact``) is not implemented: ctxwin compacts the session
+itself, by summaries, after the appends that call for one.
 """
 
 from __future__ import annotations
@@ -28,9 +38,12 @@ import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, Literal, Union
 
+import psycopg
+from psycopg.rows import dict_row
+
 from .aio import AsyncClient
 from .convert import to_responses_items
-from .errors import CtxwinError, IntegrityViolation, SessionNotFound
+from .errors import CtxwinError, IntegrityViolation, SessionNotFound, from_psycopg
 from .types import Window
 
 if TYPE_CHECKING:
@@ -72,14 +85,18 @@ class CtxwinSession:
         system_prompt: str | None = None,
         summarize: Literal["auto", "inline", "worker"] = "auto",
         record_usage: bool = True,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         """session_id: a UUID (ctxwin's session id; the session is created on
         first use, with ``profile`` and ``system_prompt``); connection: a psycopg
         ``AsyncConnection``, ``AsyncConnectionPool`` or :class:`~ctxwin.AsyncClient`;
         budget: the window's tokens (None: the profile's); summarize: as
         :class:`ctxwin.langgraph.SummarizationNode`'s; record_usage: record
-        each model request's usage."""
+        each model request's usage; session_settings: a ``SessionSettings`` or
+        a dict of its fields (checked and converted as the SDK does), default
+        ``SessionSettings()``."""
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+
         self._sid = uuid.UUID(str(session_id))
         self.session_id = str(self._sid)
         self._client = connection if isinstance(connection, AsyncClient) else AsyncClient(connection)
@@ -88,10 +105,12 @@ class CtxwinSession:
         self.system_prompt = system_prompt
         self.summarize = summarize
         self.record_usage = record_usage
-        self.session_settings = session_settings
+        self.session_settings = (coerce_session_settings(session_settings) if session_settings is not None
+                                 else SessionSettings())
         self._worker: tuple[float, bool] | None = None
         self._last_id: int | None = None
         self._window_first_id: int | None = None
+        self._exists = False
 
     @property
     def client(self) -> AsyncClient:
@@ -99,31 +118,53 @@ class CtxwinSession:
 
     async def get_items(self, limit: int | None = None,
                         wrapper: RunContextWrapper[Any] | None = None) -> list[TResponseInputItem]:
-        """The window as input items (the newest ``limit`` of them, if given)."""
+        """The window as input items: the newest ``limit`` of them (None:
+        ``session_settings.limit``; None there too: all of them, as the SDK's
+        sessions do; 0 or less: none)."""
+        from agents.memory.session_settings import resolve_session_limit
+
+        n = resolve_session_limit(limit, self.session_settings)
         try:
             w = await self._client.window(self._sid, budget=self.budget)
         except SessionNotFound:
+            self._window_first_id = None
+            self._last_id = 0
+            self._exists = False
             return []
+        self._exists = True
         self._window_first_id = w.first_id
         ids = [m.id for m in w.messages if m.id is not None]
-        if ids:
-            self._last_id = max(ids)
+        self._last_id = max(ids) if ids else await self._newest_id()
         items: list[Any] = window_items(w)
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
+        if n is not None:
+            items = items[-n:] if n > 0 else []
         return items
 
-    def _keys(self, items: list[Any]) -> list[str | None]:
-        """Keys of items that have no id of their own: made from the newest
-        message this session object knew of and the item, so the same
-        request retried stores them once."""
+    async def _newest_id(self) -> int:
+        """The id of the session's newest stored message (0: none): what the
+        keys of the next items are made from."""
+        row = await _fetch_one(self._client, _NEWEST_ID, (self.session_id,))
+        return int(row["id"]) if row else 0
+
+    async def _keys(self, items: list[Any]) -> list[str | None]:
+        """Client keys of the items: the item's own (its id, or its call id)
+        where it has one, else one made from the item and its place, each
+        with the turn it belongs to (the newest message stored before it), so
+        that the same call retried stores them once and an id the model
+        repeats in a later turn is stored again."""
+        from .convert import _responses_key
+
+        if self._last_id is None:
+            self._last_id = await self._newest_id()
+        base = str(self._last_id)
         keys: list[str | None] = []
-        base = str(self._last_id or 0)
         for i, it in enumerate(items):
-            d = it if isinstance(it, dict) else {}
-            h = hashlib.sha256(f"{self.session_id}\0{base}\0{i}\0".encode()
-                               + json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:32]
-            keys.append(f"agents:{h}")
+            own = _responses_key(it) if isinstance(it, dict) else None
+            if own is None:
+                d = it if isinstance(it, dict) else {}
+                own = "agents:" + hashlib.sha256(f"{i}\0".encode() + json.dumps(
+                    d, sort_keys=True, default=str).encode()).hexdigest()[:32]
+            keys.append(f"{own}@{base}")
         return keys
 
     async def add_items(self, items: list[TResponseInputItem],
@@ -131,28 +172,28 @@ class CtxwinSession:
         """Appends the items (each once), then records the run's new requests' usage."""
         batch: list[Any] = list(items)
         if batch:
-            merged = self._merge_keys(batch, self._keys(batch))
+            keys = await self._keys(batch)
+            if not self._exists:
+                # created first, by a statement that never fails: a failed
+                # one would abort the caller's transaction
+                await self._client.ensure_session(self._sid, profile=self.profile,
+                                                  system_prompt=self.system_prompt)
             try:
-                w = await self._client.window(self._sid, batch, keys=merged, budget=self.budget)
+                w = await self._client.window(self._sid, batch, keys=keys, budget=self.budget)
             except SessionNotFound:
-                await self._client.ensure_session(self._sid, profile=self.profile, system_prompt=self.system_prompt)
-                w = await self._client.window(self._sid, batch, keys=merged, budget=self.budget)
+                if not self._exists:
+                    raise
+                # erased since this object saw it (clear_session elsewhere, a rollback)
+                self._exists = False
+                await self._client.ensure_session(self._sid, profile=self.profile,
+                                                  system_prompt=self.system_prompt)
+                w = await self._client.window(self._sid, batch, keys=keys, budget=self.budget)
+            self._exists = True
             if w.ids:
-                self._last_id = max(w.ids)
+                self._last_id = max(max(w.ids), self._last_id or 0)
             await self._maybe_summarize(w)
         if wrapper is not None and self.record_usage:
             await self._record(wrapper)
-
-    @staticmethod
-    def _merge_keys(batch: list[Any], made: list[str | None]) -> list[str | None]:
-        """Keys per item: the item's own (id or call id) where it has one, else the made one."""
-        from .convert import _responses_key
-
-        out: list[str | None] = []
-        for it, k in zip(batch, made):
-            own = _responses_key(it) if isinstance(it, dict) else None
-            out.append(own if own is not None else k)
-        return out
 
     async def _maybe_summarize(self, w: Window) -> None:
         if self.summarize == "worker":
@@ -194,9 +235,37 @@ class CtxwinSession:
             hint="Append a correction instead, or clear_session() to erase the whole session.")
 
     async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
-        """Deletes the session with its whole history (an erasure)."""
+        """Deletes the session with its whole history (an erasure); the next
+        run starts it anew."""
         await self._client.delete_session(self._sid)
-        self._last_id = None
+        self._last_id = 0
+        self._window_first_id = None
+        self._exists = False
+
+
+_NEWEST_ID = "SELECT coalesce(max(id), 0) AS id FROM ctxwin.messages WHERE session_id = %s::uuid"
+
+
+async def _fetch_one(client: AsyncClient, query: str, params: Any, *,
+                     atomic: bool = False) -> dict[str, Any] | None:
+    """One row of a query of this module's own, on the client's connection:
+    in the caller's transaction if one is open (in a savepoint of it when
+    ``atomic``), else in one of its own, committed (never left open)."""
+    try:
+        async with client.connection() as conn:
+            if conn.autocommit and not atomic or \
+                    not atomic and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(query, params)
+                    return await cur.fetchone()
+            async with conn.transaction():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(query, params)
+                    return await cur.fetchone()
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
 
 
 __all__ = ["CtxwinSession", "window_items"]

@@ -10,17 +10,33 @@ created on first use, and summaries are made by ctxwin (its worker, or
 here, after an append, when no worker serves the database)::
 
     history = CtxwinChatMessageHistory("chat_history", session_id, sync_connection=conn)
-    chain = RunnableWithMessageHistory(prompt | model, lambda sid: CtxwinChatMessageHistory(
-        "chat_history", sid, sync_connection=conn), input_messages_key="question",
-        history_messages_key="history")
+    history.add_messages([HumanMessage("Where is my parcel?"), AIMessage("In Lyon.")])
+    history.messages  # the window
+
+Transactions are the caller's: on a connection in a transaction the caller
+opened, every method runs in it (the first write to a new session
+included: nothing fails, nothing is logged at ERROR, the transaction stays
+usable) and the caller commits or rolls back; on an idle connection out of
+autocommit mode each method commits what it wrote and leaves the
+connection idle; in autocommit mode each statement is its own transaction.
+``create_tables``/``acreate_tables`` create the ctxwin extension when it is
+missing (the tables are the extension's); ``drop_table``/``adrop_table``
+drop nothing: the tables are shared by every ctxwin session, and dropping
+them is ``DROP EXTENSION ctxwin``, the database owner's act.  ``clear()``
+retracts the session's messages: they leave the window for good and stay
+stored, marked, for an audit.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, Literal, Sequence, Union, overload
+from typing import Any, Literal, Sequence, Union, overload
+
+import psycopg
+from psycopg import sql
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
@@ -30,9 +46,6 @@ from .client import Client
 from .convert import to_langchain
 from .errors import CtxwinError, SessionNotFound
 from .types import Window
-
-if TYPE_CHECKING:
-    import psycopg
 
 SyncConn = Union["psycopg.Connection[Any]", Client, Any]
 AsyncConn = Union["psycopg.AsyncConnection[Any]", AsyncClient, Any]
@@ -84,6 +97,8 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         except ValueError as e:
             raise ValueError(f"Invalid session id. Session id must be a valid UUID. Got {sid}") from e
         self.table_name = args[0] if len(args) == 2 else None
+        if self.table_name is not None:
+            _check_table_name(self.table_name)
         self._client = (None if sync_connection is None else
                         sync_connection if isinstance(sync_connection, Client) else Client(sync_connection))
         self._aclient = (None if async_connection is None else
@@ -94,17 +109,35 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         self.system_prompt = system_prompt
         self.summarize = summarize
         self._worker: tuple[float, bool] | None = None
+        self._exists = False
 
     # the table ctxwin needs is its extension's
     @staticmethod
-    def create_tables(connection: Any, table_name: str = "", /) -> None:
-        """Creates the ctxwin extension if it is not there (needs a superuser):
-        the tables are ctxwin's."""
-        connection.execute("CREATE EXTENSION IF NOT EXISTS ctxwin")
+    def create_tables(connection: psycopg.Connection[Any], table_name: str = "", /) -> None:
+        """Creates the ctxwin extension if it is not there (which needs the
+        right to create it): the tables are ctxwin's.  Committed, as
+        langchain-postgres's is, unless the caller's transaction is open
+        (then the caller commits)."""
+        _check_table_name(table_name)
+        _sync_statement(connection, _CREATE)
 
     @staticmethod
-    async def acreate_tables(connection: Any, table_name: str = "", /) -> None:
-        await connection.execute("CREATE EXTENSION IF NOT EXISTS ctxwin")
+    async def acreate_tables(connection: psycopg.AsyncConnection[Any], table_name: str = "", /) -> None:
+        """:meth:`create_tables` on an async connection."""
+        _check_table_name(table_name)
+        await _async_statement(connection, _CREATE)
+
+    @staticmethod
+    def drop_table(connection: psycopg.Connection[Any], table_name: str = "", /) -> None:
+        """Drops nothing: ctxwin's tables are its extension's, shared by every
+        session (``DROP EXTENSION ctxwin`` drops them).  Leaves the
+        connection's transaction as it was."""
+        _check_table_name(table_name)
+
+    @staticmethod
+    async def adrop_table(connection: psycopg.AsyncConnection[Any], table_name: str = "", /) -> None:
+        """:meth:`drop_table` on an async connection."""
+        _check_table_name(table_name)
 
     def _sync(self) -> Client:
         if self._client is None:
@@ -127,12 +160,22 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Appends the messages (each once per id)."""
+        if not messages:
+            return
         cl = self._sync()
+        if not self._exists:
+            # created first, by a statement that never fails: a failed one
+            # would abort the caller's transaction
+            cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
         try:
             w = cl.window(self.session_id, list(messages), budget=self.budget)
         except SessionNotFound:
+            if not self._exists:
+                raise
+            self._exists = False        # erased since this object saw it
             cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
             w = cl.window(self.session_id, list(messages), budget=self.budget)
+        self._exists = True
         if self.summarize != "worker":
             now = time.monotonic()
             if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -149,7 +192,9 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         try:
             w = self._sync().window(self.session_id, budget=self.budget)
         except SessionNotFound:
+            self._exists = False
             return []
+        self._exists = True
         return to_langchain(w.chat, _ids(w))
 
     @property
@@ -158,22 +203,34 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     @messages.setter
     def messages(self, value: list[BaseMessage]) -> None:
-        raise NotImplementedError("Use add_messages instead")
+        """As langchain-postgres's: clears the history, then appends ``value``."""
+        self.clear()
+        self.add_messages(value)
 
     def clear(self) -> None:
         """Deletes the session and its whole history (an erasure: ctxwin never
         deletes single messages).  Adding messages afterwards starts it anew."""
         self._sync().delete_session(self.session_id)
+        self._exists = False
 
     # -- async -------------------------------------------------------------
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """:meth:`add_messages` on the async connection."""
+        if not messages:
+            return
         cl = self._async()
+        if not self._exists:
+            await cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
         try:
             w = await cl.window(self.session_id, list(messages), budget=self.budget)
         except SessionNotFound:
+            if not self._exists:
+                raise
+            self._exists = False
             await cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
             w = await cl.window(self.session_id, list(messages), budget=self.budget)
+        self._exists = True
         if self.summarize != "worker":
             now = time.monotonic()
             if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -186,14 +243,46 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
                                   RuntimeWarning, stacklevel=2)
 
     async def aget_messages(self) -> list[BaseMessage]:
+        """:meth:`get_messages` on the async connection."""
         try:
             w = await self._async().window(self.session_id, budget=self.budget)
         except SessionNotFound:
+            self._exists = False
             return []
+        self._exists = True
         return to_langchain(w.chat, _ids(w))
 
     async def aclear(self) -> None:
+        """:meth:`clear` on the async connection."""
         await self._async().delete_session(self.session_id)
+        self._exists = False
+
+
+_CREATE = sql.SQL("CREATE EXTENSION IF NOT EXISTS ctxwin")
+
+
+def _check_table_name(name: str) -> None:
+    if name and not re.match(r"^\w+$", name):
+        raise ValueError("Invalid table name. Table name must contain only alphanumeric "
+                         "characters and underscores.")
+
+
+def _sync_statement(conn: psycopg.Connection[Any], query: sql.SQL) -> None:
+    """One statement: in the caller's open transaction as it is, else in a
+    transaction of its own, committed."""
+    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.execute(query)
+        return
+    with conn.transaction():
+        conn.execute(query)
+
+
+async def _async_statement(conn: psycopg.AsyncConnection[Any], query: sql.SQL) -> None:
+    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        await conn.execute(query)
+        return
+    async with conn.transaction():
+        await conn.execute(query)
 
 
 __all__ = ["CtxwinChatMessageHistory"]
