@@ -117,3 +117,57 @@ def test_async_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) 
     got = conversation(db, sid)
     assert [c for r, c in got if r == "user"] == [question(i) for i in range(10)]
     assert db.execute("SELECT summary_version FROM ctxwin.sessions WHERE id = %s", (sid,)).fetchone() == (3,)
+
+
+def test_in_the_callers_transaction(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """On a connection as psycopg hands it out (not in autocommit): in the
+    caller's open transaction the first write to a new session works and
+    the transaction stays open and usable, the caller's to commit or roll
+    back; on an idle connection each method commits what it wrote and
+    leaves no transaction open (create_tables and drop_table included).  A
+    statement that failed on the way would have aborted the caller's
+    transaction: the INSERT after the first write shows none did."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    idle, intrans = psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS
+    sid, sid2 = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(dsn) as conn:
+        CtxwinChatMessageHistory.create_tables(conn, "chat_history")
+        assert conn.info.transaction_status == idle
+        CtxwinChatMessageHistory.drop_table(conn, "chat_history")
+        assert conn.info.transaction_status == idle
+        conn.execute("CREATE TEMP TABLE mine (x int)")      # the caller's transaction
+        h = CtxwinChatMessageHistory("chat_history", str(sid), sync_connection=conn)
+        h.add_messages([HumanMessage("hello"), AIMessage("hi")])
+        CtxwinChatMessageHistory.create_tables(conn, "chat_history")
+        assert conn.info.transaction_status == intrans
+        assert [m.content for m in h.messages] == ["hello", "hi"]
+        conn.execute("INSERT INTO mine VALUES (1)")         # still usable
+        conn.rollback()
+        assert conversation(db, sid) == []
+        h2 = CtxwinChatMessageHistory("chat_history", str(sid2), sync_connection=conn)
+        assert h2.messages == []
+        h2.add_messages([HumanMessage("hello")])
+        assert conn.info.transaction_status == idle
+        h2.messages = [HumanMessage("again"), AIMessage("yes")]
+        assert conn.info.transaction_status == idle
+        assert [m.content for m in h2.messages] == ["again", "yes"]
+    assert conversation(db, sid2)[-2:] == [("user", "again"), ("assistant", "yes")]
+
+    async def main() -> None:
+        sid3 = uuid.uuid4()
+        async with await psycopg.AsyncConnection.connect(dsn) as ac:
+            await CtxwinChatMessageHistory.acreate_tables(ac, "chat_history")
+            await CtxwinChatMessageHistory.adrop_table(ac, "chat_history")
+            assert ac.info.transaction_status == idle
+            await ac.execute("SELECT 1")
+            h3 = CtxwinChatMessageHistory("chat_history", str(sid3), async_connection=ac)
+            await h3.aadd_messages([HumanMessage("hello")])
+            assert ac.info.transaction_status == intrans
+            await ac.commit()
+            assert [m.content for m in await h3.aget_messages()] == ["hello"]
+            assert ac.info.transaction_status == idle
+        assert conversation(db, sid3) == [("user", "hello")]
+    asyncio.run(main())
+    with pytest.raises(ValueError, match="Invalid table name"):
+        CtxwinChatMessageHistory("chat history", str(sid), sync_connection=db)
