@@ -234,6 +234,10 @@ class CtxwinSession:
             detail="Messages are append-only: a summary may already cover the newest one.",
             hint="Append a correction instead, or clear_session() to erase the whole session.")
 
+    def close(self) -> None:
+        """Closes nothing: the connection (or pool) is the caller's.  Here as
+        the SDK's own sessions have it (``SQLiteSession.close()``)."""
+
     async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Deletes the session with its whole history (an erasure); the next
         run starts it anew."""
