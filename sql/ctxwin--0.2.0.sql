@@ -2292,6 +2292,57 @@ COMMENT ON VIEW ctxwin.worker_status IS
 -- chat turn (append, then the window or the request body) in one call.
 
 /*
+ * The session with an id, created when missing (profile NULL: 'default',
+ * metadata NULL: '{}'); an existing one is returned as it is stored, its
+ * settings left alone.  So a client's first write to a session it names
+ * itself is one statement, in the caller's transaction or not:
+ *   SELECT ctxwin.append_messages((ctxwin.ensure_session($1)).id, $2, $3)
+ * Two transactions that create the same id at once: INSERT ... ON CONFLICT
+ * DO NOTHING makes the second wait for the first, and under READ COMMITTED
+ * its next statement sees the row once the first commits; nothing is
+ * raised or logged (REPEATABLE READ raises serialization_failure there, as
+ * any write that meets a concurrent one does).  A session the caller may
+ * not see (row-level security) is an error, never a second row.
+ * SECURITY INVOKER: the caller's privileges and policies apply.
+ */
+CREATE FUNCTION ctxwin.ensure_session(id uuid, profile text DEFAULT NULL, system_prompt text DEFAULT NULL,
+                                      metadata jsonb DEFAULT NULL)
+RETURNS ctxwin.sessions
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    s ctxwin.sessions;
+BEGIN
+    IF ensure_session.id IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- twice at most: the second round sees a session that a transaction
+    -- created and committed while the first round's INSERT waited for it
+    FOR attempt IN 1 .. 2 LOOP
+        SELECT * INTO s FROM ctxwin.sessions x WHERE x.id = ensure_session.id;
+        IF FOUND THEN
+            RETURN s;
+        END IF;
+        INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
+        VALUES (ensure_session.id, coalesce(ensure_session.profile, 'default'), ensure_session.system_prompt,
+                coalesce(ensure_session.metadata, '{}'))
+        ON CONFLICT (id) DO NOTHING
+        RETURNING * INTO s;
+        IF FOUND THEN
+            RETURN s;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'session % exists but is not visible to role %', ensure_session.id, current_user
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'Row-level security of ctxwin.sessions hides it from this role.',
+              HINT = 'Use a new session id, or connect as a role that may see this session.';
+END $$;
+
+COMMENT ON FUNCTION ctxwin.ensure_session(uuid, text, text, jsonb) IS
+'The session with this id, created (profile NULL: default, metadata NULL: {}) when missing; an existing one is returned unchanged. Safe when two transactions create the same id at once, and raises nothing on the normal path: a client''s first write is SELECT ctxwin.append_messages((ctxwin.ensure_session(id)).id, ...)';
+
+/*
  * Appends chat messages (a JSON array in OpenAI's chat shape: role,
  * content, name, tool_call_id, tool_calls, metadata; a content that is an
  * array of parts is stored in content_parts) to a session, each
