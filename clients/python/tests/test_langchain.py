@@ -35,9 +35,11 @@ def chain(mockllm: MockLLM, history: Callable[[str], BaseChatMessageHistory]) ->
                                       history_messages_key="history")
 
 
-def conversation(db: psycopg.Connection[Any], sid: uuid.UUID) -> list[tuple[str, str]]:
+def conversation(db: psycopg.Connection[Any], sid: uuid.UUID, live: bool = False) -> list[tuple[str, str]]:
+    """(role, content) of the stored messages (live: those not retracted)."""
     return [(r[0], r[1]) for r in db.execute(
-        "SELECT role, content FROM ctxwin.messages WHERE session_id = %s ORDER BY id", (sid,)).fetchall()]
+        "SELECT role, content FROM ctxwin.messages WHERE session_id = %s AND (NOT %s OR retracted_at IS NULL) "
+        "ORDER BY id", (sid, live)).fetchall()]
 
 
 def test_runnable_with_message_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
@@ -71,11 +73,14 @@ def test_runnable_with_message_history(dsn: str, db: psycopg.Connection[Any], mo
         msgs = h.messages
         assert msgs[0].type == "system" and summary[0] in msgs[0].content
         assert [m.content for m in msgs[1:]] == [c for _, c in got[-(len(msgs) - 1):]]
-        # clear() erases the session; the history starts anew
+        # clear() takes every message back (they stay stored, marked); the history starts anew
         h.clear()
-        assert h.messages == [] and conversation(db, sid) == []
+        assert h.messages == [] and conversation(db, sid) == got
+        assert conversation(db, sid, live=True) == []
         c.invoke({"question": question(0)}, {"configurable": {"session_id": str(sid)}})
-        assert len(conversation(db, sid)) == 2
+        assert len(conversation(db, sid, live=True)) == 2
+        assert [m.content for m in h.messages] == [c for _, c in conversation(db, sid, live=True)]
+        assert "Question 19" not in str(mockllm.chat_requests(since)[-1]["body"]), "a cleared message was sent"
 
 
 def test_drop_in_for_postgres_chat_message_history(dsn: str, db: psycopg.Connection[Any],

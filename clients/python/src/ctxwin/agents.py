@@ -21,8 +21,10 @@ The ``Session`` protocol as the SDK's own sessions keep it:
 and converted as the SDK does), whose ``limit`` ``get_items`` honours when
 it is given none; ``add_items`` stores every item it is given, each once
 per turn (an item id the model repeats in a later turn is stored again; the
-same call retried stores nothing twice); ``clear_session`` erases the
-session, the next run starts it anew.
+same call retried stores nothing twice); ``pop_item`` removes the newest
+item and returns it, ``clear_session`` every item, the next run starting
+anew: ctxwin retracts them (``ctxwin.retract``: they leave every later
+window and summary, and stay stored, marked, for an audit).
 
 The SDK's compaction-aware interface (``run_compaction``, for OpenAI's
 ``responses.compact``) is not implemented: ctxwin compacts the session
@@ -31,6 +33,7 @@ itself, by summaries, after the appends that call for one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -40,10 +43,12 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from .aio import AsyncClient
-from .convert import to_responses_items
-from .errors import CtxwinError, IntegrityViolation, SessionNotFound, from_psycopg
+from ._sql import match_window
+from .convert import to_chat_messages, to_responses_items
+from .errors import CtxwinError, SessionNotFound, from_psycopg
 from .types import Window
 
 if TYPE_CHECKING:
@@ -124,9 +129,8 @@ class CtxwinSession:
         from agents.memory.session_settings import resolve_session_limit
 
         n = resolve_session_limit(limit, self.session_settings)
-        try:
-            w = await self._client.window(self._sid, budget=self.budget)
-        except SessionNotFound:
+        w = await _read_window(self._client, self._sid, self.budget)
+        if w is None:
             self._window_first_id = None
             self._last_id = 0
             self._exists = False
@@ -228,26 +232,117 @@ class CtxwinSession:
             pass
 
     async def pop_item(self, wrapper: RunContextWrapper[Any] | None = None) -> TResponseInputItem | None:
-        """Refused: ctxwin never deletes a message."""
-        raise IntegrityViolation(
-            "ctxwin never deletes a message of a session",
-            detail="Messages are append-only: a summary may already cover the newest one.",
-            hint="Append a correction instead, or clear_session() to erase the whole session.")
+        """Removes the newest item and returns it (None: the session has none),
+        as the SDK rewinds a turn with it.  ctxwin retracts the message that
+        holds the item (``ctxwin.retract``: it leaves every later window and
+        summary, and stays stored, marked, for an audit); the other items the
+        same message held (function calls of one reply) are stored again, in
+        the same statement."""
+        while True:
+            row = await _fetch_one(self._client, _NEWEST_LIVE, (self.session_id,))
+            if row is None:
+                return None
+            items = _items_of(row)
+            rest, popped = items[:-1], items[-1] if items else None
+            chat, keys = to_chat_messages(rest, [f"pop:{row['id']}:{i}" for i in range(len(rest))])
+            done = await _fetch_one(self._client, _RETRACT_REAPPEND,
+                                    {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None,
+                                     "keys": keys}, atomic=True)
+            if done is not None and int(done["n"]) > 0:
+                self._last_id = None
+                return popped  # type: ignore[return-value]
+            # another pop_item took it first: the next one
 
     def close(self) -> None:
         """Closes nothing: the connection (or pool) is the caller's.  Here as
         the SDK's own sessions have it (``SQLiteSession.close()``)."""
 
     async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
-        """Deletes the session with its whole history (an erasure); the next
-        run starts it anew."""
-        await self._client.delete_session(self._sid)
-        self._last_id = 0
+        """Takes back every item of the session (``ctxwin.retract``): they
+        leave every later window and summary and stay stored, marked, for an
+        audit; the next run starts anew.  To erase a session, delete it
+        (``AsyncClient.delete_session``)."""
+        try:
+            await _fetch_one(self._client, _RETRACT_ALL, (self.session_id,))
+        except SessionNotFound:
+            pass
+        self._last_id = None
         self._window_first_id = None
-        self._exists = False
 
 
 _NEWEST_ID = "SELECT coalesce(max(id), 0) AS id FROM ctxwin.messages WHERE session_id = %s::uuid"
+
+_NEWEST_LIVE = """
+SELECT id, role, content, tool_calls, tool_call_id, name, metadata -> 'responses_items' AS items
+FROM ctxwin.messages
+WHERE session_id = %s::uuid AND retracted_at IS NULL
+ORDER BY id DESC LIMIT 1"""
+
+# retracts the message, then (the retract's count read first) appends what
+# else it held: one statement
+_RETRACT_REAPPEND = """
+WITH r AS (SELECT ctxwin.retract(%(s)s::uuid, %(id)s::bigint) AS n)
+SELECT n, CASE WHEN n > 0 AND %(chat)s::jsonb IS NOT NULL
+               THEN ctxwin.append_messages(%(s)s::uuid, %(chat)s::jsonb, %(keys)s::text[]) END AS ids
+FROM r"""
+
+_RETRACT_ALL = "SELECT ctxwin.retract(%s::uuid, 1) AS n"
+
+_WINDOW = """
+SELECT ctxwin.build_context(s.id, %s::int, 'openai', NULL, true) AS r
+FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
+
+# the window's stored rows (those not retracted), read in the same round
+# trip, matched from the newest back
+_TAIL = """
+SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
+       (s.compaction_queued_at IS NOT NULL
+        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
+       NULL::text AS summary_through_key,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(t.id, t.role, t.client_key,
+                                                    md5(coalesce(t.content, '')), t.tool_call_id,
+                                                    t.tool_calls, t.metadata -> 'responses_items')
+                                  ORDER BY t.id), '[]'::jsonb)
+        FROM (SELECT m.* FROM ctxwin.messages m
+              WHERE m.session_id = s.id AND m.id > s.summary_through_id AND m.retracted_at IS NULL
+              ORDER BY m.id DESC LIMIT 1000) t) AS tail
+FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
+
+
+def _items_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Responses items a stored message holds: those it was appended
+    from, else the message converted."""
+    items = row.get("items")
+    if isinstance(items, list) and items:
+        return [dict(i) for i in items]
+    m = {k: row[k] for k in ("role", "content", "tool_calls", "tool_call_id", "name") if row.get(k) is not None}
+    if "content" not in m:
+        m["content"] = None
+    return to_responses_items([m])  # type: ignore[list-item]
+
+
+async def _read_window(client: AsyncClient, sid: uuid.UUID, budget: int | None) -> Window | None:
+    """The window and the stored rows it shows (retracted ones left out), in
+    one round trip; None when the session does not exist."""
+    try:
+        async with client.connection() as conn:
+            own = not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            async with contextlib.AsyncExitStack() as stack:
+                if own:
+                    await stack.enter_async_context(conn.transaction())
+                async with conn.pipeline():
+                    c1 = conn.cursor(row_factory=dict_row)
+                    await c1.execute(_WINDOW, (budget, str(sid)))
+                    c2 = conn.cursor(row_factory=dict_row)
+                    await c2.execute(_TAIL, (str(sid),))
+                r1, r2 = await c1.fetchone(), await c2.fetchone()
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
+    if r1 is None:
+        return None
+    return match_window([], r1["r"] or [], r2)
 
 
 async def _fetch_one(client: AsyncClient, query: str, params: Any, *,

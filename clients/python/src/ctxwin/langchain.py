@@ -44,7 +44,7 @@ from langchain_core.messages import BaseMessage
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
-from .errors import CtxwinError, SessionNotFound
+from .errors import CtxwinError, SessionNotFound, from_psycopg
 from .types import Window
 
 SyncConn = Union["psycopg.Connection[Any]", Client, Any]
@@ -208,10 +208,20 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         self.add_messages(value)
 
     def clear(self) -> None:
-        """Deletes the session and its whole history (an erasure: ctxwin never
-        deletes single messages).  Adding messages afterwards starts it anew."""
-        self._sync().delete_session(self.session_id)
-        self._exists = False
+        """Takes back every message of the session (``ctxwin.retract``): they
+        leave every later window and summary, and stay stored, marked, for an
+        audit.  Adding messages afterwards starts the history anew.  (To
+        erase a session: ``Client.delete_session``.)"""
+        cl = self._sync()
+        try:
+            with cl.connection() as conn:
+                _sync_statement(conn, _RETRACT_ALL, (str(self.session_id),))
+        except psycopg.Error as e:
+            if e.sqlstate is None:
+                raise
+            err = from_psycopg(e)
+            if not isinstance(err, SessionNotFound):
+                raise err from e
 
     # -- async -------------------------------------------------------------
 
@@ -254,11 +264,19 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         """:meth:`clear` on the async connection."""
-        await self._async().delete_session(self.session_id)
-        self._exists = False
+        try:
+            async with self._async().connection() as conn:
+                await _async_statement(conn, _RETRACT_ALL, (str(self.session_id),))
+        except psycopg.Error as e:
+            if e.sqlstate is None:
+                raise
+            err = from_psycopg(e)
+            if not isinstance(err, SessionNotFound):
+                raise err from e
 
 
 _CREATE = sql.SQL("CREATE EXTENSION IF NOT EXISTS ctxwin")
+_RETRACT_ALL = sql.SQL("SELECT ctxwin.retract(%s::uuid, 1)")
 
 
 def _check_table_name(name: str) -> None:
@@ -267,22 +285,22 @@ def _check_table_name(name: str) -> None:
                          "characters and underscores.")
 
 
-def _sync_statement(conn: psycopg.Connection[Any], query: sql.SQL) -> None:
+def _sync_statement(conn: psycopg.Connection[Any], query: sql.SQL, params: Any = None) -> None:
     """One statement: in the caller's open transaction as it is, else in a
     transaction of its own, committed."""
     if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.execute(query)
+        conn.execute(query, params)
         return
     with conn.transaction():
-        conn.execute(query)
+        conn.execute(query, params)
 
 
-async def _async_statement(conn: psycopg.AsyncConnection[Any], query: sql.SQL) -> None:
+async def _async_statement(conn: psycopg.AsyncConnection[Any], query: sql.SQL, params: Any = None) -> None:
     if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        await conn.execute(query)
+        await conn.execute(query, params)
         return
     async with conn.transaction():
-        await conn.execute(query)
+        await conn.execute(query, params)
 
 
 __all__ = ["CtxwinChatMessageHistory"]
