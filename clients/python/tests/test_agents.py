@@ -39,6 +39,15 @@ def stored(db: psycopg.Connection[Any], sid: str) -> list[tuple[Any, ...]]:
                       "WHERE session_id = %s ORDER BY id", (uuid.UUID(sid),)).fetchall()
 
 
+def rollbacks(db: psycopg.Connection[Any]) -> int:
+    """Transactions rolled back in the test database so far (a statement that
+    fails rolls back its transaction)."""
+    db.execute("SELECT pg_stat_clear_snapshot()")
+    r = db.execute("SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    assert r is not None
+    return int(r[0])
+
+
 def live(db: psycopg.Connection[Any], sid: str) -> list[tuple[Any, ...]]:
     return db.execute("SELECT id, role, content, tool_call_id, tool_calls, client_key FROM ctxwin.messages "
                       "WHERE session_id = %s AND retracted_at IS NULL ORDER BY id", (uuid.UUID(sid),)).fetchall()
@@ -260,8 +269,15 @@ def test_in_the_callers_transaction(dsn: str, db: psycopg.Connection[Any], mockl
             assert conn.info.transaction_status == idle
             await s2.clear_session()
             assert conn.info.transaction_status == idle
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+            await conn.commit()
+            await conn.execute("SELECT 1")
 
+    before = rollbacks(db)
     asyncio.run(main())
+    # nothing failed on the server (a failed statement is a rolled back
+    # transaction, and an ERROR in its log): the one rollback is the test's own
+    assert rollbacks(db) - before == 1
     assert [r[1] for r in stored(db, sid2)] == ["user", "assistant"]
 
 

@@ -19,6 +19,7 @@ from langchain_openai import ChatOpenAI
 from ctxwin.langchain import CtxwinChatMessageHistory
 
 from .conftest import MockLLM, tokens_of
+from .test_agents import rollbacks
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 
@@ -136,6 +137,7 @@ def test_in_the_callers_transaction(dsn: str, db: psycopg.Connection[Any]) -> No
 
     idle, intrans = psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS
     sid, sid2 = uuid.uuid4(), uuid.uuid4()
+    before = rollbacks(db)
     with psycopg.connect(dsn) as conn:
         CtxwinChatMessageHistory.create_tables(conn, "chat_history")
         assert conn.info.transaction_status == idle
@@ -157,6 +159,13 @@ def test_in_the_callers_transaction(dsn: str, db: psycopg.Connection[Any]) -> No
         h2.messages = [HumanMessage("again"), AIMessage("yes")]
         assert conn.info.transaction_status == idle
         assert [m.content for m in h2.messages] == ["again", "yes"]
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.commit()
+        conn.execute("SELECT 1")
+        conn.commit()
+    # nothing failed on the server (a failed statement rolls back its
+    # transaction and logs an ERROR): the one rollback is the test's own
+    assert rollbacks(db) - before == 1
     assert conversation(db, sid2)[-2:] == [("user", "again"), ("assistant", "yes")]
 
     async def main() -> None:

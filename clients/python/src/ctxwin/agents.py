@@ -33,7 +33,6 @@ itself, by summaries, after the appends that call for one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -41,14 +40,12 @@ import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from .aio import AsyncClient
-from ._sql import match_window
+from . import _history
 from .convert import to_chat_messages, to_responses_items
-from .errors import CtxwinError, SessionNotFound, from_psycopg
+from .errors import CtxwinError, SessionNotFound
 from .types import Window
 
 if TYPE_CHECKING:
@@ -115,7 +112,6 @@ class CtxwinSession:
         self._worker: tuple[float, bool] | None = None
         self._last_id: int | None = None
         self._window_first_id: int | None = None
-        self._exists = False
 
     @property
     def client(self) -> AsyncClient:
@@ -129,13 +125,11 @@ class CtxwinSession:
         from agents.memory.session_settings import resolve_session_limit
 
         n = resolve_session_limit(limit, self.session_settings)
-        w = await _read_window(self._client, self._sid, self.budget)
+        w = await _history.awindow(self._client, _history.WINDOW, {"s": self.session_id, "budget": self.budget})
         if w is None:
             self._window_first_id = None
             self._last_id = 0
-            self._exists = False
             return []
-        self._exists = True
         self._window_first_id = w.first_id
         ids = [m.id for m in w.messages if m.id is not None]
         self._last_id = max(ids) if ids else await self._newest_id()
@@ -147,7 +141,7 @@ class CtxwinSession:
     async def _newest_id(self) -> int:
         """The id of the session's newest stored message (0: none): what the
         keys of the next items are made from."""
-        row = await _fetch_one(self._client, _NEWEST_ID, (self.session_id,))
+        row = await _history.aone(self._client, _NEWEST_ID, (self.session_id,))
         return int(row["id"]) if row else 0
 
     async def _keys(self, items: list[Any]) -> list[str | None]:
@@ -177,22 +171,10 @@ class CtxwinSession:
         batch: list[Any] = list(items)
         if batch:
             keys = await self._keys(batch)
-            if not self._exists:
-                # created first, by a statement that never fails: a failed
-                # one would abort the caller's transaction
-                await self._client.ensure_session(self._sid, profile=self.profile,
-                                                  system_prompt=self.system_prompt)
-            try:
-                w = await self._client.window(self._sid, batch, keys=keys, budget=self.budget)
-            except SessionNotFound:
-                if not self._exists:
-                    raise
-                # erased since this object saw it (clear_session elsewhere, a rollback)
-                self._exists = False
-                await self._client.ensure_session(self._sid, profile=self.profile,
-                                                  system_prompt=self.system_prompt)
-                w = await self._client.window(self._sid, batch, keys=keys, budget=self.budget)
-            self._exists = True
+            # one statement, the session created in it when it is missing
+            w = await _history.awindow(self._client, _history.APPEND, _history.params(
+                self._sid, batch, keys, self.budget, self.profile, self.system_prompt))
+            assert w is not None
             if w.ids:
                 self._last_id = max(max(w.ids), self._last_id or 0)
             await self._maybe_summarize(w)
@@ -239,15 +221,15 @@ class CtxwinSession:
         same message held (function calls of one reply) are stored again, in
         the same statement."""
         while True:
-            row = await _fetch_one(self._client, _NEWEST_LIVE, (self.session_id,))
+            row = await _history.aone(self._client, _NEWEST_LIVE, (self.session_id,))
             if row is None:
                 return None
             items = _items_of(row)
             rest, popped = items[:-1], items[-1] if items else None
             chat, keys = to_chat_messages(rest, [f"pop:{row['id']}:{i}" for i in range(len(rest))])
-            done = await _fetch_one(self._client, _RETRACT_REAPPEND,
-                                    {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None,
-                                     "keys": keys}, atomic=True)
+            done = await _history.aone(self._client, _RETRACT_REAPPEND,
+                                       {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None,
+                                        "keys": keys}, atomic=True)
             if done is not None and int(done["n"]) > 0:
                 self._last_id = None
                 return popped  # type: ignore[return-value]
@@ -263,7 +245,7 @@ class CtxwinSession:
         audit; the next run starts anew.  To erase a session, delete it
         (``AsyncClient.delete_session``)."""
         try:
-            await _fetch_one(self._client, _RETRACT_ALL, (self.session_id,))
+            await _history.aone(self._client, _history.RETRACT_ALL, {"s": self.session_id})
         except SessionNotFound:
             pass
         self._last_id = None
@@ -286,28 +268,6 @@ SELECT n, CASE WHEN n > 0 AND %(chat)s::jsonb IS NOT NULL
                THEN ctxwin.append_messages(%(s)s::uuid, %(chat)s::jsonb, %(keys)s::text[]) END AS ids
 FROM r"""
 
-_RETRACT_ALL = "SELECT ctxwin.retract(%s::uuid, 1) AS n"
-
-_WINDOW = """
-SELECT ctxwin.build_context(s.id, %s::int, 'openai', NULL, true) AS r
-FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
-
-# the window's stored rows (those not retracted), read in the same round
-# trip, matched from the newest back
-_TAIL = """
-SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
-       (s.compaction_queued_at IS NOT NULL
-        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
-       NULL::text AS summary_through_key,
-       (SELECT coalesce(jsonb_agg(jsonb_build_array(t.id, t.role, t.client_key,
-                                                    md5(coalesce(t.content, '')), t.tool_call_id,
-                                                    t.tool_calls, t.metadata -> 'responses_items')
-                                  ORDER BY t.id), '[]'::jsonb)
-        FROM (SELECT m.* FROM ctxwin.messages m
-              WHERE m.session_id = s.id AND m.id > s.summary_through_id AND m.retracted_at IS NULL
-              ORDER BY m.id DESC LIMIT 1000) t) AS tail
-FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
-
 
 def _items_of(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The Responses items a stored message holds: those it was appended
@@ -319,52 +279,6 @@ def _items_of(row: dict[str, Any]) -> list[dict[str, Any]]:
     if "content" not in m:
         m["content"] = None
     return to_responses_items([m])  # type: ignore[list-item]
-
-
-async def _read_window(client: AsyncClient, sid: uuid.UUID, budget: int | None) -> Window | None:
-    """The window and the stored rows it shows (retracted ones left out), in
-    one round trip; None when the session does not exist."""
-    try:
-        async with client.connection() as conn:
-            own = not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            async with contextlib.AsyncExitStack() as stack:
-                if own:
-                    await stack.enter_async_context(conn.transaction())
-                async with conn.pipeline():
-                    c1 = conn.cursor(row_factory=dict_row)
-                    await c1.execute(_WINDOW, (budget, str(sid)))
-                    c2 = conn.cursor(row_factory=dict_row)
-                    await c2.execute(_TAIL, (str(sid),))
-                r1, r2 = await c1.fetchone(), await c2.fetchone()
-    except psycopg.Error as e:
-        if e.sqlstate is None:
-            raise
-        raise from_psycopg(e) from e
-    if r1 is None:
-        return None
-    return match_window([], r1["r"] or [], r2)
-
-
-async def _fetch_one(client: AsyncClient, query: str, params: Any, *,
-                     atomic: bool = False) -> dict[str, Any] | None:
-    """One row of a query of this module's own, on the client's connection:
-    in the caller's transaction if one is open (in a savepoint of it when
-    ``atomic``), else in one of its own, committed (never left open)."""
-    try:
-        async with client.connection() as conn:
-            if conn.autocommit and not atomic or \
-                    not atomic and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(query, params)
-                    return await cur.fetchone()
-            async with conn.transaction():
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(query, params)
-                    return await cur.fetchone()
-    except psycopg.Error as e:
-        if e.sqlstate is None:
-            raise
-        raise from_psycopg(e) from e
 
 
 __all__ = ["CtxwinSession", "window_items"]

@@ -44,7 +44,8 @@ from langchain_core.messages import BaseMessage
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
-from .errors import CtxwinError, SessionNotFound, from_psycopg
+from . import _history
+from .errors import CtxwinError, SessionNotFound
 from .types import Window
 
 SyncConn = Union["psycopg.Connection[Any]", Client, Any]
@@ -109,7 +110,6 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         self.system_prompt = system_prompt
         self.summarize = summarize
         self._worker: tuple[float, bool] | None = None
-        self._exists = False
 
     # the table ctxwin needs is its extension's
     @staticmethod
@@ -151,6 +151,9 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
                              "or use the sync methods instead.")
         return self._aclient
 
+    def _params(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
+        return _history.params(self.session_id, list(messages), None, self.budget, self.profile, self.system_prompt)
+
     def _want_summary(self, w: Window, worker: bool) -> bool:
         if self.summarize == "worker" or (self.summarize == "auto" and worker):
             return False
@@ -163,19 +166,9 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         if not messages:
             return
         cl = self._sync()
-        if not self._exists:
-            # created first, by a statement that never fails: a failed one
-            # would abort the caller's transaction
-            cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
-        try:
-            w = cl.window(self.session_id, list(messages), budget=self.budget)
-        except SessionNotFound:
-            if not self._exists:
-                raise
-            self._exists = False        # erased since this object saw it
-            cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
-            w = cl.window(self.session_id, list(messages), budget=self.budget)
-        self._exists = True
+        # one statement, the session created in it when it is missing
+        w = _history.window(cl, _history.APPEND, self._params(messages))
+        assert w is not None
         if self.summarize != "worker":
             now = time.monotonic()
             if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -189,13 +182,8 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     def get_messages(self) -> list[BaseMessage]:
         """The window: system prompt and summary, then the newest messages that fit."""
-        try:
-            w = self._sync().window(self.session_id, budget=self.budget)
-        except SessionNotFound:
-            self._exists = False
-            return []
-        self._exists = True
-        return to_langchain(w.chat, _ids(w))
+        w = _history.window(self._sync(), _history.WINDOW, {"s": str(self.session_id), "budget": self.budget})
+        return [] if w is None else to_langchain(w.chat, _ids(w))
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -212,16 +200,10 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         leave every later window and summary, and stay stored, marked, for an
         audit.  Adding messages afterwards starts the history anew.  (To
         erase a session: ``Client.delete_session``.)"""
-        cl = self._sync()
         try:
-            with cl.connection() as conn:
-                _sync_statement(conn, _RETRACT_ALL, (str(self.session_id),))
-        except psycopg.Error as e:
-            if e.sqlstate is None:
-                raise
-            err = from_psycopg(e)
-            if not isinstance(err, SessionNotFound):
-                raise err from e
+            _history.one(self._sync(), _history.RETRACT_ALL, {"s": str(self.session_id)})
+        except SessionNotFound:
+            pass
 
     # -- async -------------------------------------------------------------
 
@@ -230,17 +212,8 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         if not messages:
             return
         cl = self._async()
-        if not self._exists:
-            await cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
-        try:
-            w = await cl.window(self.session_id, list(messages), budget=self.budget)
-        except SessionNotFound:
-            if not self._exists:
-                raise
-            self._exists = False
-            await cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
-            w = await cl.window(self.session_id, list(messages), budget=self.budget)
-        self._exists = True
+        w = await _history.awindow(cl, _history.APPEND, self._params(messages))
+        assert w is not None
         if self.summarize != "worker":
             now = time.monotonic()
             if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -254,29 +227,18 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:meth:`get_messages` on the async connection."""
-        try:
-            w = await self._async().window(self.session_id, budget=self.budget)
-        except SessionNotFound:
-            self._exists = False
-            return []
-        self._exists = True
-        return to_langchain(w.chat, _ids(w))
+        w = await _history.awindow(self._async(), _history.WINDOW, {"s": str(self.session_id), "budget": self.budget})
+        return [] if w is None else to_langchain(w.chat, _ids(w))
 
     async def aclear(self) -> None:
         """:meth:`clear` on the async connection."""
         try:
-            async with self._async().connection() as conn:
-                await _async_statement(conn, _RETRACT_ALL, (str(self.session_id),))
-        except psycopg.Error as e:
-            if e.sqlstate is None:
-                raise
-            err = from_psycopg(e)
-            if not isinstance(err, SessionNotFound):
-                raise err from e
+            await _history.aone(self._async(), _history.RETRACT_ALL, {"s": str(self.session_id)})
+        except SessionNotFound:
+            pass
 
 
 _CREATE = sql.SQL("CREATE EXTENSION IF NOT EXISTS ctxwin")
-_RETRACT_ALL = sql.SQL("SELECT ctxwin.retract(%s::uuid, 1)")
 
 
 def _check_table_name(name: str) -> None:
