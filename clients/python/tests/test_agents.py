@@ -173,6 +173,7 @@ def test_session_settings_as_the_sdk_keeps_them(dsn: str, db: psycopg.Connection
             assert await d.get_items(limit=1) == everything[-1:]
             assert await s.get_items(limit=2) == everything[-2:]
             assert await s.get_items(limit=0) == []
+            assert await s.get_items(limit=-1) == everything      # SQLiteSession's: negative is no limit
             since = len(mockllm.requests())
             await Runner.run(agent, question(3), session=s,
                              run_config=RunConfig(session_settings=SessionSettings(limit=2)))

@@ -120,8 +120,8 @@ class CtxwinSession:
     async def get_items(self, limit: int | None = None,
                         wrapper: RunContextWrapper[Any] | None = None) -> list[TResponseInputItem]:
         """The window as input items: the newest ``limit`` of them (None:
-        ``session_settings.limit``; None there too: all of them, as the SDK's
-        sessions do; 0 or less: none)."""
+        ``session_settings.limit``; None there too, or negative: all of them;
+        0: none; as the SDK's ``SQLiteSession``)."""
         from agents.memory.session_settings import resolve_session_limit
 
         n = resolve_session_limit(limit, self.session_settings)
@@ -134,7 +134,7 @@ class CtxwinSession:
         ids = [m.id for m in w.messages if m.id is not None]
         self._last_id = max(ids) if ids else await self._newest_id()
         items: list[Any] = window_items(w)
-        if n is not None:
+        if n is not None and n >= 0:
             items = items[-n:] if n > 0 else []
         return items
 

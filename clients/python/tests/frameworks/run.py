@@ -29,11 +29,12 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent.parent                  # clients/python
 
-FRAMEWORKS: dict[str, dict[str, object]] = {
+FRAMEWORKS: dict[str, dict[str, Any]] = {
     "openai-agents": {
         # the whole tests directory: the session tests import its helpers
         "extract": ["tests/"],
@@ -125,17 +126,17 @@ def run(name: str, version: str, pytest_args: list[str]) -> tuple[bool, str]:
     expected = deviations(name)
     with tempfile.TemporaryDirectory(prefix=f"ctxwin-fw-{name}-") as tmp:
         work = Path(tmp)
-        extract(archive, list(spec["extract"]), work)  # type: ignore[call-overload]
+        extract(archive, spec["extract"], work)
         shutil.copy(HERE / "conftest.py", work / "conftest.py")
-        ini = "[pytest]\n" + "".join(f"{k} = {v}\n" for k, v in dict(spec["ini"]).items())  # type: ignore[call-overload]
+        ini = "[pytest]\n" + "".join(f"{k} = {v}\n" for k, v in spec["ini"].items())
         (work / "pytest.ini").write_text(ini)
         report = work / "outcomes.json"
         env = dict(os.environ, CTXWIN_FRAMEWORK=name, CTXWIN_DEVIATIONS=json.dumps(expected),
                    CTXWIN_FRAMEWORK_REPORT=str(report), OPENAI_API_KEY=os.environ.get("OPENAI_API_KEY", "sk-fake"))
-        print(f"=== {name} {version}: pytest {' '.join(spec['run'])}", flush=True)  # type: ignore[arg-type]
+        print(f"=== {name} {version}: pytest {' '.join(spec['run'])}", flush=True)
         subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
                         "--rootdir", str(work), "-c", str(work / "pytest.ini"),
-                        *list(spec["run"]), *pytest_args], cwd=work, env=env)  # type: ignore[call-overload]
+                        *spec["run"], *pytest_args], cwd=work, env=env)
         outcomes: dict[str, str] = json.loads(report.read_text()) if report.exists() else {}
     counts: dict[str, int] = {}
     for o in outcomes.values():
