@@ -185,3 +185,22 @@ def test_in_the_callers_transaction(dsn: str, db: psycopg.Connection[Any]) -> No
     asyncio.run(main())
     with pytest.raises(ValueError, match="Invalid table name"):
         CtxwinChatMessageHistory("chat history", str(sid), sync_connection=db)
+
+
+def test_clear_then_the_same_ids_again(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """clear() takes the messages back; messages with the same ids added
+    afterwards (the messages setter: clear, then add) are stored anew, not
+    taken for the retracted ones."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    sid = uuid.uuid4()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        h = CtxwinChatMessageHistory(str(sid), sync_connection=conn)
+        h.add_messages([HumanMessage("where is it?", id="m1"), AIMessage("in Lyon", id="m2")])
+        h.messages = [HumanMessage("where is it?", id="m1"), AIMessage("in Paris", id="m2")]
+        assert [(m.id, m.content) for m in h.messages] == [("m1", "where is it?"), ("m2", "in Paris")]
+        h.add_messages([AIMessage("in Paris", id="m2")])          # a retried write: stored once
+        assert len(h.messages) == 2
+    assert conversation(db, sid) == [("user", "where is it?"), ("assistant", "in Lyon"),
+                                     ("user", "where is it?"), ("assistant", "in Paris")]
+    assert conversation(db, sid, live=True) == [("user", "where is it?"), ("assistant", "in Paris")]
