@@ -320,3 +320,30 @@ def test_pop_item_rewinds_a_turn(dsn: str, db: psycopg.Connection[Any], mockllm:
     retracted = db.execute("SELECT count(*) FROM ctxwin.messages WHERE session_id = %s AND retracted_at IS NOT NULL",
                            (uuid.UUID(sid),)).fetchone()
     assert retracted is not None and retracted[0] >= 5
+
+
+def test_on_a_pool_as_psycopg_makes_it(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    """On an AsyncConnectionPool of connections out of autocommit mode (the
+    pool's default): every call gives its connection back idle, with what it
+    wrote committed (the pool would log and roll back one left in a
+    transaction), the first write included."""
+    import logging
+
+    sid = str(uuid.uuid4())
+    caplog.set_level(logging.INFO, logger="psycopg.pool")
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=2) as pool:
+            s = CtxwinSession(sid, pool)
+            agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
+            await Runner.run(agent, question(1), session=s)
+            await Runner.run(agent, question(2), session=s)
+            assert (await s.pop_item() or {}).get("role") == "assistant"
+            assert len(await s.get_items()) == 3
+            await s.clear_session()
+            assert await s.get_items() == []
+
+    asyncio.run(main())
+    assert len(stored(db, sid)) == 4 and live(db, sid) == []
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage() or "INTRANS" in r.getMessage()]

@@ -204,3 +204,27 @@ def test_clear_then_the_same_ids_again(dsn: str, db: psycopg.Connection[Any]) ->
     assert conversation(db, sid) == [("user", "where is it?"), ("assistant", "in Lyon"),
                                      ("user", "where is it?"), ("assistant", "in Paris")]
     assert conversation(db, sid, live=True) == [("user", "where is it?"), ("assistant", "in Paris")]
+
+
+def test_on_a_pool_as_psycopg_makes_it(dsn: str, db: psycopg.Connection[Any],
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    """On a ConnectionPool of connections out of autocommit mode (the pool's
+    default): each method gives its connection back idle, what it wrote
+    committed (the pool would log and roll back one left in a transaction)."""
+    import logging
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from psycopg_pool import ConnectionPool
+
+    sid = uuid.uuid4()
+    caplog.set_level(logging.INFO, logger="psycopg.pool")
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        h = CtxwinChatMessageHistory("chat_history", str(sid), sync_connection=pool)
+        assert h.messages == []
+        h.add_messages([HumanMessage("hello"), AIMessage("hi")])
+        assert [m.content for m in h.messages] == ["hello", "hi"]
+        h.clear()
+        assert h.messages == []
+    assert conversation(db, sid) == [("user", "hello"), ("assistant", "hi")]
+    assert conversation(db, sid, live=True) == []
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage()]
