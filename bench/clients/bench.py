@@ -187,6 +187,7 @@ class Rec:
     db_ms: dict[int, float] = field(default_factory=dict)       # of which database round trips
     calls: int = 0                                              # hook calls
     waited: set[int] = field(default_factory=set)               # turns that waited on a summary
+    trips: dict[str, list[float]] = field(default_factory=dict)  # ctxwin client: round trips by caller
     summary_calls: int = 0
     summary_ms: float = 0.0
     tool_called: bool = False                                   # the tool was called in this turn
@@ -343,6 +344,8 @@ def timed_client(client: Any, rec: Rec, is_async: bool = False) -> None:
                 return await run(fn)
             finally:
                 rec.add_db((time.perf_counter() - t0) * 1000.0)
+                rec.trips.setdefault(fn.__qualname__.split(".<locals>")[0], []).append(
+                    (time.perf_counter() - t0) * 1000.0)
         client.summarize, client._run = asummarize, arun
         return
 
@@ -361,6 +364,8 @@ def timed_client(client: Any, rec: Rec, is_async: bool = False) -> None:
             return run(fn)
         finally:
             rec.add_db((time.perf_counter() - t0) * 1000.0)
+            rec.trips.setdefault(fn.__qualname__.split(".<locals>")[0], []).append(
+                (time.perf_counter() - t0) * 1000.0)
     client.summarize, client._run = summarize, timed_run
 
 
@@ -589,7 +594,9 @@ def finish(variant: str, args: argparse.Namespace, texts: list[str], rec: Rec, t
                               "db_ms": [rec.db_ms.get(i, 0.0) for i in range(len(texts))],
                               "waited": sorted(rec.waited), "no_question": rec.no_question,
                               "summary_calls_in_hook": rec.summary_calls, "summary_ms_in_hook": rec.summary_ms,
-                              "turn_wall_ms": wall, "state_messages": n_state}
+                              "turn_wall_ms": wall, "state_messages": n_state,
+                              "round_trips": {k: {"calls": len(v), "p50_ms": pct(v, 50), "mean_ms": statistics.fmean(v)}
+                                              for k, v in rec.trips.items()}}
     if variant in CTXWIN_VARIANTS:
         dsn = args.dsn_inline if variant == "ctxwin-inline" else args.dsn_worker
         with psycopg.connect(dsn, autocommit=True) as c:
@@ -722,7 +729,7 @@ def main() -> None:
         cm, db = r["cm_ms"], r["db_ms"]
         results.append({
             **{k: r[k] for k in ("variant", "hook_calls", "waited", "summary_calls_in_hook", "summary_ms_in_hook",
-                                 "state_messages")},
+                                 "state_messages", "round_trips")},
             **{k: r[k] for k in ("summaries", "summaries_llm", "messages_stored", "last_error") if k in r},
             "requests_without_question": r["no_question"],
             "label": LABELS[v], "turns": len(cm), "cm_p50_ms": pct(cm, 50), "cm_p99_ms": pct(cm, 99),
