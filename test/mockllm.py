@@ -78,9 +78,10 @@ Usage: mockllm.py --port 0 --key KEY --log requests.jsonl [--port-file F]
                   [--delay-ms N] [--seed S] [--summary-keep N]
 With --port 0 the port picked is printed on stdout and written to F.
 --delay-ms delays every answer by N milliseconds (a model's latency).
---summary-keep N makes the summarizer lossy (bench/clients): a summary
-names only the first N identifiers of the prompt, in the order the prompt
-shows them, the others dropped; 0 (the default): every identifier.
+--summary-keep N makes the summarizer lossy (bench/clients): a summary's
+identifier list names only the first N identifiers of the prompt, in the
+order the prompt shows them, the others dropped (the line quoting the last
+user message stays); 0 (the default): every identifier.
 """
 import argparse
 import hashlib
