@@ -81,9 +81,13 @@ that retries the same request sees the fault once.  POST /_mock/reset
 forgets those counts.
 
 Usage: mockllm.py --port 0 --key KEY --log requests.jsonl [--port-file F]
-                  [--delay-ms N] [--seed S]
+                  [--delay-ms N] [--seed S] [--summary-keep N]
 With --port 0 the port picked is printed on stdout and written to F.
 --delay-ms delays every answer by N milliseconds (a model's latency).
+--summary-keep N makes the summarizer lossy (bench/clients): a summary's
+identifier list names only the first N identifiers of the prompt, in the
+order the prompt shows them, the others dropped (the line quoting the last
+user message stays); 0 (the default): every identifier.
 """
 import argparse
 import hashlib
@@ -139,6 +143,8 @@ def mock_summary(prompt, max_tokens):
         len(new_msgs),
         "" if prev in ("", "(none)") else ", merged with the previous summary")]
     ids = identifiers(prompt)
+    if ARGS is not None and ARGS.summary_keep > 0:
+        ids = ids[:ARGS.summary_keep]       # --summary-keep: the first N it reads, the rest forgotten
     if ids:
         lines.append("Identifiers: " + "; ".join(ids))
     if prev not in ("", "(none)"):
@@ -498,6 +504,8 @@ def main():
     p.add_argument("--slow", type=float, default=30.0, help="seconds fault-timeout waits")
     p.add_argument("--delay-ms", type=float, default=0, help="delay every answer by this many ms")
     p.add_argument("--seed", type=int, default=None, help="seed of flaky-P's faults")
+    p.add_argument("--summary-keep", type=int, default=0,
+                   help="a summary names only the first N identifiers of its prompt (0: all)")
     ARGS = p.parse_args()
     RNG.seed(ARGS.seed)
     srv = Server(("127.0.0.1", ARGS.port), Handler)
