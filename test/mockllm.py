@@ -131,6 +131,14 @@ def identifiers(text):
     return out
 
 
+def blocks_text(x):
+    """The text of a system prompt: a string, or Anthropic's list of text
+    blocks (a request with cache breakpoints sends that)."""
+    if isinstance(x, list):
+        return "\n".join(b.get("text", "") for b in x if isinstance(b, dict))
+    return x if isinstance(x, str) else ""
+
+
 def mock_summary(prompt, max_tokens):
     """A summary that keeps facts: every identifier of the prompt, verbatim."""
     prev, sep, new = prompt.partition("New messages:")
@@ -339,7 +347,7 @@ class Handler(BaseHTTPRequestHandler):
         # a model that heeds its prompt: a summary prompt's "Write at most N
         # tokens" sizes the answer where it asks for less than max_tokens
         asked = max_tokens
-        target = re.search(r"Write at most (\d+) tokens", system)
+        target = re.search(r"Write at most (\d+) tokens", blocks_text(system))
         if target:
             asked = min(int(target.group(1)), int(max_tokens)) if max_tokens else int(target.group(1))
         text = mock_summary(prompt, asked)
