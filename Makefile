@@ -35,6 +35,7 @@ OBJS = \
 	src/summary/compact.o \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
+	src/summary/retract.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
 	src/worker/loop.o \

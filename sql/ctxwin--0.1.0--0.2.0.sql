@@ -3268,3 +3268,592 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
 'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ...}';
+
+
+-- ==== Retract, never delete (0.2.0): ctxwin.retract(session, from_id) ====
+-- Messages from an id on leave every later window, summary, search and
+-- count; the rows stay, marked with retracted_at.  Both columns are added
+-- without a default: a change of the catalog only, no table rewritten, the
+-- lock held for an instant; no index is added (the readers filter the rows
+-- they read anyway).
+ALTER TABLE ctxwin.messages ADD COLUMN retracted_at timestamptz;
+COMMENT ON COLUMN ctxwin.messages.retracted_at IS
+'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
+
+ALTER TABLE ctxwin.summaries ADD COLUMN retracted_at timestamptz;
+COMMENT ON COLUMN ctxwin.summaries.retracted_at IS
+'When a retract took back a message this summary covers: it is never sent again. NULL: in effect';
+
+COMMENT ON COLUMN ctxwin.sessions.message_count IS
+'Messages in the session, which is also the id of the newest one (retracted messages included: ids are never reused)';
+
+CREATE OR REPLACE FUNCTION ctxwin.context_report(session uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    lines text[];
+BEGIN
+    SELECT * INTO c FROM ctxwin.context_status(session);
+    lines := ARRAY[
+        format('Session %s: profile %s, model %s (%s), window %s tokens',
+               c.session_id, c.profile, c.model, c.encoding, to_char(c.context_window, 'FM999,999,999')),
+        CASE WHEN c.trigger_ratio IS NULL
+             THEN format('  context   %s %6s%%  %s of %s tokens; ratio trigger off',
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'))
+             ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100::numeric)) END,
+        CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
+             ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._progress_bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
+                         c.max_messages_before_summary) END,
+        CASE WHEN c.max_tokens_before_summary IS NULL THEN '  tokens    trigger off'
+             ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
+                         to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
+        CASE WHEN c.summary_version = 0 OR (c.summary_through_id = 0 AND c.summary_tokens = 0) THEN '  summary   none yet'
+             ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
+                         c.summary_version, c.summary_tokens, c.summary_through_id,
+                         CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
+                              WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
+                              WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
+                              ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
+        format('  window    %s messages, %s tokens of a %s-token budget%s; %s dropped',
+               coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
+               to_char(c.budget, 'FM999,999,999'),
+               CASE WHEN c.budget_margin > 1::real
+                    THEN format(' (provider margin %s)', round(c.budget_margin::numeric, 2)) ELSE '' END,
+               coalesce(c.dropped_messages, 0)),
+        format('  compaction %s%s',
+               CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
+                    ELSE 'not due' END,
+               CASE WHEN c.queued_at IS NOT NULL THEN ', queued since ' || to_char(c.queued_at, 'YYYY-MM-DD HH24:MI:SS')
+                    ELSE '' END),
+        CASE WHEN c.last_error IS NOT NULL
+             THEN format('  last error (%s failures): %s', c.compaction_failures, c.last_error) END,
+        CASE WHEN c.note IS NOT NULL THEN '  note: ' || c.note END];
+    RETURN array_to_string(lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin.context_report(uuid) IS
+'context_status as text for a person in psql, with progress bars';
+
+CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                     ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                                m.tool_calls, p_encoding)
+                                          + CASE WHEN m.content_parts IS NULL THEN 0
+                                                 ELSE greatest(m.token_count - ctxwin.message_tokens(
+                                                          m.role, m.content, m.name, m.tool_call_id,
+                                                          m.tool_calls, m.token_encoding), 0) END
+                                END), 0)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.retracted_at IS NULL);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
+
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND (NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id
+                             OR NEW.summary_version IS DISTINCT FROM OLD.summary_version) THEN
+        -- back only to before a retracted message it covered (ctxwin.retract)
+        IF NEW.summary_through_id < OLD.summary_through_id
+           AND NOT EXISTS (SELECT FROM ctxwin.messages m
+                           WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id
+                             AND m.id <= OLD.summary_through_id AND m.retracted_at IS NOT NULL) THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group (_summary_may_end; the next message
+        -- not retracted)
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NULL
+        ORDER BY m.id LIMIT 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id
+            - (SELECT count(*) FROM ctxwin.messages m
+               WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NOT NULL);
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    -- the summary's segments (a stable window's): a summary written without
+    -- them (an application's own) is one segment; given, they must add up
+    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
+       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        NEW.summary_segments := NULL;
+    END IF;
+    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
+
+CREATE OR REPLACE FUNCTION ctxwin._own_write()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_own_write'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._own_write() IS
+'Whether the statement running is ctxwin''s own write of its bookkeeping (retract marking messages)';
+
+CREATE OR REPLACE FUNCTION ctxwin._messages_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
+           IS DISTINCT FROM
+           (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text)
+           OR (NEW.retracted_at IS DISTINCT FROM OLD.retracted_at
+               AND (OLD.retracted_at IS NOT NULL OR NOT ctxwin._own_write())) THEN
+            RAISE EXCEPTION 'messages cannot be changed'
+                USING ERRCODE = 'integrity_constraint_violation',
+                      DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
+                      HINT = 'Append a correction as a new message, or take messages back with ctxwin.retract(session, from_id).';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = OLD.session_id) THEN
+        RAISE EXCEPTION 'a single message cannot be deleted'
+            USING ERRCODE = 'integrity_constraint_violation',
+                  DETAIL = 'Its session''s ids, counters and summary would no longer match its messages.',
+                  HINT = 'Delete the whole session (DELETE FROM ctxwin.sessions WHERE id = ...); its messages, summaries and flush events go with it.';
+    END IF;
+    RETURN OLD;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._messages_guard() IS
+'Update and delete trigger on messages: only metadata changes; messages go only with their whole session';
+
+CREATE OR REPLACE FUNCTION ctxwin.retract(session uuid, from_id bigint)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_retract'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.retract(uuid, bigint) IS
+'Takes back the messages of a session with id >= from_id: they stay stored with retracted_at set, and leave every later window, summary, search and count; a summary covering one is replaced by the newest one ending before from_id. Returns the number of messages retracted (0: none, or all already were)';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (
+        SELECT max(m.id) FROM ctxwin.messages m
+        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
+                           ORDER BY n.id LIMIT 1) nx ON true
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
+          AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
+'The last message id at or before a target where a summary may end without splitting a tool group';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                             || jsonb_build_object('id', m.id) ORDER BY m.id)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+              AND m.retracted_at IS NULL);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
+'Messages of a session after one id and up to another, as chat messages with their "id", oldest first';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
+    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
+                         AND n.retracted_at IS NULL
+                       ORDER BY n.id LIMIT 1) nx ON true
+    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND m.retracted_at IS NULL
+      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
+'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
+
+CREATE OR REPLACE FUNCTION ctxwin.message(session uuid, id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    result jsonb;
+BEGIN
+    IF message.session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF message.id IS NULL THEN
+        RAISE EXCEPTION 'message id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+           || jsonb_build_object('id', m.id, 'created_at', m.created_at)
+           || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
+                   ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+           || CASE WHEN m.retracted_at IS NULL THEN '{}'
+                   ELSE jsonb_build_object('retracted_at', m.retracted_at) END
+    INTO result
+    FROM ctxwin.messages m
+    WHERE m.session_id = message.session AND m.id = message.id;
+    IF result IS NULL THEN
+        IF NOT EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = message.session) THEN
+            RAISE EXCEPTION 'session % does not exist', message.session USING ERRCODE = 'no_data_found';
+        END IF;
+        RAISE EXCEPTION 'message % of session % does not exist', message.id, message.session
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'Message ids run from 1 to the session''s message_count.';
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
+'One stored message whole, as an OpenAI chat message object with its id and created_at (and retracted_at, if it was retracted): what a cleared tool result in a window stands for';
+
+CREATE OR REPLACE FUNCTION ctxwin.search(session uuid, query text, roles text[] DEFAULT NULL,
+                              since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL,
+                              max_results int DEFAULT 10)
+RETURNS TABLE (id bigint, role text, created_at timestamptz, snippet text, rank real)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+DECLARE
+    top bigint;
+    terms int;
+    want int;
+    ids bigint[];
+    ranks real[];
+    got_ids bigint[];
+    got_ranks real[];
+    below bigint;
+    lvl int;
+    probes int;
+    hits bigint;
+    density float8;
+    any_term boolean := false;
+    bad text;
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF query IS NULL THEN
+        RAISE EXCEPTION 'search query must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF max_results IS NULL OR max_results < 1 OR max_results > 100 THEN
+        RAISE EXCEPTION 'max_results must be between 1 and 100'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(max_results::text, 'NULL'));
+    END IF;
+    SELECT string_agg(coalesce(quote_literal(r), 'NULL'), ', ') INTO bad FROM unnest(roles) r
+    WHERE r IS NULL OR r NOT IN ('system', 'user', 'assistant', 'tool');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'roles has a value that is not a message role: %', bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The roles are system, user, assistant and tool.';
+    END IF;
+    SELECT s.message_count INTO top FROM ctxwin.sessions s WHERE s.id = session;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', session USING ERRCODE = 'no_data_found';
+    END IF;
+    terms := ctxwin._search_terms(query);
+    want := least(greatest(5 * max_results, 50), 500);
+
+    LOOP
+        ids := '{}';
+        ranks := '{}';
+        below := top + 1;
+        lvl := 1;
+        probes := 0;
+        hits := 0;
+        WHILE below > 1 AND cardinality(ids) < want AND probes < 16 LOOP
+            -- the matches of a bucket (lvl 1, 2) or the rest of the session
+            -- (3) below the messages searched, newest first
+            SELECT coalesce(array_agg(x.id ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}'),
+                   coalesce(array_agg(x.rank ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}')
+            INTO got_ids, got_ranks
+            FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
+                  FROM ctxwin.messages m
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
+                    AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
+                        OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
+                    AND (roles IS NULL OR m.role = ANY (roles))
+                    AND (since IS NULL OR m.created_at >= since) AND (until IS NULL OR m.created_at < until)
+                  LIMIT 4 * want) x;
+            ids := ids || got_ids[1 : want - cardinality(ids)];
+            ranks := ranks || got_ranks[1 : want - cardinality(ranks)];
+            hits := hits + cardinality(got_ids);
+            EXIT WHEN lvl = 3;
+            below := ctxwin._search_bucket_start(lvl, below - 1);
+            probes := probes + 1;
+            -- the next probe, by the matches per message so far: a bucket
+            -- of 1024 if 4 of them would hold the matches still wanted, or
+            -- if one of 32768 would hold more than a probe reads; else one
+            -- of 32768 (also after none in the newest 1024), unless 4 of
+            -- those would not hold them (or one held none): then the rest
+            -- of the session
+            density := hits::float8 / (top + 1 - greatest(below, 1));
+            IF hits = 0 AND lvl = 1 THEN
+                lvl := 2;
+            ELSIF density * 32768 * 4 < want - cardinality(ids) THEN
+                lvl := 3;
+            ELSIF density * 1024 * 4 >= want - cardinality(ids) OR density * 32768 > 4 * want THEN
+                lvl := 1;
+            ELSE
+                lvl := 2;
+            END IF;
+        END LOOP;
+
+        RETURN QUERY
+        SELECT m.id, m.role, m.created_at, ctxwin._search_snippet(m.content, m.tool_calls, query), c.rank
+        FROM (SELECT u.id, u.rank FROM unnest(ids, ranks) AS u(id, rank)
+              ORDER BY u.rank DESC, u.id DESC LIMIT max_results) c
+        JOIN ctxwin.messages m ON m.session_id = session AND m.id = c.id
+        ORDER BY c.rank DESC, c.id DESC;
+        -- no message has every term: those with some of them
+        EXIT WHEN FOUND OR any_term OR terms < 2;
+        any_term := true;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.search(uuid, text, text[], timestamptz, timestamptz, int) IS
+'The messages of a session''s whole history (summarized ones included) that best match a query: every word (as a whole word) and identifier (as written, also inside a longer one), else some of them, case aside; with their role, time, a snippet and a rank, best first. The newest 5 * max_results matches (50 to 500) are ranked.';
+
+CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning AS $$
+DECLARE
+    -- (table, constraint, definition): every foreign key between ctxwin's tables
+    fkeys CONSTANT text[][] := ARRAY[
+        ['ctxwin.profiles', 'profiles_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
+        ['ctxwin.calibration', 'calibration_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
+        ['ctxwin.sessions', 'sessions_profile_fkey',
+         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
+        ['ctxwin.messages', 'messages_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summaries', 'summaries_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
+    drops text := '';
+    failed text;
+    i int;
+    t text;
+    f regprocedure;
+BEGIN
+    -- Citus creates the tables' triggers on their shards only with this on:
+    -- ctxwin's insert trigger numbers and counts a message on the shard
+    -- that holds its session (co-located with the session's row).
+    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+    -- reference tables are written after distributed ones in this transaction
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
+                                 fkeys[i][1], fkeys[i][2]);
+    END LOOP;
+    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
+    INTO failed
+    FROM run_command_on_workers(drops) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
+                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
+    END IF;
+    EXECUTE drops;
+
+    PERFORM create_reference_table('ctxwin.models');
+    PERFORM create_reference_table('ctxwin.profiles');
+    PERFORM create_reference_table('ctxwin.calibration');
+    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
+    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
+                             'ctxwin.usage_log'] LOOP
+        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
+    END LOOP;
+
+    -- the coordinator's own copies of the rows, now in the shards
+    FOREACH t IN ARRAY ARRAY['ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
+                             'ctxwin.profiles', 'ctxwin.models'] LOOP
+        PERFORM truncate_local_data_after_distributing_table(t::regclass);
+    END LOOP;
+
+    -- one call, one round trip to the node that holds the session
+    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
+                             'ctxwin.context_status(uuid)',
+                             'ctxwin.context_report(uuid)',
+                             'ctxwin.messages_after(uuid,bigint)',
+                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
+                             'ctxwin.answer_tool_call(uuid,jsonb)',
+                             'ctxwin.retract(uuid,bigint)']::regprocedure[] LOOP
+        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._distribute(int) IS
+'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';
+
+COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
+'Messages of a session with an id greater than after_id (all if NULL), oldest first; retracted ones left out';
+
+-- the sessions trigger runs when a retract moves the summary version on
+DROP TRIGGER sessions_maintain_update ON ctxwin.sessions;
+CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
+    FOR EACH ROW
+    WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
+          OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
+          OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
+          OR OLD.profile IS DISTINCT FROM NEW.profile
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments
+          OR OLD.summary_version IS DISTINCT FROM NEW.summary_version)
+    EXECUTE FUNCTION ctxwin._sessions_maintain();
+

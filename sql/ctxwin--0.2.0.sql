@@ -390,7 +390,7 @@ COMMENT ON TABLE ctxwin.sessions IS
 COMMENT ON COLUMN ctxwin.sessions.summary_through_id IS
 'Id of the last message the summary covers (0: none); only moves forward';
 COMMENT ON COLUMN ctxwin.sessions.message_count IS
-'Messages in the session, which is also the id of the newest one';
+'Messages in the session, which is also the id of the newest one (retracted messages included: ids are never reused)';
 COMMENT ON COLUMN ctxwin.sessions.prompt_tokens IS
 'Tokens of the system prompt and summary as build_context sends them, in count_encoding';
 COMMENT ON COLUMN ctxwin.sessions.count_encoding IS
@@ -462,6 +462,7 @@ CREATE TABLE ctxwin.messages (
     created_at timestamptz NOT NULL DEFAULT now(),
     client_key text,
     content_parts jsonb,
+    retracted_at timestamptz,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -479,6 +480,8 @@ COMMENT ON COLUMN ctxwin.messages.client_key IS
 'The key the application gave the message (append_messages), unique in its session; NULL: none';
 COMMENT ON COLUMN ctxwin.messages.content_parts IS
 'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
+COMMENT ON COLUMN ctxwin.messages.retracted_at IS
+'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
 -- a client's own key of a message (a framework's message id, a hash of a
 -- retried request's message): stored once per session
 CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
@@ -497,6 +500,7 @@ CREATE TABLE ctxwin.summaries (
     latency_ms int,
     created_at timestamptz NOT NULL DEFAULT now(),
     segments int[],
+    retracted_at timestamptz,
     PRIMARY KEY (session_id, version),
     CHECK (from_id <= through_id)
 );
@@ -505,6 +509,8 @@ COMMENT ON TABLE ctxwin.summaries IS
 'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
 COMMENT ON COLUMN ctxwin.summaries.segments IS
 'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
+COMMENT ON COLUMN ctxwin.summaries.retracted_at IS
+'When a retract took back a message this summary covers: it is never sent again. NULL: in effect';
 
 CREATE TABLE ctxwin.flush_events (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
@@ -585,11 +591,11 @@ BEGIN
                                                           m.tool_calls, m.token_encoding), 0) END
                                 END), 0)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
-'Tokens of the messages of a session after an id, counted in an encoding';
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
 
 -- Whether a session's counters put it in the compaction queue: a summary
 -- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
@@ -655,8 +661,13 @@ BEGIN
     END IF;
     enc := st.encoding;
 
-    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
-        IF NEW.summary_through_id < OLD.summary_through_id THEN
+    IF TG_OP = 'UPDATE' AND (NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id
+                             OR NEW.summary_version IS DISTINCT FROM OLD.summary_version) THEN
+        -- back only to before a retracted message it covered (ctxwin.retract)
+        IF NEW.summary_through_id < OLD.summary_through_id
+           AND NOT EXISTS (SELECT FROM ctxwin.messages m
+                           WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id
+                             AND m.id <= OLD.summary_through_id AND m.retracted_at IS NOT NULL) THEN
             RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
                 OLD.summary_through_id, NEW.summary_through_id
                 USING ERRCODE = 'check_violation',
@@ -667,9 +678,11 @@ BEGIN
                 NEW.summary_through_id, NEW.message_count
                 USING ERRCODE = 'check_violation';
         END IF;
-        -- never inside a tool group (_summary_may_end)
+        -- never inside a tool group (_summary_may_end; the next message
+        -- not retracted)
         SELECT m.role INTO nxt FROM ctxwin.messages m
-        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NULL
+        ORDER BY m.id LIMIT 1;
         SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
         IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
@@ -677,7 +690,9 @@ BEGIN
                 USING ERRCODE = 'check_violation',
                       DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
         END IF;
-        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id
+            - (SELECT count(*) FROM ctxwin.messages m
+               WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NOT NULL);
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
         IF NEW.summary_through_id > OLD.summary_through_id THEN
@@ -750,7 +765,8 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
           OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
           OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
           OR OLD.profile IS DISTINCT FROM NEW.profile
-          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments
+          OR OLD.summary_version IS DISTINCT FROM NEW.summary_version)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
 
 -- A changed profile or model (lower triggers, a smaller window) can put
@@ -852,8 +868,20 @@ CREATE TRIGGER messages_insert_begin BEFORE INSERT ON ctxwin.messages
 CREATE TRIGGER messages_insert_end AFTER INSERT ON ctxwin.messages
     FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
 
+-- Whether the statement running is ctxwin's own write of its bookkeeping
+-- (src/base/spi.c): the guard below lets retract() mark messages, and no
+-- one else.
+CREATE FUNCTION ctxwin._own_write()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_own_write'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._own_write() IS
+'Whether the statement running is ctxwin''s own write of its bookkeeping (retract marking messages)';
+
 -- Messages are append-only: their metadata may change, nothing else; one
 -- message cannot be deleted, a whole session can (its messages go with it).
+-- retract() marks messages retracted (retracted_at), once.
 CREATE FUNCTION ctxwin._messages_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -862,11 +890,13 @@ BEGIN
             NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
            IS DISTINCT FROM
            (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
-            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text) THEN
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text)
+           OR (NEW.retracted_at IS DISTINCT FROM OLD.retracted_at
+               AND (OLD.retracted_at IS NOT NULL OR NOT ctxwin._own_write())) THEN
             RAISE EXCEPTION 'messages cannot be changed'
                 USING ERRCODE = 'integrity_constraint_violation',
                       DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
-                      HINT = 'Append a correction as a new message.';
+                      HINT = 'Append a correction as a new message, or take messages back with ctxwin.retract(session, from_id).';
         END IF;
         RETURN NEW;
     END IF;
@@ -892,7 +922,23 @@ LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
-'Messages of a session with an id greater than after_id (all if NULL), oldest first';
+'Messages of a session with an id greater than after_id (all if NULL), oldest first; retracted ones left out';
+
+-- Retract, never delete: the messages of a session from an id on leave
+-- every later window, summary, search and count, and stay stored, marked
+-- with retracted_at (src/summary/retract.c).  A summary that covers one of
+-- them is never sent again: the session falls back to the newest summary
+-- that ends before from_id, or to none, and is queued as an insert would
+-- queue it.  Runs as the caller: it locks the session's row (as an insert
+-- does) and updates its messages.
+CREATE FUNCTION ctxwin.retract(session uuid, from_id bigint)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_retract'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.retract(uuid, bigint) IS
+'Takes back the messages of a session with id >= from_id: they stay stored with retracted_at set, and leave every later window, summary, search and count; a summary covering one is replaced by the newest one ending before from_id. Returns the number of messages retracted (0: none, or all already were)';
 
 -- ==== sql/install/40_window.sql ====
 
@@ -932,6 +978,8 @@ BEGIN
            || jsonb_build_object('id', m.id, 'created_at', m.created_at)
            || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
                    ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+           || CASE WHEN m.retracted_at IS NULL THEN '{}'
+                   ELSE jsonb_build_object('retracted_at', m.retracted_at) END
     INTO result
     FROM ctxwin.messages m
     WHERE m.session_id = message.session AND m.id = message.id;
@@ -947,7 +995,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
-'One stored message whole, as an OpenAI chat message object with its id and created_at: what a cleared tool result in a window stands for';
+'One stored message whole, as an OpenAI chat message object with its id and created_at (and retracted_at, if it was retracted): what a cleared tool result in a window stands for';
 
 -- The window is made in C (src/window/window.c: the walk, the packing and the
 -- middle cut; src/window/format.c: the two output formats).  Both run as the
@@ -1064,7 +1112,7 @@ BEGIN
              ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
                          ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
                          to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
-        CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
+        CASE WHEN c.summary_version = 0 OR (c.summary_through_id = 0 AND c.summary_tokens = 0) THEN '  summary   none yet'
              ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
                          c.summary_version, c.summary_tokens, c.summary_through_id,
                          CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
@@ -1774,8 +1822,10 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN (
         SELECT max(m.id) FROM ctxwin.messages m
-        LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
-        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
+                           ORDER BY n.id LIMIT 1) nx ON true
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
           AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
 END $$;
 
@@ -1802,7 +1852,8 @@ BEGIN
     RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
                              || jsonb_build_object('id', m.id) ORDER BY m.id)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+              AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
@@ -1836,9 +1887,12 @@ BEGIN
     END IF;
     -- the first place a summary may end: the end of the first whole tool group
     SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
-    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
-                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
+                         AND n.retracted_at IS NULL
+                       ORDER BY n.id LIMIT 1) nx ON true
     WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND m.retracted_at IS NULL
       AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
     IF first_cut IS NULL THEN
         RETURN NULL;
@@ -1847,7 +1901,8 @@ BEGIN
     SELECT max(x.id) INTO guess
     FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
           FROM ctxwin.messages m
-          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
     WHERE x.running <= p_room::bigint;
     IF guess IS NULL OR guess < through THEN
         through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
@@ -2568,7 +2623,7 @@ BEGIN
             INTO got_ids, got_ranks
             FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
                   FROM ctxwin.messages m
-                  WHERE m.session_id = session AND m.id < below
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
                     AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
                         OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
                     AND (roles IS NULL OR m.role = ANY (roles))
@@ -3393,7 +3448,8 @@ BEGIN
                              'ctxwin.context_report(uuid)',
                              'ctxwin.messages_after(uuid,bigint)',
                              'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
-                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+                             'ctxwin.answer_tool_call(uuid,jsonb)',
+                             'ctxwin.retract(uuid,bigint)']::regprocedure[] LOOP
         PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
     END LOOP;
 END $$;

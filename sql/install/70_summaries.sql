@@ -363,8 +363,10 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN (
         SELECT max(m.id) FROM ctxwin.messages m
-        LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
-        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
+                           ORDER BY n.id LIMIT 1) nx ON true
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
           AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
 END $$;
 
@@ -391,7 +393,8 @@ BEGIN
     RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
                              || jsonb_build_object('id', m.id) ORDER BY m.id)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+              AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
@@ -425,9 +428,12 @@ BEGIN
     END IF;
     -- the first place a summary may end: the end of the first whole tool group
     SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
-    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
-                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
+                         AND n.retracted_at IS NULL
+                       ORDER BY n.id LIMIT 1) nx ON true
     WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND m.retracted_at IS NULL
       AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
     IF first_cut IS NULL THEN
         RETURN NULL;
@@ -436,7 +442,8 @@ BEGIN
     SELECT max(x.id) INTO guess
     FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
           FROM ctxwin.messages m
-          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
     WHERE x.running <= p_room::bigint;
     IF guess IS NULL OR guess < through THEN
         through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),

@@ -95,7 +95,8 @@ BEGIN
                              'ctxwin.context_report(uuid)',
                              'ctxwin.messages_after(uuid,bigint)',
                              'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
-                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+                             'ctxwin.answer_tool_call(uuid,jsonb)',
+                             'ctxwin.retract(uuid,bigint)']::regprocedure[] LOOP
         PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
     END LOOP;
 END $$;

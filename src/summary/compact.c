@@ -88,7 +88,7 @@ static CtxwinQuery probe_q = {
  */
 static CtxwinQuery summary_row_q = {
 	"SELECT ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
-	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments)::ctxwin.summaries "
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments, x.retracted_at)::ctxwin.summaries "
 	"FROM ctxwin.summaries x WHERE x.session_id " OP("=") " $1 AND x.version " OP("=") " $2",
 	2, {UUIDOID, INT4OID}
 };

@@ -68,8 +68,14 @@ static CtxwinQuery settings_q = {
 	1, {UUIDOID}
 };
 
+/*
+ * Where a summary after $2 may end while the newest $3 messages not
+ * retracted stay verbatim (the session has $4 messages, retracted ones
+ * included).
+ */
 static CtxwinQuery cut_q = {
-	"SELECT ctxwin._summary_cut($1, $2, $3)", 3, {UUIDOID, INT8OID, INT8OID}
+	"SELECT ctxwin._summary_cut($1, $2, " SUMMARY_TARGET("$1", "$3", "$4") ")",
+	4, {UUIDOID, INT8OID, INT8OID, INT8OID}
 };
 
 static CtxwinQuery settle_q = {
@@ -160,7 +166,7 @@ static CtxwinQuery insert_q = {
 	"INSERT INTO ctxwin.summaries AS x (session_id, version, from_id, through_id, content, token_count, "
 	"strategy, model, usage, latency_ms, segments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
 	"RETURNING ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
-	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments)::ctxwin.summaries",
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments, x.retracted_at)::ctxwin.summaries",
 	11, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID, INT4ARRAYOID}
 };
 
@@ -248,9 +254,9 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
 {
 	int64		after = DatumGetInt64(s->cols[0]);
 	int64		count = DatumGetInt64(s->cols[1]);
-	Datum		args[3] = {s->id, s->cols[0],
-	Int64GetDatum(count - (min_recent_null ? 0 : DatumGetInt32(min_recent)))};
-	char		nulls[3] = {' ', ' ', SPI_NULL(min_recent_null)};
+	Datum		args[4] = {s->id, s->cols[0],
+		Int64GetDatum(min_recent_null ? 0 : DatumGetInt32(min_recent)), Int64GetDatum(count)};
+	char		nulls[4] = {' ', ' ', SPI_NULL(min_recent_null), ' '};
 	Datum		through = (Datum) 0;
 
 	*through_null = true;

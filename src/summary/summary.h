@@ -17,6 +17,19 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "base/base.h"
+
+/*
+ * SQL: the newest message id a summary of session S may reach while the
+ * newest M messages not retracted stay verbatim (M NULL: no message may be
+ * summarized; COUNT: the session's message_count, for M = 0).  Retracted
+ * messages are not among the newest M: they are in no window.
+ */
+#define SUMMARY_TARGET(S, M, COUNT) \
+"COALESCE((SELECT pg_catalog.min(y.id) " OP("-") " 1 FROM (SELECT r.id FROM ctxwin.messages r " \
+"WHERE r.session_id " OP("=") " " S " AND r.retracted_at IS NULL ORDER BY r.id DESC LIMIT " M ") y), " \
+"CASE WHEN " M " IS NOT NULL THEN " COUNT " END)"
+
 /* summary_spi.c: ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
 extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
 

@@ -102,7 +102,7 @@ CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts)
 	int			nsys,
 				i;
 
-	counts->messages = sv->message_count - sv->summary_through_id;
+	counts->messages = sv->unsummarized_messages;
 	counts->tokens = UnsummarizedTokens(sv);
 	counts->prompt_tokens = 0;
 	nsys = CtxwinSystemMessages(sv->system_prompt, sv->summary, CtxwinSessionPlacement(sv), sv->enc,
