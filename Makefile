@@ -33,6 +33,7 @@ OBJS = \
 	src/llm/llm.o \
 	src/summary/summary.o \
 	src/summary/compact.o \
+	src/summary/jobs.o \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
 	src/summary/retract.o \

@@ -42,7 +42,7 @@ CREATE TABLE ctxwin.profiles (
     min_recent_messages int NOT NULL DEFAULT 6 CHECK (min_recent_messages >= 0),
     response_reserve int NOT NULL DEFAULT 4096 CHECK (response_reserve >= 0),
     max_summary_tokens int NOT NULL DEFAULT 1024 CHECK (max_summary_tokens > 0),
-    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive')),
+    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive', 'app')),
     summary_model text,
     summary_prompt text,
     summary_placement text NOT NULL DEFAULT 'system'

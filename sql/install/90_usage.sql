@@ -412,7 +412,7 @@ COMMENT ON FUNCTION ctxwin.record_usage(uuid, jsonb, bigint, int) IS
 ------------------------------------------------------------------------------
 
 -- Every billed LLM call: the requests applications recorded, and the
--- summaries made with an LLM (strategies llm and hybrid), whose usage is
+-- summaries made with an LLM (strategies llm and hybrid, and app: the application's own model), whose usage is
 -- normalized as record_usage does (NULL counts for a usage object it cannot
 -- read, or none).
 CREATE VIEW ctxwin.usage_ledger WITH (security_invoker = true) AS
@@ -444,7 +444,7 @@ LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_w
                    WHERE m.name = x.model OR starts_with(x.model, m.name || '-')
                    ORDER BY length(m.name) DESC, m.name
                    LIMIT 1) pm ON true
-WHERE x.strategy IN ('llm', 'hybrid');
+WHERE x.strategy IN ('llm', 'hybrid', 'app');
 
 COMMENT ON VIEW ctxwin.usage_ledger IS
 'Every billed LLM call of a session: requests recorded with record_usage (kind request, id: the request''s) and LLM summaries (kind summary, id: the summary''s version), normalized, with their cost at the prices of ctxwin.models now';

@@ -66,6 +66,7 @@ static CtxwinQuery next_q = {
 	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 "
 	"AND ($2 IS NULL OR (x.compaction_queued_at, x.id) " OP(">") " ($3, $2)) "
 	"AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
+	"AND NOT " CTXWIN_SUMMARY_JOB_HELD_SQL " AND NOT " CTXWIN_SUMMARY_BY_APP_SQL " "
 	"ORDER BY x.compaction_queued_at, x.id LIMIT 1",
 	3, {INT4OID, UUIDOID, TIMESTAMPTZOID}
 };

@@ -82,6 +82,12 @@ static CtxwinQuery settle_q = {
 	"SELECT ctxwin._compaction_settle($1)", 1, {UUIDOID}
 };
 
+/* When an application's unexpired summary job holds the session (claim_summary). */
+static CtxwinQuery job_held_q = {
+	"SELECT x.until FROM ctxwin._summary_job_held($1) x(until) WHERE x.until IS NOT NULL",
+	1, {UUIDOID}
+};
+
 static CtxwinQuery plan_q = {
 	"SELECT pg_catalog.jsonb_build_object('session', $1, 'strategy', $2, 'after', $3, 'through', $4, "
 	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8, 'segment', $9, 'budget', $10)",
@@ -295,9 +301,9 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
  * NULL, *settle is set for the caller to settle it later.  The caller holds
  * the session's claim.
  */
-Datum
-SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
-			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
+static Datum
+PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
+			bool instructions_null, bool *isnull, const char **strategy, bool *settle, bool job)
 {
 	SessionState s = {.id = session};
 	Datum		st[5];			/* min_recent_messages, summary_strategy, encoding,
@@ -324,6 +330,19 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("session %s is being summarized by another backend", SummaryUuidText(session, false)),
 				 errhint("Try again when that summary is done.")));
+	/* an application's job: its model is summarizing the session */
+	{
+		Datum		until;
+		bool		until_null;
+
+		if (CtxwinQueryRow(&job_held_q, &session, NULL, &until, &until_null, 1) > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("session %s is being summarized by the application", SummaryUuidText(session, false)),
+					 errdetail("Its summary job (claim_summary) holds the session until %s.",
+							   timestamptz_to_str(DatumGetTimestampTz(until))),
+					 errhint("Try again when that job is completed, failed or expired.")));
+	}
 	CtxwinQueryRow(&settings_q, &session, NULL, st, stnull, 5);
 
 	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
@@ -335,6 +354,15 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	else
 		*strategy = ctxwin_llm_provider == CTXWIN_PROVIDER_OPENAI ||
 			ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "llm" : "extractive";
+	/*
+	 * A job is written by the application's model: hybrid keeps its facts,
+	 * any other strategy is the app's.  The server's own summarizers make
+	 * an app session's summary (summarize_session) with its LLM.
+	 */
+	if (job)
+		*strategy = strcmp(*strategy, "hybrid") == 0 ? "hybrid" : "app";
+	else if (strcmp(*strategy, "app") == 0)
+		*strategy = "llm";
 	args[0] = session;
 	args[1] = CStringGetTextDatum(*strategy);
 	args[2] = s.cols[0];
@@ -356,7 +384,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	*isnull = false;
 	if (strcmp(*strategy, "extractive") == 0)
 		return plan;
-	if (ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
+	if (!job && ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("summary strategy \"%s\" needs an LLM, and none is configured", *strategy),
@@ -371,6 +399,27 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	CtxwinQueryRow(&request_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = plan_null;
 	return plan;
+}
+
+/* The plan of the next summary of a session (see PlanSummary), for the server's summarizers. */
+Datum
+SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
+			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
+{
+	return PlanSummary(session, session_null, force, instructions, instructions_null, isnull,
+					   strategy, settle, false);
+}
+
+/*
+ * The plan of the next summary of a session as a job for the application's
+ * model (claim_summary): the same plan, with the strategy app (or hybrid)
+ * and the LLM request made whether or not the server has an LLM.  The
+ * caller holds the session's claim and has checked that no job holds it.
+ */
+Datum
+SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy)
+{
+	return PlanSummary(session, false, force, (Datum) 0, true, isnull, strategy, NULL, true);
 }
 
 /* The fields of a plan _summary_finish reads first, in this order (finish_args_q). */

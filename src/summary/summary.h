@@ -53,6 +53,21 @@ extern bool SummarySessionClaimed(Datum session);
 extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 						 bool instructions_null, bool *isnull, const char **strategy, bool *settle);
 
+/* summary.c: the same plan as a job for the application's model (claim_summary) */
+extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy);
+
+/*
+ * On a row x of ctxwin.sessions: an application's unexpired summary job
+ * holds it (claim_summary), or its profile leaves its summaries to the
+ * application (summary_strategy 'app').  The worker's claim and compact()
+ * pass such queued sessions over.
+ */
+#define CTXWIN_SUMMARY_JOB_HELD_SQL \
+	"ctxwin._summary_job_held(x.id) IS NOT NULL"
+#define CTXWIN_SUMMARY_BY_APP_SQL \
+	"EXISTS (SELECT FROM ctxwin.profiles p WHERE p.name " OP("=") " x.profile " \
+	"AND p.summary_strategy " OP("=") " 'app')"
+
 /* summary.c: takes a session with nothing to summarize off the queue, or looks again in a minute. */
 extern void SummarySettle(Datum session);
 
