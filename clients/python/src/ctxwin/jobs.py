@@ -54,6 +54,10 @@ SELECT coalesce(p.summary_strategy,
                      THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
        AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
 FROM ctxwin.profiles p WHERE p.name = %s"""
+COUNT = """
+SELECT ctxwin.count_tokens(%s::text, coalesce((SELECT encoding FROM ctxwin.session_settings
+                                               WHERE session_id = %s::uuid), 'o200k_base')) AS n"""
+CUT_MARK = "\n[summary cut to its length]"
 HAS_JOBS = "SELECT to_regprocedure('ctxwin.claim_summary(uuid, boolean)') IS NOT NULL AS ok"
 
 
@@ -248,9 +252,32 @@ def fail(client: Client, job: Mapping[str, Any], error: str) -> None:
     client._one(FAIL, (job["token"], error[:2000]))
 
 
+def _too_long(e: CtxwinError) -> bool:
+    """Whether ctxwin refused a summary for its length."""
+    return (e.sqlstate or "").startswith("22") and "max_summary_tokens" in str(e)
+
+
+def _cut(count: Any, text: str, limit: int) -> str | None:
+    """The longest start of ``text``, cut at a word, that with
+    :data:`CUT_MARK` counts at most ``limit`` tokens (``count(text)``);
+    None when not even a word fits."""
+    words = text.split(" ")
+    lo, hi = 0, len(words)
+    while lo < hi:                          # the most words that fit
+        mid = (lo + hi + 1) // 2
+        if count(" ".join(words[:mid]).rstrip() + CUT_MARK) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]).rstrip() + CUT_MARK if lo else None
+
+
 def run(client: Client, job: Mapping[str, Any], model: Any, prompts: Prompts | None = None) -> Summary:
     """Asks the model, completes the job; on the model's error, fails the
-    job (nothing written) and raises :class:`SummaryModelError`.  A job
+    job (nothing written) and raises :class:`SummaryModelError`.  An answer
+    ctxwin refuses for its length is cut, at a word, to the job's
+    ``max_tokens`` (marked as cut) and completed, so that a model that
+    writes longer than asked never stalls the session's summaries.  A job
     that went stale meanwhile raises ctxwin's error (SQLSTATE CW001)."""
     try:
         answer = ask(job, model, prompts)
@@ -258,7 +285,20 @@ def run(client: Client, job: Mapping[str, Any], model: Any, prompts: Prompts | N
         fail(client, job, str(e))
         raise
     try:
-        return complete(client, job, answer)
+        try:
+            return complete(client, job, answer)
+        except CtxwinError as e:
+            if not _too_long(e) or not job.get("max_tokens"):
+                raise
+            sid = job["session_id"]
+
+            def count(t: str) -> int:
+                row = client._one(COUNT, (t, sid))
+                return int(row["n"]) if row else 0
+            cut = _cut(count, answer.text, int(job["max_tokens"]))
+            if cut is None:
+                raise
+            return complete(client, job, Answer(text=cut, usage=answer.usage))
     except CtxwinError as e:
         if e.sqlstate != STALE:     # refused (22023): released for a retry
             fail(client, job, f"refused: {e}")
@@ -293,13 +333,32 @@ async def afail(client: AsyncClient, job: Mapping[str, Any], error: str) -> None
 
 
 async def arun(client: AsyncClient, job: Mapping[str, Any], model: Any, prompts: Prompts | None = None) -> Summary:
+    """:func:`run` on an :class:`~ctxwin.AsyncClient`."""
     try:
         answer = await aask(job, model, prompts)
     except SummaryModelError as e:
         await afail(client, job, str(e))
         raise
     try:
-        return await acomplete(client, job, answer)
+        try:
+            return await acomplete(client, job, answer)
+        except CtxwinError as e:
+            if not _too_long(e) or not job.get("max_tokens"):
+                raise
+            sid = job["session_id"]
+            words = answer.text.split(" ")
+            lo, hi = 0, len(words)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                row = await client._one(COUNT, (" ".join(words[:mid]).rstrip() + CUT_MARK, sid))
+                if row is not None and int(row["n"]) <= int(job["max_tokens"]):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if not lo:
+                raise
+            cut = " ".join(words[:lo]).rstrip() + CUT_MARK
+            return await acomplete(client, job, Answer(text=cut, usage=answer.usage))
     except CtxwinError as e:
         if e.sqlstate != STALE:
             await afail(client, job, f"refused: {e}")

@@ -65,7 +65,7 @@ except ImportError:  # pragma: no cover - langgraph before 0.6
     from langgraph.utils.runnable import RunnableCallable  # type: ignore[attr-defined]
 from pydantic import BaseModel
 
-from . import jobs
+from . import _sql, jobs
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
@@ -158,6 +158,35 @@ SETTLE_ROUNDS = 3
 unsummarized messages."""
 
 
+RETRACT = "SELECT ctxwin.retract(%s::uuid, %s::bigint) AS n"
+
+_TAIL: str = getattr(_sql, "TAIL", "")
+_UNSUMMARIZED = "WHERE m.session_id = s.id AND m.id > s.summary_through_id"
+TAIL_LIVE: str | None = (_TAIL.replace(_UNSUMMARIZED, _UNSUMMARIZED + " AND m.retracted_at IS NULL")
+                         if _UNSUMMARIZED in _TAIL and hasattr(_sql, "match_window") else None)
+"""The window's stored rows, retracted ones left out: read again when the
+client's match of a window leaves a gap (it matches retracted rows too)."""
+
+LIVE_BEFORE = """
+SELECT id, client_key FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id < %s::bigint AND retracted_at IS NULL ORDER BY id DESC LIMIT 200"""
+"""The newest live messages before an id: where a turn taken back began."""
+
+LIVE_BETWEEN = """
+SELECT count(*) AS n FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id < %s::bigint AND retracted_at IS NULL"""
+"""Messages (not retracted) between two ids: those a window leaves out."""
+
+SUMMARIZED_KEYS = """
+SELECT id, client_key FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id <= %s::bigint AND retracted_at IS NULL ORDER BY id"""
+"""The messages a summary covers: retracted ones are in no summary."""
+
+
+def _keys(rows: list[dict[str, Any]]) -> list[tuple[int, str | None]]:
+    return [(int(r["id"]), r["client_key"]) for r in rows]
+
+
 @dataclass
 class _Plan:
     session: uuid.UUID
@@ -165,6 +194,11 @@ class _Plan:
     system_prompt: str | None
     new: list[BaseMessage]
     context: dict[str, Any]
+    present: set[Any] = field(default_factory=set)
+    """Ids of the state's messages."""
+    retract_from: int | None = None
+    """The stored messages from this id on were removed from the state
+    (``RemoveMessage``) as the newest of the thread: taken back."""
 
 
 @dataclass
@@ -332,7 +366,41 @@ class SummarizationNode(RunnableCallable):
             if str(m.id).startswith(ID_PREFIX) or isinstance(m, RemoveMessage):
                 continue
             new.append(m)
-        return _Plan(session=sid, thread_id=tid, system_prompt=system_prompt, new=new, context=context)
+        return _Plan(session=sid, thread_id=tid, system_prompt=system_prompt, new=new, context=context,
+                     present={m.id for m in messages}, retract_from=self._removed_from(book, sid, messages))
+
+    def _taken_back_from(self, plan: _Plan, before: list[dict[str, Any]]) -> int:
+        """Where the turn taken back began: with separate keys the state
+        holds the whole thread, so the stored messages just before the
+        first one gone that are gone too (summarized ones) go with it."""
+        assert plan.retract_from is not None
+        first = plan.retract_from
+        if self.input_messages_key == self.output_messages_key:
+            return first            # the state is the window: older messages are not in it anyway
+        for r in before:            # newest first
+            if r["client_key"] is None or r["client_key"] in plan.present:
+                break
+            first = int(r["id"])
+        return first
+
+    @staticmethod
+    def _removed_from(book: Any, sid: uuid.UUID, messages: list[AnyMessage]) -> int | None:
+        """The id from which the stored messages of the node's last output
+        are gone from the state, when they are its newest ones (a turn taken
+        back with ``RemoveMessage``, as a chat UI's "edit and resend" does):
+        those are retracted.  Older messages removed with newer ones kept
+        (the state trimmed) are left as they are: the window is ctxwin's."""
+        if not isinstance(book, Mapping) or book.get("session") != str(sid) or not book.get("window"):
+            return None
+        present = {m.id for m in messages}
+        shown = [(int(i), k) for i, k in book["window"]]
+        gone = [i for i, k in shown if k not in present]
+        if not gone:
+            return None
+        first = min(gone)
+        if any(k in present for i, k in shown if i >= first):
+            return None
+        return first
 
     def _profile_sql(self) -> tuple[str, dict[str, Any]]:
         return ("""
@@ -351,28 +419,30 @@ class SummarizationNode(RunnableCallable):
                  "summary": self.max_summary_tokens, "base": self.base_profile})
 
     @staticmethod
-    def _leaves_out(w: Window) -> int:
-        """How many stored messages the window leaves out that no summary
-        covers: those between the summary's last and the window's first."""
+    def _gap(w: Window) -> tuple[int, int] | None:
+        """The ids (after, before) between the summary's last message and the
+        window's first stored one, when there are any."""
         first = w.first_id
-        if first is None:
-            return 0
-        return max(0, first - w.summary_through_id - 1)
+        if first is None or first <= w.summary_through_id + 1:
+            return None
+        return (w.summary_through_id, first)
 
-    def _asks_worker(self, w: Window) -> bool:
+    def _asks_worker(self, w: Window, leaves_out: int) -> bool:
         """Whether the turn must ask if a worker serves the database."""
-        return not self._leaves_out(w) and w.queued and self.summarize == "auto"
+        return not leaves_out and w.queued and self.summarize == "auto"
 
-    def _step(self, w: Window, worker_serves: bool) -> _Step:
-        if self._leaves_out(w):
+    def _step(self, w: Window, leaves_out: int, worker_serves: bool) -> _Step:
+        if leaves_out:
             return _Step(summarize=True, force=True)
         if w.queued and self.summarize != "worker" and not (self.summarize == "auto" and worker_serves):
             return _Step(summarize=True)
         return _Step()
 
-    def _lost_warning(self, plan: _Plan, w: Window) -> None:
-        warnings.warn(f"the window of session {plan.session} leaves out {self._leaves_out(w)} messages no summary "
-                      f"covers: max_tokens={self.max_tokens} holds too little beside the system prompt, the "
+    def _lost_warning(self, plan: _Plan, w: Window, n: int) -> None:
+        gap = self._gap(w)
+        warnings.warn(f"the window of session {plan.session} leaves out {n} messages no summary covers (ids "
+                      f"{gap[0] + 1 if gap else '?'} to {gap[1] - 1 if gap else '?'}): "
+                      f"max_tokens={self.max_tokens} holds too little beside the system prompt, the "
                       f"summary and the newest messages", RuntimeWarning, stacklevel=3)
 
     def _result(self, plan: _Plan, w: Window, keys: list[tuple[int, str | None]] | None) -> dict[str, Any]:
@@ -394,6 +464,7 @@ class SummarizationNode(RunnableCallable):
         context[BOOKKEEPING_KEY] = {
             "session": str(sid),
             "thread": plan.thread_id,
+            "window": [[wm.id, wm.client_key] for wm in w.messages if wm.id is not None and wm.client_key is not None],
             "summary_through_id": w.summary_through_id,
             "appended_through": ids[-1] if (self.input_messages_key == self.output_messages_key and ids)
             else (plan.new[-1].id if plan.new else (plan.context.get(BOOKKEEPING_KEY) or {}).get("appended_through")),
@@ -408,8 +479,8 @@ class SummarizationNode(RunnableCallable):
         prev = plan.context.get("running_summary")
         book = plan.context.get(BOOKKEEPING_KEY) or {}
         prev_through = int(book.get("summary_through_id") or 0) if book.get("session") == str(plan.session) else 0
-        if prev is None or prev_through > w.summary_through_id:
-            prev_through = 0
+        if prev is None or prev_through > w.summary_through_id or plan.retract_from is not None:
+            prev_through = 0        # none, or one a retract took back: the keys read again
         if prev is not None and prev_through == w.summary_through_id:
             return None
         return (prev_through, w.summary_through_id)
@@ -456,6 +527,22 @@ class SummarizationNode(RunnableCallable):
                                               (plan.system_prompt, plan.session)))
             self._ready[plan.session] = plan.system_prompt
 
+    def _leaves_out(self, cl: Client, plan: _Plan, w: Window) -> tuple[Window, int]:
+        """The window (its rows matched again without retracted ones when
+        it seems to leave some out) and how many stored messages it leaves
+        out that no summary covers (retracted ones are no messages of the
+        thread any more)."""
+        gap = self._gap(w)
+        if gap is None:
+            return w, 0
+        if TAIL_LIVE is not None:
+            w = _sql.match_window(w.ids, w.chat, cl._one(TAIL_LIVE, (_sql.TAIL_LIMIT, plan.session)))
+            gap = self._gap(w)
+        if gap is None:
+            return w, 0
+        row = cl._one(LIVE_BETWEEN, (plan.session, gap[0], gap[1]))
+        return w, int(row["n"]) if row else 0
+
     def _summarize_now(self, cl: Client, plan: _Plan, force: bool) -> bool:
         """One summary of the session, by the model or the server; whether one was written."""
         if self._use_model is None:     # auto, with a model: the server's LLM if it has one
@@ -476,6 +563,14 @@ class SummarizationNode(RunnableCallable):
         cl = self._sync_client()
         plan = self._plan(input, config)
         self._setup(cl, plan)
+        if plan.retract_from is not None:
+            try:
+                plan.retract_from = self._taken_back_from(
+                    plan, cl._all(LIVE_BEFORE, (plan.session, plan.retract_from)))
+                cl._one(RETRACT, (plan.session, plan.retract_from))
+            except CtxwinError as e:
+                warnings.warn(f"ctxwin could not retract the messages of session {plan.session} from "
+                              f"{plan.retract_from}: {e}", RuntimeWarning, stacklevel=2)
         try:
             w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
         except SessionNotFound:         # deleted meanwhile: made again
@@ -483,18 +578,20 @@ class SummarizationNode(RunnableCallable):
             self._setup(cl, plan)
             w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
         for _ in range(SETTLE_ROUNDS):
-            step = self._step(w, self._asks_worker(w) and cl.worker_running())
+            w, out = self._leaves_out(cl, plan, w)
+            step = self._step(w, out, self._asks_worker(w, out) and cl.worker_running())
             if not step.summarize or not self._summarize_now(cl, plan, step.force):
                 break
             w = cl.window(plan.session, budget=self.max_tokens, tools=self.tools)
             if not step.force:
                 break
-        if self._leaves_out(w):
-            self._lost_warning(plan, w)
+        w, out = self._leaves_out(cl, plan, w)
+        if out:
+            self._lost_warning(plan, w, out)
         keys = None
         rng = self._summary_range(plan, w) if w.summary_version > 0 else None
         if rng is not None:
-            keys = cl.summarized_keys(plan.session, rng[0], rng[1])
+            keys = _keys(cl._all(SUMMARIZED_KEYS, (plan.session, rng[0], rng[1])))
         return self._result(plan, w, keys)
 
     # -- async -------------------------------------------------------------
@@ -528,6 +625,18 @@ class SummarizationNode(RunnableCallable):
             await cl._run(up)
             self._ready[plan.session] = plan.system_prompt
 
+    async def _aleaves_out(self, cl: AsyncClient, plan: _Plan, w: Window) -> tuple[Window, int]:
+        gap = self._gap(w)
+        if gap is None:
+            return w, 0
+        if TAIL_LIVE is not None:
+            w = _sql.match_window(w.ids, w.chat, await cl._one(TAIL_LIVE, (_sql.TAIL_LIMIT, plan.session)))
+            gap = self._gap(w)
+        if gap is None:
+            return w, 0
+        row = await cl._one(LIVE_BETWEEN, (plan.session, gap[0], gap[1]))
+        return w, int(row["n"]) if row else 0
+
     async def _asummarize_now(self, cl: AsyncClient, plan: _Plan, force: bool) -> bool:
         if self._use_model is None:
             self._use_model = await jobs.ahas_jobs(cl) and not await jobs.aserver_llm(cl, self.profile_name)
@@ -547,6 +656,14 @@ class SummarizationNode(RunnableCallable):
         cl = self._async_client()
         plan = self._plan(input, config)
         await self._asetup(cl, plan)
+        if plan.retract_from is not None:
+            try:
+                plan.retract_from = self._taken_back_from(
+                    plan, await cl._all(LIVE_BEFORE, (plan.session, plan.retract_from)))
+                await cl._one(RETRACT, (plan.session, plan.retract_from))
+            except CtxwinError as e:
+                warnings.warn(f"ctxwin could not retract the messages of session {plan.session} from "
+                              f"{plan.retract_from}: {e}", RuntimeWarning, stacklevel=2)
         try:
             w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
         except SessionNotFound:
@@ -554,18 +671,20 @@ class SummarizationNode(RunnableCallable):
             await self._asetup(cl, plan)
             w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
         for _ in range(SETTLE_ROUNDS):
-            step = self._step(w, self._asks_worker(w) and await cl.worker_running())
+            w, out = await self._aleaves_out(cl, plan, w)
+            step = self._step(w, out, self._asks_worker(w, out) and await cl.worker_running())
             if not step.summarize or not await self._asummarize_now(cl, plan, step.force):
                 break
             w = await cl.window(plan.session, budget=self.max_tokens, tools=self.tools)
             if not step.force:
                 break
-        if self._leaves_out(w):
-            self._lost_warning(plan, w)
+        w, out = await self._aleaves_out(cl, plan, w)
+        if out:
+            self._lost_warning(plan, w, out)
         keys = None
         rng = self._summary_range(plan, w) if w.summary_version > 0 else None
         if rng is not None:
-            keys = await cl.summarized_keys(plan.session, rng[0], rng[1])
+            keys = _keys(await cl._all(SUMMARIZED_KEYS, (plan.session, rng[0], rng[1])))
         return self._result(plan, w, keys)
 
 
