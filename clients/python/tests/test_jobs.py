@@ -201,3 +201,47 @@ def test_node_summarizes_with_its_model(jobdb: str, mockllm: MockLLM) -> None:
     last = reqs[0]["body"]["messages"]
     assert last[-1] == {"role": "user", "content": "Summarize for the shipping desk:"}
     assert last[0]["role"] == "user" and prog.user_text(0) in last[0]["content"]
+
+
+def test_node_uses_its_model_when_the_server_has_no_llm(jobdb: str, mockllm: MockLLM) -> None:
+    """summarize_with='auto' (the default): a profile whose summaries are the
+    application's ('app': ctxwin's worker never writes them) gets them from
+    the node's model, sync and async; the server's LLM is not called."""
+    import asyncio
+
+    from psycopg_pool import AsyncConnectionPool
+
+    with psycopg.connect(jobdb, autocommit=True) as c:
+        c.execute("INSERT INTO ctxwin.profiles (name, model, summary_strategy, window_policy) "
+                  "VALUES ('app-base', 'gpt-4o', 'app', 'stable')")
+    model = prog.chat_model(mockllm.base_url, mockllm.key, "slow-10")     # the mock, by another name
+    since = len(mockllm.requests())
+    threads = [f"app-{uuid.uuid4()}", f"app-async-{uuid.uuid4()}"]
+    kw: dict[str, Any] = {"model": model, "max_tokens": prog.MAX_TOKENS, "max_tokens_before_summary": prog.BEFORE,
+                          "max_summary_tokens": prog.SUMMARY_TOKENS, "base_profile": "app-base"}
+    with psycopg.connect(jobdb, autocommit=True) as conn:
+        graph = prog.build(SummarizationNode(connection=conn, **kw), prog.chat_model(mockllm.base_url, mockllm.key),
+                           False)
+        for i in range(16):
+            out = graph.invoke({"messages": [HumanMessage(prog.user_text(i))]},
+                               {"configurable": {"thread_id": threads[0]}})
+    assert out["context"]["running_summary"].summary
+
+    async def main() -> Any:
+        async with AsyncConnectionPool(jobdb, kwargs={"autocommit": True}, min_size=1, max_size=2) as pool:
+            g = prog.build(SummarizationNode(async_connection=pool, **kw),
+                           prog.chat_model(mockllm.base_url, mockllm.key), False)
+            for i in range(16):
+                o = await g.ainvoke({"messages": [HumanMessage(prog.user_text(i))]},
+                                    {"configurable": {"thread_id": threads[1]}})
+            return o
+    aout = asyncio.run(main())
+    assert aout["context"]["running_summary"].summary
+    summary_reqs = [r for r in mockllm.requests()[since:] if "New messages:" in json.dumps(r["body"])]
+    assert summary_reqs and {r["model"] for r in summary_reqs} == {"slow-10"}, "a summary not by the node's model"
+    from ctxwin.langgraph import session_for_thread
+    with psycopg.connect(jobdb) as c:
+        for t in threads:
+            n = c.execute("SELECT count(*) FROM ctxwin.summaries WHERE session_id = %s",
+                          (session_for_thread(t),)).fetchone()
+            assert n is not None and n[0] >= 1
