@@ -227,10 +227,19 @@ def test_node_uses_its_model_when_the_server_has_no_llm(jobdb: str, mockllm: Moc
                                {"configurable": {"thread_id": threads[0]}})
     assert out["context"]["running_summary"].summary
 
+    from langchain_openai import ChatOpenAI
+
+    def own(name: str) -> Any:
+        # langchain-openai keeps one async HTTP client per (base_url, timeout),
+        # bound to the event loop that made it: a timeout of this test's own,
+        # so that no later test's loop gets this loop's client
+        return ChatOpenAI(model=name, base_url=mockllm.base_url, api_key=mockllm.key,  # type: ignore[arg-type]
+                          max_retries=0, timeout=31.5)
+
     async def main() -> Any:
         async with AsyncConnectionPool(jobdb, kwargs={"autocommit": True}, min_size=1, max_size=2) as pool:
-            g = prog.build(SummarizationNode(async_connection=pool, **kw),
-                           prog.chat_model(mockllm.base_url, mockllm.key), False)
+            g = prog.build(SummarizationNode(async_connection=pool, **{**kw, "model": own("slow-10")}),
+                           own("mock"), False)
             for i in range(16):
                 o = await g.ainvoke({"messages": [HumanMessage(prog.user_text(i))]},
                                     {"configurable": {"thread_id": threads[1]}})
