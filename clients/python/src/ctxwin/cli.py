@@ -4,6 +4,18 @@
     ctxwin summarize SESSION [--force] [--instructions TEXT]
     ctxwin sessions [--limit N]
     ctxwin tail SESSION [-n N]
+    ctxwin worker --model PROVIDER:NAME [--once]
+    ctxwin worker --base-url URL --model NAME [--api-key-env VAR] [--once]
+
+``worker`` writes the summaries ctxwin queues with the application's model,
+outside the database (for a database with no way out to the LLM): it claims
+the next due summary (``ctxwin.claim_next_summary()``), asks the model
+(any LangChain chat model, made by ``init_chat_model``, or an
+OpenAI-compatible endpoint), and completes the job, or fails it on an error
+(nothing is written; ctxwin retries it after its backoff).  It waits for
+work with a growing pause (``--poll`` to ``--max-poll`` seconds), stops
+cleanly on SIGTERM or SIGINT once the job under way is done, and with
+``--once`` stops when no job is left.
 
 The connection comes from ``DATABASE_URL`` or libpq's variables (PGHOST,
 PGPORT, PGUSER, PGDATABASE ...).  Colour when the output is a terminal,
@@ -15,7 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence, TextIO
 
@@ -23,6 +38,7 @@ import psycopg
 
 from ._version import __version__
 from .client import Client
+from . import jobs
 from .errors import CtxwinError
 from .types import ContextStatus, Session, StoredMessage, Summary
 
@@ -179,11 +195,24 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     s4 = sub.add_parser("tail", help="a session's newest messages")
     s4.add_argument("session")
     s4.add_argument("-n", type=int, default=20, help="how many (20)")
-    for sp in (s1, s2, s3, s4):
+    s5 = sub.add_parser("worker", help="write queued summaries with your model, outside the database")
+    s5.add_argument("--model", required=True,
+                    help="provider:name for LangChain's init_chat_model (openai:gpt-4o-mini), or the model's "
+                         "name at --base-url")
+    s5.add_argument("--base-url", help="an OpenAI-compatible endpoint (https://host/v1): called directly")
+    s5.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                    help="the environment variable holding the endpoint's key (OPENAI_API_KEY)")
+    s5.add_argument("--timeout", type=float, default=120.0, help="seconds one model call may take (120)")
+    s5.add_argument("--once", action="store_true", help="summarize what is queued, then exit")
+    s5.add_argument("--poll", type=float, default=0.5, help="first pause when nothing is queued, seconds (0.5)")
+    s5.add_argument("--max-poll", type=float, default=10.0, help="longest pause, seconds (10)")
+    for sp in (s1, s2, s3, s4, s5):
         sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON output")
     args = p.parse_args(argv)
     color = args.color == "always" or (args.color == "auto" and out.isatty() and not os.environ.get("NO_COLOR"))
     style = Style(color)
+    if args.cmd == "worker":
+        return worker(args, out)
     try:
         with connect() as conn:
             cl = Client(conn)
@@ -239,6 +268,109 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except ValueError as e:
         print(f"ctxwin: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def summary_model(args: argparse.Namespace) -> Any:
+    """The model of ``ctxwin worker``: an OpenAI-compatible endpoint with
+    --base-url, else LangChain's ``init_chat_model(--model)``."""
+    if args.base_url:
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        return jobs.OpenAIEndpoint(base_url=args.base_url, model=args.model, api_key=key, timeout=args.timeout)
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError:
+        raise ValueError("--model provider:name needs LangChain (pip install langchain and the provider's "
+                         "package), or give an OpenAI-compatible endpoint with --base-url") from None
+    return init_chat_model(args.model, timeout=args.timeout, max_retries=0)
+
+
+def worker(args: argparse.Namespace, out: TextIO) -> int:
+    """``ctxwin worker``: claims, summarizes and completes jobs until stopped."""
+    try:
+        model = summary_model(args)
+    except (ValueError, ImportError) as e:
+        print(f"ctxwin worker: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, on_signal)
+    as_json = bool(getattr(args, "json", False))
+
+    def say(event: str, text: str, **kw: Any) -> None:
+        if as_json:
+            print(json.dumps({"event": event, **kw}, default=str), file=out, flush=True)
+        else:
+            print(f"ctxwin worker: {text}", file=out, flush=True)
+
+    done = failed = 0
+    pause = args.poll
+    failed_here: set[str] = set()
+    conn: psycopg.Connection[Any] | None = None
+    try:
+        say("start", f"summarizing with {args.model}" + (f" at {args.base_url}" if args.base_url else ""),
+            model=args.model)
+        while not stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = connect()
+                cl = Client(conn)
+                job = jobs.claim_next(cl)
+            except (psycopg.OperationalError, CtxwinError) as e:
+                if isinstance(e, CtxwinError) and e.sqlstate not in (None, "08000", "08003", "08006", "57P01"):
+                    print(f"ctxwin worker: {e}", file=sys.stderr)
+                    return 1
+                if args.once:
+                    print(f"ctxwin worker: cannot connect: {str(e).strip()}", file=sys.stderr)
+                    return 2
+                say("disconnected", f"connection lost ({str(e).strip()}); again in {pause:g} s", error=str(e))
+                if conn is not None:
+                    conn.close()
+                conn = None
+                stop.wait(pause)
+                pause = min(args.max_poll, pause * 2)
+                continue
+            if job is None:
+                if args.once:
+                    break
+                stop.wait(pause)
+                pause = min(args.max_poll, pause * 2)
+                continue
+            pause = args.poll
+            sid = str(job["session_id"])
+            if args.once and sid in failed_here:     # failed once in this run: left to the next one
+                break
+            t0 = time.monotonic()
+            try:
+                s = jobs.run(cl, job, model)
+            except jobs.SummaryModelError as e:
+                failed += 1
+                failed_here.add(sid)
+                say("failed", f"session {sid}: {e}", session=sid, error=str(e))
+                continue
+            except CtxwinError as e:
+                failed += 1
+                failed_here.add(sid)
+                say("failed", f"session {sid}: {e}", session=sid, error=str(e), sqlstate=e.sqlstate)
+                continue
+            done += 1
+            say("done", f"session {sid}: messages {s.from_id}-{s.through_id} into v{s.version}, "
+                        f"{_n(s.token_count)} tokens, {round((time.monotonic() - t0) * 1000)} ms",
+                session=sid, version=s.version, from_id=s.from_id, through_id=s.through_id)
+    except psycopg.OperationalError as e:
+        print(f"ctxwin worker: cannot connect: {str(e).strip()}", file=sys.stderr)
+        return 2
+    finally:
+        if conn is not None:
+            conn.close()
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    say("stop", f"stopped: {done} summaries written, {failed} failed", done=done, failed=failed)
     return 0
 
 

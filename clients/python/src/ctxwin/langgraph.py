@@ -11,22 +11,30 @@ unsummarized messages that call for a summary, ``max_summary_tokens``
 (256) the longest summary.
 
 What ctxwin changes: the LangGraph thread (``config["configurable"]
-["thread_id"]``) selects a ctxwin session; the messages of the state are
-appended to it once each (their ids are the client keys); the output is
-ctxwin's window (the system prompt, the summary, the newest messages that
-fit ``max_tokens``, counted exactly, tool calls never split from their
-results), never over ``max_tokens`` even before a summary exists;
-summaries are made by ctxwin, incrementally, by its background worker or,
-when no worker serves the database, by the node itself in the same call,
-and they survive the process because they live in the database, where no
-message is ever deleted.  The node asks ``ctxwin.worker_status`` whenever
-the session waits for a summary; with a worker it never waits for one: the
-turn goes on with the window as it is (within ``max_tokens``), and the
-first turn after the worker's summary lands carries it.  ``model``,
-``token_counter`` and the prompt templates are accepted for compatibility
-and not used: ctxwin counts with tiktoken's vocabularies and writes
-summaries with the LLM the server is configured with (``ctxwin.llm_model``,
-or the profile's ``summary_model``).
+["thread_id"]``) selects a ctxwin session (a graph run without a thread
+gets a new one, kept in the graph's ``context`` as LangMem keeps its
+state); the messages of the state are appended to it once each (their ids
+are the client keys); the output is ctxwin's window (the system prompt, the
+summary, the newest messages that fit ``max_tokens``, counted exactly with
+their overhead, tool calls never split from their results), never over
+``max_tokens`` even before a summary exists.  No message leaves the
+model's view unsummarized: when the window would leave out messages that
+no summary covers yet, the node summarizes them first, in the same call;
+otherwise a turn never waits on a summary.  Summaries are made by ctxwin,
+incrementally, by its background worker or, when no worker serves the
+database, by the node itself; they survive the process because they live
+in the database, where no message is ever deleted.  With a worker the turn
+goes on with the window as it is and the first turn after the worker's
+summary lands carries it.  ``model`` writes the node's summaries when the
+server has no LLM for the session's profile (or with
+``summarize_with="model"``): the node claims the summary job
+(``ctxwin.claim_summary``), asks the model (ctxwin's prompt, or LangMem's
+``initial_summary_prompt`` / ``existing_summary_prompt`` when given, used
+as LangMem uses them) and completes it (``ctxwin.complete_summary``).
+``token_counter`` and ``final_prompt`` are accepted for compatibility and
+not used: ctxwin counts with tiktoken's vocabularies, and the summary is
+placed as the server places it.  ``context["running_summary"]`` is
+LangMem's own ``RunningSummary`` when LangMem is installed.
 
 A graph::
 
@@ -41,6 +49,7 @@ or the prebuilt ReAct agent::
 
 from __future__ import annotations
 
+import importlib
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -56,6 +65,7 @@ except ImportError:  # pragma: no cover - langgraph before 0.6
     from langgraph.utils.runnable import RunnableCallable  # type: ignore[attr-defined]
 from pydantic import BaseModel
 
+from . import _sql, jobs
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
@@ -81,9 +91,9 @@ _NAMESPACE = uuid.UUID("8e1b9f8c-62a3-4d3e-9a49-5c2b8f0d7a11")
 
 
 @dataclass
-class RunningSummary:
-    """LangMem's ``RunningSummary``: the summary, the ids of the messages it
-    covers, the id of the newest of them."""
+class _RunningSummary:
+    """LangMem's ``RunningSummary``, for when LangMem is not installed: the
+    summary, the ids of the messages it covers, the id of the newest of them."""
 
     summary: str
     """The session's summary (``ctxwin.sessions.conversation_summary``)."""
@@ -95,6 +105,34 @@ class RunningSummary:
     """Id of the newest message the summary covers."""
 
 
+_running_summary_class: Any = None
+
+
+def _langmem_running_summary() -> Any:
+    """``langmem.short_term.RunningSummary`` when LangMem is installed (its
+    import, slow and noisy with deprecation warnings, done once, on first
+    use), else this module's own class of the same fields."""
+    global _running_summary_class
+    if _running_summary_class is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mod = importlib.import_module("langmem.short_term.summarization")
+            _running_summary_class = mod.RunningSummary
+        except Exception:               # not installed, or not importable with this LangGraph
+            _running_summary_class = _RunningSummary
+    return _running_summary_class
+
+
+if TYPE_CHECKING:
+    RunningSummary = _RunningSummary
+else:
+    def __getattr__(name: str) -> Any:
+        if name == "RunningSummary":
+            return _langmem_running_summary()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def session_for_thread(thread_id: str) -> uuid.UUID:
     """The ctxwin session of a LangGraph thread: the thread id itself when it
     is a UUID, else a UUID made from it (uuid5)."""
@@ -104,22 +142,65 @@ def session_for_thread(thread_id: str) -> uuid.UUID:
         return uuid.uuid5(_NAMESPACE, f"langgraph:{thread_id}")
 
 
-def _thread_id(config: RunnableConfig | None) -> str:
+def _thread_id(config: RunnableConfig | None) -> str | None:
     conf = (config or {}).get("configurable") or {}
     tid = conf.get("thread_id")
-    if tid is None:
-        raise ValueError("SummarizationNode needs a thread: compile the graph with a checkpointer and pass "
-                         "config={'configurable': {'thread_id': ...}} (the thread selects the ctxwin session)")
-    return str(tid)
+    return None if tid is None else str(tid)
+
+
+MIN_RECENT = 2
+"""The most messages the node's own profile keeps out of a summary
+(``min_recent_messages``): few, so that a summary forced because the window
+would leave out unsummarized messages leaves room for the rest."""
+
+SETTLE_ROUNDS = 3
+"""Summaries one turn makes at most while its window still leaves out
+unsummarized messages."""
+
+
+RETRACT = "SELECT ctxwin.retract(%s::uuid, %s::bigint) AS n"
+
+LIVE_BEFORE = """
+SELECT id, client_key FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id < %s::bigint AND retracted_at IS NULL ORDER BY id DESC LIMIT 200"""
+"""The newest live messages before an id: where a turn taken back began."""
+
+LIVE_BETWEEN = """
+SELECT count(*) AS n FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id < %s::bigint AND retracted_at IS NULL"""
+"""Messages (not retracted) between two ids: those a window leaves out."""
+
+SUMMARIZED_KEYS = """
+SELECT id, client_key FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id <= %s::bigint AND retracted_at IS NULL ORDER BY id"""
+"""The messages a summary covers: retracted ones are in no summary."""
+
+
+def _keys(rows: list[dict[str, Any]]) -> list[tuple[int, str | None]]:
+    return [(int(r["id"]), r["client_key"]) for r in rows]
 
 
 @dataclass
 class _Plan:
     session: uuid.UUID
-    thread_id: str
+    thread_id: str | None
     system_prompt: str | None
     new: list[BaseMessage]
     context: dict[str, Any]
+    present: set[Any] = field(default_factory=set)
+    """Ids of the state's messages."""
+    retract_from: int | None = None
+    """The stored messages from this id on were removed from the state
+    (``RemoveMessage``) as the newest of the thread: taken back."""
+
+
+@dataclass
+class _Step:
+    """What a turn does after its window: nothing, or a summary (forced when
+    the window leaves out messages no summary covers)."""
+
+    summarize: bool = False
+    force: bool = False
 
 
 class SummarizationNode(RunnableCallable):
@@ -145,6 +226,8 @@ class SummarizationNode(RunnableCallable):
         base_profile: str = "default",
         session_id: Callable[[RunnableConfig], uuid.UUID | str] | None = None,
         summarize: Literal["auto", "inline", "worker"] = "auto",
+        summarize_with: Literal["auto", "model", "server"] = "auto",
+        tools: Sequence[Any] | None = None,
     ) -> None:
         """LangMem's arguments, then ctxwin's:
 
@@ -153,21 +236,35 @@ class SummarizationNode(RunnableCallable):
             ``invoke`` / ``ainvoke``; give the one the graph is run with, or both.
         profile: the ctxwin profile of the sessions, as it is.  None (the
             default): a profile made from ``base_profile`` with the
-            summary trigger and length of this node (``max_tokens_before_summary``
-            tokens, no message-count or ratio trigger, ``max_summary_tokens``),
-            named after them, created once (the role needs INSERT on
-            ``ctxwin.profiles``; else name a profile).
+            summary trigger and length of this node (named after them,
+            created once; the role needs INSERT on ``ctxwin.profiles``, else
+            name a profile): a summary is due when the unsummarized messages
+            reach ``max_tokens_before_summary`` tokens or leave less than
+            ``max_summary_tokens`` of ``max_tokens``, and keeps at most the
+            newest :data:`MIN_RECENT` messages out.
         session_id: the session of a run's config (default: from the thread
-            id, :func:`session_for_thread`).
-        summarize: ``"auto"``: the node summarizes a session that needs it
-            when no background worker serves the database (idle or working
-            in ``ctxwin.worker_status``, asked on each such turn); ``"inline"``:
-            always in the node; ``"worker"``: never (the worker or
-            ``ctxwin.compact()`` does).
+            id, :func:`session_for_thread`; a graph run without a thread
+            gets a new session, kept in the graph's ``context``).
+        summarize: when the node makes a summary that is due: ``"auto"``
+            when no background worker serves the database (asked on each
+            such turn), ``"inline"`` always, ``"worker"`` never.  Whatever
+            this says, a turn whose window would leave out messages that no
+            summary covers summarizes them first, in the node.
+        summarize_with: who writes the node's summaries: ``"auto"`` the
+            ``model`` when one is given and the server has no LLM for the
+            profile, else the server; ``"model"`` the ``model`` always;
+            ``"server"`` the server always (its LLM or extractive summary).
+            The model gets ctxwin's prompt, or LangMem's templates when
+            ``initial_summary_prompt`` / ``existing_summary_prompt`` are given.
+        tools: the tools the model is called with (LangChain tools, functions
+            or OpenAI tool dicts): their definitions are counted in
+            ``max_tokens`` with the messages.
         """
         super().__init__(self._func, self._afunc, name=name, trace=False)
         if max_summary_tokens >= max_tokens:
             raise ValueError("`max_summary_tokens` must be less than `max_tokens`.")
+        if summarize_with == "model" and model is None:
+            raise ValueError("summarize_with='model' needs a model: SummarizationNode(model=...)")
         self.model = model
         self.max_tokens = max_tokens
         self.max_tokens_before_summary = max_tokens_before_summary
@@ -182,6 +279,7 @@ class SummarizationNode(RunnableCallable):
         self.base_profile = base_profile
         self.session_id = session_id
         self.summarize = summarize
+        self.summarize_with = summarize_with
         self._client: Client | None = (
             connection if isinstance(connection, Client) or connection is None else Client(connection))
         self._aclient: AsyncClient | None = (
@@ -189,15 +287,33 @@ class SummarizationNode(RunnableCallable):
             else AsyncClient(async_connection))
         self._ready: dict[uuid.UUID, str | None] = {}     # session -> system prompt stored
         self._profile_ready = profile is not None
+        self.tools: list[dict[str, Any]] | None = None
+        if tools is not None:
+            from langchain_core.utils.function_calling import convert_to_openai_tool
+
+            self.tools = [convert_to_openai_tool(t) for t in tools]
+        self._use_model: bool | None = None if summarize_with == "auto" and model is not None else (
+            summarize_with == "model")
 
     # -- what both paths share --------------------------------------------
+
+    @property
+    def trigger_tokens(self) -> int:
+        """The unsummarized tokens that make a summary due in the node's own
+        profile: ``max_tokens_before_summary`` (default ``max_tokens``), at
+        most what ``max_tokens`` leaves beside the longest summary."""
+        before = self.max_tokens_before_summary or self.max_tokens
+        return max(1, min(before, self.max_tokens - self.max_summary_tokens))
 
     @property
     def profile_name(self) -> str:
         if self.profile is not None:
             return self.profile
-        before = self.max_tokens_before_summary or self.max_tokens
-        return f"langgraph-{self.base_profile}-{before}-{self.max_summary_tokens}"
+        return f"langgraph-{self.base_profile}-{self.trigger_tokens}-{self.max_summary_tokens}-r{MIN_RECENT}"
+
+    @property
+    def prompts(self) -> jobs.Prompts:
+        return jobs.Prompts(initial=self.initial_summary_prompt, existing=self.existing_summary_prompt)
 
     def _parse_input(self, input: dict[str, Any] | BaseModel) -> tuple[list[AnyMessage], dict[str, Any]]:
         if isinstance(input, dict):
@@ -215,14 +331,20 @@ class SummarizationNode(RunnableCallable):
     def _plan(self, input: dict[str, Any] | BaseModel, config: RunnableConfig) -> _Plan:
         messages, context = self._parse_input(input)
         tid = _thread_id(config)
-        sid = (uuid.UUID(str(self.session_id(config))) if self.session_id is not None
-               else session_for_thread(tid))
+        book = context.get(BOOKKEEPING_KEY)
+        if self.session_id is not None:
+            sid = uuid.UUID(str(self.session_id(config)))
+        elif tid is not None:
+            sid = session_for_thread(tid)
+        elif isinstance(book, Mapping) and book.get("session") and book.get("thread") is None:
+            sid = uuid.UUID(str(book["session"]))     # no thread: the session the graph's context carries
+        else:
+            sid = uuid.uuid4()
         system_prompt: str | None = None
         if messages and isinstance(messages[0], SystemMessage) and not str(messages[0].id or "").startswith(ID_PREFIX):
             c = messages[0].content
             system_prompt = c if isinstance(c, str) else str(messages[0].text)
             messages = messages[1:]
-        book = context.get(BOOKKEEPING_KEY)
         start = 0
         if isinstance(book, Mapping) and book.get("session") == str(sid) and book.get("appended_through"):
             mark = book["appended_through"]
@@ -237,7 +359,41 @@ class SummarizationNode(RunnableCallable):
             if str(m.id).startswith(ID_PREFIX) or isinstance(m, RemoveMessage):
                 continue
             new.append(m)
-        return _Plan(session=sid, thread_id=tid, system_prompt=system_prompt, new=new, context=context)
+        return _Plan(session=sid, thread_id=tid, system_prompt=system_prompt, new=new, context=context,
+                     present={m.id for m in messages}, retract_from=self._removed_from(book, sid, messages))
+
+    def _taken_back_from(self, plan: _Plan, before: list[dict[str, Any]]) -> int:
+        """Where the turn taken back began: with separate keys the state
+        holds the whole thread, so the stored messages just before the
+        first one gone that are gone too (summarized ones) go with it."""
+        assert plan.retract_from is not None
+        first = plan.retract_from
+        if self.input_messages_key == self.output_messages_key:
+            return first            # the state is the window: older messages are not in it anyway
+        for r in before:            # newest first
+            if r["client_key"] is None or r["client_key"] in plan.present:
+                break
+            first = int(r["id"])
+        return first
+
+    @staticmethod
+    def _removed_from(book: Any, sid: uuid.UUID, messages: list[AnyMessage]) -> int | None:
+        """The id from which the stored messages of the node's last output
+        are gone from the state, when they are its newest ones (a turn taken
+        back with ``RemoveMessage``, as a chat UI's "edit and resend" does):
+        those are retracted.  Older messages removed with newer ones kept
+        (the state trimmed) are left as they are: the window is ctxwin's."""
+        if not isinstance(book, Mapping) or book.get("session") != str(sid) or not book.get("window"):
+            return None
+        present = {m.id for m in messages}
+        shown = [(int(i), k) for i, k in book["window"]]
+        gone = [i for i, k in shown if k not in present]
+        if not gone:
+            return None
+        first = min(gone)
+        if any(k in present for i, k in shown if i >= first):
+            return None
+        return first
 
     def _profile_sql(self) -> tuple[str, dict[str, Any]]:
         return ("""
@@ -246,19 +402,41 @@ class SummarizationNode(RunnableCallable):
                 summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
                 window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
                 exclude_tools, clear_at_least)
-            SELECT %(name)s, model, context_window, NULL, NULL, %(before)s, min_recent_messages, response_reserve,
-                %(summary)s, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
-                window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
-                exclude_tools, clear_at_least
+            SELECT %(name)s, model, context_window, NULL, NULL, %(before)s, least(min_recent_messages, %(recent)s),
+                response_reserve, %(summary)s, summary_strategy, summary_model, summary_prompt, summary_placement,
+                window_policy, window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens,
+                clear_tool_inputs, exclude_tools, clear_at_least
             FROM ctxwin.profiles WHERE name = %(base)s
             ON CONFLICT (name) DO NOTHING""",
-                {"name": self.profile_name, "before": self.max_tokens_before_summary or self.max_tokens,
+                {"name": self.profile_name, "before": self.trigger_tokens, "recent": MIN_RECENT,
                  "summary": self.max_summary_tokens, "base": self.base_profile})
 
-    def _summary_due(self, w: Window) -> bool:
-        """Whether the session waits for a summary the node may make (the
-        worker's, with ``"auto"``, unless :meth:`_worker_serves` says none runs)."""
-        return self.summarize != "worker" and w.queued
+    @staticmethod
+    def _gap(w: Window) -> tuple[int, int] | None:
+        """The ids (after, before) between the summary's last message and the
+        window's first stored one, when there are any."""
+        first = w.first_id
+        if first is None or first <= w.summary_through_id + 1:
+            return None
+        return (w.summary_through_id, first)
+
+    def _asks_worker(self, w: Window, leaves_out: int) -> bool:
+        """Whether the turn must ask if a worker serves the database."""
+        return not leaves_out and w.queued and self.summarize == "auto"
+
+    def _step(self, w: Window, leaves_out: int, worker_serves: bool) -> _Step:
+        if leaves_out:
+            return _Step(summarize=True, force=True)
+        if w.queued and self.summarize != "worker" and not (self.summarize == "auto" and worker_serves):
+            return _Step(summarize=True)
+        return _Step()
+
+    def _lost_warning(self, plan: _Plan, w: Window, n: int) -> None:
+        gap = self._gap(w)
+        warnings.warn(f"the window of session {plan.session} leaves out {n} messages no summary covers (ids "
+                      f"{gap[0] + 1 if gap else '?'} to {gap[1] - 1 if gap else '?'}): "
+                      f"max_tokens={self.max_tokens} holds too little beside the system prompt, the "
+                      f"summary and the newest messages", RuntimeWarning, stacklevel=3)
 
     def _result(self, plan: _Plan, w: Window, keys: list[tuple[int, str | None]] | None) -> dict[str, Any]:
         sid = plan.session
@@ -272,12 +450,14 @@ class SummarizationNode(RunnableCallable):
                 ids.append(f"{ID_PREFIX}{sid}:{wm.id}")
         out: list[Any] = to_langchain(w.chat, ids)
         context = dict(plan.context)
-        running: RunningSummary | None = None
         if w.summary_version > 0 and w.conversation_summary is not None:
-            running = self._running_summary(plan, w, keys)
-            context["running_summary"] = running
+            context["running_summary"] = self._running_summary(plan, w, keys)
+        else:
+            context.pop("running_summary", None)
         context[BOOKKEEPING_KEY] = {
             "session": str(sid),
+            "thread": plan.thread_id,
+            "window": [[wm.id, wm.client_key] for wm in w.messages if wm.id is not None and wm.client_key is not None],
             "summary_through_id": w.summary_through_id,
             "appended_through": ids[-1] if (self.input_messages_key == self.output_messages_key and ids)
             else (plan.new[-1].id if plan.new else (plan.context.get(BOOKKEEPING_KEY) or {}).get("appended_through")),
@@ -292,13 +472,13 @@ class SummarizationNode(RunnableCallable):
         prev = plan.context.get("running_summary")
         book = plan.context.get(BOOKKEEPING_KEY) or {}
         prev_through = int(book.get("summary_through_id") or 0) if book.get("session") == str(plan.session) else 0
-        if prev is None or prev_through > w.summary_through_id:
-            prev_through = 0
+        if prev is None or prev_through > w.summary_through_id or plan.retract_from is not None:
+            prev_through = 0        # none, or one a retract took back: the keys read again
         if prev is not None and prev_through == w.summary_through_id:
             return None
         return (prev_through, w.summary_through_id)
 
-    def _running_summary(self, plan: _Plan, w: Window, keys: list[tuple[int, str | None]] | None) -> RunningSummary:
+    def _running_summary(self, plan: _Plan, w: Window, keys: list[tuple[int, str | None]] | None) -> Any:
         prev = plan.context.get("running_summary")
         rng = self._summary_range(plan, w)
         ids: set[str] = set()
@@ -308,11 +488,11 @@ class SummarizationNode(RunnableCallable):
             ids.add(key if key is not None else f"{ID_PREFIX}{plan.session}:{mid}")
         last = w.summary_through_key or f"{ID_PREFIX}{plan.session}:{w.summary_through_id}"
         assert w.conversation_summary is not None
-        return RunningSummary(summary=w.conversation_summary, summarized_message_ids=ids,
-                              last_summarized_message_id=last)
+        return _langmem_running_summary()(summary=w.conversation_summary, summarized_message_ids=ids,
+                                          last_summarized_message_id=last)
 
     def _metadata(self, plan: _Plan) -> dict[str, Any]:
-        return {"langgraph_thread_id": plan.thread_id}
+        return {"langgraph_thread_id": plan.thread_id} if plan.thread_id is not None else {"langgraph_thread_id": None}
 
     # -- sync --------------------------------------------------------------
 
@@ -340,33 +520,65 @@ class SummarizationNode(RunnableCallable):
                                               (plan.system_prompt, plan.session)))
             self._ready[plan.session] = plan.system_prompt
 
-    def _worker_serves(self, cl: Client) -> bool:
-        """Asked when a summary is due, each time: a worker that stops (or
-        starts) is noticed on the next turn that needs a summary."""
-        return self.summarize == "auto" and cl.worker_running()
+    def _leaves_out(self, cl: Client, plan: _Plan, w: Window) -> tuple[Window, int]:
+        """The window and how many stored messages it leaves out that no
+        summary covers (retracted ones are no messages of the thread any
+        more; build_window's rows are never retracted ones)."""
+        gap = self._gap(w)
+        if gap is None:
+            return w, 0
+        row = cl._one(LIVE_BETWEEN, (plan.session, gap[0], gap[1]))
+        return w, int(row["n"]) if row else 0
+
+    def _summarize_now(self, cl: Client, plan: _Plan, force: bool) -> bool:
+        """One summary of the session, by the model or the server; whether one was written."""
+        if self._use_model is None:     # auto, with a model: the server's LLM if it has one
+            self._use_model = jobs.has_jobs(cl) and not jobs.server_llm(cl, self.profile_name)
+        try:
+            if self._use_model:
+                job = jobs.claim(cl, plan.session, force=force)
+                if job is None:
+                    return False
+                jobs.run(cl, job, self.model, self.prompts)
+                return True
+            return cl.summarize(plan.session, force=force) is not None
+        except (CtxwinError, jobs.SummaryModelError) as e:     # recorded on the session; the window still fits
+            warnings.warn(f"ctxwin could not summarize session {plan.session}: {e}", RuntimeWarning, stacklevel=3)
+            return False
 
     def _func(self, input: dict[str, Any] | BaseModel, config: RunnableConfig) -> dict[str, Any]:
         cl = self._sync_client()
         plan = self._plan(input, config)
         self._setup(cl, plan)
+        if plan.retract_from is not None:
+            try:
+                plan.retract_from = self._taken_back_from(
+                    plan, cl._all(LIVE_BEFORE, (plan.session, plan.retract_from)))
+                cl._one(RETRACT, (plan.session, plan.retract_from))
+            except CtxwinError as e:
+                warnings.warn(f"ctxwin could not retract the messages of session {plan.session} from "
+                              f"{plan.retract_from}: {e}", RuntimeWarning, stacklevel=2)
         try:
-            w = cl.window(plan.session, plan.new, budget=self.max_tokens)
+            w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
         except SessionNotFound:         # deleted meanwhile: made again
             self._ready.pop(plan.session, None)
             self._setup(cl, plan)
-            w = cl.window(plan.session, plan.new, budget=self.max_tokens)
-        if self._summary_due(w) and not self._worker_serves(cl):
-            try:
-                cl.summarize(plan.session)
-            except CtxwinError as e:    # recorded on the session; the window still fits
-                warnings.warn(f"ctxwin could not summarize session {plan.session}: {e}", RuntimeWarning,
-                              stacklevel=2)
-            else:
-                w = cl.window(plan.session, budget=self.max_tokens)
+            w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
+        for _ in range(SETTLE_ROUNDS):
+            w, out = self._leaves_out(cl, plan, w)
+            step = self._step(w, out, self._asks_worker(w, out) and cl.worker_running())
+            if not step.summarize or not self._summarize_now(cl, plan, step.force):
+                break
+            w = cl.window(plan.session, budget=self.max_tokens, tools=self.tools)
+            if not step.force:
+                break
+        w, out = self._leaves_out(cl, plan, w)
+        if out:
+            self._lost_warning(plan, w, out)
         keys = None
         rng = self._summary_range(plan, w) if w.summary_version > 0 else None
         if rng is not None:
-            keys = cl.summarized_keys(plan.session, rng[0], rng[1])
+            keys = _keys(cl._all(SUMMARIZED_KEYS, (plan.session, rng[0], rng[1])))
         return self._result(plan, w, keys)
 
     # -- async -------------------------------------------------------------
@@ -400,31 +612,61 @@ class SummarizationNode(RunnableCallable):
             await cl._run(up)
             self._ready[plan.session] = plan.system_prompt
 
-    async def _aworker_serves(self, cl: AsyncClient) -> bool:
-        return self.summarize == "auto" and await cl.worker_running()
+    async def _aleaves_out(self, cl: AsyncClient, plan: _Plan, w: Window) -> tuple[Window, int]:
+        gap = self._gap(w)
+        if gap is None:
+            return w, 0
+        row = await cl._one(LIVE_BETWEEN, (plan.session, gap[0], gap[1]))
+        return w, int(row["n"]) if row else 0
+
+    async def _asummarize_now(self, cl: AsyncClient, plan: _Plan, force: bool) -> bool:
+        if self._use_model is None:
+            self._use_model = await jobs.ahas_jobs(cl) and not await jobs.aserver_llm(cl, self.profile_name)
+        try:
+            if self._use_model:
+                job = await jobs.aclaim(cl, plan.session, force=force)
+                if job is None:
+                    return False
+                await jobs.arun(cl, job, self.model, self.prompts)
+                return True
+            return await cl.summarize(plan.session, force=force) is not None
+        except (CtxwinError, jobs.SummaryModelError) as e:
+            warnings.warn(f"ctxwin could not summarize session {plan.session}: {e}", RuntimeWarning, stacklevel=3)
+            return False
 
     async def _afunc(self, input: dict[str, Any] | BaseModel, config: RunnableConfig) -> dict[str, Any]:
         cl = self._async_client()
         plan = self._plan(input, config)
         await self._asetup(cl, plan)
+        if plan.retract_from is not None:
+            try:
+                plan.retract_from = self._taken_back_from(
+                    plan, await cl._all(LIVE_BEFORE, (plan.session, plan.retract_from)))
+                await cl._one(RETRACT, (plan.session, plan.retract_from))
+            except CtxwinError as e:
+                warnings.warn(f"ctxwin could not retract the messages of session {plan.session} from "
+                              f"{plan.retract_from}: {e}", RuntimeWarning, stacklevel=2)
         try:
-            w = await cl.window(plan.session, plan.new, budget=self.max_tokens)
+            w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
         except SessionNotFound:
             self._ready.pop(plan.session, None)
             await self._asetup(cl, plan)
-            w = await cl.window(plan.session, plan.new, budget=self.max_tokens)
-        if self._summary_due(w) and not await self._aworker_serves(cl):
-            try:
-                await cl.summarize(plan.session)
-            except CtxwinError as e:
-                warnings.warn(f"ctxwin could not summarize session {plan.session}: {e}", RuntimeWarning,
-                              stacklevel=2)
-            else:
-                w = await cl.window(plan.session, budget=self.max_tokens)
+            w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
+        for _ in range(SETTLE_ROUNDS):
+            w, out = await self._aleaves_out(cl, plan, w)
+            step = self._step(w, out, self._asks_worker(w, out) and await cl.worker_running())
+            if not step.summarize or not await self._asummarize_now(cl, plan, step.force):
+                break
+            w = await cl.window(plan.session, budget=self.max_tokens, tools=self.tools)
+            if not step.force:
+                break
+        w, out = await self._aleaves_out(cl, plan, w)
+        if out:
+            self._lost_warning(plan, w, out)
         keys = None
         rng = self._summary_range(plan, w) if w.summary_version > 0 else None
         if rng is not None:
-            keys = await cl.summarized_keys(plan.session, rng[0], rng[1])
+            keys = _keys(await cl._all(SUMMARIZED_KEYS, (plan.session, rng[0], rng[1])))
         return self._result(plan, w, keys)
 
 
