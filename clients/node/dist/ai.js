@@ -73,7 +73,7 @@ export class CtxwinChat {
         const input = typeof message === "string" ? { role: "user", content: message } : message;
         const list = Array.isArray(input) ? input : [input];
         const keys = options.key != null ? list.map((_, i) => (list.length === 1 ? options.key : `${options.key}#${i}`)) : undefined;
-        const r = await this.ctxwin.turn(this.sessionId, list, { ...this.window(), ...(keys ? { keys } : {}) });
+        const r = await this.ctxwin.turn(this.sessionId, list, { ...this.window(), ...(keys ? { keys } : {}), ...(this.options.create ? { create: this.options.create } : {}) });
         return { ids: r.ids, messages: toModelMessages(r.context) };
     }
     /** The window now, as ModelMessages (no append). */

@@ -135,6 +135,12 @@ export interface SearchOptions {
 export interface AppendOptions {
     /** One per input message: its key (null or undefined: its own id, if any). */
     keys?: readonly (string | null | undefined)[];
+    /**
+     * Create the session if it is missing, in the same statement
+     * (ctxwin.ensure_session): true, or the settings of a session it creates.
+     * An existing session's settings are left as they are.
+     */
+    create?: boolean | Omit<CreateSessionOptions, "id">;
 }
 export interface UsageOptions {
     /** Id of the oldest message of the window the request sent. */
@@ -179,6 +185,12 @@ export declare class Ctxwin {
     /** A handle on a session, bound to this client (no query). */
     session(session: SessionRef): CtxwinSession;
     createSession(options?: CreateSessionOptions): Promise<SessionInfo>;
+    /**
+     * The session of that id, created when it is missing (ctxwin.ensure_session):
+     * never an error for an existing one, whose settings are left as they are;
+     * safe when several first writes race; nothing logged at ERROR.
+     */
+    ensureSession(session: SessionRef, options?: Omit<CreateSessionOptions, "id">): Promise<SessionInfo>;
     /** The session's row, or null if there is none (or the role may not see it). */
     getSession(session: SessionRef): Promise<SessionInfo | null>;
     /**
@@ -269,6 +281,7 @@ export declare class CtxwinSession {
     readonly id: string;
     constructor(client: Ctxwin, id: string);
     info(): Promise<SessionInfo | null>;
+    ensure(options?: Omit<CreateSessionOptions, "id">): Promise<SessionInfo>;
     append(messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]>;
     buildContext(options?: WindowOptions & {
         format?: "openai";

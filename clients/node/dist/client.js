@@ -22,6 +22,20 @@ function jsonOrNull(v) {
     return v == null ? null : JSON.stringify(v);
 }
 /**
+ * The session argument of a statement that writes: $1::uuid, or with
+ * create the session ctxwin.ensure_session returns (created in the same
+ * statement when missing), its settings in $n, $n+1, $n+2.
+ */
+function sessionArg(create, n) {
+    if (!create)
+        return { sql: "$1::uuid", values: [] };
+    const o = create === true ? {} : create;
+    return {
+        sql: `(ctxwin.ensure_session($1::uuid, $${n}::text, $${n + 1}::text, $${n + 2}::jsonb)).id`,
+        values: [o.profile ?? null, o.systemPrompt ?? null, jsonOrNull(o.metadata)],
+    };
+}
+/**
  * The usage object to record for an answer: the answer's own usage (OpenAI
  * chat or responses, Anthropic), a usage object as it came, or the AI SDK's
  * LanguageModelUsage (its raw provider usage if it has one, else its counts
@@ -88,6 +102,15 @@ export class Ctxwin {
        RETURNING to_jsonb(s) AS r`, [options.id ?? null, options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
         return camel(r);
     }
+    /**
+     * The session of that id, created when it is missing (ctxwin.ensure_session):
+     * never an error for an existing one, whose settings are left as they are;
+     * safe when several first writes race; nothing logged at ERROR.
+     */
+    async ensureSession(session, options = {}) {
+        const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.ensure_session($1::uuid, $2::text, $3::text, $4::jsonb) s", [sid(session), options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
+        return camel(r);
+    }
     /** The session's row, or null if there is none (or the role may not see it). */
     async getSession(session) {
         const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.sessions s WHERE s.id = $1::uuid", [sid(session)]);
@@ -99,7 +122,8 @@ export class Ctxwin {
      */
     async append(session, messages, options = {}) {
         const c = toChatMessages(messages, options.keys);
-        const r = await this.one("SELECT to_jsonb(ctxwin.append_messages($1::uuid, $2::jsonb, $3::text[])) AS r", [sid(session), JSON.stringify(c.messages), c.keys]);
+        const a = sessionArg(options.create, 4);
+        const r = await this.one(`SELECT to_jsonb(ctxwin.append_messages(${a.sql}, $2::jsonb, $3::text[])) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, ...a.values]);
         return (r ?? []);
     }
     /** ctxwin.build_context: the window to send. */
@@ -148,9 +172,10 @@ export class Ctxwin {
      */
     async turn(session, messages, options = {}) {
         const c = toChatMessages(messages, options.keys);
-        const r = await this.one(`SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
+        const a = sessionArg(options.create, 10);
+        const r = await this.one(`SELECT ctxwin.append_and_build(${a.sql}, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
                                       $7::boolean, $8::boolean, $9::boolean) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
-            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false]);
+            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false, ...a.values]);
         return r;
     }
     /**
@@ -204,6 +229,7 @@ export class CtxwinSession {
         this.id = id;
     }
     info() { return this.client.getSession(this.id); }
+    ensure(options) { return this.client.ensureSession(this.id, options); }
     append(messages, options) {
         return this.client.append(this.id, messages, options);
     }

@@ -16,12 +16,12 @@
  * conversation), else none.  An input message that becomes n > 1 messages
  * gives them its key followed by "#0", "#1" ...
  */
-import { InvalidValueError } from "./errors.js";
+import { MessageConversionError } from "./errors.js";
 function isObj(v) {
     return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 function bad(where, what, hint) {
-    return new InvalidValueError(`${where}: ${what}`, {
+    return new MessageConversionError(`${where}: ${what}`, {
         detail: "Nothing was appended.",
         hint: hint ?? "Pass OpenAI chat messages, Anthropic messages, LangChain messages or AI SDK ModelMessages.",
     });
@@ -288,7 +288,7 @@ function derivedKey(m) {
 export function toChatMessages(input, keys) {
     const list = Array.isArray(input) ? input : [input];
     if (keys && keys.length !== list.length)
-        throw new InvalidValueError("keys must have one element per message", {
+        throw new MessageConversionError("keys must have one element per message", {
             detail: `There are ${list.length} messages and ${keys.length} keys.`,
             hint: "Give null for a message without a key of its own.",
         });

@@ -41,10 +41,9 @@ export interface RunningSummary {
     summarizedMessageIds: string[];
     lastSummarizedMessageId: string | null;
 }
-/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
-export declare const THREAD_NAMESPACE: string;
-/** The ctxwin session of a LangGraph thread. */
-export declare function sessionIdForThread(threadId: string): string;
+export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
+/** The node's own entry in the state's context: the session (and thread) it wrote to. */
+export declare const BOOKKEEPING_KEY = "ctxwin";
 export interface SummarizationNodeOptions {
     /** A Ctxwin, or a pg Pool / Client. */
     ctxwin: Ctxwin | Queryable;
@@ -94,4 +93,3 @@ export declare class SummarizationNode extends RunnableLambda<State, State> {
     readonly profileName: string;
     constructor(options: SummarizationNodeOptions);
 }
-export {};

@@ -32,18 +32,16 @@
  * window would leave messages out.
  */
 import { AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage, } from "@langchain/core/messages";
+import { randomUUID } from "node:crypto";
 import { RunnableLambda } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
 import { Ctxwin, WORKER_SERVES_SQL } from "./client.js";
 import { toChatMessages } from "./convert.js";
-import { CtxwinError, SessionNotFoundError } from "./errors.js";
-import { NAMESPACE_URL, uuidv5 } from "./uuid.js";
-/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
-export const THREAD_NAMESPACE = uuidv5("ctxwin:langgraph:thread", NAMESPACE_URL);
-/** The ctxwin session of a LangGraph thread. */
-export function sessionIdForThread(threadId) {
-    return uuidv5(threadId, THREAD_NAMESPACE);
-}
+import { CtxwinError, PermissionDenied, SessionNotFound } from "./errors.js";
+import { sessionIdForThread } from "./uuid.js";
+export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
+/** The node's own entry in the state's context: the session (and thread) it wrote to. */
+export const BOOKKEEPING_KEY = "ctxwin";
 function lcType(m) {
     return m.getType();
 }
@@ -119,7 +117,7 @@ class Summarizer {
         }
         catch (e) {
             if (e instanceof CtxwinError && e.code === "42501")
-                throw new CtxwinError(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
+                throw new PermissionDenied(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
                     code: e.code, detail: e.detail, cause: e,
                     hint: `Create a profile and name it: new SummarizationNode({ ..., profile: "name" }).`,
                 });
@@ -135,20 +133,18 @@ class Summarizer {
             return false;
         return !st.worker;
     }
+    /**
+     * Appends the messages, the session created in the same statement when it
+     * is missing (ctxwin.ensure_session): nothing raised, nothing logged, the
+     * caller's transaction never aborted on a first write.
+     */
     async append(session, threadId, messages) {
-        const keys = messages.map((m) => m.id);
-        try {
-            return await this.cw.append(session, messages, { keys });
-        }
-        catch (e) {
-            if (!(e instanceof SessionNotFoundError))
-                throw e;
-            await this.ensureProfile();
-            await this.cw.query(`INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
-         VALUES ($1::uuid, $2::text, $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
-         ON CONFLICT (id) DO NOTHING`, [session, this.profileName, this.o.systemPrompt ?? null, threadId]);
-            return await this.cw.append(session, messages, { keys });
-        }
+        await this.ensureProfile();
+        return await this.cw.append(session, messages, {
+            keys: messages.map((m) => m.id),
+            create: { profile: this.profileName, systemPrompt: this.o.systemPrompt ?? null,
+                metadata: { langgraph_thread_id: threadId } },
+        });
     }
     async state(session) {
         const r = await this.cw.query(`SELECT jsonb_build_object(
@@ -161,27 +157,26 @@ class Summarizer {
                          FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id >= (w->>'first_id')::bigint)) AS r
        FROM ctxwin.sessions s, ctxwin._window(s.id, $2::int) w WHERE s.id = $1::uuid`, [session, this.maxTokens]);
         if (!r[0])
-            throw new SessionNotFoundError(`session ${session} does not exist`);
+            throw new SessionNotFound(`session ${session} does not exist`);
         return r[0]["r"];
     }
     async run(input, config) {
         const threadId = config?.configurable?.["thread_id"];
-        if (typeof threadId !== "string" && typeof threadId !== "number")
-            throw new CtxwinError("the ctxwin SummarizationNode needs config.configurable.thread_id", { hint: "Invoke the graph with { configurable: { thread_id } } (and a checkpointer)." });
-        const tid = String(threadId);
-        const session = (this.o.sessionId ?? sessionIdForThread)(tid);
+        const tid = typeof threadId === "string" || typeof threadId === "number" ? String(threadId) : null;
         const all = (input[this.inputKey] ?? []);
         const context = (input["context"] ?? {});
+        const book = context[BOOKKEEPING_KEY];
+        // no thread (a graph without a checkpointer, as LangMem's node allows): the
+        // session the state's context carries, else a new one
+        const session = tid !== null ? (this.o.sessionId ?? sessionIdForThread)(tid)
+            : typeof book?.session === "string" && book.thread == null ? book.session : randomUUID();
         const prev = context["running_summary"];
         const fresh = all.filter((m) => lcType(m) !== "remove" && !(typeof m.id === "string" && m.id.startsWith("ctxwin:")));
         for (const m of fresh) {
             if (typeof m.id !== "string" || m.id === "")
                 throw new CtxwinError("Messages are required to have ID field", { hint: "Keep them in a channel with messagesStateReducer, which gives every message an id." });
         }
-        const stored = fresh.length ? await this.append(session, tid, fresh) : [];
-        if (!fresh.length && (await this.cw.getSession(session)) === null) {
-            await this.append(session, tid, []);
-        }
+        const stored = await this.append(session, tid, fresh);
         const storedId = new Map();
         const byId = new Map();
         fresh.forEach((m, i) => { storedId.set(m.id, stored[i]); byId.set(m.id, m); });
@@ -207,7 +202,7 @@ class Summarizer {
             const converted = original ? toChatMessages(original).messages : [];
             out.push(original && converted.length === 1 && sameStored(converted[0], m) ? original : toLangChainMessage(m, key));
         });
-        const update = {};
+        const update = { context: { ...context, [BOOKKEEPING_KEY]: { session, thread: tid } } };
         update[this.outputKey] = this.inputKey === this.outputKey
             ? [new RemoveMessage({ id: REMOVE_ALL_MESSAGES }), ...out]
             : out;
@@ -221,7 +216,7 @@ class Summarizer {
                 summarizedMessageIds: [...ids],
                 lastSummarizedMessageId: st.lastKey ?? prev?.lastSummarizedMessageId ?? null,
             };
-            update["context"] = { ...context, running_summary: running };
+            update["context"] = { ...update["context"], running_summary: running };
         }
         return update;
     }

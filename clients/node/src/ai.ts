@@ -16,7 +16,7 @@
  * response id), so nothing is stored twice.
  */
 import type { ModelMessage } from "ai";
-import { Ctxwin, type SessionRef, type WindowOptions } from "./client.js";
+import { Ctxwin, type AppendOptions, type SessionRef, type WindowOptions } from "./client.js";
 import type { ChatMessage } from "./types.js";
 
 type AssistantContent = Extract<ModelMessage, { role: "assistant" }>["content"];
@@ -74,6 +74,8 @@ export interface CtxwinChatOptions extends Omit<WindowOptions, "tools"> {
   tools?: WindowOptions["tools"];
   /** Record each step's usage in onFinish (default true). */
   recordUsage?: boolean;
+  /** Create the session on the first turn if it is missing, in that turn's statement (ctxwin.ensure_session). */
+  create?: AppendOptions["create"];
 }
 
 function isAnswerWithoutCalls(m: unknown): boolean {
@@ -109,7 +111,8 @@ export class CtxwinChat {
     const input = typeof message === "string" ? { role: "user" as const, content: message } : message;
     const list = Array.isArray(input) ? input : [input];
     const keys = options.key != null ? list.map((_, i) => (list.length === 1 ? options.key! : `${options.key}#${i}`)) : undefined;
-    const r = await this.ctxwin.turn(this.sessionId, list, { ...this.window(), ...(keys ? { keys } : {}) });
+    const r = await this.ctxwin.turn(this.sessionId, list,
+      { ...this.window(), ...(keys ? { keys } : {}), ...(this.options.create ? { create: this.options.create } : {}) });
     return { ids: r.ids, messages: toModelMessages(r.context) };
   }
 

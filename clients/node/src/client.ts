@@ -148,6 +148,12 @@ export interface SearchOptions {
 export interface AppendOptions {
   /** One per input message: its key (null or undefined: its own id, if any). */
   keys?: readonly (string | null | undefined)[];
+  /**
+   * Create the session if it is missing, in the same statement
+   * (ctxwin.ensure_session): true, or the settings of a session it creates.
+   * An existing session's settings are left as they are.
+   */
+  create?: boolean | Omit<CreateSessionOptions, "id">;
 }
 
 export interface UsageOptions {
@@ -176,6 +182,20 @@ function sid(s: SessionRef): string {
 
 function jsonOrNull(v: unknown): string | null {
   return v == null ? null : JSON.stringify(v);
+}
+
+/**
+ * The session argument of a statement that writes: $1::uuid, or with
+ * create the session ctxwin.ensure_session returns (created in the same
+ * statement when missing), its settings in $n, $n+1, $n+2.
+ */
+function sessionArg(create: AppendOptions["create"], n: number): { sql: string; values: unknown[] } {
+  if (!create) return { sql: "$1::uuid", values: [] };
+  const o = create === true ? {} : create;
+  return {
+    sql: `(ctxwin.ensure_session($1::uuid, $${n}::text, $${n + 1}::text, $${n + 2}::jsonb)).id`,
+    values: [o.profile ?? null, o.systemPrompt ?? null, jsonOrNull(o.metadata)],
+  };
 }
 
 /**
@@ -265,6 +285,18 @@ export class Ctxwin {
     return camel(r as Record<string, unknown>) as unknown as SessionInfo;
   }
 
+  /**
+   * The session of that id, created when it is missing (ctxwin.ensure_session):
+   * never an error for an existing one, whose settings are left as they are;
+   * safe when several first writes race; nothing logged at ERROR.
+   */
+  async ensureSession(session: SessionRef, options: Omit<CreateSessionOptions, "id"> = {}): Promise<SessionInfo> {
+    const r = await this.one(
+      "SELECT to_jsonb(s) AS r FROM ctxwin.ensure_session($1::uuid, $2::text, $3::text, $4::jsonb) s",
+      [sid(session), options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
+    return camel(r as Record<string, unknown>) as unknown as SessionInfo;
+  }
+
   /** The session's row, or null if there is none (or the role may not see it). */
   async getSession(session: SessionRef): Promise<SessionInfo | null> {
     const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.sessions s WHERE s.id = $1::uuid", [sid(session)]);
@@ -278,8 +310,9 @@ export class Ctxwin {
   async append(session: SessionRef, messages: MessageInput | readonly MessageInput[],
     options: AppendOptions = {}): Promise<number[]> {
     const c = toChatMessages(messages, options.keys);
-    const r = await this.one("SELECT to_jsonb(ctxwin.append_messages($1::uuid, $2::jsonb, $3::text[])) AS r",
-      [sid(session), JSON.stringify(c.messages), c.keys]);
+    const a = sessionArg(options.create, 4);
+    const r = await this.one(`SELECT to_jsonb(ctxwin.append_messages(${a.sql}, $2::jsonb, $3::text[])) AS r`,
+      [sid(session), JSON.stringify(c.messages), c.keys, ...a.values]);
     return (r ?? []) as number[];
   }
 
@@ -357,11 +390,12 @@ export class Ctxwin {
     options: AppendOptions & WindowOptions & { format?: Format; request?: boolean; recall?: boolean } = {}):
     Promise<TurnResult<ChatMessage[] | AnthropicContext> | TurnRequestResult<OpenAIRequest | AnthropicRequest>> {
     const c = toChatMessages(messages, options.keys);
+    const a = sessionArg(options.create, 10);
     const r = await this.one(
-      `SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
+      `SELECT ctxwin.append_and_build(${a.sql}, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
                                       $7::boolean, $8::boolean, $9::boolean) AS r`,
       [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
-        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false]);
+        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false, ...a.values]);
     return r as TurnResult<ChatMessage[]>;
   }
 
@@ -420,6 +454,7 @@ export class CtxwinSession {
   constructor(readonly client: Ctxwin, readonly id: string) {}
 
   info(): Promise<SessionInfo | null> { return this.client.getSession(this.id); }
+  ensure(options?: Omit<CreateSessionOptions, "id">): Promise<SessionInfo> { return this.client.ensureSession(this.id, options); }
   append(messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]> {
     return this.client.append(this.id, messages, options);
   }

@@ -16,7 +16,7 @@
  * conversation), else none.  An input message that becomes n > 1 messages
  * gives them its key followed by "#0", "#1" ...
  */
-import { InvalidValueError } from "./errors.js";
+import { MessageConversionError } from "./errors.js";
 import type { ChatMessage, ChatToolCall } from "./types.js";
 
 /** Any message of the shapes above. */
@@ -34,8 +34,8 @@ function isObj(v: unknown): v is Obj {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function bad(where: string, what: string, hint?: string): InvalidValueError {
-  return new InvalidValueError(`${where}: ${what}`, {
+function bad(where: string, what: string, hint?: string): MessageConversionError {
+  return new MessageConversionError(`${where}: ${what}`, {
     detail: "Nothing was appended.",
     hint: hint ?? "Pass OpenAI chat messages, Anthropic messages, LangChain messages or AI SDK ModelMessages.",
   });
@@ -289,7 +289,7 @@ export function toChatMessages(input: MessageInput | readonly MessageInput[],
   keys?: readonly (string | null | undefined)[]): Converted {
   const list: readonly unknown[] = Array.isArray(input) ? input : [input];
   if (keys && keys.length !== list.length)
-    throw new InvalidValueError("keys must have one element per message", {
+    throw new MessageConversionError("keys must have one element per message", {
       detail: `There are ${list.length} messages and ${keys.length} keys.`,
       hint: "Give null for a message without a key of its own.",
     });

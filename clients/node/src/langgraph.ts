@@ -34,13 +34,14 @@
 import {
   AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage, type BaseMessage,
 } from "@langchain/core/messages";
+import { randomUUID } from "node:crypto";
 import { RunnableLambda, type RunnableConfig } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
 import { Ctxwin, WORKER_SERVES_SQL, type Queryable } from "./client.js";
 import { toChatMessages } from "./convert.js";
-import { CtxwinError, SessionNotFoundError } from "./errors.js";
+import { CtxwinError, PermissionDenied, SessionNotFound } from "./errors.js";
 import type { ChatMessage } from "./types.js";
-import { NAMESPACE_URL, uuidv5 } from "./uuid.js";
+import { sessionIdForThread } from "./uuid.js";
 
 /** LangMem's RunningSummary (summarizedMessageIds an array, so that checkpoints keep it). */
 export interface RunningSummary {
@@ -49,13 +50,10 @@ export interface RunningSummary {
   lastSummarizedMessageId: string | null;
 }
 
-/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
-export const THREAD_NAMESPACE = uuidv5("ctxwin:langgraph:thread", NAMESPACE_URL);
+export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
 
-/** The ctxwin session of a LangGraph thread. */
-export function sessionIdForThread(threadId: string): string {
-  return uuidv5(threadId, THREAD_NAMESPACE);
-}
+/** The node's own entry in the state's context: the session (and thread) it wrote to. */
+export const BOOKKEEPING_KEY = "ctxwin";
 
 export interface SummarizationNodeOptions {
   /** A Ctxwin, or a pg Pool / Client. */
@@ -181,7 +179,7 @@ class Summarizer {
         [this.profileName, this.maxTokensBeforeSummary, this.maxSummaryTokens, this.o.baseProfile ?? "default"]);
     } catch (e) {
       if (e instanceof CtxwinError && e.code === "42501")
-        throw new CtxwinError(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
+        throw new PermissionDenied(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
           code: e.code, detail: e.detail, cause: e,
           hint: `Create a profile and name it: new SummarizationNode({ ..., profile: "name" }).`,
         });
@@ -197,20 +195,18 @@ class Summarizer {
     return !st.worker;
   }
 
-  private async append(session: string, threadId: string, messages: BaseMessage[]): Promise<number[]> {
-    const keys = messages.map((m) => m.id as string);
-    try {
-      return await this.cw.append(session, messages, { keys });
-    } catch (e) {
-      if (!(e instanceof SessionNotFoundError)) throw e;
-      await this.ensureProfile();
-      await this.cw.query(
-        `INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
-         VALUES ($1::uuid, $2::text, $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
-         ON CONFLICT (id) DO NOTHING`,
-        [session, this.profileName, this.o.systemPrompt ?? null, threadId]);
-      return await this.cw.append(session, messages, { keys });
-    }
+  /**
+   * Appends the messages, the session created in the same statement when it
+   * is missing (ctxwin.ensure_session): nothing raised, nothing logged, the
+   * caller's transaction never aborted on a first write.
+   */
+  private async append(session: string, threadId: string | null, messages: BaseMessage[]): Promise<number[]> {
+    await this.ensureProfile();
+    return await this.cw.append(session, messages, {
+      keys: messages.map((m) => m.id as string),
+      create: { profile: this.profileName, systemPrompt: this.o.systemPrompt ?? null,
+        metadata: { langgraph_thread_id: threadId } },
+    });
   }
 
   private async state(session: string): Promise<SessionState> {
@@ -225,19 +221,20 @@ class Summarizer {
                          FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id >= (w->>'first_id')::bigint)) AS r
        FROM ctxwin.sessions s, ctxwin._window(s.id, $2::int) w WHERE s.id = $1::uuid`,
       [session, this.maxTokens]);
-    if (!r[0]) throw new SessionNotFoundError(`session ${session} does not exist`);
+    if (!r[0]) throw new SessionNotFound(`session ${session} does not exist`);
     return r[0]["r"] as SessionState;
   }
 
   async run(input: State, config?: RunnableConfig): Promise<State> {
     const threadId = config?.configurable?.["thread_id"];
-    if (typeof threadId !== "string" && typeof threadId !== "number")
-      throw new CtxwinError("the ctxwin SummarizationNode needs config.configurable.thread_id",
-        { hint: "Invoke the graph with { configurable: { thread_id } } (and a checkpointer)." });
-    const tid = String(threadId);
-    const session = (this.o.sessionId ?? sessionIdForThread)(tid);
+    const tid = typeof threadId === "string" || typeof threadId === "number" ? String(threadId) : null;
     const all = (input[this.inputKey] ?? []) as BaseMessage[];
     const context = (input["context"] ?? {}) as Record<string, unknown>;
+    const book = context[BOOKKEEPING_KEY] as { session?: string; thread?: string | null } | undefined;
+    // no thread (a graph without a checkpointer, as LangMem's node allows): the
+    // session the state's context carries, else a new one
+    const session = tid !== null ? (this.o.sessionId ?? sessionIdForThread)(tid)
+      : typeof book?.session === "string" && book.thread == null ? book.session : randomUUID();
     const prev = context["running_summary"] as RunningSummary | undefined;
 
     const fresh = all.filter((m) => lcType(m) !== "remove" && !(typeof m.id === "string" && m.id.startsWith("ctxwin:")));
@@ -246,10 +243,7 @@ class Summarizer {
         throw new CtxwinError("Messages are required to have ID field",
           { hint: "Keep them in a channel with messagesStateReducer, which gives every message an id." });
     }
-    const stored = fresh.length ? await this.append(session, tid, fresh) : [];
-    if (!fresh.length && (await this.cw.getSession(session)) === null) {
-      await this.append(session, tid, []);
-    }
+    const stored = await this.append(session, tid, fresh);
     const storedId = new Map<string, number>();
     const byId = new Map<string, BaseMessage>();
     fresh.forEach((m, i) => { storedId.set(m.id as string, stored[i]!); byId.set(m.id as string, m); });
@@ -277,7 +271,7 @@ class Summarizer {
       out.push(original && converted.length === 1 && sameStored(converted[0]!, m) ? original : toLangChainMessage(m, key));
     });
 
-    const update: State = {};
+    const update: State = { context: { ...context, [BOOKKEEPING_KEY]: { session, thread: tid } } };
     update[this.outputKey] = this.inputKey === this.outputKey
       ? [new RemoveMessage({ id: REMOVE_ALL_MESSAGES }), ...out]
       : out;
@@ -289,7 +283,7 @@ class Summarizer {
         summarizedMessageIds: [...ids],
         lastSummarizedMessageId: st.lastKey ?? prev?.lastSummarizedMessageId ?? null,
       };
-      update["context"] = { ...context, running_summary: running };
+      update["context"] = { ...(update["context"] as object), running_summary: running };
     }
     return update;
   }

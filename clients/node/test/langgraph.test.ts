@@ -12,7 +12,7 @@ import { Annotation, END, MemorySaver, REMOVE_ALL_MESSAGES, START, StateGraph, m
 import { ToolNode } from "@langchain/langgraph/prebuilt";
 import { ChatOpenAI } from "@langchain/openai";
 import { z } from "zod";
-import { Ctxwin, CtxwinError, toChatMessages } from "../src/index.js";
+import { Ctxwin, toChatMessages } from "../src/index.js";
 import { SummarizationNode, sessionIdForThread, type RunningSummary } from "../src/langgraph.js";
 import { createTestDb, startMockLlm, windowTokens, type MockLlm, type TestDb } from "./helpers.js";
 
@@ -206,8 +206,26 @@ describe("SummarizationNode in a StateGraph", () => {
     const out = a["summarized_messages"] as BaseMessage[];
     assert.deepEqual(out.map((m) => m.id), ["h1", "a1"], "the window's messages keep their ids");
     assert.equal(out[0], msgs[0], "an unchanged message is passed on as it was");
-    assert.equal(a["context"], undefined, "no running summary before there is a summary");
-    await assert.rejects(node.invoke({ messages: msgs }, {}), (e: unknown) => e instanceof CtxwinError && /thread_id/.test(e.message));
+    const ctx = a["context"] as Record<string, unknown>;
+    assert.equal(ctx["running_summary"], undefined, "no running summary before there is a summary");
+    assert.deepEqual(ctx["ctxwin"], { session: sessionIdForThread("t-a"), thread: "t-a" });
+  });
+
+  test("without a thread id the node works, as LangMem's does: on the session its state's context names", async () => {
+    const node = new SummarizationNode({ ctxwin: cw, maxTokens: 1000, summarize: "inline" });
+    const msgs = [new HumanMessage({ content: "hello", id: "n1" }), new AIMessage({ content: "hi", id: "n2" })];
+    const a = await node.invoke({ messages: msgs }, {});
+    const book = (a["context"] as Record<string, { session: string; thread: string | null }>)["ctxwin"]!;
+    assert.equal(book.thread, null);
+    assert.deepEqual((a["summarized_messages"] as BaseMessage[]).map((m) => m.id), ["n1", "n2"]);
+    // the next run of the same graph state: the same session, nothing stored twice
+    const more = [...msgs, new HumanMessage({ content: "and now?", id: "n3" })];
+    const b = await node.invoke({ messages: more, context: a["context"] }, {});
+    assert.equal((b["context"] as Record<string, { session: string }>)["ctxwin"]!.session, book.session);
+    assert.deepEqual((await rows(book.session)).map((r) => r.client_key), ["n1", "n2", "n3"]);
+    // another graph without a thread or context: a session of its own
+    const c = await node.invoke({ messages: msgs }, {});
+    assert.notEqual((c["context"] as Record<string, { session: string }>)["ctxwin"]!.session, book.session);
     await assert.rejects(node.invoke({ messages: [new HumanMessage("no id")] }, { configurable: { thread_id: "t-c" } }),
       /required to have ID/);
   });

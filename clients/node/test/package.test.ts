@@ -51,7 +51,7 @@ test("the version is the extension's (ctxwin.control)", () => {
 
 test("the package's exports resolve to dist", async () => {
   const core = await import("ctxwin") as Record<string, unknown>;
-  for (const k of ["Ctxwin", "CtxwinSession", "CtxwinError", "SessionNotFoundError", "InvalidValueError", "toChatMessages", "uuidv5"])
+  for (const k of ["Ctxwin", "CtxwinSession", "CtxwinError", "SessionNotFound", "InvalidArgument", "toChatMessages", "uuidv5"])
     assert.equal(typeof core[k], "function", k);
   const ai = await import("ctxwin/ai") as Record<string, unknown>;
   assert.equal(typeof ai["CtxwinChat"], "function");
@@ -77,7 +77,7 @@ test("npm install ./clients/node works in a clean clone, and from another projec
     assert.ok(!existsSync(join(clone, "clients/node/node_modules")));
     const env = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false" };
     writeFileSync(join(clone, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", type: "module", private: true }));
-    execFileSync("npm", ["install", "--offline", "./clients/node"], { cwd: clone, env, stdio: "pipe" });
+    execFileSync("npm", ["install", "--prefer-offline", "./clients/node"], { cwd: clone, env, stdio: "pipe" });
     const probe = "import('ctxwin').then(async (m) => { const a = await import('ctxwin/ai'); " +
       "console.log(typeof m.Ctxwin, typeof a.toModelMessages, m.uuidv5('x', m.NAMESPACE_URL)); })";
     assert.equal(execFileSync("node", ["-e", probe], { cwd: clone, encoding: "utf8" }).trim(),
@@ -85,7 +85,7 @@ test("npm install ./clients/node works in a clean clone, and from another projec
     const app = join(tmp, "app");
     mkdirSync(app);
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app2", version: "1.0.0", type: "module", private: true }));
-    execFileSync("npm", ["install", "--offline", "--install-links", join(clone, "clients/node")], { cwd: app, env, stdio: "pipe" });
+    execFileSync("npm", ["install", "--prefer-offline", "--install-links", join(clone, "clients/node")], { cwd: app, env, stdio: "pipe" });
     assert.equal(execFileSync("node", ["-e", "import('ctxwin').then((m) => console.log(typeof m.Ctxwin))"], { cwd: app, encoding: "utf8" }).trim(),
       "function");
   } finally {

@@ -1,0 +1,42 @@
+/**
+ * LangChain.js 1.x middleware: the model call of a createAgent agent gets
+ * ctxwin's window while the agent's state keeps every message.
+ *
+ *   const agent = createAgent({ model, tools, systemPrompt, checkpointer,
+ *     middleware: [ctxwinMiddleware({ ctxwin: pool, budget: 4000 })] });
+ *
+ * Before each model call the state's messages not stored yet are appended
+ * to the thread's session (keyed by their ids; the session created in the
+ * same statement on first use) and the window is built in that statement:
+ * the system prompt, ctxwin's summary, the newest messages within the
+ * budget (tool definitions counted), tool results cleared as the profile
+ * says.  The model gets that window instead of the state's list; the state
+ * is left as it is.  The answer is stored after the call, with the usage
+ * the provider reported.
+ */
+import { AIMessage } from "@langchain/core/messages";
+import { z } from "zod";
+import { Ctxwin, type Queryable } from "./client.js";
+export interface CtxwinMiddlewareOptions {
+    /** A Ctxwin, or a pg Pool / Client (see "Transactions" in the README). */
+    ctxwin: Ctxwin | Queryable;
+    /** The window's budget in tokens; default the profile's (the model's window less its response reserve). */
+    budget?: number;
+    /** The profile of the sessions the middleware creates (default "default"). */
+    profile?: string;
+    /** The session of a run: default the thread's (sessionIdForThread, the Python client's mapping). */
+    sessionId?: (threadId: string) => string;
+    /** Record each answer's usage (default true). */
+    recordUsage?: boolean;
+    /** Count the agent's tool definitions in the budget (default true). */
+    countTools?: boolean;
+}
+/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (OpenAI's names). */
+export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
+/**
+ * The middleware: createAgent({ ..., middleware: [ctxwinMiddleware({ ctxwin: pool })] }).
+ * Needs a thread (a checkpointer and config.configurable.thread_id) or sessionId.
+ */
+export declare function ctxwinMiddleware(options: CtxwinMiddlewareOptions): import("langchain").AgentMiddleware<z.ZodObject<{
+    ctxwinStoredThrough: z.ZodOptional<z.ZodString>;
+}, z.core.$strip>, undefined, unknown, readonly (import("@langchain/core/tools").ClientTool | import("@langchain/core/tools").ServerTool)[], readonly []>;
