@@ -3320,3 +3320,148 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.ensure_session(uuid, text, text, jsonb) IS
 'The session with this id, created (profile NULL: default, metadata NULL: {}) when missing; an existing one is returned unchanged. Safe when two transactions create the same id at once, and raises nothing on the normal path: a client''s first write is SELECT ctxwin.append_messages((ctxwin.ensure_session(id)).id, ...)';
+
+-- build_window: the window with the stored rows it shows (ids, client keys,
+-- roles) and the summary fields, from one walk; append_and_build returns
+-- those rows as "messages"; ctxwin.distribute() delegates build_window
+CREATE FUNCTION ctxwin.build_window(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                    tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_window(uuid, int, text, jsonb, boolean) IS
+'build_context''s window with what it shows: {"context": build_context''s result for the same arguments, "messages": [{"id", "client_key", "role"}, ...] (the stored rows in the window, oldest first, cleared or cut ones included), "summary", "summary_version", "summary_through_id" (null: none), "tokens"}. Never writes.';
+
+CREATE FUNCTION ctxwin._request_window(session uuid, budget int, format text, tools jsonb, cache boolean,
+                                       recall boolean)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_request_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._request_window(uuid, int, text, jsonb, boolean, boolean) IS
+'build_request''s body with the rows its window shows: {"request", "messages", "summary", "summary_version", "summary_through_id", "tokens"}, as build_window returns build_context''s';
+
+CREATE OR REPLACE FUNCTION ctxwin.append_and_build(session uuid, messages jsonb, keys text[] DEFAULT NULL,
+                                        budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                        tools jsonb DEFAULT NULL, cache boolean DEFAULT true,
+                                        request boolean DEFAULT false, recall boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    ids bigint[];
+    w jsonb;
+BEGIN
+    IF request IS NULL THEN
+        RAISE EXCEPTION 'request must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF recall IS NULL THEN
+        RAISE EXCEPTION 'recall must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF recall AND NOT request THEN
+        RAISE EXCEPTION 'recall needs request'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Only a request body carries the conversation_search tool.',
+                  HINT = 'Pass request => true, or add ctxwin.recall_tool() to tools for the window.';
+    END IF;
+    ids := ctxwin.append_messages(session, messages, keys);
+    IF request THEN
+        w := ctxwin._request_window(session, budget, format, tools, cache, recall);
+        RETURN jsonb_build_object('ids', to_jsonb(ids), 'request', w -> 'request', 'messages', w -> 'messages');
+    END IF;
+    w := ctxwin.build_window(session, budget, format, tools, cache);
+    RETURN jsonb_build_object('ids', to_jsonb(ids), 'context', w -> 'context', 'messages', w -> 'messages');
+END $$;
+
+COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
+'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ..., "messages": [{"id", "client_key", "role"}, ...] (the stored rows the window shows)}';
+
+CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning AS $$
+DECLARE
+    -- (table, constraint, definition): every foreign key between ctxwin's tables
+    fkeys CONSTANT text[][] := ARRAY[
+        ['ctxwin.profiles', 'profiles_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
+        ['ctxwin.calibration', 'calibration_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
+        ['ctxwin.sessions', 'sessions_profile_fkey',
+         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
+        ['ctxwin.messages', 'messages_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summaries', 'summaries_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
+    drops text := '';
+    failed text;
+    i int;
+    t text;
+    f regprocedure;
+BEGIN
+    -- Citus creates the tables' triggers on their shards only with this on:
+    -- ctxwin's insert trigger numbers and counts a message on the shard
+    -- that holds its session (co-located with the session's row).
+    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+    -- reference tables are written after distributed ones in this transaction
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
+                                 fkeys[i][1], fkeys[i][2]);
+    END LOOP;
+    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
+    INTO failed
+    FROM run_command_on_workers(drops) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
+                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
+    END IF;
+    EXECUTE drops;
+
+    PERFORM create_reference_table('ctxwin.models');
+    PERFORM create_reference_table('ctxwin.profiles');
+    PERFORM create_reference_table('ctxwin.calibration');
+    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
+    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
+                             'ctxwin.usage_log'] LOOP
+        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
+    END LOOP;
+
+    -- the coordinator's own copies of the rows, now in the shards
+    FOREACH t IN ARRAY ARRAY['ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
+                             'ctxwin.profiles', 'ctxwin.models'] LOOP
+        PERFORM truncate_local_data_after_distributing_table(t::regclass);
+    END LOOP;
+
+    -- one call, one round trip to the node that holds the session
+    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
+                             'ctxwin.context_status(uuid)',
+                             'ctxwin.context_report(uuid)',
+                             'ctxwin.messages_after(uuid,bigint)',
+                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
+                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._distribute(int) IS
+'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';

@@ -972,6 +972,20 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
 'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
+-- The window with the stored rows it shows (src/window/window.c and
+-- format.c): build_context's result and, from the same walk, the ids,
+-- client keys and roles of the messages in it, and the session's summary
+-- fields, so a client needs no second query to know what the model sees.
+CREATE FUNCTION ctxwin.build_window(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                    tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_window(uuid, int, text, jsonb, boolean) IS
+'build_context''s window with what it shows: {"context": build_context''s result for the same arguments, "messages": [{"id", "client_key", "role"}, ...] (the stored rows in the window, oldest first, cleared or cut ones included), "summary", "summary_version", "summary_through_id" (null: none), "tokens"}. Never writes.';
+
 -- The whole request body (src/window/request.c), the window built as build_context
 -- builds it; with recall, the tools have ctxwin's conversation_search too
 -- (sql/install/86_recall.sql).
@@ -985,6 +999,18 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
 'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
+
+-- build_request's body with the rows its window shows, as build_window
+-- returns build_context's: for append_and_build (sql/install/85_clients.sql).
+CREATE FUNCTION ctxwin._request_window(session uuid, budget int, format text, tools jsonb, cache boolean,
+                                       recall boolean)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_request_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._request_window(uuid, int, text, jsonb, boolean, boolean) IS
+'build_request''s body with the rows its window shows: {"request", "messages", "summary", "summary_version", "summary_through_id", "tokens"}, as build_window returns build_context''s';
 -- ==== sql/install/50_status.sql ====
 
 CREATE FUNCTION ctxwin.context_status(
@@ -2388,8 +2414,10 @@ COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
  * One chat turn in one call: append_messages, then the window
  * (build_context) or, with request, the whole request body
  * (build_request, with recall: its tools end with conversation_search)
- * of the session with them.  Returns {"ids": [...], "context": ...} or
- * {"ids": [...], "request": ...}.
+ * of the session with them.  Returns {"ids": [...], "context": ...,
+ * "messages": [...]} or {"ids": [...], "request": ..., "messages": [...]}:
+ * messages are the stored rows the window shows, as build_window gives
+ * them (one walk).
  */
 CREATE FUNCTION ctxwin.append_and_build(session uuid, messages jsonb, keys text[] DEFAULT NULL,
                                         budget int DEFAULT NULL, format text DEFAULT 'openai',
@@ -2400,6 +2428,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ids bigint[];
+    w jsonb;
 BEGIN
     IF request IS NULL THEN
         RAISE EXCEPTION 'request must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -2415,15 +2444,15 @@ BEGIN
     END IF;
     ids := ctxwin.append_messages(session, messages, keys);
     IF request THEN
-        RETURN jsonb_build_object('ids', to_jsonb(ids),
-                                  'request', ctxwin.build_request(session, budget, format, tools, cache, recall));
+        w := ctxwin._request_window(session, budget, format, tools, cache, recall);
+        RETURN jsonb_build_object('ids', to_jsonb(ids), 'request', w -> 'request', 'messages', w -> 'messages');
     END IF;
-    RETURN jsonb_build_object('ids', to_jsonb(ids),
-                              'context', ctxwin.build_context(session, budget, format, tools, cache));
+    w := ctxwin.build_window(session, budget, format, tools, cache);
+    RETURN jsonb_build_object('ids', to_jsonb(ids), 'context', w -> 'context', 'messages', w -> 'messages');
 END $$;
 
 COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
-'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ...}';
+'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ..., "messages": [{"id", "client_key", "role"}, ...] (the stored rows the window shows)}';
 -- ==== sql/install/86_recall.sql ====
 
 ------------------------------------------------------------------------------
@@ -3439,6 +3468,7 @@ BEGIN
 
     -- one call, one round trip to the node that holds the session
     FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
                              'ctxwin.context_status(uuid)',
                              'ctxwin.context_report(uuid)',

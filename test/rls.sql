@@ -66,6 +66,13 @@ SELECT ok(jsonb_array_length(ctxwin.build_context('a0000000-0000-4000-8000-00000
           'build_context works for an application role with the README''s grants');
 SELECT ok(ctxwin.build_context('a0000000-0000-4000-8000-000000000001', 500, 'anthropic') ? 'messages',
           '... in the anthropic format too');
+SELECT is(jsonb_path_query_array(ctxwin.build_window('a0000000-0000-4000-8000-000000000001'), '$.messages[*].id'),
+          '[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]', 'build_window works for A on A''s session, with its rows');
+SELECT is(ctxwin.append_messages((ctxwin.ensure_session('a0000000-0000-4000-8000-000000000002', 'rls', NULL,
+                                                        '{"tenant": "ctxwin_rls_a"}')).id,
+                                 '[{"role": "user", "content": "A again."}]'),
+          ARRAY[1]::bigint[], 'ensure_session creates a session of A''s and append_messages writes to it, in one statement');
+DELETE FROM ctxwin.sessions WHERE id = 'a0000000-0000-4000-8000-000000000002';
 SELECT is((SELECT messages_since_summary FROM ctxwin.context_status('a0000000-0000-4000-8000-000000000001')),
           10::bigint, 'context_status works for A on A''s session');
 SELECT ok(ctxwin.context_report('a0000000-0000-4000-8000-000000000001') LIKE 'Session a0000000%',
@@ -94,6 +101,12 @@ SELECT throws_ok($$SELECT ctxwin.build_context('b0000000-0000-4000-8000-00000000
 SELECT throws_ok($$SELECT ctxwin.build_context('b0000000-0000-4000-8000-000000000001', 100, 'anthropic')$$,
                  NULL, 'session b0000000-0000-4000-8000-000000000001 does not exist',
                  '... in the anthropic format too');
+SELECT throws_ok($$SELECT ctxwin.build_window('b0000000-0000-4000-8000-000000000001')$$,
+                 NULL, 'session b0000000-0000-4000-8000-000000000001 does not exist',
+                 'build_window of B''s session: does not exist, for A');
+SELECT throws_ok($$SELECT ctxwin.ensure_session('b0000000-0000-4000-8000-000000000001', 'rls', NULL,
+                                                '{"tenant": "ctxwin_rls_a"}')$$,
+                 '42501', NULL, 'ensure_session of B''s session id: refused, for A');
 SELECT throws_ok($$SELECT * FROM ctxwin.context_status('b0000000-0000-4000-8000-000000000001')$$,
                  NULL, 'session b0000000-0000-4000-8000-000000000001 does not exist',
                  'context_status of B''s session: does not exist');

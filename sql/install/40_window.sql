@@ -74,6 +74,20 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.build_context(uuid, int, text, jsonb, boolean) IS
 'The messages to send to the LLM: system prompt, summary and the newest messages within the budget (default: context window less response reserve) less what the tools sent with them cost; openai: an array of chat messages; anthropic: {"system", "messages"}, with prompt-cache breakpoints unless cache is false. Never writes.';
 
+-- The window with the stored rows it shows (src/window/window.c and
+-- format.c): build_context's result and, from the same walk, the ids,
+-- client keys and roles of the messages in it, and the session's summary
+-- fields, so a client needs no second query to know what the model sees.
+CREATE FUNCTION ctxwin.build_window(session uuid, budget int DEFAULT NULL, format text DEFAULT 'openai',
+                                    tools jsonb DEFAULT NULL, cache boolean DEFAULT true)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_build_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.build_window(uuid, int, text, jsonb, boolean) IS
+'build_context''s window with what it shows: {"context": build_context''s result for the same arguments, "messages": [{"id", "client_key", "role"}, ...] (the stored rows in the window, oldest first, cleared or cut ones included), "summary", "summary_version", "summary_through_id" (null: none), "tokens"}. Never writes.';
+
 -- The whole request body (src/window/request.c), the window built as build_context
 -- builds it; with recall, the tools have ctxwin's conversation_search too
 -- (sql/install/86_recall.sql).
@@ -87,3 +101,15 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
 'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
+
+-- build_request's body with the rows its window shows, as build_window
+-- returns build_context's: for append_and_build (sql/install/85_clients.sql).
+CREATE FUNCTION ctxwin._request_window(session uuid, budget int, format text, tools jsonb, cache boolean,
+                                       recall boolean)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_request_window'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._request_window(uuid, int, text, jsonb, boolean, boolean) IS
+'build_request''s body with the rows its window shows: {"request", "messages", "summary", "summary_version", "summary_through_id", "tokens"}, as build_window returns build_context''s';

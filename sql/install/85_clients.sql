@@ -154,8 +154,10 @@ COMMENT ON FUNCTION ctxwin.append_messages(uuid, jsonb, text[]) IS
  * One chat turn in one call: append_messages, then the window
  * (build_context) or, with request, the whole request body
  * (build_request, with recall: its tools end with conversation_search)
- * of the session with them.  Returns {"ids": [...], "context": ...} or
- * {"ids": [...], "request": ...}.
+ * of the session with them.  Returns {"ids": [...], "context": ...,
+ * "messages": [...]} or {"ids": [...], "request": ..., "messages": [...]}:
+ * messages are the stored rows the window shows, as build_window gives
+ * them (one walk).
  */
 CREATE FUNCTION ctxwin.append_and_build(session uuid, messages jsonb, keys text[] DEFAULT NULL,
                                         budget int DEFAULT NULL, format text DEFAULT 'openai',
@@ -166,6 +168,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ids bigint[];
+    w jsonb;
 BEGIN
     IF request IS NULL THEN
         RAISE EXCEPTION 'request must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -181,12 +184,12 @@ BEGIN
     END IF;
     ids := ctxwin.append_messages(session, messages, keys);
     IF request THEN
-        RETURN jsonb_build_object('ids', to_jsonb(ids),
-                                  'request', ctxwin.build_request(session, budget, format, tools, cache, recall));
+        w := ctxwin._request_window(session, budget, format, tools, cache, recall);
+        RETURN jsonb_build_object('ids', to_jsonb(ids), 'request', w -> 'request', 'messages', w -> 'messages');
     END IF;
-    RETURN jsonb_build_object('ids', to_jsonb(ids),
-                              'context', ctxwin.build_context(session, budget, format, tools, cache));
+    w := ctxwin.build_window(session, budget, format, tools, cache);
+    RETURN jsonb_build_object('ids', to_jsonb(ids), 'context', w -> 'context', 'messages', w -> 'messages');
 END $$;
 
 COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
-'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ...}';
+'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ..., "messages": [{"id", "client_key", "role"}, ...] (the stored rows the window shows)}';

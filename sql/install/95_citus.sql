@@ -90,6 +90,7 @@ BEGIN
 
     -- one call, one round trip to the node that holds the session
     FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
                              'ctxwin.context_status(uuid)',
                              'ctxwin.context_report(uuid)',

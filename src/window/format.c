@@ -270,6 +270,45 @@ CtxwinWindowReport(const Window *w, const char *encoding)
 	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
 }
 
+/*
+ * A window's body (build_context's result, or build_request's) under key,
+ * with what an application keeps of it: {key: body, "messages": the stored
+ * rows the window shows, oldest first, a cleared or cut one included, as
+ * {"id", "client_key" (null: none), "role"}, "summary" (the session's
+ * conversation_summary, null when the window sends none), "summary_version"
+ * and "summary_through_id" (null while 0: never summarized), "tokens" (of
+ * everything sent, tools included)}.  The messages carry their client keys
+ * (CtxwinWindowBuild's keys).
+ */
+Jsonb *
+CtxwinWindowWithRows(const char *key, Jsonb *body, const Window *w, const SessionView *sv)
+{
+	JsonbParseState *st = NULL;
+	bool		no_summary = sv->summary == NULL || VARSIZE_ANY_EXHDR(sv->summary) == 0;
+	int			i;
+
+	pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+	PushJsonbField(&st, key, body);
+	PushKey(&st, "messages");
+	pushJsonbValue(&st, WJB_BEGIN_ARRAY, NULL);
+	for (i = 0; i < w->nmessages; i++)
+	{
+		const WindowMessage *m = &w->messages[i];
+
+		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
+		PushInt64Field(&st, "id", m->id, false);
+		PushTextField(&st, "client_key", m->client_key);
+		PushCStringField(&st, "role", m->role);
+		pushJsonbValue(&st, WJB_END_OBJECT, NULL);
+	}
+	pushJsonbValue(&st, WJB_END_ARRAY, NULL);
+	PushTextField(&st, "summary", no_summary ? NULL : sv->summary);
+	PushInt64Field(&st, "summary_version", sv->summary_version, sv->summary_version == 0);
+	PushInt64Field(&st, "summary_through_id", sv->summary_through_id, sv->summary_through_id == 0);
+	PushInt64Field(&st, "tokens", w->tokens, false);
+	return JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, NULL));
+}
+
 /* The window as an array of OpenAI chat messages: system messages first. */
 Jsonb *
 CtxwinWindowOpenAI(const Window *w)

@@ -19,6 +19,7 @@
 #include "window/window.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_build_request);
+PG_FUNCTION_INFO_V1(ctxwin_request_window);
 
 /*
  * build_request(session uuid, budget int, format text, tools jsonb, cache
@@ -39,9 +40,12 @@ PG_FUNCTION_INFO_V1(ctxwin_build_request);
  * With recall (argument 5; false when the function's SQL declaration has no
  * such argument), the tools have ctxwin's conversation_search after them
  * (recall/tool.c), counted and converted as the others are.
+ *
+ * With keys, the body comes with the rows its window shows
+ * (_request_window, below).
  */
-Datum
-ctxwin_build_request(PG_FUNCTION_ARGS)
+static Jsonb *
+RequestOfCall(FunctionCallInfo fcinfo, bool keys)
 {
 	bool		anthropic = CtxwinFormatArg(fcinfo, 2);
 	Jsonb	   *tools = CtxwinToolsArg(fcinfo, 3);
@@ -57,7 +61,7 @@ ctxwin_build_request(PG_FUNCTION_ARGS)
 		tools = CtxwinToolsWithRecall(tools);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinWindowOfArgs(fcinfo, tools, &sv, &w, &provider);
+	CtxwinWindowOfArgs(fcinfo, tools, keys, &sv, &w, &provider);
 	if (anthropic && sv.st.response_reserve < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -75,6 +79,28 @@ ctxwin_build_request(PG_FUNCTION_ARGS)
 									 "max_completion_tokens" : "max_tokens",
 									 sv.st.response_reserve, tools,
 									 cache ? CtxwinUuidText(sv.id) : NULL);
+	if (keys)
+		result = CtxwinWindowWithRows("request", result, &w, &sv);
 	SPI_finish();
-	PG_RETURN_JSONB_P(result);
+	return result;
+}
+
+Datum
+ctxwin_build_request(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_JSONB_P(RequestOfCall(fcinfo, false));
+}
+
+/*
+ * _request_window(session uuid, budget int, format text, tools jsonb,
+ * cache boolean, recall boolean) returns jsonb: build_request's body as
+ * build_window returns build_context's, {"request": ..., "messages": the
+ * stored rows its window shows, "summary", "summary_version",
+ * "summary_through_id", "tokens"} (CtxwinWindowWithRows), from one walk:
+ * for append_and_build.
+ */
+Datum
+ctxwin_request_window(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_JSONB_P(RequestOfCall(fcinfo, true));
 }

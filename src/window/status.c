@@ -244,7 +244,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 
 	/* the window build_context returns by default, or why there is none */
 	initStringInfo(&note);
-	window_ok = CtxwinWindowBuild(&sv, false, 0, 0, false, &w);
+	window_ok = CtxwinWindowBuild(&sv, false, 0, 0, false, false, &w);
 	if (window_ok)
 	{
 		SET(S_BUDGET, Int32GetDatum(w.budget));

@@ -15,7 +15,9 @@
  *
  * A message's content parts (content_parts, NULL for a plain text) are
  * read where it has them; a text-only message costs the walk one null
- * test.  A database still at 0.1.0 has no such column.
+ * test.  A database still at 0.1.0 has no such column.  Its client key
+ * (client_key, of 0.2.0 too) is read only for a caller that shows the
+ * window's rows (build_window).
  */
 #include "postgres.h"
 
@@ -48,15 +50,19 @@
  * the planner sort every message of the session first: measured 120 ms on
  * a session of 100,000 messages, against 0.6 ms for 1,000.)
  */
-#define WALK_QUERY(parts) \
+#define WALK_QUERY(more) \
 "SELECT id, role, content, tool_calls, tool_call_id, name, token_count, token_encoding, " \
-parts " FROM ctxwin.messages WHERE session_id " OP("=") " $1 " \
+more " FROM ctxwin.messages WHERE session_id " OP("=") " $1 " \
 "AND id " OP(">") " $2 AND id " OP("<") " $3 " \
 "ORDER BY id DESC LIMIT " CppAsString2(WALK_BATCH)
 
-/* [1]: where ctxwin.messages has content_parts; [0]: where it has not (0.1.0) */
-static const char *const walk_query[2] = {
-	WALK_QUERY("NULL::pg_catalog.jsonb"), WALK_QUERY("content_parts")
+/*
+ * [1]: where ctxwin.messages has content_parts; [0]: where it has not
+ * (0.1.0); [2]: [1] with the client keys
+ */
+static const char *const walk_query[3] = {
+	WALK_QUERY("NULL::pg_catalog.jsonb"), WALK_QUERY("content_parts"),
+	WALK_QUERY("content_parts, client_key")
 };
 
 /*
@@ -82,7 +88,7 @@ static const char *const walk_count_query[2] = {
 	WALK_COUNT_QUERY("token_encoding " OP("<>") " $4 AND content_parts IS NOT NULL")
 };
 
-static SPIPlanPtr walk_plan[2] = {NULL, NULL};
+static SPIPlanPtr walk_plan[3] = {NULL, NULL, NULL};
 static SPIPlanPtr walk_count_plan[2] = {NULL, NULL};
 
 /*
@@ -91,10 +97,10 @@ static SPIPlanPtr walk_count_plan[2] = {NULL, NULL};
  * only: see walk_count_query).  The backward scan of the primary key is the plan; without
  * statistics (a table never analyzed, as after pg_restore) the planner
  * would rather sort the session's whole history, so sorts and bitmap scans
- * are off for the statement.
+ * are off for the statement.  query: walk_query's index.
  */
 static int
-WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_in, bool has_parts)
+WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_in, int query)
 {
 	Oid			types[4] = {UUIDOID, INT8OID, INT8OID, TEXTOID};
 	Datum		args[4] = {session, Int64GetDatum(after), Int64GetDatum(below), 0};
@@ -109,12 +115,12 @@ WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_
 	if (counts_in)
 	{
 		args[3] = CStringGetTextDatum(counts_in->name);
-		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_count_plan[has_parts], walk_count_query[has_parts],
+		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_count_plan[query > 0], walk_count_query[query > 0],
 											 4, types),
 							  args, NULL, true, batch);
 	}
 	else
-		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan[has_parts], walk_query[has_parts], 3, types),
+		rc = SPI_execute_plan(CtxwinKeptPlan(&walk_plan[query], walk_query[query], 3, types),
 							  args, NULL, true, batch);
 	AtEOXact_GUC(true, nest);
 	if (rc != SPI_OK_SELECT)
@@ -122,7 +128,10 @@ WalkBatch(Datum session, int64 after, int64 below, const CtxwinEncoding *counts_
 	return batch;
 }
 
-/* A message row of the walk, copied into the current memory context. */
+/*
+ * A message row of the walk, copied into the current memory context; its
+ * client key if the row has one (walk_query[2]).
+ */
 static void
 ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, bool counts_only,
 			WindowMessage *m)
@@ -137,6 +146,7 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const CtxwinEncoding *enc, bool count
 	m->tool_calls = CtxwinColumnCopy(tup, desc, 4);
 	m->tool_call_id = CtxwinColumnCopy(tup, desc, 5);
 	m->name = CtxwinColumnCopy(tup, desc, 6);
+	m->client_key = desc->natts >= 10 ? CtxwinColumnCopy(tup, desc, 10) : NULL;
 	m->saved = 0;
 	m->edit = 0;
 	tenc = CtxwinColumnString(tup, desc, 8);
@@ -197,7 +207,7 @@ WalkPush(PackWalk *walk, WindowClear *clear, WindowMessage *rows, int n)
 /* The walk through SPI, in batches (see the top of the file). */
 static int
 SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		WindowMessage **rows, bool counts_only, WindowClear *clear, bool has_parts)
+		WindowMessage **rows, bool counts_only, WindowClear *clear, int query)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	int			n = 0,
@@ -210,7 +220,7 @@ SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk
 	{
 		uint64		got,
 					i;
-		int			batch = WalkBatch(session, after_id, below, counts_only ? enc : NULL, has_parts);
+		int			batch = WalkBatch(session, after_id, below, counts_only ? enc : NULL, query);
 
 		got = SPI_processed;
 		for (i = 0; i < got && more; i++)
@@ -233,15 +243,15 @@ SpiWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk
 }
 
 
-/* The columns of ctxwin.messages the walk reads, in this order (the last may be missing). */
+/* The columns of ctxwin.messages the walk reads, in this order (the last two may be missing). */
 static const char *const walk_cols[] = {
 	"session_id", "id", "role", "content", "tool_calls", "tool_call_id", "name",
-	"token_count", "token_encoding", "content_parts"
+	"token_count", "token_encoding", "content_parts", "client_key"
 };
 enum
 {
 	WC_SESSION, WC_ID, WC_ROLE, WC_CONTENT, WC_TOOL_CALLS, WC_TOOL_CALL_ID, WC_NAME,
-	WC_TOKEN_COUNT, WC_TOKEN_ENCODING, WC_CONTENT_PARTS, WC_NCOLS
+	WC_TOKEN_COUNT, WC_TOKEN_ENCODING, WC_CONTENT_PARTS, WC_CLIENT_KEY, WC_NCOLS
 };
 
 /* A varlena attribute of the slot, copied (detoasted), or NULL. */
@@ -291,10 +301,13 @@ RoleName(Datum d)
 	return TextDatumGetCString(d);
 }
 
-/* A message of the direct walk, copied into the current memory context. */
+/*
+ * A message of the direct walk, copied into the current memory context;
+ * with its client key if keys.
+ */
 static void
 SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding *enc,
-			bool counts_only, WindowMessage *m)
+			bool counts_only, bool keys, WindowMessage *m)
 {
 	bool		isnull;
 	Datum		d;
@@ -312,6 +325,7 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
 	m->saved = 0;
 	m->edit = 0;
 	m->parts = NULL;
+	m->client_key = keys && attno[WC_CLIENT_KEY] > 0 ? SlotCopy(slot, attno[WC_CLIENT_KEY]) : NULL;
 	/* the texts: to send them, or to count them again in this encoding */
 	if (!counts_only || !same_encoding)
 	{
@@ -344,7 +358,7 @@ SlotMessage(TupleTableSlot *slot, const AttrNumber *attno, const CtxwinEncoding 
  */
 static int
 DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		   WindowMessage **rows, bool counts_only, WindowClear *clear)
+		   WindowMessage **rows, bool counts_only, bool keys, WindowClear *clear)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -361,10 +375,11 @@ DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, 
 	for (i = 0; i < WC_NCOLS; i++)
 	{
 		attno[i] = SPI_fnumber(desc, walk_cols[i]);
-		if (attno[i] <= 0 && i != WC_CONTENT_PARTS)
+		if (attno[i] <= 0 && i != WC_CONTENT_PARTS && i != WC_CLIENT_KEY)
 			elog(ERROR, "ctxwin.messages has no column \"%s\"", walk_cols[i]);
 	}
 	attno[WC_CONTENT_PARTS] = Max(attno[WC_CONTENT_PARTS], 0);
+	attno[WC_CLIENT_KEY] = Max(attno[WC_CLIENT_KEY], 0);
 	if (!OidIsValid(indexid))
 		elog(ERROR, "ctxwin.messages has no primary key");
 	index = index_open(indexid, AccessShareLock);
@@ -386,7 +401,7 @@ DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, 
 
 		CHECK_FOR_INTERRUPTS();
 		m = NextSlot(rows, &n, &cap);
-		SlotMessage(slot, attno, enc, counts_only, m);
+		SlotMessage(slot, attno, enc, counts_only, keys, m);
 		if (!WalkPush(walk, clear, *rows, n))
 			break;
 	}
@@ -401,13 +416,14 @@ DirectWalk(Oid relid, Datum session, const CtxwinEncoding *enc, int64 after_id, 
  * Walks the messages of a session after after_id, newest first, packing
  * whole units into the walk's room.  Returns the messages read, newest
  * first, in *rows (the packed ones are the first walk->packed); without
- * their texts if counts_only.  With clear (not NULL, and never with
- * counts_only), tool results are cleared or cut as the profile says
- * (clear.c) before they are packed.  The caller has connected to SPI.
+ * their texts if counts_only; with their client keys if keys (else
+ * client_key is NULL).  With clear (not NULL, and never with counts_only),
+ * tool results are cleared or cut as the profile says (clear.c) before
+ * they are packed.  The caller has connected to SPI.
  */
 int
 CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-		   WindowMessage **rows, bool counts_only, WindowClear *clear)
+		   WindowMessage **rows, bool counts_only, bool keys, WindowClear *clear)
 {
 	Oid			relid = get_relname_relid("messages", get_namespace_oid("ctxwin", false));
 	bool		has_parts = OidIsValid(relid) && get_attnum(relid, "content_parts") != InvalidAttrNumber;
@@ -419,7 +435,8 @@ CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *w
 		Oid			direct = CtxwinDirectRelation(relid, session);
 
 		if (OidIsValid(direct))
-			return DirectWalk(direct, session, enc, after_id, walk, rows, counts_only, clear);
+			return DirectWalk(direct, session, enc, after_id, walk, rows, counts_only, keys, clear);
 	}
-	return SpiWalk(session, enc, after_id, walk, rows, counts_only, clear, has_parts);
+	return SpiWalk(session, enc, after_id, walk, rows, counts_only, clear,
+				   !has_parts ? 0 : keys && !counts_only ? 2 : 1);
 }

@@ -15,7 +15,9 @@
  * dropped whole.  Before they are packed, tool results may be cleared or
  * cut as the profile says (clear.c), and are packed at that size.
  * Read-only, so it runs on a hot standby.  The two output formats are in
- * format.c.
+ * format.c.  build_window returns build_context's window with the stored
+ * rows it shows (their ids, client keys and roles) and the session's
+ * summary fields, from the same walk.
  */
 #include "postgres.h"
 
@@ -42,6 +44,7 @@ PG_FUNCTION_INFO_V1(ctxwin_build_context);
 PG_FUNCTION_INFO_V1(ctxwin_window);
 PG_FUNCTION_INFO_V1(ctxwin_system_messages);
 PG_FUNCTION_INFO_V1(ctxwin_window_walk);
+PG_FUNCTION_INFO_V1(ctxwin_build_window);
 
 static WindowMessage *OldestFirst(const WindowMessage *rows, int n);
 
@@ -280,11 +283,12 @@ ClearingReport(Window *w)
  * w->error set, when the budget cannot hold it; the caller raises that as
  * invalid_parameter_value or reports it.  Without with_texts the messages
  * carry no texts (only the window's size is wanted; the texts of a unit that
- * must be cut are read all the same).  The caller has connected to SPI.
+ * must be cut are read all the same).  With keys, the messages carry
+ * their client keys.  The caller has connected to SPI.
  */
 bool
 CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
-				  bool with_texts, Window *w)
+				  bool with_texts, bool keys, Window *w)
 {
 	int64		b = has_budget ? budget : CtxwinDefaultBudget(&sv->st);
 	int64		room;
@@ -337,20 +341,20 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 	}
 
 	PackWalkInit(&walk, stable_room);
-	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, wc);
+	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, keys, wc);
 	if (walk.cut && (stable_room < room || (wc != NULL && wc->shrink)))
 	{
 		/* the newest unit alone is over the stable room: as a sliding window */
 		PackWalkInit(&walk, room);
 		if (wc)
 			CtxwinClearWalk(wc, false);
-		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, wc);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, keys, wc);
 	}
 	if (walk.cut && !with_texts)
 	{
 		/* the unit to cut, with its texts */
 		PackWalkInit(&walk, room);
-		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false, NULL);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false, keys, NULL);
 	}
 	if (walk.cut)
 	{
@@ -426,13 +430,14 @@ CtxwinToolsArg(FunctionCallInfo fcinfo, int argno)
 
 /*
  * The window of the session and budget arguments of fcinfo (args 0 and 1)
- * with tools (NULL: none), or its error raised.  The provider of the
+ * with tools (NULL: none), its messages with their client keys if keys,
+ * or its error raised.  The provider of the
  * session's model is looked up when there are tools or provider is not
  * NULL (then set: NULL if the model has none).  The caller has connected
  * to SPI.
  */
 void
-CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Window *w,
+CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, bool keys, SessionView *sv, Window *w,
 				   char **provider)
 {
 	char	   *model_provider = NULL;
@@ -446,7 +451,7 @@ CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Windo
 	if (provider != NULL)
 		*provider = model_provider;
 	if (!CtxwinWindowBuild(sv, !PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT32(1),
-						   tool_tokens, true, w))
+						   tool_tokens, true, keys, w))
 		CtxwinWindowRaise(w);
 }
 
@@ -457,13 +462,13 @@ CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Windo
  * caller ends with SPI_finish.
  */
 static void
-WindowOfCall(FunctionCallInfo fcinfo, int tools_argno, SessionView *sv, Window *w)
+WindowOfCall(FunctionCallInfo fcinfo, int tools_argno, bool keys, SessionView *sv, Window *w)
 {
 	MemoryContext callcxt = CurrentMemoryContext;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, tools_argno), sv, w, NULL);
+	CtxwinWindowOfArgs(fcinfo, CtxwinToolsArg(fcinfo, tools_argno), keys, sv, w, NULL);
 	MemoryContextSwitchTo(callcxt);
 }
 
@@ -482,8 +487,32 @@ ctxwin_build_context(PG_FUNCTION_ARGS)
 	Window		w;
 	Jsonb	   *result;
 
-	WindowOfCall(fcinfo, 3, &sv, &w);
+	WindowOfCall(fcinfo, 3, false, &sv, &w);
 	result = anthropic ? CtxwinWindowAnthropic(&w, cache) : CtxwinWindowOpenAI(&w);
+	SPI_finish();
+	PG_RETURN_JSONB_P(result);
+}
+
+/*
+ * build_window(session uuid, budget int, format text, tools jsonb, cache
+ * boolean) returns jsonb: {"context": build_context's result for the same
+ * arguments, "messages": the stored rows it shows, oldest first, as
+ * {"id", "client_key", "role"}, "summary", "summary_version",
+ * "summary_through_id", "tokens"} (CtxwinWindowWithRows), from one walk.
+ */
+Datum
+ctxwin_build_window(PG_FUNCTION_ARGS)
+{
+	bool		anthropic = CtxwinFormatArg(fcinfo, 2);
+	bool		cache = PG_ARGISNULL(4) || PG_GETARG_BOOL(4);
+	SessionView sv;
+	Window		w;
+	Jsonb	   *result;
+
+	WindowOfCall(fcinfo, 3, true, &sv, &w);
+	result = CtxwinWindowWithRows("context",
+								  anthropic ? CtxwinWindowAnthropic(&w, cache) : CtxwinWindowOpenAI(&w),
+								  &w, &sv);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
 }
@@ -500,7 +529,7 @@ ctxwin_window(PG_FUNCTION_ARGS)
 	Window		w;
 	Jsonb	   *result;
 
-	WindowOfCall(fcinfo, 2, &sv, &w);
+	WindowOfCall(fcinfo, 2, false, &sv, &w);
 	result = CtxwinWindowReport(&w, text_to_cstring(sv.st.encoding));
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
@@ -535,7 +564,7 @@ ctxwin_window_walk(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PackWalkInit(&walk, PG_GETARG_INT32(2));
-	nrows = CtxwinWalk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false, NULL);
+	nrows = CtxwinWalk(PG_GETARG_DATUM(0), enc, PG_GETARG_INT64(1), &walk, &rows, false, false, NULL);
 
 	packed = OldestFirst(rows, walk.packed);
 	values[0] = Int64GetDatum(walk.packed > 0 ? packed[0].id : 0);

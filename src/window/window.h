@@ -28,6 +28,7 @@ typedef struct WindowMessage
 	text	   *tool_call_id;
 	Jsonb	   *tool_calls;
 	Jsonb	   *parts;			/* content parts (format.c sends them); NULL: none */
+	text	   *client_key;		/* read for build_window only; else NULL */
 	int64		tokens;
 	/* set by clear.c, 0 elsewhere */
 	int64		saved;			/* tokens fewer than stored: cleared or cut */
@@ -98,7 +99,7 @@ typedef struct WindowClear
 
 /* walk.c */
 extern int	CtxwinWalk(Datum session, const CtxwinEncoding *enc, int64 after_id, PackWalk *walk,
-					   WindowMessage **rows, bool counts_only, WindowClear *clear);
+					   WindowMessage **rows, bool counts_only, bool keys, WindowClear *clear);
 
 /* clear.c */
 extern bool CtxwinClearing(const ToolClearing *st);
@@ -111,12 +112,12 @@ extern text *CtxwinClearedText(const char *tool, const char *call_id, int64 id);
 extern int	CtxwinSystemMessages(text *prompt, text *summary, const char *placement,
 								 const CtxwinEncoding *enc, WindowMessage *sys);
 extern bool CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
-							  bool with_texts, Window *w);
+							  bool with_texts, bool keys, Window *w);
 extern void CtxwinWindowRaise(const Window *w);
 extern bool CtxwinFormatArg(FunctionCallInfo fcinfo, int argno);
 extern Jsonb *CtxwinToolsArg(FunctionCallInfo fcinfo, int argno);
-extern void CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, SessionView *sv, Window *w,
-							   char **provider);
+extern void CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, bool keys, SessionView *sv,
+							   Window *w, char **provider);
 
 /* status.c */
 extern void CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts);
@@ -126,6 +127,7 @@ extern bool CtxwinSessionDue(Datum id);
 extern Jsonb *CtxwinWindowOpenAI(const Window *w);
 extern Jsonb *CtxwinMessagesOpenAI(const WindowMessage *m, int n);
 extern Jsonb *CtxwinWindowReport(const Window *w, const char *encoding);
+extern Jsonb *CtxwinWindowWithRows(const char *key, Jsonb *body, const Window *w, const SessionView *sv);
 extern Jsonb *CtxwinWindowAnthropic(const Window *w, bool cache);
 extern Jsonb *CtxwinToolAnthropic(JsonbValue *function);
 extern Jsonb *CtxwinRequestOpenAI(const Window *w, const char *model, const char *max_key,
