@@ -158,15 +158,34 @@ export type SessionRef = string | {
  * in the OpenAI chat shape).
  */
 export declare function usageOf(responseOrUsage: object): Record<string, unknown>;
-/** The result of one chat turn: the stored ids of the messages appended, and the window. */
+/** A stored message shown in a window: its id, client key and role (ctxwin.build_window's "messages"). */
+export interface WindowMessage {
+    id: number;
+    client_key: string | null;
+    role: ChatMessage["role"];
+}
+/** ctxwin.build_window: the window and what it shows, from one walk. */
+export interface WindowResult<C> {
+    /** What buildContext returns for the same arguments. */
+    context: C;
+    /** The stored rows in the window, oldest first (a cleared or cut one included); the system prompt and summary are not rows. */
+    messages: WindowMessage[];
+    summary: string | null;
+    summary_version: number | null;
+    summary_through_id: number | null;
+    tokens: number;
+}
+/** The result of one chat turn: the stored ids of the messages appended, and the window with the rows it shows. */
 export interface TurnResult<C> {
     ids: number[];
     context: C;
+    messages: WindowMessage[];
 }
-/** The result of one chat turn with request: true: the ids and the whole request body. */
+/** The result of one chat turn with request: true: the ids and the whole request body, with the rows it shows. */
 export interface TurnRequestResult<R> {
     ids: number[];
     request: R;
+    messages: WindowMessage[];
 }
 /**
  * Whether a background worker serves the current database, as an SQL
@@ -207,6 +226,12 @@ export declare class Ctxwin {
     buildContext(session: SessionRef, options?: WindowOptions & {
         format?: Format;
     }): Promise<ChatMessage[] | AnthropicContext>;
+    buildWindow(session: SessionRef, options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<WindowResult<ChatMessage[]>>;
+    buildWindow(session: SessionRef, options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<WindowResult<AnthropicContext>>;
     buildRequest(session: SessionRef, options?: RequestOptions & {
         format?: "openai";
     }): Promise<OpenAIRequest>;
@@ -289,6 +314,12 @@ export declare class CtxwinSession {
     buildContext(options: WindowOptions & {
         format: "anthropic";
     }): Promise<AnthropicContext>;
+    buildWindow(options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<WindowResult<ChatMessage[]>>;
+    buildWindow(options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<WindowResult<AnthropicContext>>;
     buildRequest(options?: RequestOptions & {
         format?: "openai";
     }): Promise<OpenAIRequest>;

@@ -130,6 +130,14 @@ export class Ctxwin {
     async buildContext(session, options = {}) {
         return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
     }
+    /**
+     * ctxwin.build_window: the window (what buildContext returns) with the
+     * stored rows it shows (ids, client keys, roles) and the summary's fields,
+     * in one statement: no matching of the window against stored messages.
+     */
+    async buildWindow(session, options = {}) {
+        return await this.one("SELECT ctxwin.build_window($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
+    }
     /** ctxwin.build_request: the whole body to POST (with recall: the conversation_search tool last). */
     async buildRequest(session, options = {}) {
         return await this.one("SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean, $6::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true,
@@ -235,6 +243,10 @@ export class CtxwinSession {
     }
     buildContext(options) {
         return this.client.buildContext(this.id, options);
+    }
+    buildWindow(options) {
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any
+        return this.client.buildWindow(this.id, options);
     }
     buildRequest(options) {
         return this.client.buildRequest(this.id, options);

@@ -19,6 +19,7 @@ import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
 import { createMiddleware } from "langchain";
 import { z } from "zod";
 import { Ctxwin } from "./client.js";
+import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
 import { toLangChainMessage } from "./langgraph.js";
 import { sessionIdForThread } from "./uuid.js";
@@ -41,7 +42,7 @@ export function usageOfMessage(m) {
     return out;
 }
 function textOf(m) {
-    return m.content ?? "";
+    return contentText(m.content);
 }
 /**
  * The middleware: createAgent({ ..., middleware: [ctxwinMiddleware({ ctxwin: pool })] }).
@@ -86,7 +87,7 @@ export function ctxwinMiddleware(options) {
             }
             const tools = options.countTools === false || !request.tools?.length ? null
                 : request.tools.map((t) => convertToOpenAITool(t));
-            const { context } = await cw.turn(session, fresh, {
+            const { context, messages: rows } = await cw.turn(session, fresh, {
                 keys: fresh.map((m) => m.id),
                 budget: options.budget ?? null,
                 tools,
@@ -101,7 +102,7 @@ export function ctxwinMiddleware(options) {
             if (options.recordUsage !== false && AIMessage.isInstance(response)) {
                 const usage = usageOfMessage(response);
                 if (usage)
-                    await cw.recordUsage(session, usage);
+                    await cw.recordUsage(session, usage, { windowFirstId: rows[0]?.id ?? null });
             }
             return response;
         },

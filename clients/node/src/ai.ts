@@ -17,10 +17,12 @@
  */
 import type { ModelMessage } from "ai";
 import { Ctxwin, type AppendOptions, type SessionRef, type WindowOptions } from "./client.js";
-import type { ChatMessage } from "./types.js";
+import { contentText } from "./convert.js";
+import type { ChatMessage, ContentPart } from "./types.js";
 
 type AssistantContent = Extract<ModelMessage, { role: "assistant" }>["content"];
 type ToolContent = Extract<ModelMessage, { role: "tool" }>["content"];
+type UserPart = Exclude<Extract<ModelMessage, { role: "user" }>["content"], string>[number];
 
 function parseArgs(s: string): unknown {
   try {
@@ -30,31 +32,40 @@ function parseArgs(s: string): unknown {
   }
 }
 
+/** A part of a user message of the window as an AI SDK part: an image by its URL, or its bytes (base64) and media type. */
+function toUserPart(p: ContentPart): UserPart {
+  if (p.type === "text") return { type: "text", text: p.text };
+  const url = p.type === "image_url" ? p.image_url.url
+    : p.source.type === "url" ? p.source.url : `data:${p.source.media_type};base64,${p.source.data}`;
+  const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
+  return m ? { type: "image", image: m[2]!, mediaType: m[1]! } : { type: "image", image: new URL(url) };
+}
+
 /** ctxwin's window (build_context's 'openai' format) as AI SDK ModelMessages. */
 export function toModelMessages(context: readonly ChatMessage[]): ModelMessage[] {
   const out: ModelMessage[] = [];
   const callNames = new Map<string, string>();
   for (const m of context) {
     if (m.role === "system") {
-      out.push({ role: "system", content: m.content ?? "" });
+      out.push({ role: "system", content: contentText(m.content) });
     } else if (m.role === "user") {
-      out.push({ role: "user", content: m.content ?? "" });
+      out.push({ role: "user", content: Array.isArray(m.content) ? m.content.map(toUserPart) : m.content ?? "" });
     } else if (m.role === "assistant") {
       if (m.tool_calls?.length) {
         const content: Exclude<AssistantContent, string> = [];
-        if (m.content) content.push({ type: "text", text: m.content });
+        if (contentText(m.content)) content.push({ type: "text", text: contentText(m.content) });
         for (const c of m.tool_calls) {
           callNames.set(c.id, c.function.name);
           content.push({ type: "tool-call", toolCallId: c.id, toolName: c.function.name, input: parseArgs(c.function.arguments) });
         }
         out.push({ role: "assistant", content });
       } else {
-        out.push({ role: "assistant", content: m.content ?? "" });
+        out.push({ role: "assistant", content: contentText(m.content) });
       }
     } else {
       const id = m.tool_call_id ?? "";
       const part: ToolContent[number] = { type: "tool-result", toolCallId: id,
-        toolName: m.name ?? callNames.get(id) ?? "unknown", output: { type: "text", value: m.content ?? "" } };
+        toolName: m.name ?? callNames.get(id) ?? "unknown", output: { type: "text", value: contentText(m.content) } };
       const last = out.at(-1);
       if (last?.role === "tool") last.content.push(part);
       else out.push({ role: "tool", content: [part] });

@@ -224,16 +224,37 @@ export function usageOf(responseOrUsage: object): Record<string, unknown> {
   return o;
 }
 
-/** The result of one chat turn: the stored ids of the messages appended, and the window. */
+/** A stored message shown in a window: its id, client key and role (ctxwin.build_window's "messages"). */
+export interface WindowMessage {
+  id: number;
+  client_key: string | null;
+  role: ChatMessage["role"];
+}
+
+/** ctxwin.build_window: the window and what it shows, from one walk. */
+export interface WindowResult<C> {
+  /** What buildContext returns for the same arguments. */
+  context: C;
+  /** The stored rows in the window, oldest first (a cleared or cut one included); the system prompt and summary are not rows. */
+  messages: WindowMessage[];
+  summary: string | null;
+  summary_version: number | null;
+  summary_through_id: number | null;
+  tokens: number;
+}
+
+/** The result of one chat turn: the stored ids of the messages appended, and the window with the rows it shows. */
 export interface TurnResult<C> {
   ids: number[];
   context: C;
+  messages: WindowMessage[];
 }
 
-/** The result of one chat turn with request: true: the ids and the whole request body. */
+/** The result of one chat turn with request: true: the ids and the whole request body, with the rows it shows. */
 export interface TurnRequestResult<R> {
   ids: number[];
   request: R;
+  messages: WindowMessage[];
 }
 
 /**
@@ -324,6 +345,20 @@ export class Ctxwin {
     return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
       [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
       ChatMessage[] | AnthropicContext;
+  }
+
+  buildWindow(session: SessionRef, options?: WindowOptions & { format?: "openai" }): Promise<WindowResult<ChatMessage[]>>;
+  buildWindow(session: SessionRef, options: WindowOptions & { format: "anthropic" }): Promise<WindowResult<AnthropicContext>>;
+  /**
+   * ctxwin.build_window: the window (what buildContext returns) with the
+   * stored rows it shows (ids, client keys, roles) and the summary's fields,
+   * in one statement: no matching of the window against stored messages.
+   */
+  async buildWindow(session: SessionRef, options: WindowOptions & { format?: Format } = {}):
+    Promise<WindowResult<ChatMessage[] | AnthropicContext>> {
+    return await this.one("SELECT ctxwin.build_window($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
+      [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
+      WindowResult<ChatMessage[] | AnthropicContext>;
   }
 
   buildRequest(session: SessionRef, options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
@@ -462,6 +497,12 @@ export class CtxwinSession {
   buildContext(options: WindowOptions & { format: "anthropic" }): Promise<AnthropicContext>;
   buildContext(options?: WindowOptions & { format?: Format }): Promise<ChatMessage[] | AnthropicContext> {
     return this.client.buildContext(this.id, options);
+  }
+  buildWindow(options?: WindowOptions & { format?: "openai" }): Promise<WindowResult<ChatMessage[]>>;
+  buildWindow(options: WindowOptions & { format: "anthropic" }): Promise<WindowResult<AnthropicContext>>;
+  buildWindow(options?: WindowOptions & { format?: Format }): Promise<WindowResult<ChatMessage[] | AnthropicContext>> {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return this.client.buildWindow(this.id, options as any);
   }
   buildRequest(options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
   buildRequest(options: RequestOptions & { format: "anthropic" }): Promise<AnthropicRequest>;

@@ -19,6 +19,7 @@ import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
 import { createMiddleware } from "langchain";
 import { z } from "zod";
 import { Ctxwin, type Queryable } from "./client.js";
+import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
 import { toLangChainMessage } from "./langgraph.js";
 import type { ChatMessage, ToolDefinition } from "./types.js";
@@ -57,7 +58,7 @@ export function usageOfMessage(m: AIMessage): Record<string, unknown> | null {
 }
 
 function textOf(m: ChatMessage): string {
-  return m.content ?? "";
+  return contentText(m.content);
 }
 
 /**
@@ -104,7 +105,7 @@ export function ctxwinMiddleware(options: CtxwinMiddlewareOptions) {
       }
       const tools: ToolDefinition[] | null = options.countTools === false || !request.tools?.length ? null
         : request.tools.map((t) => convertToOpenAITool(t as Parameters<typeof convertToOpenAITool>[0]) as ToolDefinition);
-      const { context } = await cw.turn(session, fresh, {
+      const { context, messages: rows } = await cw.turn(session, fresh, {
         keys: fresh.map((m) => m.id as string),
         budget: options.budget ?? null,
         tools,
@@ -117,7 +118,7 @@ export function ctxwinMiddleware(options: CtxwinMiddlewareOptions) {
       const response = await handler({ ...request, messages, systemMessage: new SystemMessage(system) });
       if (options.recordUsage !== false && AIMessage.isInstance(response)) {
         const usage = usageOfMessage(response);
-        if (usage) await cw.recordUsage(session, usage);
+        if (usage) await cw.recordUsage(session, usage, { windowFirstId: rows[0]?.id ?? null });
       }
       return response;
     },

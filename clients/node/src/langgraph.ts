@@ -38,9 +38,9 @@ import { randomUUID } from "node:crypto";
 import { RunnableLambda, type RunnableConfig } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
 import { Ctxwin, WORKER_SERVES_SQL, type Queryable } from "./client.js";
-import { toChatMessages } from "./convert.js";
+import { contentText, toChatMessages } from "./convert.js";
 import { CtxwinError, PermissionDenied, SessionNotFound } from "./errors.js";
-import type { ChatMessage } from "./types.js";
+import type { ChatMessage, ContentPart } from "./types.js";
 import { sessionIdForThread } from "./uuid.js";
 
 /** LangMem's RunningSummary (summarizedMessageIds an array, so that checkpoints keep it). */
@@ -92,12 +92,14 @@ export interface SummarizationNodeOptions {
 type State = Record<string, unknown>;
 
 interface SessionState {
-  window: { messages: ChatMessage[]; window_messages: number; first_id: number | null; dropped_messages: number };
+  /** ctxwin.build_window: the window and the stored rows it shows, oldest first. */
+  window: { context: ChatMessage[]; messages: Array<{ id: number; client_key: string | null; role: string }> };
+  /** Messages since the summary that the window leaves out. */
+  dropped: number;
   through: number;
   summary: string | null;
   version: number;
   lastKey: string | null;
-  window_keys: Array<{ id: number; key: string | null }> | null;
   queued: boolean;
   unsummarized_tokens: number;
   prompt_tokens: number;
@@ -109,16 +111,27 @@ function lcType(m: BaseMessage): string {
   return m.getType();
 }
 
+/** A part of the window's user message as a LangChain content block (OpenAI's image_url shape). */
+function toLangChainPart(p: ContentPart): Record<string, unknown> {
+  if (p.type === "text") return { type: "text", text: p.text };
+  if (p.type === "image_url") return { type: "image_url", image_url: { ...p.image_url } };
+  return { type: "image_url", image_url: { url: p.source.type === "url" ? p.source.url
+    : `data:${p.source.media_type};base64,${p.source.data}` } };
+}
+
 /** A message of ctxwin's window as a LangChain message with the given id. */
 export function toLangChainMessage(m: ChatMessage, id?: string): BaseMessage {
   const base = id === undefined ? {} : { id };
   switch (m.role) {
-    case "system": return new SystemMessage({ content: m.content ?? "", ...base });
-    case "user": return new HumanMessage({ content: m.content ?? "", ...base, ...(m.name ? { name: m.name } : {}) });
-    case "tool": return new ToolMessage({ content: m.content ?? "", tool_call_id: m.tool_call_id ?? "", ...base,
+    case "system": return new SystemMessage({ content: contentText(m.content), ...base });
+    // a user message with images: its parts, in OpenAI's shape, which LangChain's chat models take
+    case "user": return new HumanMessage({
+      content: (Array.isArray(m.content) ? m.content.map(toLangChainPart) : m.content ?? "") as HumanMessage["content"],
+      ...base, ...(m.name ? { name: m.name } : {}) });
+    case "tool": return new ToolMessage({ content: contentText(m.content), tool_call_id: m.tool_call_id ?? "", ...base,
       ...(m.name ? { name: m.name } : {}) });
     default: return new AIMessage({
-      content: m.content ?? "", ...base, ...(m.name ? { name: m.name } : {}),
+      content: contentText(m.content), ...base, ...(m.name ? { name: m.name } : {}),
       tool_calls: (m.tool_calls ?? []).map((c) => {
         let args: Record<string, unknown> = {};
         try { args = JSON.parse(c.function.arguments) as Record<string, unknown>; } catch { /* kept empty */ }
@@ -217,9 +230,9 @@ class Summarizer {
          'unsummarized_tokens', s.unsummarized_tokens, 'prompt_tokens', s.prompt_tokens,
          'worker', ${WORKER_SERVES_SQL},
          'lastKey', (SELECT m.client_key FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id),
-         'window_keys', (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'key', m.client_key) ORDER BY m.id)
-                         FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id >= (w->>'first_id')::bigint)) AS r
-       FROM ctxwin.sessions s, ctxwin._window(s.id, $2::int) w WHERE s.id = $1::uuid`,
+         'dropped', (SELECT count(*) FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id
+                       AND m.id < coalesce((w->'messages'->0->>'id')::bigint, 9223372036854775807))) AS r
+       FROM ctxwin.sessions s, ctxwin.build_window(s.id, $2::int) w WHERE s.id = $1::uuid`,
       [session, this.maxTokens]);
     if (!r[0]) throw new SessionNotFound(`session ${session} does not exist`);
     return r[0]["r"] as SessionState;
@@ -250,22 +263,22 @@ class Summarizer {
 
     let st = await this.state(session);
     const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
-    if ((st.queued || st.window.dropped_messages > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
+    if ((st.queued || st.dropped > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
       this.summarizesInline(st)) {
       const made = await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null });
       if (made) st = await this.state(session);
     }
 
-    const ctx = st.window.messages;
-    const lead = ctx.length - st.window.window_messages;
+    const ctx = st.window.context;
+    const lead = ctx.length - st.window.messages.length;
     const out: BaseMessage[] = [];
     ctx.forEach((m, i) => {
       if (i < lead) {
         out.push(toLangChainMessage(m, `ctxwin:system:${session}:${i}`));
         return;
       }
-      const row = st.window_keys?.[i - lead];
-      const key = row?.key ?? `ctxwin:message:${session}:${row?.id ?? i}`;
+      const row = st.window.messages[i - lead];
+      const key = row?.client_key ?? `ctxwin:message:${session}:${row?.id ?? i}`;
       const original = byId.get(key);
       const converted = original ? toChatMessages(original).messages : [];
       out.push(original && converted.length === 1 && sameStored(converted[0]!, m) ? original : toLangChainMessage(m, key));

@@ -10,7 +10,7 @@ import { AIMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/
 import type { ModelMessage } from "ai";
 import pg from "pg";
 import {
-  BudgetTooSmall, Ctxwin, CtxwinError, InvalidArgument, MessageNotFound, SessionNotFound, toChatMessages, uuidv5, NAMESPACE_URL,
+  BudgetTooSmall, contentText, Ctxwin, MessageConversionError, CtxwinError, InvalidArgument, MessageNotFound, SessionNotFound, toChatMessages, uuidv5, NAMESPACE_URL,
   type ChatMessage, type Queryable, type ToolDefinition,
 } from "../src/index.js";
 import { createTestDb, post, startMockLlm, windowTokens, type MockLlm, type TestDb } from "./helpers.js";
@@ -223,8 +223,9 @@ describe("appending every shape", () => {
     const s = await cw.createSession();
     await assert.rejects(
       cw.append(s.id, [{ role: "user", content: "ok" },
-        { role: "user", content: [{ type: "image_url", image_url: { url: "https://x/y.png" } }] }]),
-      (e: unknown) => e instanceof InvalidArgument && e.code === "22023" && /messages\[1\]/.test(e.message) && !!e.hint);
+        { role: "user", content: [{ type: "input_audio", input_audio: { data: "UklGRg==", format: "wav" } }] }]),
+      (e: unknown) => e instanceof MessageConversionError && e instanceof InvalidArgument && e.code === "22023" &&
+        /messages\[1\]/.test(e.message) && !!e.hint);
     await assert.rejects(cw.append(s.id, { role: "robot", content: "x" }), InvalidArgument);
     await assert.rejects(cw.append(s.id, { role: "tool", content: "no id" }), /tool_call_id/);
     assert.equal((await rows(s.id)).length, 0);
@@ -233,6 +234,20 @@ describe("appending every shape", () => {
 });
 
 describe("one chat turn", () => {
+  test("buildWindow and turn say which stored rows the window shows: ids and keys from the server", async () => {
+    const s = await cw.createSession({ systemPrompt: "You are terse." });
+    const ids = await cw.append(s.id, [{ role: "user", content: "one ".repeat(40) }, { role: "assistant", content: "two" },
+      { role: "user", content: "three" }], { keys: ["k1", null, "k3"] });
+    const w = await cw.buildWindow(s.id, { budget: 40 });
+    assert.deepEqual(w.context, await cw.buildContext(s.id, { budget: 40 }));
+    assert.equal(w.context[0]!.role, "system");
+    assert.deepEqual(w.messages, [{ id: ids[1], client_key: null, role: "assistant" }, { id: ids[2], client_key: "k3", role: "user" }],
+      "the first message does not fit; the others are shown, with their ids and keys");
+    assert.ok(w.tokens <= 40);
+    const t = await cw.turn(s.id, { role: "user", content: "four" }, { keys: ["k4"], budget: 40 });
+    assert.deepEqual(t.messages.at(-1), { id: t.ids[0], client_key: "k4", role: "user" });
+  });
+
   test("turn() appends the user's message and returns the window in one round trip", async () => {
     let queries = 0;
     const counting: Queryable = { query: (text: string, values?: unknown[]) => { queries++; return db.pool.query(text, values); } };
@@ -359,7 +374,7 @@ describe("usage, status, summaries, errors", () => {
     const ctx = await cw.buildContext(s.id);
     assert.equal(ctx.length, 7);
     assert.equal(ctx[0]!.role, "system");
-    assert.ok(ctx[0]!.content!.includes("Trip planner.") && ctx[0]!.content!.includes(sum.content));
+    assert.ok(contentText(ctx[0]!.content).includes("Trip planner.") && contentText(ctx[0]!.content).includes(sum.content));
     assert.equal(ctx.filter((m) => m.role !== "system").length, 6);
     const session = cw.session(s.id);
     assert.equal((await session.messages({ after: 10 })).map((m) => m.id).join(), "11,12");
@@ -409,7 +424,7 @@ describe("recall: search, the conversation_search tool, one message whole", () =
     const sum = await cw.summarize(s.id, { force: true });
     assert.ok(sum && sum.throughId >= 2);
     const ctx = await cw.buildContext(s.id);
-    assert.ok(!ctx.slice(1).some((m) => (m.content ?? "").includes("src/labels/eu-2025.pdf")), "the window no longer shows it");
+    assert.ok(!ctx.slice(1).some((m) => contentText(m.content).includes("src/labels/eu-2025.pdf")), "the window no longer shows it");
     return s.id;
   }
 
