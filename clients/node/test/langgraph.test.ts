@@ -53,7 +53,15 @@ const State = Annotation.Root({
 function buildGraph(node: SummarizationNode, windowKey: "messages" | "summarized_messages", outputs: BaseMessage[][]) {
   const spy = async (state: typeof State.State, config: Parameters<SummarizationNode["invoke"]>[1]) => {
     const u = await node.invoke(state, config);
-    outputs.push(u[node.outputMessagesKey] as BaseMessage[]);
+    const out = u[node.outputMessagesKey] as BaseMessage[];
+    outputs.push(out);
+    // no message leaves the model's view unsummarized: each stored one is covered by the summary or in the window
+    const session = sessionIdForThread(String(config?.configurable?.["thread_id"]));
+    const through = Number((await db.pool.query("SELECT summary_through_id AS t FROM ctxwin.sessions WHERE id = $1", [session])).rows[0].t);
+    const shown = new Set(out.map((m) => m.id));
+    for (const r of await rows(session)) {
+      if (r.id > through && !shown.has(r.client_key ?? "")) unsummarized.push(`${session} #${r.id} (${r.role}), summary through #${through}`);
+    }
     return u;
   };
   const agent = async (state: typeof State.State) => {
@@ -185,6 +193,9 @@ async function runAgent(equalKeys: boolean) {
   }
 }
 
+/** Messages that were neither in the summary nor in a window the node wrote (checked after every run of buildGraph's node). */
+const unsummarized: string[] = [];
+
 describe("SummarizationNode in a StateGraph", () => {
   test("input and output keys distinct: summarized_messages is the window, messages the history", async () => {
     await runAgent(false);
@@ -229,4 +240,11 @@ describe("SummarizationNode in a StateGraph", () => {
     await assert.rejects(node.invoke({ messages: [new HumanMessage("no id")] }, { configurable: { thread_id: "t-c" } }),
       /required to have ID/);
   });
+});
+
+test("no message ever leaves the model's view unsummarized", {
+  todo: "known: with inline summaries, a message just before the window is left out when summarize_session(force) " +
+    "keeps min_recent_messages unsummarized (see the report); runs after the agent tests above",
+}, () => {
+  assert.deepEqual(unsummarized, []);
 });
