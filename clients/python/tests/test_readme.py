@@ -16,12 +16,13 @@ that program would already have, and nothing else (the prelude):
 - `openai_client`: the OpenAI SDK's client on the mock LLM;
 - per section of the README, the reader's own objects the block plugs into
   (SECTIONS below): for LangGraph a StateGraph `builder` with a "call_model"
-  node, `START`, a `checkpointer` and a psycopg `pool`; for LangChain a
-  `prompt`, a `model` on the mock, a `conn`, a `session_id` and the import of
-  RunnableWithMessageHistory; for the Agents SDK an `agent` on the mock,
-  `Runner` and an `async_pool` (the block awaits at top level: it runs in an
-  event loop, as in the reader's async program); for SQLAlchemy `orm` and an
-  `engine`.
+  node, `START`, a `checkpointer` and a psycopg `pool`; for the middleware a
+  chat `model` on the mock, its `tools`, a `checkpointer` and a `pool`; for
+  LangChain a `model` on the mock, a `conn` and a `session_id`; for the
+  Agents SDK an `agent` on the mock, `Runner` and an `async_pool` (the block
+  awaits at top level: it runs in an event loop, as in the reader's async
+  program); for pydantic-ai a `pydantic_model` on the mock, an `async_pool`
+  and a new `session_id`; for SQLAlchemy `orm` and an `engine`.
 
 Shell blocks do not run, except the `ctxwin` command's (each command, on the
 session of the core block); a `pip install` names a path of the repository.
@@ -220,24 +221,54 @@ def langgraph_check(ns: dict[str, Any], env: Env) -> None:
         ("user", "Where is order 8812?"), ("assistant", first), ("user", "And order 8813?")]
 
 
+def middleware_prelude(ns: dict[str, Any], env: Env) -> None:
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.checkpoint.memory import InMemorySaver
+    from psycopg_pool import ConnectionPool
+
+    @tool
+    def lookup_order(order: str) -> str:
+        """The shipping status of an order."""
+        return f"Order {order}: in transit"
+
+    pool = ConnectionPool(env.dsn, kwargs={"autocommit": True}, min_size=1, max_size=2, open=True)
+    env.stack.callback(pool.close)
+    ns.update(model=ChatOpenAI(model="mock", base_url=env.mockllm.base_url, api_key=env.mockllm.key,  # type: ignore[arg-type]
+                               max_retries=0),
+              tools=[lookup_order], checkpointer=InMemorySaver(), pool=pool)
+
+
+def middleware_check(ns: dict[str, Any], env: Env) -> None:
+    """The model got the window (the system prompt, the question) and the
+    tool; the thread's session holds the question and the answer (stored
+    when the run ended), keyed by the state's ids; the usage recorded."""
+    from ctxwin.langgraph import session_for_thread
+
+    state = ns["agent"].get_state({"configurable": {"thread_id": "order-8812"}}).values["messages"]
+    answer = state[-1].content
+    assert answer
+    assert env.sent() == [[("system", "You are a support agent."), ("user", "Where is order 8812?")]]
+    assert env.mockllm.chat_requests(env.mark)[0]["body"]["tools"][0]["function"]["name"] == "lookup_order"
+    sid = session_for_thread("order-8812")
+    assert [r[:3] for r in env.rows(sid)] == [("user", "Where is order 8812?", state[0].id),
+                                              ("assistant", answer, state[1].id)]
+    req = env.mockllm.chat_requests(env.mark)[0]["usage"]
+    assert env.usage(sid) == [(req["prompt_tokens"], req["completion_tokens"])]
+
+
 def langchain_prelude(ns: dict[str, Any], env: Env) -> None:
-    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-    from langchain_core.runnables.history import RunnableWithMessageHistory
     from langchain_openai import ChatOpenAI
 
     conn = psycopg.connect(env.dsn, autocommit=True)
     env.stack.callback(conn.close)
-    ns.update(conn=conn, session_id=str(uuid.uuid4()), RunnableWithMessageHistory=RunnableWithMessageHistory,
-              prompt=ChatPromptTemplate.from_messages([("system", "You are a support agent."),
-                                                       MessagesPlaceholder("history"), ("human", "{question}")]),
+    ns.update(conn=conn, session_id=str(uuid.uuid4()),
               model=ChatOpenAI(model="mock", base_url=env.mockllm.base_url, api_key=env.mockllm.key,  # type: ignore[arg-type]
                                max_retries=0))
 
 
 def langchain_check(ns: dict[str, Any], env: Env) -> None:
-    cfg = {"configurable": {"session_id": ns["session_id"]}}
-    a1 = ns["chain"].invoke({"question": "Where is order 8812?"}, cfg).content
-    a2 = ns["chain"].invoke({"question": "And order 8813?"}, cfg).content
+    a1, a2 = [r["response_text"] for r in env.mockllm.chat_requests(env.mark)]
     talk = [("user", "Where is order 8812?"), ("assistant", a1), ("user", "And order 8813?"), ("assistant", a2)]
     assert [r[:2] for r in env.rows(ns["session_id"])] == talk
     assert env.sent()[-1] == [("system", "You are a support agent."), *talk[:3]]
@@ -272,6 +303,34 @@ def agents_check(ns: dict[str, Any], env: Env) -> None:
     assert env.usage(ns["session_id"])[-1] == (req["prompt_tokens"], req["completion_tokens"])
 
 
+async def pydantic_ai_aprelude(ns: dict[str, Any], env: Env, stack: contextlib.AsyncExitStack) -> None:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(env.dsn, kwargs={"autocommit": True}, min_size=1, max_size=2, open=False)
+    await pool.open()
+    stack.push_async_callback(pool.close)
+    ns.update(async_pool=pool, session_id=str(uuid.uuid4()), pydantic_model=OpenAIChatModel(
+        "mock", provider=OpenAIProvider(base_url=env.mockllm.base_url, api_key=env.mockllm.key)))
+
+
+def pydantic_ai_check(ns: dict[str, Any], env: Env) -> None:
+    """Two runs, the second given the first's history: the model got the
+    system prompt and the conversation from the window; the first run's
+    messages are stored once each (the second's answer waits for a next
+    run), the first answer's usage recorded."""
+    a1, a2 = [r["response_text"] for r in env.mockllm.chat_requests(env.mark)]
+    assert str(ns["result"].output) == a2
+    assert env.sent() == [[("system", "You are a support agent."), ("user", "Where is order 8812?")],
+                          [("system", "You are a support agent."), ("user", "Where is order 8812?"),
+                           ("assistant", a1), ("user", "And order 8813?")]]
+    assert [r[:2] for r in env.rows(ns["session_id"])] == [
+        ("user", "Where is order 8812?"), ("assistant", a1), ("user", "And order 8813?")]
+    req = env.mockllm.chat_requests(env.mark)[0]["usage"]
+    assert env.usage(ns["session_id"]) == [(req["prompt_tokens"], req["completion_tokens"])]
+
+
 def sqlalchemy_prelude(ns: dict[str, Any], env: Env) -> None:
     import sqlalchemy as sa
     from sqlalchemy import orm
@@ -296,8 +355,10 @@ SECTIONS: dict[str, dict[str, Section]] = {
         "Core (psycopg 3)": Section(check=lambda ns, env: check_chat_turn(ns, env, ("req-41:0", "req-41:1"))),
         "Recall": Section(check=recall_check),
         "LangGraph": Section(langgraph_prelude, check=langgraph_check),
+        "LangChain agents (middleware)": Section(middleware_prelude, check=middleware_check),
         "LangChain": Section(langchain_prelude, check=langchain_check),
         "OpenAI Agents SDK": Section(aprelude=agents_aprelude, check=agents_check),
+        "pydantic-ai": Section(aprelude=pydantic_ai_aprelude, check=pydantic_ai_check),
         "SQLAlchemy and Alembic": Section(sqlalchemy_prelude, check=sqlalchemy_check),
     },
     MAIN_README: {

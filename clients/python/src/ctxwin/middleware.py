@@ -1,0 +1,549 @@
+"""LangChain 1.x agents: :class:`CtxwinMiddleware`, an ``AgentMiddleware``.
+
+The model call of a ``create_agent`` agent receives ctxwin's window (the
+system prompt with the summary, then the newest messages that fit
+``max_tokens``, tool results cleared as the profile says) while the
+agent's state keeps every message::
+
+    from langchain.agents import create_agent
+    from ctxwin.middleware import CtxwinMiddleware
+
+    agent = create_agent(model, tools, checkpointer=checkpointer, middleware=[
+        CtxwinMiddleware(max_tokens=8000, trigger=("tokens", 4000), connection=pool)])
+
+``SummarizationMiddleware`` and ``ContextEditingMiddleware`` here take the
+arguments of LangChain's classes of the same names (``ClearToolUsesEdit``
+is LangChain's own), so replacing the import is enough; what ctxwin does
+differently is listed in the package's README.
+
+- The session is the LangGraph thread's (``config["configurable"]
+  ["thread_id"]``, mapped by :func:`ctxwin.langgraph.session_for_thread`,
+  so a ``SummarizationNode`` on the same thread shares it); without a
+  thread, the session is named after the id of the conversation's first
+  message.
+- The state's messages are stored once each, their ``id`` the client key
+  (an agent re-run, a second process, a replayed checkpoint store nothing
+  twice): the new ones with the window's own statement, the run's last
+  answer when the run ends (``after_agent``).  Only messages that reached
+  the state are stored.
+- Usage is recorded from each model response (``record_usage``).
+- Summaries are ctxwin's: its background worker writes them or, when no
+  worker serves the database, this middleware asks for one
+  (``summarize_session``) when the session is queued, before the call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import uuid
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence, Union
+
+import psycopg
+from psycopg.types.json import Jsonb
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.context_editing import ClearToolUsesEdit
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+
+from .aio import AsyncClient
+from .client import Client
+from .convert import to_langchain
+from .errors import CtxwinError, PermissionDenied, from_psycopg
+from .langgraph import session_for_thread
+from .types import Window
+
+if TYPE_CHECKING:
+    from langgraph.runtime import Runtime
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+SyncSource = Union["psycopg.Connection[Any]", "ConnectionPool[Any]", Client]
+AsyncSource = Union["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]", AsyncClient]
+ContextSize = tuple[str, Union[int, float]]
+Trigger = Union[ContextSize, Mapping[str, Union[int, float]], Sequence[Union[ContextSize, Mapping[str, Union[int, float]]]]]
+
+ID_PREFIX = "ctxwin:"
+"""Ids of the messages made up for a window (a stored message the state
+does not hold, shown as ctxwin stored it)."""
+
+_NAMESPACE = uuid.UUID("5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21")
+_MARKS = 10000
+"""Sessions whose newest stored message this middleware remembers."""
+
+_WINDOWED: contextvars.ContextVar[str | None] = contextvars.ContextVar("ctxwin_windowed", default=None)
+
+_CREATE_PROFILE = """
+INSERT INTO ctxwin.profiles
+SELECT (jsonb_populate_record(p, %(set)s::jsonb)).* FROM ctxwin.profiles p WHERE p.name = %(base)s
+ON CONFLICT (name) DO NOTHING"""
+
+_SET_SYSTEM_PROMPT = "UPDATE ctxwin.sessions SET system_prompt = %s WHERE id = %s::uuid"
+
+
+def _text(m: BaseMessage) -> str:
+    c = m.content
+    return c if isinstance(c, str) else str(m.text)
+
+
+def _config() -> RunnableConfig:
+    try:
+        from langgraph.config import get_config
+        return get_config()
+    except RuntimeError:
+        return {}
+
+
+def _trigger_settings(trigger: Trigger | None) -> dict[str, Any]:
+    """A LangChain trigger as the profile's triggers (each off unless named)."""
+    if trigger is None:
+        return {}
+    items: list[Any] = [trigger] if isinstance(trigger, (tuple, Mapping)) else list(trigger)
+    out: dict[str, Any] = {"max_tokens_before_summary": None, "max_messages_before_summary": None,
+                           "trigger_ratio": None}
+    column = {"tokens": "max_tokens_before_summary", "messages": "max_messages_before_summary",
+              "fraction": "trigger_ratio"}
+    for item in items:
+        pairs = list(item.items()) if isinstance(item, Mapping) else [tuple(item)]
+        if len(pairs) != 1:
+            raise ValueError("a trigger clause of several thresholds (all of them met) is not a ctxwin trigger: "
+                             "ctxwin summarizes when any one threshold is met; give them as a list")
+        kind, value = pairs[0]
+        if kind not in column or isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 \
+                or (kind == "fraction" and value > 1):
+            raise ValueError(f"unsupported trigger {kind!r}: {value!r}")
+        if out[column[kind]] is not None:
+            raise ValueError(f"the trigger names {kind!r} twice")
+        out[column[kind]] = float(value) if kind == "fraction" else int(value)
+    return out
+
+
+def _keep_settings(keep: ContextSize | None) -> dict[str, Any]:
+    if keep is None:
+        return {}
+    kind, value = keep
+    if kind == "messages":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"keep thresholds must be a count of messages, got {value!r}")
+        return {"min_recent_messages": value}
+    if kind in ("tokens", "fraction"):
+        return {}       # the window keeps the newest messages that fit max_tokens (README)
+    raise ValueError(f"Unsupported context size type {kind} for keep.")
+
+
+def _edit_settings(edits: Iterable[Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for e in edits or ():
+        if not isinstance(e, ClearToolUsesEdit):
+            raise ValueError(f"ctxwin clears tool results as ClearToolUsesEdit says; {type(e).__name__} is not one")
+        if out:
+            raise ValueError("ctxwin takes one ClearToolUsesEdit")
+        out = {"keep_tool_results": int(e.keep), "clear_tool_inputs": bool(e.clear_tool_inputs),
+               "exclude_tools": list(e.exclude_tools) or None,
+               "clear_at_least": int(e.clear_at_least) or None}
+    return out
+
+
+@dataclass
+class _Call:
+    session: uuid.UUID
+    system: str | None
+    messages: list[AnyMessage]      # the state's, without a leading system message
+    new: list[AnyMessage]
+    tools: list[dict[str, Any]] | None
+
+
+class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """ctxwin's window for every model call of an agent (see the module)."""
+
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        max_tokens: int | None = None,
+        trigger: Trigger | None = None,
+        keep: ContextSize | None = None,
+        edits: Iterable[Any] | None = None,
+        max_summary_tokens: int | None = None,
+        tool_result_max_tokens: int | None = None,
+        connection: SyncSource | None = None,
+        async_connection: AsyncSource | None = None,
+        profile: str | None = None,
+        base_profile: str = "default",
+        session_id: Callable[[RunnableConfig], uuid.UUID | str] | None = None,
+        summarize: Literal["auto", "inline", "worker"] = "auto",
+    ) -> None:
+        """model: the chat model that would summarize (kept; summaries are
+            written by the LLM the server is configured with).
+        max_tokens: the most a model call may hold, counted as ctxwin counts
+            (system prompt, summary, messages, tool definitions); None: the
+            profile's budget (its window less ``response_reserve``).
+        trigger: when to summarize, as ``SummarizationMiddleware``'s
+            (``("tokens", N)``, ``("messages", N)``, ``("fraction", F)`` of
+            the window, or a list of them: any one met); None: the profile's.
+        keep: ``("messages", N)``: the newest N messages a summary never covers.
+        edits: a ``ClearToolUsesEdit``: the newest ``keep`` tool results sent
+            whole, older ones as a placeholder naming the stored message
+            (``clear_tool_inputs``, ``exclude_tools``, ``clear_at_least`` as
+            LangChain's).
+        max_summary_tokens, tool_result_max_tokens: the profile's settings.
+        connection / async_connection: a psycopg 3 connection or pool (or a
+            :class:`~ctxwin.Client` / :class:`~ctxwin.AsyncClient`) for
+            ``invoke`` / ``ainvoke``.
+        profile: the profile of the sessions, as it is (the settings above
+            are then not used); None: a profile made from ``base_profile``
+            with the settings above, named after them (the role needs
+            INSERT on ``ctxwin.profiles``), or ``base_profile`` itself when
+            none is given.
+        session_id: the session of a run's config (default: the thread's).
+        summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s.
+        """
+        super().__init__()
+        self.model = model
+        self.max_tokens = max_tokens
+        self.trigger = trigger
+        self.keep = keep
+        self.edits = list(edits) if edits is not None else None
+        self.profile = profile
+        self.base_profile = base_profile
+        self.session_id = session_id
+        self.summarize = summarize
+        settings: dict[str, Any] = {**_trigger_settings(trigger), **_keep_settings(keep), **_edit_settings(edits)}
+        if max_summary_tokens is not None:
+            settings["max_summary_tokens"] = int(max_summary_tokens)
+        if tool_result_max_tokens is not None:
+            settings["tool_result_max_tokens"] = int(tool_result_max_tokens)
+        self.settings = settings
+        self._client: Client | None = (
+            connection if isinstance(connection, Client) or connection is None else Client(connection))
+        self._aclient: AsyncClient | None = (
+            async_connection if isinstance(async_connection, AsyncClient) or async_connection is None
+            else AsyncClient(async_connection))
+        self._profile_ready = profile is not None or not settings
+        self._ready: dict[uuid.UUID, str | None] = {}           # session -> system prompt stored
+        self._marks: OrderedDict[uuid.UUID, str] = OrderedDict()  # session -> id of its newest stored message
+
+    # -- what both paths share --------------------------------------------
+
+    @property
+    def profile_name(self) -> str:
+        """The profile of this middleware's sessions."""
+        if self.profile is not None:
+            return self.profile
+        if not self.settings:
+            return self.base_profile
+        digest = hashlib.sha256(json.dumps([self.base_profile, self.settings], sort_keys=True).encode())
+        return f"langchain-{self.base_profile}-{digest.hexdigest()[:12]}"
+
+    def _profile_params(self) -> dict[str, Any]:
+        return {"set": Jsonb({**self.settings, "name": self.profile_name, "builtin": False}),
+                "base": self.base_profile}
+
+    def _session(self, config: RunnableConfig, messages: Sequence[AnyMessage]) -> uuid.UUID:
+        if self.session_id is not None:
+            return uuid.UUID(str(self.session_id(config)))
+        tid = (config.get("configurable") or {}).get("thread_id")
+        if tid is not None:
+            return session_for_thread(str(tid))
+        first = next((m.id for m in messages if m.id is not None), None)
+        if first is None:
+            raise ValueError("CtxwinMiddleware needs a thread (config={'configurable': {'thread_id': ...}}) "
+                             "or messages with ids")
+        return uuid.uuid5(_NAMESPACE, f"langchain-agent:{first}")
+
+    def _plan(self, request: ModelRequest[Any]) -> _Call:
+        if _WINDOWED.get() is not None:
+            raise ValueError(
+                f"two ctxwin middlewares on one agent ({_WINDOWED.get()} and {self.name}): give one "
+                "CtxwinMiddleware both the summary settings and the edits (trigger=..., keep=..., edits=[...])")
+        state = list(request.state.get("messages") or request.messages)
+        system: list[str] = []
+        if request.system_message is not None:
+            system.append(_text(request.system_message))
+        while state and isinstance(state[0], SystemMessage) and not str(state[0].id or "").startswith(ID_PREFIX):
+            system.append(_text(state[0]))
+            state = state[1:]
+        for m in state:
+            if m.id is None:
+                m.id = str(uuid.uuid4())
+        sid = self._session(_config(), state)
+        return _Call(session=sid, system="\n\n".join(system) if system else None, messages=state,
+                     new=self._new(sid, state), tools=_tools(request.tools))
+
+    def _new(self, sid: uuid.UUID, messages: list[AnyMessage]) -> list[AnyMessage]:
+        mark = self._marks.get(sid)
+        if mark is not None:
+            for i in range(len(messages) - 1, -1, -1):
+                if messages[i].id == mark:
+                    return messages[i + 1:]
+        return list(messages)      # every one: those stored already are not stored again
+
+    def _marked(self, sid: uuid.UUID, messages: Sequence[AnyMessage]) -> None:
+        if messages:
+            self._marks[sid] = str(messages[-1].id)
+            self._marks.move_to_end(sid)
+            while len(self._marks) > _MARKS:
+                self._marks.popitem(last=False)
+
+    def _request(self, request: ModelRequest[Any], call: _Call, w: Window) -> ModelRequest[Any]:
+        """The request with the window's messages: the state's own objects
+        where ctxwin sends them as stored, else as ctxwin sends them."""
+        by_id = {m.id: m for m in call.messages}
+        head: list[str] = []
+        out: list[AnyMessage] = []
+        for wm in w.messages:
+            m = wm.message
+            if wm.id is None and not out and m.get("role") == "system":
+                head.append(m.get("content") or "")
+                continue
+            orig = by_id.get(wm.client_key) if wm.client_key is not None else None
+            if orig is not None and wm.intact:
+                out.append(orig)
+                continue
+            mid = wm.client_key or (f"{ID_PREFIX}{call.session}:{wm.id}" if wm.id is not None else None)
+            conv = to_langchain([m], [mid])[0]
+            if isinstance(orig, ToolMessage) and isinstance(conv, ToolMessage):
+                conv = orig.model_copy(update={"content": conv.content, "artifact": None})
+            elif isinstance(orig, AIMessage) and isinstance(conv, AIMessage):
+                conv = orig.model_copy(update={"content": conv.content, "tool_calls": conv.tool_calls})
+            out.append(conv)
+        text = "\n\n".join(head)
+        if not head:
+            system = None
+        elif request.system_message is not None and text == call.system:
+            system = request.system_message
+        else:
+            system = SystemMessage(content=text)
+        return request.override(messages=out, system_message=system)
+
+    def _due(self, w: Window) -> bool:
+        return self.summarize != "worker" and w.queued
+
+    def _record(self, response: Any) -> AIMessage | None:
+        """The AI message of a model response whose usage can be recorded."""
+        msgs = response.result if isinstance(response, ModelResponse) else (
+            response.model_response.result if hasattr(response, "model_response") else [response])
+        for m in msgs:
+            if isinstance(m, AIMessage) and (m.usage_metadata or (m.response_metadata or {}).get("token_usage")):
+                return m
+        return None
+
+    # -- sync --------------------------------------------------------------
+
+    def _sync(self) -> Client:
+        if self._client is None:
+            raise RuntimeError(f"{self.name} was given no synchronous connection: pass connection=...")
+        return self._client
+
+    def _setup(self, cl: Client, call: _Call) -> None:
+        if not self._profile_ready:
+            try:
+                _execute(cl, _CREATE_PROFILE, self._profile_params())
+            except PermissionDenied as e:
+                raise PermissionDenied(
+                    f"cannot create the ctxwin profile {self.profile_name!r}: {e.message}", sqlstate=e.sqlstate,
+                    hint="Create a profile and name it: CtxwinMiddleware(..., profile='name').") from e
+            self._profile_ready = True
+        if call.session not in self._ready:
+            s = cl.ensure_session(call.session, profile=self.profile_name, system_prompt=call.system)
+            self._ready[call.session] = s.system_prompt
+        if self._ready.get(call.session) != call.system:
+            _execute(cl, _SET_SYSTEM_PROMPT, (call.system, str(call.session)))
+            self._ready[call.session] = call.system
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> Any:
+        """The model call with ctxwin's window (see the module)."""
+        call = self._plan(request)
+        cl = self._sync()
+        self._setup(cl, call)
+        w = cl.window(call.session, call.new, budget=self.max_tokens, tools=call.tools)
+        self._marked(call.session, call.messages)
+        if self._due(w) and not (self.summarize == "auto" and cl.worker_running()):
+            try:
+                if cl.summarize(call.session) is not None:
+                    w = cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+            except CtxwinError as e:    # recorded on the session; the window still fits
+                warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
+                              stacklevel=2)
+        token = _WINDOWED.set(self.name)
+        try:
+            response = handler(self._request(request, call, w))
+        finally:
+            _WINDOWED.reset(token)
+        ai = self._record(response)
+        if ai is not None:
+            cl.record_usage(call.session, ai, window_first_id=w.first_id)
+        return response
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Stores the run's last messages (its answer)."""
+        messages = list(state.get("messages") or [])
+        if not messages or self._client is None:
+            return None
+        sid = self._session(_config(), [m for m in messages if not isinstance(m, SystemMessage)])
+        if sid not in self._ready:
+            return None          # no model call of this middleware on the session
+        new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
+        if new:
+            self._client.append(sid, new)
+            self._marked(sid, messages)
+        return None
+
+    # -- async -------------------------------------------------------------
+
+    def _async(self) -> AsyncClient:
+        if self._aclient is None:
+            raise RuntimeError(f"{self.name} was given no async connection: pass async_connection=...")
+        return self._aclient
+
+    async def _asetup(self, cl: AsyncClient, call: _Call) -> None:
+        if not self._profile_ready:
+            try:
+                await _aexecute(cl, _CREATE_PROFILE, self._profile_params())
+            except PermissionDenied as e:
+                raise PermissionDenied(
+                    f"cannot create the ctxwin profile {self.profile_name!r}: {e.message}", sqlstate=e.sqlstate,
+                    hint="Create a profile and name it: CtxwinMiddleware(..., profile='name').") from e
+            self._profile_ready = True
+        if call.session not in self._ready:
+            s = await cl.ensure_session(call.session, profile=self.profile_name, system_prompt=call.system)
+            self._ready[call.session] = s.system_prompt
+        if self._ready.get(call.session) != call.system:
+            await _aexecute(cl, _SET_SYSTEM_PROMPT, (call.system, str(call.session)))
+            self._ready[call.session] = call.system
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> Any:
+        """The model call with ctxwin's window (see the module)."""
+        call = self._plan(request)
+        cl = self._async()
+        await self._asetup(cl, call)
+        w = await cl.window(call.session, call.new, budget=self.max_tokens, tools=call.tools)
+        self._marked(call.session, call.messages)
+        if self._due(w) and not (self.summarize == "auto" and await cl.worker_running()):
+            try:
+                if await cl.summarize(call.session) is not None:
+                    w = await cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+            except CtxwinError as e:
+                warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
+                              stacklevel=2)
+        token = _WINDOWED.set(self.name)
+        try:
+            response = await handler(self._request(request, call, w))
+        finally:
+            _WINDOWED.reset(token)
+        ai = self._record(response)
+        if ai is not None:
+            await cl.record_usage(call.session, ai, window_first_id=w.first_id)
+        return response
+
+    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Stores the run's last messages (its answer)."""
+        messages = list(state.get("messages") or [])
+        if not messages or self._aclient is None:
+            return None
+        sid = self._session(_config(), [m for m in messages if not isinstance(m, SystemMessage)])
+        if sid not in self._ready:
+            return None
+        new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
+        if new:
+            await self._aclient.append(sid, new)
+            self._marked(sid, messages)
+        return None
+
+
+class SummarizationMiddleware(CtxwinMiddleware):
+    """LangChain's ``SummarizationMiddleware`` arguments on ctxwin: ``trigger``
+    and ``keep`` become the profile's triggers and ``min_recent_messages``;
+    ``token_counter``, ``summary_prompt``, ``trim_tokens_to_summarize`` and
+    ``summarizer`` are accepted and not used (ctxwin counts with tiktoken's
+    vocabularies and writes summaries with the server's LLM)."""
+
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        trigger: Trigger | None = None,
+        keep: ContextSize = ("messages", 20),
+        token_counter: Any = None,
+        summary_prompt: str | None = None,
+        trim_tokens_to_summarize: int | None = 4000,
+        summarizer: Any = None,
+        **ctxwin: Any,
+    ) -> None:
+        super().__init__(model, trigger=trigger, keep=keep, **ctxwin)
+        self.token_counter = token_counter
+        self.summary_prompt = summary_prompt
+        self.trim_tokens_to_summarize = trim_tokens_to_summarize
+        self.summarizer = summarizer
+
+
+class ContextEditingMiddleware(CtxwinMiddleware):
+    """LangChain's ``ContextEditingMiddleware`` arguments on ctxwin: the
+    ``ClearToolUsesEdit`` (default: LangChain's default, the newest 3
+    results kept) becomes the profile's clearing settings; its ``trigger``
+    and ``placeholder`` and ``token_count_method`` / ``token_counter`` are
+    accepted and not used (ctxwin clears within the window's budget, with a
+    placeholder that names the stored message)."""
+
+    def __init__(
+        self,
+        *,
+        edits: Iterable[Any] | None = None,
+        token_count_method: Literal["approximate", "model"] = "approximate",
+        token_counter: Any = None,
+        **ctxwin: Any,
+    ) -> None:
+        super().__init__(edits=list(edits) if edits is not None else [ClearToolUsesEdit()], **ctxwin)
+        self.token_count_method = token_count_method
+        self.token_counter = token_counter
+
+
+def _tools(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """The request's tools as OpenAI function tools, for the budget."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    out: list[dict[str, Any]] = []
+    for t in tools or ():
+        try:
+            d = convert_to_openai_tool(t)
+        except (ValueError, TypeError, NotImplementedError):
+            continue        # a provider's built-in tool: no definition to count
+        if d.get("type") == "function":
+            out.append(d)
+    return out or None
+
+
+def _execute(cl: Client, query: str, params: Any) -> None:
+    """One statement on the client's connection, in a transaction of its own
+    (a savepoint inside the caller's): never left open."""
+    try:
+        with cl.connection() as conn, conn.transaction():
+            conn.execute(query, params)
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
+
+
+async def _aexecute(cl: AsyncClient, query: str, params: Any) -> None:
+    try:
+        async with cl.connection() as conn, conn.transaction():
+            await conn.execute(query, params)
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
+
+
+__all__ = ["ClearToolUsesEdit", "ContextEditingMiddleware", "CtxwinMiddleware", "SummarizationMiddleware"]
