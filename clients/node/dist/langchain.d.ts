@@ -30,7 +30,16 @@ export interface CtxwinMiddlewareOptions {
     recordUsage?: boolean;
     /** Count the agent's tool definitions in the budget (default true). */
     countTools?: boolean;
+    /**
+     * auto (default): when the session is queued for a summary and no
+     * background worker serves the database, the middleware asks for it
+     * (ctxwin.summarize_session) before the call; inline: whether a worker
+     * serves or not; worker: never (the worker or summarize() does).
+     */
+    summarize?: "auto" | "inline" | "worker";
 }
+/** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
+export declare const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
 /** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (OpenAI's names). */
 export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
 /**

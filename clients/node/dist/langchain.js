@@ -18,11 +18,13 @@ import { AIMessage, SystemMessage } from "@langchain/core/messages";
 import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
 import { createMiddleware } from "langchain";
 import { z } from "zod";
-import { Ctxwin } from "./client.js";
+import { Ctxwin, WORKER_SERVES_SQL } from "./client.js";
 import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
 import { toLangChainMessage } from "./langgraph.js";
-import { sessionIdForThread } from "./uuid.js";
+import { sessionIdForThread, uuidv5 } from "./uuid.js";
+/** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
+export const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
 /** The middleware's own state: the id of the newest state message stored. */
 const stateSchema = z.object({ ctxwinStoredThrough: z.string().optional() });
 /** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (OpenAI's names). */
@@ -52,18 +54,22 @@ export function ctxwinMiddleware(options) {
     const cw = options.ctxwin instanceof Ctxwin ? options.ctxwin : new Ctxwin(options.ctxwin);
     /** System prompts stored per session (so that a changed one is written once). */
     const prompts = new Map();
-    const sessionOf = (configurable) => {
+    /** The run's session: the thread's, else (as the Python client's) one named after the conversation's first message. */
+    const sessionOf = (configurable, messages) => {
         const tid = configurable?.["thread_id"];
-        if (typeof tid !== "string" && typeof tid !== "number")
-            throw new CtxwinError("the ctxwin middleware needs a thread: config.configurable.thread_id", { hint: "Compile the agent with a checkpointer and invoke it with { configurable: { thread_id } }." });
-        return (options.sessionId ?? sessionIdForThread)(String(tid));
+        if (typeof tid === "string" || typeof tid === "number")
+            return (options.sessionId ?? sessionIdForThread)(String(tid));
+        const first = messages.find((m) => typeof m.id === "string" && m.id !== "")?.id;
+        if (first === undefined)
+            throw new CtxwinError("the ctxwin middleware needs a thread (config.configurable.thread_id) or messages with ids", { hint: "Compile the agent with a checkpointer and invoke it with { configurable: { thread_id } }." });
+        return uuidv5(`langchain-agent:${first}`, AGENT_NAMESPACE);
     };
     return createMiddleware({
         name: "CtxwinMiddleware",
         stateSchema,
         wrapModelCall: async (request, handler) => {
-            const session = sessionOf(request.runtime.configurable);
             const all = request.messages;
+            const session = sessionOf(request.runtime.configurable, all);
             const mark = request.state.ctxwinStoredThrough;
             let start = 0;
             if (mark !== undefined) {
@@ -87,12 +93,19 @@ export function ctxwinMiddleware(options) {
             }
             const tools = options.countTools === false || !request.tools?.length ? null
                 : request.tools.map((t) => convertToOpenAITool(t));
-            const { context, messages: rows } = await cw.turn(session, fresh, {
+            let { context, messages: rows } = await cw.turn(session, fresh, {
                 keys: fresh.map((m) => m.id),
                 budget: options.budget ?? null,
                 tools,
                 create: { profile: options.profile ?? "default", systemPrompt },
             });
+            if (options.summarize !== "worker") {
+                const due = (await cw.query(`SELECT s.compaction_queued_at IS NOT NULL AND ($2::boolean OR NOT ${WORKER_SERVES_SQL}) AS due
+           FROM ctxwin.sessions s WHERE s.id = $1::uuid`, [session, options.summarize === "inline"]))[0]?.["due"] === true;
+                if (due && (await cw.summarize(session)) !== null) {
+                    ({ context, messages: rows } = await cw.buildWindow(session, { budget: options.budget ?? null, tools }));
+                }
+            }
             let n = 0;
             while (n < context.length && context[n].role === "system")
                 n++;
@@ -107,8 +120,8 @@ export function ctxwinMiddleware(options) {
             return response;
         },
         afterModel: async (state, runtime) => {
-            const session = sessionOf(runtime.configurable);
             const all = state.messages;
+            const session = sessionOf(runtime.configurable, all);
             const last = all.at(-1);
             if (!last || typeof last.id !== "string")
                 return undefined;

@@ -18,12 +18,12 @@ import { AIMessage, SystemMessage, type BaseMessage } from "@langchain/core/mess
 import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
 import { createMiddleware } from "langchain";
 import { z } from "zod";
-import { Ctxwin, type Queryable } from "./client.js";
+import { Ctxwin, WORKER_SERVES_SQL, type Queryable } from "./client.js";
 import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
 import { toLangChainMessage } from "./langgraph.js";
 import type { ChatMessage, ToolDefinition } from "./types.js";
-import { sessionIdForThread } from "./uuid.js";
+import { sessionIdForThread, uuidv5 } from "./uuid.js";
 
 export interface CtxwinMiddlewareOptions {
   /** A Ctxwin, or a pg Pool / Client (see "Transactions" in the README). */
@@ -38,7 +38,17 @@ export interface CtxwinMiddlewareOptions {
   recordUsage?: boolean;
   /** Count the agent's tool definitions in the budget (default true). */
   countTools?: boolean;
+  /**
+   * auto (default): when the session is queued for a summary and no
+   * background worker serves the database, the middleware asks for it
+   * (ctxwin.summarize_session) before the call; inline: whether a worker
+   * serves or not; worker: never (the worker or summarize() does).
+   */
+  summarize?: "auto" | "inline" | "worker";
 }
+
+/** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
+export const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
 
 /** The middleware's own state: the id of the newest state message stored. */
 const stateSchema = z.object({ ctxwinStoredThrough: z.string().optional() });
@@ -70,20 +80,23 @@ export function ctxwinMiddleware(options: CtxwinMiddlewareOptions) {
   /** System prompts stored per session (so that a changed one is written once). */
   const prompts = new Map<string, string | null>();
 
-  const sessionOf = (configurable: Record<string, unknown> | undefined): string => {
+  /** The run's session: the thread's, else (as the Python client's) one named after the conversation's first message. */
+  const sessionOf = (configurable: Record<string, unknown> | undefined, messages: readonly BaseMessage[]): string => {
     const tid = configurable?.["thread_id"];
-    if (typeof tid !== "string" && typeof tid !== "number")
-      throw new CtxwinError("the ctxwin middleware needs a thread: config.configurable.thread_id",
+    if (typeof tid === "string" || typeof tid === "number") return (options.sessionId ?? sessionIdForThread)(String(tid));
+    const first = messages.find((m) => typeof m.id === "string" && m.id !== "")?.id;
+    if (first === undefined)
+      throw new CtxwinError("the ctxwin middleware needs a thread (config.configurable.thread_id) or messages with ids",
         { hint: "Compile the agent with a checkpointer and invoke it with { configurable: { thread_id } }." });
-    return (options.sessionId ?? sessionIdForThread)(String(tid));
+    return uuidv5(`langchain-agent:${first}`, AGENT_NAMESPACE);
   };
 
   return createMiddleware({
     name: "CtxwinMiddleware",
     stateSchema,
     wrapModelCall: async (request, handler) => {
-      const session = sessionOf(request.runtime.configurable as Record<string, unknown> | undefined);
       const all = request.messages as BaseMessage[];
+      const session = sessionOf(request.runtime.configurable as Record<string, unknown> | undefined, all);
       const mark = (request.state as { ctxwinStoredThrough?: string }).ctxwinStoredThrough;
       let start = 0;
       if (mark !== undefined) {
@@ -105,12 +118,20 @@ export function ctxwinMiddleware(options: CtxwinMiddlewareOptions) {
       }
       const tools: ToolDefinition[] | null = options.countTools === false || !request.tools?.length ? null
         : request.tools.map((t) => convertToOpenAITool(t as Parameters<typeof convertToOpenAITool>[0]) as ToolDefinition);
-      const { context, messages: rows } = await cw.turn(session, fresh, {
+      let { context, messages: rows } = await cw.turn(session, fresh, {
         keys: fresh.map((m) => m.id as string),
         budget: options.budget ?? null,
         tools,
         create: { profile: options.profile ?? "default", systemPrompt },
       });
+      if (options.summarize !== "worker") {
+        const due = (await cw.query(
+          `SELECT s.compaction_queued_at IS NOT NULL AND ($2::boolean OR NOT ${WORKER_SERVES_SQL}) AS due
+           FROM ctxwin.sessions s WHERE s.id = $1::uuid`, [session, options.summarize === "inline"]))[0]?.["due"] === true;
+        if (due && (await cw.summarize(session)) !== null) {
+          ({ context, messages: rows } = await cw.buildWindow(session, { budget: options.budget ?? null, tools }));
+        }
+      }
       let n = 0;
       while (n < context.length && context[n]!.role === "system") n++;
       const system = context.slice(0, n).map(textOf).filter((t) => t !== "").join("\n\n");
@@ -123,8 +144,8 @@ export function ctxwinMiddleware(options: CtxwinMiddlewareOptions) {
       return response;
     },
     afterModel: async (state, runtime) => {
-      const session = sessionOf((runtime as { configurable?: Record<string, unknown> }).configurable);
       const all = state.messages as BaseMessage[];
+      const session = sessionOf((runtime as { configurable?: Record<string, unknown> }).configurable, all);
       const last = all.at(-1);
       if (!last || typeof last.id !== "string") return undefined;
       // the answer, stored now: the next model call appends what comes after it

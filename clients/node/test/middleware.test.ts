@@ -14,9 +14,9 @@ import { MemorySaver } from "@langchain/langgraph";
 import { ChatOpenAI } from "@langchain/openai";
 import { createAgent } from "langchain";
 import { z } from "zod";
-import { Ctxwin, CtxwinError } from "../src/index.js";
-import { ctxwinMiddleware } from "../src/langchain.js";
-import { sessionIdForThread } from "../src/uuid.js";
+import { Ctxwin } from "../src/index.js";
+import { AGENT_NAMESPACE, ctxwinMiddleware } from "../src/langchain.js";
+import { sessionIdForThread, uuidv5 } from "../src/uuid.js";
 import { createTestDb, startMockLlm, windowTokens, type MockLlm, type TestDb } from "./helpers.js";
 
 let db: TestDb;
@@ -118,12 +118,37 @@ test("after a summary, the model's system message carries it; the state still ke
   assert.equal(((await a.graph.getState(config)).values.messages as BaseMessage[]).length, 4 * 4);
 });
 
-test("without a thread the middleware says what it needs", async () => {
+test("without a thread: the session is named after the conversation's first message, as the Python client's", async () => {
   const a = createAgent({
     model: new ChatOpenAI({ model: "mock", apiKey: mock.key, configuration: { baseURL: mock.url + "/v1" }, maxRetries: 0 }),
     tools: [search],
     middleware: [ctxwinMiddleware({ ctxwin: db.pool })],
   });
-  await assert.rejects(a.invoke({ messages: [new HumanMessage("hi")] }),
-    (e: unknown) => /thread_id/.test(String((e as Error).message)) || (e as { cause?: unknown }).cause instanceof CtxwinError);
+  const out = await a.invoke({ messages: [new HumanMessage({ content: "Where is ORD-7?", id: "first-7" })] });
+  assert.equal((out.messages as BaseMessage[]).length, 4);
+  const session = uuidv5("langchain-agent:first-7", AGENT_NAMESPACE);
+  const n = Number((await db.pool.query("SELECT count(*) AS n FROM ctxwin.messages WHERE session_id = $1", [session])).rows[0].n);
+  assert.equal(n, 4);
+});
+
+test("no worker serves the database: the middleware makes the summary the profile queues, before the call", async () => {
+  await db.pool.query(`INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages)
+                       VALUES ('mwsum', 'gpt-4o', 6, 2)`);
+  const a = createAgent({
+    model: new ChatOpenAI({ model: "mock", apiKey: mock.key, configuration: { baseURL: mock.url + "/v1" }, maxRetries: 0 }),
+    tools: [search], systemPrompt: "You track orders.", checkpointer: new MemorySaver(),
+    middleware: [ctxwinMiddleware({ ctxwin: db.pool, profile: "mwsum" })],
+  });
+  const thread = "mw-summaries";
+  const session = sessionIdForThread(thread);
+  const start = mock.requests().length;
+  for (let i = 0; i < 3; i++) {
+    await a.invoke({ messages: [new HumanMessage(`Track ORD-${6000 + i}.`)] }, { configurable: { thread_id: thread } });
+  }
+  const info = (await cw.getSession(session))!;
+  assert.ok(info.summaryVersion >= 1, "summarized without a worker");
+  assert.ok(info.conversationSummary);
+  const last = mock.requests().at(-1)!.body as unknown as Body;
+  assert.ok(String(last.messages[0]!.content).includes(info.conversationSummary!.slice(0, 30)), "the summary went to the model");
+  assert.ok(mock.requests().length - start === 6, "two model calls a turn, the summaries not by the agent's model");
 });
