@@ -158,6 +158,31 @@ export type SessionRef = string | {
  * in the OpenAI chat shape).
  */
 export declare function usageOf(responseOrUsage: object): Record<string, unknown>;
+/**
+ * A summary job (ctxwin.claim_summary): what the application's own model is
+ * to summarize, and the prompt ctxwin's worker would send for it.
+ */
+export interface SummaryJob {
+    token: string;
+    session_id: string;
+    from_id: number;
+    through_id: number;
+    previous_summary: string | null;
+    previous_version: number | null;
+    /** The exact prompt the worker would send. */
+    messages: Array<{
+        role: "system" | "user";
+        content: string;
+    }>;
+    /** The stored messages the summary will cover, for an application's own prompt. */
+    transcript: Array<Record<string, unknown>>;
+    max_tokens: number;
+    model: string | null;
+    strategy: string;
+    /** Whether ctxwin's own worker would call an LLM for this session. */
+    server_llm: boolean;
+    expires_at: string;
+}
 /** A stored message shown in a window: its id, client key and role (ctxwin.build_window's "messages"). */
 export interface WindowMessage {
     id: number;
@@ -293,6 +318,28 @@ export declare class Ctxwin {
         force?: boolean;
         instructions?: string | null;
     }): Promise<Summary | null>;
+    /**
+     * ctxwin.claim_summary: the session's due summary as a job for the
+     * application's own model (with force: whatever is unsummarized beyond
+     * the newest min_recent_messages), or null when none is due or another
+     * claim or the worker holds the session.
+     */
+    claimSummary(session: SessionRef, options?: {
+        force?: boolean;
+    }): Promise<SummaryJob | null>;
+    /** ctxwin.claim_next_summary: the job of the next queued session (oldest first), or null. */
+    claimNextSummary(): Promise<SummaryJob | null>;
+    /**
+     * ctxwin.complete_summary: the model's summary for a job, applied by the
+     * worker's own code and checks; its usage recorded.  A stale job is
+     * SummaryJobStale (CW001), a refused summary InvalidArgument (22023):
+     * nothing written either way.
+     */
+    completeSummary(token: string, summary: string, usage?: object | null): Promise<Summary>;
+    /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
+    failSummary(token: string, error: string): Promise<void>;
+    /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
+    hasSummaryJobs(): Promise<boolean>;
     /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
     workerRunning(): Promise<boolean>;
     /** The stored messages after a message id (all of them by default), oldest first. */

@@ -218,6 +218,37 @@ export class Ctxwin {
             return null;
         return camel(r);
     }
+    /**
+     * ctxwin.claim_summary: the session's due summary as a job for the
+     * application's own model (with force: whatever is unsummarized beyond
+     * the newest min_recent_messages), or null when none is due or another
+     * claim or the worker holds the session.
+     */
+    async claimSummary(session, options = {}) {
+        return await this.one("SELECT ctxwin.claim_summary($1::uuid, $2::boolean) AS r", [sid(session), options.force ?? false]);
+    }
+    /** ctxwin.claim_next_summary: the job of the next queued session (oldest first), or null. */
+    async claimNextSummary() {
+        return await this.one("SELECT ctxwin.claim_next_summary() AS r", []);
+    }
+    /**
+     * ctxwin.complete_summary: the model's summary for a job, applied by the
+     * worker's own code and checks; its usage recorded.  A stale job is
+     * SummaryJobStale (CW001), a refused summary InvalidArgument (22023):
+     * nothing written either way.
+     */
+    async completeSummary(token, summary, usage) {
+        const r = await this.one("SELECT to_jsonb(ctxwin.complete_summary($1::text, $2::text, $3::jsonb)) AS r", [token, summary, usage == null ? null : JSON.stringify(usageOf(usage))]);
+        return camel(r);
+    }
+    /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
+    async failSummary(token, error) {
+        await this.query("SELECT ctxwin.fail_summary($1::text, $2::text)", [token, error]);
+    }
+    /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
+    async hasSummaryJobs() {
+        return (await this.one("SELECT to_regprocedure('ctxwin.claim_summary(uuid, boolean)') IS NOT NULL AS r", [])) === true;
+    }
     /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
     async workerRunning() {
         return (await this.one(`SELECT ${WORKER_SERVES_SQL} AS r`, [])) === true;

@@ -1,5 +1,5 @@
 export { Ctxwin, CtxwinSession, usageOf } from "./client.js";
-export type { AppendOptions, ContextStatus, CreateSessionOptions, Queryable, RequestOptions, SearchOptions, SessionInfo, SessionRef, StoredMessage, Summary, TurnRequestResult, TurnResult, UsageOptions, WindowMessage, WindowOptions, WindowResult, } from "./client.js";
+export type { AppendOptions, ContextStatus, CreateSessionOptions, Queryable, RequestOptions, SearchOptions, SessionInfo, SessionRef, StoredMessage, Summary, SummaryJob, TurnRequestResult, TurnResult, UsageOptions, WindowMessage, WindowOptions, WindowResult, } from "./client.js";
 export { contentText, toChatMessages } from "./convert.js";
 export type { Converted, MessageInput } from "./convert.js";
 export { BudgetTooSmall, ConnectionLost, CtxwinError, DuplicateMessage, ERROR_CLASS_BY_SQLSTATE, errorClassFor, ExtensionNotInstalled, IntegrityViolation, InvalidArgument, LockTimeout, MessageConversionError, MessageNotFound, NullValueNotAllowed, PermissionDenied, SessionNotFound, SummaryFailed, SummaryJobStale, toCtxwinError, } from "./errors.js";

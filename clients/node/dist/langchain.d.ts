@@ -1,22 +1,6 @@
-/**
- * LangChain.js 1.x middleware: the model call of a createAgent agent gets
- * ctxwin's window while the agent's state keeps every message.
- *
- *   const agent = createAgent({ model, tools, systemPrompt, checkpointer,
- *     middleware: [ctxwinMiddleware({ ctxwin: pool, budget: 4000 })] });
- *
- * Before each model call the state's messages not stored yet are appended
- * to the thread's session (keyed by their ids; the session created in the
- * same statement on first use) and the window is built in that statement:
- * the system prompt, ctxwin's summary, the newest messages within the
- * budget (tool definitions counted), tool results cleared as the profile
- * says.  The model gets that window instead of the state's list; the state
- * is left as it is.  The answer is stored after the call, with the usage
- * the provider reported.
- */
-import { AIMessage } from "@langchain/core/messages";
 import { z } from "zod";
 import { Ctxwin, type Queryable } from "./client.js";
+import { usageOfMessage } from "./langgraph.js";
 export interface CtxwinMiddlewareOptions {
     /** A Ctxwin, or a pg Pool / Client (see "Transactions" in the README). */
     ctxwin: Ctxwin | Queryable;
@@ -40,8 +24,7 @@ export interface CtxwinMiddlewareOptions {
 }
 /** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
 export declare const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
-/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (OpenAI's names). */
-export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
+export { usageOfMessage };
 /**
  * The middleware: createAgent({ ..., middleware: [ctxwinMiddleware({ ctxwin: pool })] }).
  * Needs a thread (a checkpointer and config.configurable.thread_id) or sessionId.

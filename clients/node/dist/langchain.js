@@ -21,28 +21,13 @@ import { z } from "zod";
 import { Ctxwin, WORKER_SERVES_SQL } from "./client.js";
 import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
-import { toLangChainMessage } from "./langgraph.js";
+import { toLangChainMessage, usageOfMessage } from "./langgraph.js";
 import { sessionIdForThread, uuidv5 } from "./uuid.js";
 /** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
 export const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
 /** The middleware's own state: the id of the newest state message stored. */
 const stateSchema = z.object({ ctxwinStoredThrough: z.string().optional() });
-/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (OpenAI's names). */
-export function usageOfMessage(m) {
-    const raw = m.response_metadata?.["usage"];
-    if (raw && typeof raw === "object" && ("prompt_tokens" in raw || "input_tokens" in raw))
-        return raw;
-    const u = m.usage_metadata;
-    if (!u)
-        return null;
-    const out = {
-        prompt_tokens: u.input_tokens, completion_tokens: u.output_tokens, total_tokens: u.total_tokens,
-    };
-    const cached = u.input_token_details?.cache_read;
-    if (cached)
-        out["prompt_tokens_details"] = { cached_tokens: cached };
-    return out;
-}
+export { usageOfMessage };
 function textOf(m) {
     return contentText(m.content);
 }

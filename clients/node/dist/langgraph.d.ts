@@ -31,7 +31,7 @@
  * the summary pass maxTokensBeforeSummary less maxSummaryTokens, or the
  * window would leave messages out.
  */
-import { type BaseMessage } from "@langchain/core/messages";
+import { AIMessage, type BaseMessage } from "@langchain/core/messages";
 import { RunnableLambda } from "@langchain/core/runnables";
 import { Ctxwin, type Queryable } from "./client.js";
 import type { ChatMessage } from "./types.js";
@@ -73,11 +73,27 @@ export interface SummarizationNodeOptions {
     summarize?: "inline" | "worker" | "auto";
     /** Focus for the summaries the node makes. */
     instructions?: string | null;
+    /**
+     * A LangChain chat model (LangMem's model): it writes the node's
+     * summaries when the server has no LLM for the node's profile (or with
+     * summarizeWith: "model"): the node claims the summary job
+     * (ctxwin.claim_summary), sends the model ctxwin's prompt and completes
+     * the job with its answer and usage (ctxwin.complete_summary).
+     */
+    model?: {
+        invoke(input: BaseMessage[]): Promise<BaseMessage>;
+    };
+    /** auto (default): the model when the server has no LLM for the profile; model; server (ctxwin.summarize_session). */
+    summarizeWith?: "auto" | "model" | "server";
     /** The session of a thread; default sessionIdForThread. */
     sessionId?: (threadId: string) => string;
     name?: string;
 }
 type State = Record<string, unknown>;
+/** Appended to a summary the node cut to the job's length (the Python client's mark). */
+export declare const CUT_MARK = "\n[summary cut to its length]";
+/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
+export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
 /** A message of ctxwin's window as a LangChain message with the given id. */
 export declare function toLangChainMessage(m: ChatMessage, id?: string): BaseMessage;
 /**

@@ -37,13 +37,31 @@ import { RunnableLambda } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
 import { Ctxwin, WORKER_SERVES_SQL } from "./client.js";
 import { contentText, toChatMessages } from "./convert.js";
-import { CtxwinError, PermissionDenied, SessionNotFound } from "./errors.js";
+import { CtxwinError, PermissionDenied, SessionNotFound, SummaryFailed } from "./errors.js";
 import { sessionIdForThread } from "./uuid.js";
 export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
 /** The node's own entry in the state's context: the session (and thread) it wrote to. */
 export const BOOKKEEPING_KEY = "ctxwin";
 function lcType(m) {
     return m.getType();
+}
+/** Appended to a summary the node cut to the job's length (the Python client's mark). */
+export const CUT_MARK = "\n[summary cut to its length]";
+/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
+export function usageOfMessage(m) {
+    const raw = m.response_metadata?.["usage"];
+    if (raw && typeof raw === "object" && ("prompt_tokens" in raw || "input_tokens" in raw))
+        return raw;
+    const u = m.usage_metadata;
+    if (!u)
+        return null;
+    const out = {
+        prompt_tokens: u.input_tokens, completion_tokens: u.output_tokens, total_tokens: u.total_tokens,
+    };
+    const cached = u.input_token_details?.cache_read;
+    if (cached)
+        out["prompt_tokens_details"] = { cached_tokens: cached };
+    return out;
 }
 /** A part of the window's user message as a LangChain content block (OpenAI's image_url shape). */
 function toLangChainPart(p) {
@@ -95,6 +113,8 @@ class Summarizer {
     profileName;
     /** The node's profile exists (or was named, and is used as it is). */
     profileReady;
+    /** Whether the model writes the summaries (decided once). */
+    useModel = null;
     constructor(o) {
         this.o = o;
         this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
@@ -137,6 +157,82 @@ class Summarizer {
             throw e;
         }
         this.profileReady = true;
+    }
+    /** One summary of the session, by the model or the server; whether one was written (a failure is a warning). */
+    async summarizeNow(session) {
+        const model = this.o.model;
+        if (model && this.useModel === null) {
+            const how = this.o.summarizeWith ?? "auto";
+            this.useModel = how === "model" ? true : how === "server" ? false
+                : await this.cw.hasSummaryJobs() && !(await this.serverLlm());
+        }
+        try {
+            if (!model || !this.useModel)
+                return (await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null })) !== null;
+            const job = await this.cw.claimSummary(session, { force: true });
+            if (job === null)
+                return false;
+            let answer;
+            try {
+                answer = await model.invoke(job.messages.map((m) => (m.role === "system" ? new SystemMessage(m.content) : new HumanMessage(m.content))));
+            }
+            catch (e) {
+                await this.cw.failSummary(job.token, `the model failed: ${String(e)}`);
+                throw new SummaryFailed(`the model could not summarize session ${session}: ${String(e)}`, { cause: e });
+            }
+            const text = typeof answer.content === "string" ? answer.content : answer.text;
+            const usage = AIMessage.isInstance(answer) ? usageOfMessage(answer) : null;
+            try {
+                try {
+                    await this.cw.completeSummary(job.token, text, usage);
+                }
+                catch (e) {
+                    // longer than asked: cut at a word to the job's length, so that such a model never stalls the summaries
+                    const cut = e instanceof CtxwinError && e.code?.startsWith("22") && e.message.includes("max_summary_tokens") && job.max_tokens
+                        ? await this.cut(session, text, Number(job.max_tokens)) : null;
+                    if (cut === null)
+                        throw e;
+                    await this.cw.completeSummary(job.token, cut, usage);
+                }
+            }
+            catch (e) {
+                if (e instanceof CtxwinError && e.code !== "CW001")
+                    await this.cw.failSummary(job.token, `refused: ${e.message}`);
+                throw e;
+            }
+            return true;
+        }
+        catch (e) {
+            if (!(e instanceof CtxwinError))
+                throw e;
+            process.emitWarning(`ctxwin could not summarize session ${session}: ${e.message}`, "CtxwinWarning");
+            return false;
+        }
+    }
+    /** The longest start of text, cut at a word, that with CUT_MARK counts at most limit tokens; null if no word fits. */
+    async cut(session, text, limit) {
+        const count = async (t) => Number((await this.cw.query(`SELECT ctxwin.count_tokens($1::text, coalesce((SELECT encoding FROM ctxwin.session_settings WHERE session_id = $2::uuid),
+                                                     'o200k_base')) AS n`, [t, session]))[0]?.["n"] ?? 0);
+        const words = text.split(" ");
+        let lo = 0;
+        let hi = words.length;
+        while (lo < hi) {
+            const mid = Math.floor((lo + hi + 1) / 2);
+            if (await count(words.slice(0, mid).join(" ").trimEnd() + CUT_MARK) <= limit)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        return lo ? words.slice(0, lo).join(" ").trimEnd() + CUT_MARK : null;
+    }
+    /** Whether ctxwin's own worker calls an LLM for the node's profile (the Python client's test). */
+    async serverLlm() {
+        const r = await this.cw.query(`SELECT coalesce(p.summary_strategy,
+                       CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                            THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
+              AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
+       FROM ctxwin.profiles p WHERE p.name = $1::text`, [this.profileName]);
+        return r[0]?.["llm"] === true;
     }
     /** Whether the node makes the summary the session needs (else the worker does). */
     summarizesInline(st) {
@@ -197,8 +293,7 @@ class Summarizer {
         const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
         if ((st.queued || st.dropped > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
             this.summarizesInline(st)) {
-            const made = await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null });
-            if (made)
+            if (await this.summarizeNow(session))
                 st = await this.state(session);
         }
         const ctx = st.window.context;

@@ -224,6 +224,29 @@ export function usageOf(responseOrUsage: object): Record<string, unknown> {
   return o;
 }
 
+/**
+ * A summary job (ctxwin.claim_summary): what the application's own model is
+ * to summarize, and the prompt ctxwin's worker would send for it.
+ */
+export interface SummaryJob {
+  token: string;
+  session_id: string;
+  from_id: number;
+  through_id: number;
+  previous_summary: string | null;
+  previous_version: number | null;
+  /** The exact prompt the worker would send. */
+  messages: Array<{ role: "system" | "user"; content: string }>;
+  /** The stored messages the summary will cover, for an application's own prompt. */
+  transcript: Array<Record<string, unknown>>;
+  max_tokens: number;
+  model: string | null;
+  strategy: string;
+  /** Whether ctxwin's own worker would call an LLM for this session. */
+  server_llm: boolean;
+  expires_at: string;
+}
+
 /** A stored message shown in a window: its id, client key and role (ctxwin.build_window's "messages"). */
 export interface WindowMessage {
   id: number;
@@ -468,6 +491,44 @@ export class Ctxwin {
       [sid(session), options.force ?? false, options.instructions ?? null]);
     if (r === null || (r as Record<string, unknown>)["version"] == null) return null;
     return camel(r as Record<string, unknown>) as unknown as Summary;
+  }
+
+  /**
+   * ctxwin.claim_summary: the session's due summary as a job for the
+   * application's own model (with force: whatever is unsummarized beyond
+   * the newest min_recent_messages), or null when none is due or another
+   * claim or the worker holds the session.
+   */
+  async claimSummary(session: SessionRef, options: { force?: boolean } = {}): Promise<SummaryJob | null> {
+    return await this.one("SELECT ctxwin.claim_summary($1::uuid, $2::boolean) AS r", [sid(session), options.force ?? false]) as
+      SummaryJob | null;
+  }
+
+  /** ctxwin.claim_next_summary: the job of the next queued session (oldest first), or null. */
+  async claimNextSummary(): Promise<SummaryJob | null> {
+    return await this.one("SELECT ctxwin.claim_next_summary() AS r", []) as SummaryJob | null;
+  }
+
+  /**
+   * ctxwin.complete_summary: the model's summary for a job, applied by the
+   * worker's own code and checks; its usage recorded.  A stale job is
+   * SummaryJobStale (CW001), a refused summary InvalidArgument (22023):
+   * nothing written either way.
+   */
+  async completeSummary(token: string, summary: string, usage?: object | null): Promise<Summary> {
+    const r = await this.one("SELECT to_jsonb(ctxwin.complete_summary($1::text, $2::text, $3::jsonb)) AS r",
+      [token, summary, usage == null ? null : JSON.stringify(usageOf(usage))]);
+    return camel(r as Record<string, unknown>) as unknown as Summary;
+  }
+
+  /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
+  async failSummary(token: string, error: string): Promise<void> {
+    await this.query("SELECT ctxwin.fail_summary($1::text, $2::text)", [token, error]);
+  }
+
+  /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
+  async hasSummaryJobs(): Promise<boolean> {
+    return (await this.one("SELECT to_regprocedure('ctxwin.claim_summary(uuid, boolean)') IS NOT NULL AS r", [])) === true;
   }
 
   /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */

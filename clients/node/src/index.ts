@@ -1,7 +1,7 @@
 export { Ctxwin, CtxwinSession, usageOf } from "./client.js";
 export type {
   AppendOptions, ContextStatus, CreateSessionOptions, Queryable, RequestOptions, SearchOptions, SessionInfo, SessionRef,
-  StoredMessage, Summary, TurnRequestResult, TurnResult, UsageOptions, WindowMessage, WindowOptions, WindowResult,
+  StoredMessage, Summary, SummaryJob, TurnRequestResult, TurnResult, UsageOptions, WindowMessage, WindowOptions, WindowResult,
 } from "./client.js";
 export { contentText, toChatMessages } from "./convert.js";
 export type { Converted, MessageInput } from "./convert.js";

@@ -21,7 +21,7 @@ import { z } from "zod";
 import { Ctxwin, WORKER_SERVES_SQL, type Queryable } from "./client.js";
 import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
-import { toLangChainMessage } from "./langgraph.js";
+import { toLangChainMessage, usageOfMessage } from "./langgraph.js";
 import type { ChatMessage, ToolDefinition } from "./types.js";
 import { sessionIdForThread, uuidv5 } from "./uuid.js";
 
@@ -53,19 +53,7 @@ export const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
 /** The middleware's own state: the id of the newest state message stored. */
 const stateSchema = z.object({ ctxwinStoredThrough: z.string().optional() });
 
-/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (OpenAI's names). */
-export function usageOfMessage(m: AIMessage): Record<string, unknown> | null {
-  const raw = (m.response_metadata as Record<string, unknown> | undefined)?.["usage"];
-  if (raw && typeof raw === "object" && ("prompt_tokens" in raw || "input_tokens" in raw)) return raw as Record<string, unknown>;
-  const u = m.usage_metadata;
-  if (!u) return null;
-  const out: Record<string, unknown> = {
-    prompt_tokens: u.input_tokens, completion_tokens: u.output_tokens, total_tokens: u.total_tokens,
-  };
-  const cached = u.input_token_details?.cache_read;
-  if (cached) out["prompt_tokens_details"] = { cached_tokens: cached };
-  return out;
-}
+export { usageOfMessage };
 
 function textOf(m: ChatMessage): string {
   return contentText(m.content);

@@ -39,7 +39,7 @@ import { RunnableLambda, type RunnableConfig } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
 import { Ctxwin, WORKER_SERVES_SQL, type Queryable } from "./client.js";
 import { contentText, toChatMessages } from "./convert.js";
-import { CtxwinError, PermissionDenied, SessionNotFound } from "./errors.js";
+import { CtxwinError, PermissionDenied, SessionNotFound, SummaryFailed } from "./errors.js";
 import type { ChatMessage, ContentPart } from "./types.js";
 import { sessionIdForThread } from "./uuid.js";
 
@@ -84,6 +84,16 @@ export interface SummarizationNodeOptions {
   summarize?: "inline" | "worker" | "auto";
   /** Focus for the summaries the node makes. */
   instructions?: string | null;
+  /**
+   * A LangChain chat model (LangMem's model): it writes the node's
+   * summaries when the server has no LLM for the node's profile (or with
+   * summarizeWith: "model"): the node claims the summary job
+   * (ctxwin.claim_summary), sends the model ctxwin's prompt and completes
+   * the job with its answer and usage (ctxwin.complete_summary).
+   */
+  model?: { invoke(input: BaseMessage[]): Promise<BaseMessage> };
+  /** auto (default): the model when the server has no LLM for the profile; model; server (ctxwin.summarize_session). */
+  summarizeWith?: "auto" | "model" | "server";
   /** The session of a thread; default sessionIdForThread. */
   sessionId?: (threadId: string) => string;
   name?: string;
@@ -109,6 +119,23 @@ interface SessionState {
 
 function lcType(m: BaseMessage): string {
   return m.getType();
+}
+
+/** Appended to a summary the node cut to the job's length (the Python client's mark). */
+export const CUT_MARK = "\n[summary cut to its length]";
+
+/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
+export function usageOfMessage(m: AIMessage): Record<string, unknown> | null {
+  const raw = (m.response_metadata as Record<string, unknown> | undefined)?.["usage"];
+  if (raw && typeof raw === "object" && ("prompt_tokens" in raw || "input_tokens" in raw)) return raw as Record<string, unknown>;
+  const u = m.usage_metadata;
+  if (!u) return null;
+  const out: Record<string, unknown> = {
+    prompt_tokens: u.input_tokens, completion_tokens: u.output_tokens, total_tokens: u.total_tokens,
+  };
+  const cached = u.input_token_details?.cache_read;
+  if (cached) out["prompt_tokens_details"] = { cached_tokens: cached };
+  return out;
 }
 
 /** A part of the window's user message as a LangChain content block (OpenAI's image_url shape). */
@@ -157,6 +184,8 @@ class Summarizer {
   readonly profileName: string;
   /** The node's profile exists (or was named, and is used as it is). */
   private profileReady: boolean;
+  /** Whether the model writes the summaries (decided once). */
+  private useModel: boolean | null = null;
 
   constructor(readonly o: SummarizationNodeOptions) {
     this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
@@ -199,6 +228,76 @@ class Summarizer {
       throw e;
     }
     this.profileReady = true;
+  }
+
+  /** One summary of the session, by the model or the server; whether one was written (a failure is a warning). */
+  private async summarizeNow(session: string): Promise<boolean> {
+    const model = this.o.model;
+    if (model && this.useModel === null) {
+      const how = this.o.summarizeWith ?? "auto";
+      this.useModel = how === "model" ? true : how === "server" ? false
+        : await this.cw.hasSummaryJobs() && !(await this.serverLlm());
+    }
+    try {
+      if (!model || !this.useModel) return (await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null })) !== null;
+      const job = await this.cw.claimSummary(session, { force: true });
+      if (job === null) return false;
+      let answer: BaseMessage;
+      try {
+        answer = await model.invoke(job.messages.map((m) => (m.role === "system" ? new SystemMessage(m.content) : new HumanMessage(m.content))));
+      } catch (e) {
+        await this.cw.failSummary(job.token, `the model failed: ${String(e)}`);
+        throw new SummaryFailed(`the model could not summarize session ${session}: ${String(e)}`, { cause: e });
+      }
+      const text = typeof answer.content === "string" ? answer.content : answer.text;
+      const usage = AIMessage.isInstance(answer) ? usageOfMessage(answer) : null;
+      try {
+        try {
+          await this.cw.completeSummary(job.token, text, usage);
+        } catch (e) {
+          // longer than asked: cut at a word to the job's length, so that such a model never stalls the summaries
+          const cut = e instanceof CtxwinError && e.code?.startsWith("22") && e.message.includes("max_summary_tokens") && job.max_tokens
+            ? await this.cut(session, text, Number(job.max_tokens)) : null;
+          if (cut === null) throw e;
+          await this.cw.completeSummary(job.token, cut, usage);
+        }
+      } catch (e) {
+        if (e instanceof CtxwinError && e.code !== "CW001") await this.cw.failSummary(job.token, `refused: ${e.message}`);
+        throw e;
+      }
+      return true;
+    } catch (e) {
+      if (!(e instanceof CtxwinError)) throw e;
+      process.emitWarning(`ctxwin could not summarize session ${session}: ${e.message}`, "CtxwinWarning");
+      return false;
+    }
+  }
+
+  /** The longest start of text, cut at a word, that with CUT_MARK counts at most limit tokens; null if no word fits. */
+  private async cut(session: string, text: string, limit: number): Promise<string | null> {
+    const count = async (t: string) => Number((await this.cw.query(
+      `SELECT ctxwin.count_tokens($1::text, coalesce((SELECT encoding FROM ctxwin.session_settings WHERE session_id = $2::uuid),
+                                                     'o200k_base')) AS n`, [t, session]))[0]?.["n"] ?? 0);
+    const words = text.split(" ");
+    let lo = 0;
+    let hi = words.length;
+    while (lo < hi) {
+      const mid = Math.floor((lo + hi + 1) / 2);
+      if (await count(words.slice(0, mid).join(" ").trimEnd() + CUT_MARK) <= limit) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo ? words.slice(0, lo).join(" ").trimEnd() + CUT_MARK : null;
+  }
+
+  /** Whether ctxwin's own worker calls an LLM for the node's profile (the Python client's test). */
+  private async serverLlm(): Promise<boolean> {
+    const r = await this.cw.query(
+      `SELECT coalesce(p.summary_strategy,
+                       CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                            THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
+              AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
+       FROM ctxwin.profiles p WHERE p.name = $1::text`, [this.profileName]);
+    return r[0]?.["llm"] === true;
   }
 
   /** Whether the node makes the summary the session needs (else the worker does). */
@@ -265,8 +364,7 @@ class Summarizer {
     const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
     if ((st.queued || st.dropped > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
       this.summarizesInline(st)) {
-      const made = await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null });
-      if (made) st = await this.state(session);
+      if (await this.summarizeNow(session)) st = await this.state(session);
     }
 
     const ctx = st.window.context;
