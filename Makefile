@@ -33,8 +33,10 @@ OBJS = \
 	src/llm/llm.o \
 	src/summary/summary.o \
 	src/summary/compact.o \
+	src/summary/jobs.o \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
+	src/summary/retract.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
 	src/worker/loop.o \

@@ -205,7 +205,7 @@ if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 			prove --timer --formatter CtxwinTally --source pgTAP --pgtap-option "dbname=$PGDATABASE" \
 			test/window.sql test/walk.sql test/stable.sql test/summary_window.sql test/summarize.sql \
 			test/extractive.sql test/request.sql test/usage.sql test/rls.sql test/parts.sql \
-			test/recall.sql test/window_ids.sql test/sessions_ensure.sql
+			test/recall.sql test/window_ids.sql test/sessions_ensure.sql test/retract.sql
 	) || true
 	read_tally "$testdir/partitioned.tally"
 	# the relkind check is one more test of this stage

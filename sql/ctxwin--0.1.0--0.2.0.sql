@@ -3465,3 +3465,1159 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin._distribute(int) IS
 'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';
+
+-- Summaries by the application's own model (issue 29): the profile's
+-- summary_strategy 'app', the table of summary jobs, claim_summary,
+-- claim_next_summary, complete_summary and fail_summary, the usage ledger
+-- counting the summaries they write, and distribute() making the jobs a
+-- distributed table beside the sessions.
+ALTER TABLE ctxwin.profiles DROP CONSTRAINT profiles_summary_strategy_check;
+ALTER TABLE ctxwin.profiles ADD CONSTRAINT profiles_summary_strategy_check
+    CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive', 'app'));
+
+CREATE OR REPLACE VIEW ctxwin.usage_ledger WITH (security_invoker = true) AS
+SELECT l.session_id, l.kind, l.id, l.created_at, l.provider, l.model,
+       l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens,
+       CASE WHEN pm.name IS NOT NULL
+            THEN ctxwin._cost_at(l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.output_tokens,
+                                 pm.input_price, pm.cached_input_price, pm.cache_write_price, pm.output_price)
+       END AS cost,
+       l.usage, l.window_first_id, l.window_tokens
+FROM ctxwin.usage_log l
+LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                   FROM ctxwin.models m
+                   WHERE m.name = l.model OR starts_with(l.model, m.name || '-')
+                   ORDER BY length(m.name) DESC, m.name
+                   LIMIT 1) pm ON true
+UNION ALL
+SELECT x.session_id, 'summary'::text, x.version::bigint, x.created_at, t.provider, x.model,
+       t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens,
+       CASE WHEN pm.name IS NOT NULL
+            THEN ctxwin._cost_at(t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens,
+                                 pm.input_price, pm.cached_input_price, pm.cache_write_price, pm.output_price)
+       END,
+       x.usage, NULL::bigint, NULL::int
+FROM ctxwin.summaries x
+CROSS JOIN LATERAL ctxwin.usage_tokens(x.usage, true) t
+LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_write_price, m.output_price
+                   FROM ctxwin.models m
+                   WHERE m.name = x.model OR starts_with(x.model, m.name || '-')
+                   ORDER BY length(m.name) DESC, m.name
+                   LIMIT 1) pm ON true
+WHERE x.strategy IN ('llm', 'hybrid', 'app');
+
+
+CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning AS $$
+DECLARE
+    -- (table, constraint, definition): every foreign key between ctxwin's tables
+    fkeys CONSTANT text[][] := ARRAY[
+        ['ctxwin.profiles', 'profiles_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
+        ['ctxwin.calibration', 'calibration_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
+        ['ctxwin.sessions', 'sessions_profile_fkey',
+         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
+        ['ctxwin.messages', 'messages_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summaries', 'summaries_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summary_jobs', 'summary_jobs_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
+    drops text := '';
+    failed text;
+    i int;
+    t text;
+    f regprocedure;
+BEGIN
+    -- Citus creates the tables' triggers on their shards only with this on:
+    -- ctxwin's insert trigger numbers and counts a message on the shard
+    -- that holds its session (co-located with the session's row).
+    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+    -- reference tables are written after distributed ones in this transaction
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
+                                 fkeys[i][1], fkeys[i][2]);
+    END LOOP;
+    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
+    INTO failed
+    FROM run_command_on_workers(drops) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
+                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
+    END IF;
+    EXECUTE drops;
+
+    PERFORM create_reference_table('ctxwin.models');
+    PERFORM create_reference_table('ctxwin.profiles');
+    PERFORM create_reference_table('ctxwin.calibration');
+    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
+    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
+                             'ctxwin.usage_log', 'ctxwin.summary_jobs'] LOOP
+        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
+    END LOOP;
+
+    -- the coordinator's own copies of the rows, now in the shards
+    FOREACH t IN ARRAY ARRAY['ctxwin.summary_jobs', 'ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
+                             'ctxwin.profiles', 'ctxwin.models'] LOOP
+        PERFORM truncate_local_data_after_distributing_table(t::regclass);
+    END LOOP;
+
+    -- one call, one round trip to the node that holds the session.  Not
+    -- the summary jobs: claim_summary and claim_next_summary take the
+    -- session's claim, which lives on the coordinator with the worker's,
+    -- and complete_summary and fail_summary take a token, not a session.
+    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
+                             'ctxwin.context_status(uuid)',
+                             'ctxwin.context_report(uuid)',
+                             'ctxwin.messages_after(uuid,bigint)',
+                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
+                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+END $$;
+
+
+------------------------------------------------------------------------------
+-- Summary jobs: summaries made by the application's own model
+------------------------------------------------------------------------------
+
+-- A session's summary job, claimed by claim_summary or claim_next_summary:
+-- the plan the worker would have made (the range, the request), and who may
+-- complete it (its token) until when.  One row per session, replaced by the
+-- next claim once this one is completed, failed or expired.  While it is
+-- claimed and not expired, no other summarizer takes the session (the
+-- worker, compact(), summarize_session, another claim).
+CREATE TABLE ctxwin.summary_jobs (
+    session_id uuid PRIMARY KEY REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    token text NOT NULL,
+    plan jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'completed', 'failed')),
+    claimed_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    finished_at timestamptz
+);
+
+COMMENT ON TABLE ctxwin.summary_jobs IS
+'The last summary job claimed of each session (claim_summary, claim_next_summary): its plan, token, state and lease';
+
+-- Until when an application's summary job holds a session (NULL: none
+-- does), for the queue queries of the worker and compact(), the plan of
+-- every summarizer and context_status, whose callers need no privilege on
+-- ctxwin.summary_jobs (it holds the jobs' tokens).
+CREATE FUNCTION ctxwin._summary_job_held(p_session uuid)
+RETURNS timestamptz
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT j.expires_at FROM ctxwin.summary_jobs j
+        WHERE j.session_id OPERATOR(pg_catalog.=) p_session AND j.state OPERATOR(pg_catalog.=) 'claimed'
+          AND j.expires_at OPERATOR(pg_catalog.>) clock_timestamp());
+
+COMMENT ON FUNCTION ctxwin._summary_job_held(uuid) IS
+'Until when an unexpired summary job (claim_summary) holds a session; NULL when none does';
+
+/*
+ * The job an application is given for a plan of the app strategy (see
+ * claim_summary): the token, the range, the previous summary, the exact
+ * messages the worker would send (the system and the user message of its
+ * OpenAI request), the stored messages of the range, the answer's token
+ * limit, the model, the strategy, whether the server's own LLM would do it,
+ * and when the claim expires.
+ */
+CREATE FUNCTION ctxwin._summary_job(p_plan jsonb, p_token text, p_expires_at timestamptz, p_server_llm boolean)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := (p_plan ->> 'session')::uuid;
+    s record;
+BEGIN
+    SELECT x.conversation_summary, x.summary_version INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    RETURN jsonb_build_object(
+        'token', p_token,
+        'session_id', sid,
+        'from_id', (p_plan ->> 'after')::bigint + 1,
+        'through_id', (p_plan ->> 'through')::bigint,
+        'previous_summary', s.conversation_summary,
+        'previous_version', nullif(s.summary_version, 0),
+        'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', p_plan ->> 'system_prompt'),
+                                      jsonb_build_object('role', 'user', 'content', p_plan ->> 'prompt')),
+        'transcript', coalesce((SELECT jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
+                                                                    'name', m.name, 'tool_calls', m.tool_calls,
+                                                                    'tool_call_id', m.tool_call_id) ORDER BY m.id)
+                                FROM ctxwin.messages m
+                                WHERE m.session_id OPERATOR(pg_catalog.=) sid
+                                  AND m.id > (p_plan ->> 'after')::bigint
+                                  AND m.id <= (p_plan ->> 'through')::bigint), '[]'::jsonb),
+        'max_tokens', (p_plan ->> 'answer_tokens')::int,
+        'model', p_plan ->> 'job_model',
+        'strategy', p_plan ->> 'strategy',
+        'server_llm', p_server_llm,
+        'expires_at', p_expires_at);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_job(jsonb, text, timestamptz, boolean) IS
+'The summary job given to an application for a plan: token, range, previous summary, the worker''s prompt as messages, the messages covered, max_tokens, model, strategy, server_llm, expires_at';
+
+/*
+ * The next summary of a session as a job for the application's own model:
+ * the plan the worker would make (the same range, prompt and checks),
+ * claimed for ctxwin.summary_job_lease_ms.  NULL when no summary is due
+ * (without force: when the session is not queued, waits for its stable
+ * window or for its failure backoff), or when another summarizer holds the
+ * session (the worker, summarize_session, compact(), an unexpired job).
+ * In C (src/summary/jobs.c).
+ */
+CREATE FUNCTION ctxwin.claim_summary(session uuid, force boolean DEFAULT false)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_claim_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.claim_summary(uuid, boolean) IS
+'Claims the next summary of a session as a job for the application''s own model (the exact prompt the worker would send, the range, a token); NULL when none is due or another summarizer holds the session';
+
+-- claim_summary for the oldest queued session that nobody holds: the loop
+-- of a summarizer outside the database.  In C (src/summary/jobs.c).
+CREATE FUNCTION ctxwin.claim_next_summary()
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_claim_next_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.claim_next_summary() IS
+'Claims the summary of the oldest queued session nobody else holds, as claim_summary does; NULL when none';
+
+-- The job of a token, locked, if it may still be completed or failed;
+-- raises CW001 (summary job is stale) for any other token.
+CREATE FUNCTION ctxwin._summary_job_live(p_token text)
+RETURNS ctxwin.summary_jobs
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid;
+    j ctxwin.summary_jobs;
+    s record;
+BEGIN
+    IF p_token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_token ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{32}$' THEN
+        sid := split_part(p_token, '.', 1)::uuid;
+        SELECT * INTO j FROM ctxwin.summary_jobs x WHERE x.session_id OPERATOR(pg_catalog.=) sid FOR UPDATE;
+    END IF;
+    IF j.session_id IS NULL THEN
+        RAISE EXCEPTION 'summary job is stale: the token is unknown'
+            USING ERRCODE = 'CW001',
+                  DETAIL = 'No summary job was claimed with this token, or its session was deleted.',
+                  HINT = 'Claim a new job with ctxwin.claim_summary or ctxwin.claim_next_summary.';
+    END IF;
+    IF j.token OPERATOR(pg_catalog.<>) p_token THEN
+        RAISE EXCEPTION 'summary job is stale: a newer claim of session % superseded it', sid
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('This job expired, and the session was claimed again at %s.', j.claimed_at),
+                  HINT = 'Drop this job''s answer; the newer job covers the session.';
+    END IF;
+    IF j.state OPERATOR(pg_catalog.<>) 'claimed' THEN
+        RAISE EXCEPTION 'summary job is stale: it was already %', j.state
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The job of session %s was %s at %s.', sid, j.state, j.finished_at),
+                  HINT = 'A job is completed or failed once; claim a new one for the next summary.';
+    END IF;
+    IF j.expires_at <= clock_timestamp() THEN
+        RAISE EXCEPTION 'summary job is stale: it expired at %', j.expires_at
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The claim of session %s lasted ctxwin.summary_job_lease_ms; after it, another summarizer may take the session.', sid),
+                  HINT = 'Claim the session again, or raise ctxwin.summary_job_lease_ms for a slow model.';
+    END IF;
+    SELECT x.summary_through_id, x.summary_version INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF s.summary_through_id IS DISTINCT FROM (j.plan ->> 'after')::bigint
+       OR s.summary_version IS DISTINCT FROM (j.plan ->> 'version')::int THEN
+        RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', sid
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The job was planned on summary version %s; the session has version %s.',
+                                  j.plan ->> 'version', s.summary_version),
+                  HINT = 'Claim a new job with ctxwin.claim_summary.';
+    END IF;
+    RETURN j;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_job_live(text) IS
+'The summary job of a token, locked, if it may still be completed or failed; raises CW001 otherwise';
+
+/*
+ * Completes a summary job with the application's model's answer: applied
+ * by the worker's own code and checks (_summary_finish: a segment appended
+ * under a stable window, the compare-and-set, the summaries row with the
+ * usage, the flush event).  A stale token is CW001; an empty answer is
+ * 22023 and the job stays claimed; nothing is written on either.
+ */
+CREATE FUNCTION ctxwin.complete_summary(token text, summary text, usage jsonb DEFAULT NULL)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j ctxwin.summary_jobs;
+    r ctxwin.summaries;
+BEGIN
+    j := ctxwin._summary_job_live(token);
+    IF summary IS NULL OR btrim(summary, E' \t\r\n') = '' THEN
+        RAISE EXCEPTION 'the summary of a job must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                  HINT = 'Pass the model''s text, or call ctxwin.fail_summary with what went wrong.';
+    END IF;
+    IF usage IS NOT NULL THEN
+        -- raises for anything but a provider's usage object
+        PERFORM ctxwin.usage_tokens(usage);
+    END IF;
+    BEGIN
+        r := ctxwin._summary_finish(j.plan, jsonb_build_object(
+            'status', 200, 'provider', 'openai',
+            'total_ms', (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000::numeric)::int,
+            'body', jsonb_build_object(
+                'choices', jsonb_build_array(jsonb_build_object(
+                    'message', jsonb_build_object('role', 'assistant', 'content', summary),
+                    'finish_reason', 'stop')))
+                -- no usage: none stored, as for a provider's answer without one
+                || CASE WHEN usage IS NOT NULL THEN jsonb_build_object('usage', usage) ELSE '{}'::jsonb END));
+    EXCEPTION
+        WHEN serialization_failure THEN
+            RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
+                USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
+                      HINT = 'Claim a new job with ctxwin.claim_summary.';
+        WHEN data_exception THEN
+            -- the worker's checks refused the answer (far over max_summary_tokens)
+            RAISE EXCEPTION '%', SQLERRM
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                      HINT = format('Ask the model for at most %s tokens (the job''s max_tokens).', j.plan ->> 'answer_tokens');
+    END;
+    UPDATE ctxwin.summary_jobs x SET state = 'completed', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
+    RETURN r;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.complete_summary(text, text, jsonb) IS
+'Writes the summary of a claimed job with the worker''s code and checks, its usage recorded as a summary call; CW001 for a stale token, 22023 for an empty summary, nothing written on either';
+
+-- Ends a summary job without a summary: the failure is recorded on the
+-- session as the worker records its own (compaction_failures, last_error,
+-- the backoff before the next claim_next_summary or worker attempt).
+CREATE FUNCTION ctxwin.fail_summary(token text, error text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j ctxwin.summary_jobs;
+BEGIN
+    j := ctxwin._summary_job_live(token);
+    PERFORM ctxwin._compaction_failed(j.session_id,
+                                      left(coalesce(nullif(error, ''), 'the application''s summarizer failed'), 2000));
+    UPDATE ctxwin.summary_jobs x SET state = 'failed', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
+'Releases a claimed summary job without a summary, recording the failure with the worker''s backoff; CW001 for a stale token';
+
+-- A model that answers longer than a summary segment's target is not cut
+-- off: the summary request's max_tokens is all that max_summary_tokens
+-- leaves, above the target its prompt asks for.
+/*
+ * The LLM request of a summary of a session's messages after p_after up to
+ * p_through (a place where a summary may end), made from stored data only:
+ * the profile's summary prompt, model and max_summary_tokens, the previous
+ * summary and the messages' transcript.  The request fits the summary
+ * model's window, so it may cover fewer messages: "through" says up to
+ * where (see _summary_fit).  Under a stable window the answer may be a
+ * segment appended to the summary (_summary_segment): the request then
+ * holds the whole summary for context, and its system prompt ends with
+ * segment_summary_prompt().  Returns through, transcript_cut, facts
+ * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
+ * less the facts, above the target "Write at most N tokens" of the prompt),
+ * system_prompt, prompt, model, segment and budget.
+ */
+CREATE OR REPLACE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s ctxwin.sessions;
+    st ctxwin.session_settings;
+    through bigint := p_through;
+    strategy text;
+    msgs jsonb;
+    facts text[];
+    facts_text text;
+    room int;
+    plan jsonb := '{}';
+    sys text;
+    prompt text;
+    model text;
+    summary_window int;
+    summary_encoding text;
+    previous text;
+    fit jsonb;
+    shape record;
+    cap int;
+BEGIN
+    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
+    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
+    -- appended as a segment (a stable window's), or written whole, in budget tokens
+    shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
+                                     st.max_summary_tokens);
+    -- the answer's hard cap, the request's max_tokens: max_summary_tokens,
+    -- above the target the prompt asks for, so that a model that answers
+    -- longer than its target is not cut off (a cut-off answer is never
+    -- stored, and the same request would be cut off again); a segment
+    -- longer than the summary has room for is cut to fit when it is written
+    cap := greatest(st.max_summary_tokens, shape.budget);
+    strategy := coalesce(st.summary_strategy,
+                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                              THEN 'llm' ELSE 'extractive' END);
+    -- the request must fit the summary model's window, which may be smaller
+    -- than the session's (a model ctxwin.models does not know: the session's)
+    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model'));
+    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
+    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
+    summary_window := coalesce(summary_window, st.context_window);
+    summary_encoding := coalesce(summary_encoding, st.encoding);
+    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
+    IF shape.segment THEN
+        -- the summary stays as it is: all of it, for context
+        previous := s.conversation_summary;
+    ELSIF s.summary_segments IS NOT NULL THEN
+        -- segments consolidated: the Facts line of each is merged below
+        previous := coalesce(nullif(regexp_replace(s.conversation_summary, '(^|\n\n)Facts: [^\n]*(\n\n|$)', '\1', 'g'), ''),
+                             '(none)');
+    END IF;
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', shape.budget)
+           || coalesce(' Focus: ' || p_instructions, '');
+    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
+    fit := ctxwin._summary_fit(p_session, p_after, through,
+                               summary_window - cap - 32
+                               - ctxwin.count_tokens(sys, summary_encoding)
+                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
+                                                     summary_encoding),
+                               summary_encoding);
+    through := (fit ->> 'through')::bigint;
+    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
+    msgs := ctxwin._summary_messages(p_session, p_after, through);
+    IF strategy = 'hybrid' THEN
+        -- facts found without the LLM, kept verbatim, take up to a quarter
+        IF shape.segment THEN
+            -- a segment's own: those of its messages that the summary does not hold yet
+            facts := ARRAY(SELECT f FROM unnest(ctxwin.extract_facts(ctxwin.transcript(msgs, st.encoding)))
+                                         WITH ORDINALITY AS u(f, o)
+                           WHERE f <> ALL (ctxwin.extract_facts(s.conversation_summary)) ORDER BY o);
+        ELSIF s.summary_segments IS NOT NULL THEN
+            -- the facts of every segment, then the new messages'
+            facts := ctxwin.extract_facts(coalesce((SELECT string_agg(m[1], '; ')
+                                                    FROM regexp_matches(s.conversation_summary, '(?:^|\n\n)Facts: ([^\n]*)', 'g') m), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        ELSE
+            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
+                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
+        END IF;
+        facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > shape.budget / 4 LOOP
+            facts := facts[1:cardinality(facts) - 1];
+            facts_text := 'Facts: ' || array_to_string(facts, '; ');
+        END LOOP;
+        IF cardinality(facts) = 0 THEN
+            facts_text := NULL;
+        END IF;
+    END IF;
+    room := shape.budget - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
+    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
+           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
+           || format(' Write at most %s tokens.', room)
+           || coalesce(' Focus: ' || p_instructions, '');
+    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
+    RETURN plan || jsonb_build_object('facts', facts_text,
+                                      'answer_tokens', cap - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
+                                      'system_prompt', sys,
+                                      'prompt', prompt, 'model', model,
+                                      'segment', shape.segment, 'budget', shape.budget);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
+'The LLM request of a summary, made from stored data only, within the summary model''s window';
+
+
+-- ==== Retract, never delete (0.2.0): ctxwin.retract(session, from_id) ====
+-- Messages from an id on leave every later window, summary, search and
+-- count; the rows stay, marked with retracted_at.  Both columns are added
+-- without a default: a change of the catalog only, no table rewritten, the
+-- lock held for an instant; no index is added (the readers filter the rows
+-- they read anyway).
+ALTER TABLE ctxwin.messages ADD COLUMN retracted_at timestamptz;
+COMMENT ON COLUMN ctxwin.messages.retracted_at IS
+'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
+
+ALTER TABLE ctxwin.summaries ADD COLUMN retracted_at timestamptz;
+COMMENT ON COLUMN ctxwin.summaries.retracted_at IS
+'When a retract took back a message this summary covers: it is never sent again. NULL: in effect';
+
+COMMENT ON COLUMN ctxwin.sessions.message_count IS
+'Messages in the session, which is also the id of the newest one (retracted messages included: ids are never reused)';
+
+CREATE OR REPLACE FUNCTION ctxwin.context_report(session uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    lines text[];
+BEGIN
+    SELECT * INTO c FROM ctxwin.context_status(session);
+    lines := ARRAY[
+        format('Session %s: profile %s, model %s (%s), window %s tokens',
+               c.session_id, c.profile, c.model, c.encoding, to_char(c.context_window, 'FM999,999,999')),
+        CASE WHEN c.trigger_ratio IS NULL
+             THEN format('  context   %s %6s%%  %s of %s tokens; ratio trigger off',
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'))
+             ELSE format('  context   %s %6s%%  %s of %s tokens; summary at %s%%',
+                         ctxwin._progress_bar(c.context_pct), c.context_pct, to_char(c.context_tokens, 'FM999,999,999'),
+                         to_char(c.context_window, 'FM999,999,999'), round(c.trigger_ratio::numeric * 100::numeric)) END,
+        CASE WHEN c.max_messages_before_summary IS NULL THEN '  messages  trigger off'
+             ELSE format('  messages  %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._progress_bar(c.messages_pct), c.messages_pct, c.messages_since_summary,
+                         c.max_messages_before_summary) END,
+        CASE WHEN c.max_tokens_before_summary IS NULL THEN '  tokens    trigger off'
+             ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
+                         ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
+                         to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
+        CASE WHEN c.summary_version = 0 OR (c.summary_through_id = 0 AND c.summary_tokens = 0) THEN '  summary   none yet'
+             ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
+                         c.summary_version, c.summary_tokens, c.summary_through_id,
+                         CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
+                              WHEN c.summary_age < interval '1 hour' THEN extract(epoch FROM c.summary_age)::int / 60 || ' min'
+                              WHEN c.summary_age < interval '2 days' THEN extract(epoch FROM c.summary_age)::int / 3600 || ' h'
+                              ELSE extract(epoch FROM c.summary_age)::int / 86400 || ' days' END) END,
+        format('  window    %s messages, %s tokens of a %s-token budget%s; %s dropped',
+               coalesce(c.window_messages, 0), to_char(coalesce(c.window_tokens, 0), 'FM999,999,999'),
+               to_char(c.budget, 'FM999,999,999'),
+               CASE WHEN c.budget_margin > 1::real
+                    THEN format(' (provider margin %s)', round(c.budget_margin::numeric, 2)) ELSE '' END,
+               coalesce(c.dropped_messages, 0)),
+        format('  compaction %s%s',
+               CASE WHEN c.will_trigger THEN 'due (' || array_to_string(c.triggers_firing, ', ') || ')'
+                    ELSE 'not due' END,
+               CASE WHEN c.queued_at IS NOT NULL THEN ', queued since ' || to_char(c.queued_at, 'YYYY-MM-DD HH24:MI:SS')
+                    ELSE '' END),
+        CASE WHEN c.last_error IS NOT NULL
+             THEN format('  last error (%s failures): %s', c.compaction_failures, c.last_error) END,
+        CASE WHEN c.note IS NOT NULL THEN '  note: ' || c.note END];
+    RETURN array_to_string(lines, E'\n');
+END $$;
+
+COMMENT ON FUNCTION ctxwin.context_report(uuid) IS
+'context_status as text for a person in psql, with progress bars';
+
+CREATE OR REPLACE FUNCTION ctxwin.record_usage(session uuid, usage jsonb, window_first_id bigint DEFAULT NULL,
+                                    window_tokens int DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p_session uuid := record_usage.session;
+    p_usage jsonb := record_usage.usage;
+    first_id bigint := record_usage.window_first_id;
+    tokens int := record_usage.window_tokens;
+    u record;
+    newest bigint;
+    st record;
+    next_id bigint;
+BEGIN
+    IF p_session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO u FROM ctxwin.usage_tokens(p_usage);
+    -- the session row's lock numbers its requests, as it numbers messages
+    SELECT x.message_count INTO newest FROM ctxwin.sessions x
+    WHERE x.id = p_session
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', p_session USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT x.model, x.encoding INTO st FROM ctxwin.session_settings x WHERE x.session_id = p_session;
+    IF first_id IS NULL AND tokens IS NULL THEN
+        -- the window build_context returns now
+        SELECT c.window_tokens,
+               CASE WHEN c.window_messages > 0 THEN
+                   (SELECT min(w.id) FROM (SELECT m.id FROM ctxwin.messages m
+                                           WHERE m.session_id = p_session AND m.retracted_at IS NULL
+                                           ORDER BY m.id DESC LIMIT c.window_messages) w) END
+        INTO tokens, first_id
+        FROM ctxwin.context_status(p_session) c;
+    ELSIF first_id IS NOT NULL AND (first_id < 1 OR first_id > newest) THEN
+        RAISE EXCEPTION 'window_first_id % is not a message of session %', first_id, p_session
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('The session has %s messages.', newest);
+    END IF;
+    IF tokens IS NOT NULL AND tokens < 1 THEN
+        RAISE EXCEPTION 'window_tokens must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the tokens of the window the request sent, as ctxwin counts them (context_status''s window_tokens), or NULL.';
+    END IF;
+    SELECT coalesce(max(l.id), 0) + 1 INTO next_id FROM ctxwin.usage_log l WHERE l.session_id = p_session;
+    -- the time of the call, not of the transaction: calibration takes the
+    -- newest requests, and a transaction may record several
+    INSERT INTO ctxwin.usage_log (session_id, id, created_at, kind, provider, model, input_tokens, cached_tokens,
+                                  cache_write_tokens, output_tokens, usage, window_first_id, window_tokens,
+                                  window_encoding)
+    VALUES (p_session, next_id, clock_timestamp(), 'request', u.provider, st.model, u.input_tokens, u.cached_tokens,
+            u.cache_write_tokens, u.output_tokens, p_usage, first_id, tokens,
+            CASE WHEN tokens IS NOT NULL THEN st.encoding END);
+    IF tokens IS NOT NULL THEN
+        PERFORM ctxwin._calibrate(st.model);
+    END IF;
+    RETURN next_id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.record_usage(uuid, jsonb, bigint, int) IS
+'Records the usage object of an LLM answer (OpenAI or Anthropic, as it came) for a session, with the window the request sent (default: the window build_context returns now); returns the request''s id in the session';
+
+CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
+                                     ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
+                                                                m.tool_calls, p_encoding)
+                                          + CASE WHEN m.content_parts IS NULL THEN 0
+                                                 ELSE greatest(m.token_count - ctxwin.message_tokens(
+                                                          m.role, m.content, m.name, m.tool_call_id,
+                                                          m.tool_calls, m.token_encoding), 0) END
+                                END), 0)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.retracted_at IS NULL);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
+
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    st record;
+    enc text;
+    nxt record;
+    cur record;
+BEGIN
+    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
+    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
+    WHERE p.name = NEW.profile;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
+            USING ERRCODE = 'foreign_key_violation',
+                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
+    END IF;
+    enc := st.encoding;
+
+    IF TG_OP = 'UPDATE' AND (NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id
+                             OR NEW.summary_version IS DISTINCT FROM OLD.summary_version) THEN
+        -- back only to before a retracted message it covered (ctxwin.retract)
+        IF NEW.summary_through_id < OLD.summary_through_id
+           AND NOT EXISTS (SELECT FROM ctxwin.messages m
+                           WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id
+                             AND m.id <= OLD.summary_through_id AND m.retracted_at IS NOT NULL) THEN
+            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
+                OLD.summary_through_id, NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
+        END IF;
+        IF NEW.summary_through_id > NEW.message_count THEN
+            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
+                NEW.summary_through_id, NEW.message_count
+                USING ERRCODE = 'check_violation';
+        END IF;
+        -- never inside a tool group (_summary_may_end; the next message
+        -- not retracted)
+        SELECT m.role INTO nxt FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NULL
+        ORDER BY m.id LIMIT 1;
+        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
+        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
+        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
+            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
+                USING ERRCODE = 'check_violation',
+                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
+        END IF;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id
+            - (SELECT count(*) FROM ctxwin.messages m
+               WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NOT NULL);
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+        IF NEW.summary_through_id > OLD.summary_through_id THEN
+            -- a new summary: the compaction circuit breaker starts afresh
+            NEW.compaction_failures := 0;
+            NEW.compaction_retry_at := NULL;
+            NEW.last_error := NULL;
+            NEW.last_error_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
+        -- the model changed: counters follow its encoding
+        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
+        NEW.count_encoding := enc;
+    ELSIF TG_OP = 'INSERT' THEN
+        -- a new session counts in its model's encoding; a restored one keeps
+        -- the counters it comes with (its messages are restored after it, and
+        -- the insert trigger recounts when the encoding differs)
+        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
+    END IF;
+
+    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
+                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
+        IF NEW.summary_version = OLD.summary_version THEN
+            NEW.summary_version := OLD.summary_version + 1;
+        END IF;
+        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
+            NEW.summary_updated_at := now();
+        END IF;
+    END IF;
+    -- the summary's segments (a stable window's): a summary written without
+    -- them (an application's own) is one segment; given, they must add up
+    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
+       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
+        NEW.summary_segments := NULL;
+    END IF;
+    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
+    -- in the encoding the counters are kept in (a restored session may
+    -- still be in its model's previous one)
+    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
+    NEW.prompt_tokens := ctxwin.messages_tokens(
+        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
+        NEW.count_encoding);
+
+    IF TG_OP = 'UPDATE' THEN
+        -- a session below every trigger, or with nothing it may summarize,
+        -- leaves the compaction queue (and one over a trigger enters it)
+        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
+                                st.max_messages_before_summary, st.max_tokens_before_summary,
+                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
+            IF NEW.compaction_queued_at IS NULL THEN
+                PERFORM ctxwin._wake_worker();
+            END IF;
+            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
+        ELSE
+            NEW.compaction_queued_at := NULL;
+        END IF;
+        NEW.updated_at := now();
+    END IF;
+    RETURN NEW;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
+
+CREATE OR REPLACE FUNCTION ctxwin._own_write()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_own_write'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._own_write() IS
+'Whether the statement running is ctxwin''s own write of its bookkeeping (retract marking messages)';
+
+CREATE OR REPLACE FUNCTION ctxwin._messages_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (NEW.session_id, NEW.id, NEW.role, NEW.content, NEW.tool_calls::text, NEW.tool_call_id,
+            NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
+           IS DISTINCT FROM
+           (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text)
+           OR (NEW.retracted_at IS DISTINCT FROM OLD.retracted_at
+               AND (OLD.retracted_at IS NOT NULL OR NOT ctxwin._own_write())) THEN
+            RAISE EXCEPTION 'messages cannot be changed'
+                USING ERRCODE = 'integrity_constraint_violation',
+                      DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
+                      HINT = 'Append a correction as a new message, or take messages back with ctxwin.retract(session, from_id).';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM ctxwin.sessions WHERE id = OLD.session_id) THEN
+        RAISE EXCEPTION 'a single message cannot be deleted'
+            USING ERRCODE = 'integrity_constraint_violation',
+                  DETAIL = 'Its session''s ids, counters and summary would no longer match its messages.',
+                  HINT = 'Delete the whole session (DELETE FROM ctxwin.sessions WHERE id = ...); its messages, summaries and flush events go with it.';
+    END IF;
+    RETURN OLD;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._messages_guard() IS
+'Update and delete trigger on messages: only metadata changes; messages go only with their whole session';
+
+CREATE OR REPLACE FUNCTION ctxwin.retract(session uuid, from_id bigint)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_retract'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.retract(uuid, bigint) IS
+'Takes back the messages of a session with id >= from_id: they stay stored with retracted_at set, and leave every later window, summary, search and count; a summary covering one is replaced by the newest one ending before from_id. Returns the number of messages retracted (0: none, or all already were)';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (
+        SELECT max(m.id) FROM ctxwin.messages m
+        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
+                           ORDER BY n.id LIMIT 1) nx ON true
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
+          AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
+'The last message id at or before a target where a summary may end without splitting a tool group';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                             || jsonb_build_object('id', m.id) ORDER BY m.id)
+            FROM ctxwin.messages m
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+              AND m.retracted_at IS NULL);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
+'Messages of a session after one id and up to another, as chat messages with their "id", oldest first';
+
+CREATE OR REPLACE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
+    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
+                         AND n.retracted_at IS NULL
+                       ORDER BY n.id LIMIT 1) nx ON true
+    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND m.retracted_at IS NULL
+      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
+'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
+
+CREATE OR REPLACE FUNCTION ctxwin.message(session uuid, id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    result jsonb;
+BEGIN
+    IF message.session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF message.id IS NULL THEN
+        RAISE EXCEPTION 'message id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+           || jsonb_build_object('id', m.id, 'created_at', m.created_at)
+           || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
+                   ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+           || CASE WHEN m.retracted_at IS NULL THEN '{}'
+                   ELSE jsonb_build_object('retracted_at', m.retracted_at) END
+    INTO result
+    FROM ctxwin.messages m
+    WHERE m.session_id = message.session AND m.id = message.id;
+    IF result IS NULL THEN
+        IF NOT EXISTS (SELECT FROM ctxwin.sessions s WHERE s.id = message.session) THEN
+            RAISE EXCEPTION 'session % does not exist', message.session USING ERRCODE = 'no_data_found';
+        END IF;
+        RAISE EXCEPTION 'message % of session % does not exist', message.id, message.session
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'Message ids run from 1 to the session''s message_count.';
+    END IF;
+    RETURN result;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
+'One stored message whole, as an OpenAI chat message object with its id and created_at (and retracted_at, if it was retracted): what a cleared tool result in a window stands for';
+
+CREATE OR REPLACE FUNCTION ctxwin.search(session uuid, query text, roles text[] DEFAULT NULL,
+                              since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL,
+                              max_results int DEFAULT 10)
+RETURNS TABLE (id bigint, role text, created_at timestamptz, snippet text, rank real)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+DECLARE
+    top bigint;
+    terms int;
+    want int;
+    ids bigint[];
+    ranks real[];
+    got_ids bigint[];
+    got_ranks real[];
+    below bigint;
+    lvl int;
+    probes int;
+    hits bigint;
+    density float8;
+    any_term boolean := false;
+    bad text;
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF query IS NULL THEN
+        RAISE EXCEPTION 'search query must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF max_results IS NULL OR max_results < 1 OR max_results > 100 THEN
+        RAISE EXCEPTION 'max_results must be between 1 and 100'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(max_results::text, 'NULL'));
+    END IF;
+    SELECT string_agg(coalesce(quote_literal(r), 'NULL'), ', ') INTO bad FROM unnest(roles) r
+    WHERE r IS NULL OR r NOT IN ('system', 'user', 'assistant', 'tool');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'roles has a value that is not a message role: %', bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The roles are system, user, assistant and tool.';
+    END IF;
+    SELECT s.message_count INTO top FROM ctxwin.sessions s WHERE s.id = session;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', session USING ERRCODE = 'no_data_found';
+    END IF;
+    terms := ctxwin._search_terms(query);
+    want := least(greatest(5 * max_results, 50), 500);
+
+    LOOP
+        ids := '{}';
+        ranks := '{}';
+        below := top + 1;
+        lvl := 1;
+        probes := 0;
+        hits := 0;
+        WHILE below > 1 AND cardinality(ids) < want AND probes < 16 LOOP
+            -- the matches of a bucket (lvl 1, 2) or the rest of the session
+            -- (3) below the messages searched, newest first
+            SELECT coalesce(array_agg(x.id ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}'),
+                   coalesce(array_agg(x.rank ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}')
+            INTO got_ids, got_ranks
+            FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
+                  FROM ctxwin.messages m
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
+                    AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
+                        OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
+                    AND (roles IS NULL OR m.role = ANY (roles))
+                    AND (since IS NULL OR m.created_at >= since) AND (until IS NULL OR m.created_at < until)
+                  LIMIT 4 * want) x;
+            ids := ids || got_ids[1 : want - cardinality(ids)];
+            ranks := ranks || got_ranks[1 : want - cardinality(ranks)];
+            hits := hits + cardinality(got_ids);
+            EXIT WHEN lvl = 3;
+            below := ctxwin._search_bucket_start(lvl, below - 1);
+            probes := probes + 1;
+            -- the next probe, by the matches per message so far: a bucket
+            -- of 1024 if 4 of them would hold the matches still wanted, or
+            -- if one of 32768 would hold more than a probe reads; else one
+            -- of 32768 (also after none in the newest 1024), unless 4 of
+            -- those would not hold them (or one held none): then the rest
+            -- of the session
+            density := hits::float8 / (top + 1 - greatest(below, 1));
+            IF hits = 0 AND lvl = 1 THEN
+                lvl := 2;
+            ELSIF density * 32768 * 4 < want - cardinality(ids) THEN
+                lvl := 3;
+            ELSIF density * 1024 * 4 >= want - cardinality(ids) OR density * 32768 > 4 * want THEN
+                lvl := 1;
+            ELSE
+                lvl := 2;
+            END IF;
+        END LOOP;
+
+        RETURN QUERY
+        SELECT m.id, m.role, m.created_at, ctxwin._search_snippet(m.content, m.tool_calls, query), c.rank
+        FROM (SELECT u.id, u.rank FROM unnest(ids, ranks) AS u(id, rank)
+              ORDER BY u.rank DESC, u.id DESC LIMIT max_results) c
+        JOIN ctxwin.messages m ON m.session_id = session AND m.id = c.id
+        ORDER BY c.rank DESC, c.id DESC;
+        -- no message has every term: those with some of them
+        EXIT WHEN FOUND OR any_term OR terms < 2;
+        any_term := true;
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.search(uuid, text, text[], timestamptz, timestamptz, int) IS
+'The messages of a session''s whole history (summarized ones included) that best match a query: every word (as a whole word) and identifier (as written, also inside a longer one), else some of them, case aside; with their role, time, a snippet and a rank, best first. The newest 5 * max_results matches (50 to 500) are ranked.';
+
+CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning AS $$
+DECLARE
+    -- (table, constraint, definition): every foreign key between ctxwin's tables
+    fkeys CONSTANT text[][] := ARRAY[
+        ['ctxwin.profiles', 'profiles_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
+        ['ctxwin.calibration', 'calibration_model_fkey',
+         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
+        ['ctxwin.sessions', 'sessions_profile_fkey',
+         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
+        ['ctxwin.messages', 'messages_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summaries', 'summaries_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summary_jobs', 'summary_jobs_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
+    drops text := '';
+    failed text;
+    i int;
+    t text;
+    f regprocedure;
+BEGIN
+    -- Citus creates the tables' triggers on their shards only with this on:
+    -- ctxwin's insert trigger numbers and counts a message on the shard
+    -- that holds its session (co-located with the session's row).
+    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
+    -- reference tables are written after distributed ones in this transaction
+    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
+                                 fkeys[i][1], fkeys[i][2]);
+    END LOOP;
+    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
+    INTO failed
+    FROM run_command_on_workers(drops) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
+                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
+    END IF;
+    EXECUTE drops;
+
+    PERFORM create_reference_table('ctxwin.models');
+    PERFORM create_reference_table('ctxwin.profiles');
+    PERFORM create_reference_table('ctxwin.calibration');
+    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
+    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
+                             'ctxwin.usage_log', 'ctxwin.summary_jobs'] LOOP
+        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+
+    FOR i IN 1 .. array_length(fkeys, 1) LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
+    END LOOP;
+
+    -- the coordinator's own copies of the rows, now in the shards
+    FOREACH t IN ARRAY ARRAY['ctxwin.summary_jobs', 'ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
+                             'ctxwin.profiles', 'ctxwin.models'] LOOP
+        PERFORM truncate_local_data_after_distributing_table(t::regclass);
+    END LOOP;
+
+    -- one call, one round trip to the node that holds the session.  Not
+    -- the summary jobs: claim_summary and claim_next_summary take the
+    -- session's claim, which lives on the coordinator with the worker's,
+    -- and complete_summary and fail_summary take a token, not a session.
+    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
+                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
+                             'ctxwin.context_status(uuid)',
+                             'ctxwin.context_report(uuid)',
+                             'ctxwin.messages_after(uuid,bigint)',
+                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
+                             'ctxwin.answer_tool_call(uuid,jsonb)',
+                             'ctxwin.retract(uuid,bigint)']::regprocedure[] LOOP
+        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
+    END LOOP;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._distribute(int) IS
+'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';
+
+COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
+'Messages of a session with an id greater than after_id (all if NULL), oldest first; retracted ones left out';
+
+-- the sessions trigger runs when a retract moves the summary version on
+DROP TRIGGER sessions_maintain_update ON ctxwin.sessions;
+CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
+    FOR EACH ROW
+    WHEN (OLD.summary_through_id IS DISTINCT FROM NEW.summary_through_id
+          OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
+          OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
+          OR OLD.profile IS DISTINCT FROM NEW.profile
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments
+          OR OLD.summary_version IS DISTINCT FROM NEW.summary_version)
+    EXECUTE FUNCTION ctxwin._sessions_maintain();
+

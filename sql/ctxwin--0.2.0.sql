@@ -207,7 +207,7 @@ CREATE TABLE ctxwin.profiles (
     min_recent_messages int NOT NULL DEFAULT 6 CHECK (min_recent_messages >= 0),
     response_reserve int NOT NULL DEFAULT 4096 CHECK (response_reserve >= 0),
     max_summary_tokens int NOT NULL DEFAULT 1024 CHECK (max_summary_tokens > 0),
-    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive')),
+    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive', 'app')),
     summary_model text,
     summary_prompt text,
     summary_placement text NOT NULL DEFAULT 'system'
@@ -390,7 +390,7 @@ COMMENT ON TABLE ctxwin.sessions IS
 COMMENT ON COLUMN ctxwin.sessions.summary_through_id IS
 'Id of the last message the summary covers (0: none); only moves forward';
 COMMENT ON COLUMN ctxwin.sessions.message_count IS
-'Messages in the session, which is also the id of the newest one';
+'Messages in the session, which is also the id of the newest one (retracted messages included: ids are never reused)';
 COMMENT ON COLUMN ctxwin.sessions.prompt_tokens IS
 'Tokens of the system prompt and summary as build_context sends them, in count_encoding';
 COMMENT ON COLUMN ctxwin.sessions.count_encoding IS
@@ -462,6 +462,7 @@ CREATE TABLE ctxwin.messages (
     created_at timestamptz NOT NULL DEFAULT now(),
     client_key text,
     content_parts jsonb,
+    retracted_at timestamptz,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -479,6 +480,8 @@ COMMENT ON COLUMN ctxwin.messages.client_key IS
 'The key the application gave the message (append_messages), unique in its session; NULL: none';
 COMMENT ON COLUMN ctxwin.messages.content_parts IS
 'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
+COMMENT ON COLUMN ctxwin.messages.retracted_at IS
+'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
 -- a client's own key of a message (a framework's message id, a hash of a
 -- retried request's message): stored once per session
 CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
@@ -497,6 +500,7 @@ CREATE TABLE ctxwin.summaries (
     latency_ms int,
     created_at timestamptz NOT NULL DEFAULT now(),
     segments int[],
+    retracted_at timestamptz,
     PRIMARY KEY (session_id, version),
     CHECK (from_id <= through_id)
 );
@@ -505,6 +509,8 @@ COMMENT ON TABLE ctxwin.summaries IS
 'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
 COMMENT ON COLUMN ctxwin.summaries.segments IS
 'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
+COMMENT ON COLUMN ctxwin.summaries.retracted_at IS
+'When a retract took back a message this summary covers: it is never sent again. NULL: in effect';
 
 CREATE TABLE ctxwin.flush_events (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
@@ -585,11 +591,11 @@ BEGIN
                                                           m.tool_calls, m.token_encoding), 0) END
                                 END), 0)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
-'Tokens of the messages of a session after an id, counted in an encoding';
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
 
 -- Whether a session's counters put it in the compaction queue: a summary
 -- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
@@ -655,8 +661,13 @@ BEGIN
     END IF;
     enc := st.encoding;
 
-    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
-        IF NEW.summary_through_id < OLD.summary_through_id THEN
+    IF TG_OP = 'UPDATE' AND (NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id
+                             OR NEW.summary_version IS DISTINCT FROM OLD.summary_version) THEN
+        -- back only to before a retracted message it covered (ctxwin.retract)
+        IF NEW.summary_through_id < OLD.summary_through_id
+           AND NOT EXISTS (SELECT FROM ctxwin.messages m
+                           WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id
+                             AND m.id <= OLD.summary_through_id AND m.retracted_at IS NOT NULL) THEN
             RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
                 OLD.summary_through_id, NEW.summary_through_id
                 USING ERRCODE = 'check_violation',
@@ -667,9 +678,11 @@ BEGIN
                 NEW.summary_through_id, NEW.message_count
                 USING ERRCODE = 'check_violation';
         END IF;
-        -- never inside a tool group (_summary_may_end)
+        -- never inside a tool group (_summary_may_end; the next message
+        -- not retracted)
         SELECT m.role INTO nxt FROM ctxwin.messages m
-        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NULL
+        ORDER BY m.id LIMIT 1;
         SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
         IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
@@ -677,7 +690,9 @@ BEGIN
                 USING ERRCODE = 'check_violation',
                       DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
         END IF;
-        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id
+            - (SELECT count(*) FROM ctxwin.messages m
+               WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NOT NULL);
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
         IF NEW.summary_through_id > OLD.summary_through_id THEN
@@ -750,7 +765,8 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
           OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
           OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
           OR OLD.profile IS DISTINCT FROM NEW.profile
-          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments
+          OR OLD.summary_version IS DISTINCT FROM NEW.summary_version)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
 
 -- A changed profile or model (lower triggers, a smaller window) can put
@@ -852,8 +868,20 @@ CREATE TRIGGER messages_insert_begin BEFORE INSERT ON ctxwin.messages
 CREATE TRIGGER messages_insert_end AFTER INSERT ON ctxwin.messages
     FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
 
+-- Whether the statement running is ctxwin's own write of its bookkeeping
+-- (src/base/spi.c): the guard below lets retract() mark messages, and no
+-- one else.
+CREATE FUNCTION ctxwin._own_write()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_own_write'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._own_write() IS
+'Whether the statement running is ctxwin''s own write of its bookkeeping (retract marking messages)';
+
 -- Messages are append-only: their metadata may change, nothing else; one
 -- message cannot be deleted, a whole session can (its messages go with it).
+-- retract() marks messages retracted (retracted_at), once.
 CREATE FUNCTION ctxwin._messages_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -862,11 +890,13 @@ BEGIN
             NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
            IS DISTINCT FROM
            (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
-            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text) THEN
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text)
+           OR (NEW.retracted_at IS DISTINCT FROM OLD.retracted_at
+               AND (OLD.retracted_at IS NOT NULL OR NOT ctxwin._own_write())) THEN
             RAISE EXCEPTION 'messages cannot be changed'
                 USING ERRCODE = 'integrity_constraint_violation',
                       DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
-                      HINT = 'Append a correction as a new message.';
+                      HINT = 'Append a correction as a new message, or take messages back with ctxwin.retract(session, from_id).';
         END IF;
         RETURN NEW;
     END IF;
@@ -892,7 +922,23 @@ LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
-'Messages of a session with an id greater than after_id (all if NULL), oldest first';
+'Messages of a session with an id greater than after_id (all if NULL), oldest first; retracted ones left out';
+
+-- Retract, never delete: the messages of a session from an id on leave
+-- every later window, summary, search and count, and stay stored, marked
+-- with retracted_at (src/summary/retract.c).  A summary that covers one of
+-- them is never sent again: the session falls back to the newest summary
+-- that ends before from_id, or to none, and is queued as an insert would
+-- queue it.  Runs as the caller: it locks the session's row (as an insert
+-- does) and updates its messages.
+CREATE FUNCTION ctxwin.retract(session uuid, from_id bigint)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_retract'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.retract(uuid, bigint) IS
+'Takes back the messages of a session with id >= from_id: they stay stored with retracted_at set, and leave every later window, summary, search and count; a summary covering one is replaced by the newest one ending before from_id. Returns the number of messages retracted (0: none, or all already were)';
 
 -- ==== sql/install/40_window.sql ====
 
@@ -932,6 +978,8 @@ BEGIN
            || jsonb_build_object('id', m.id, 'created_at', m.created_at)
            || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
                    ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+           || CASE WHEN m.retracted_at IS NULL THEN '{}'
+                   ELSE jsonb_build_object('retracted_at', m.retracted_at) END
     INTO result
     FROM ctxwin.messages m
     WHERE m.session_id = message.session AND m.id = message.id;
@@ -947,7 +995,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
-'One stored message whole, as an OpenAI chat message object with its id and created_at: what a cleared tool result in a window stands for';
+'One stored message whole, as an OpenAI chat message object with its id and created_at (and retracted_at, if it was retracted): what a cleared tool result in a window stands for';
 
 -- The window is made in C (src/window/window.c: the walk, the packing and the
 -- middle cut; src/window/format.c: the two output formats).  Both run as the
@@ -1090,7 +1138,7 @@ BEGIN
              ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
                          ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
                          to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
-        CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
+        CASE WHEN c.summary_version = 0 OR (c.summary_through_id = 0 AND c.summary_tokens = 0) THEN '  summary   none yet'
              ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
                          c.summary_version, c.summary_tokens, c.summary_through_id,
                          CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'
@@ -1800,8 +1848,10 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN (
         SELECT max(m.id) FROM ctxwin.messages m
-        LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
-        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
+                           ORDER BY n.id LIMIT 1) nx ON true
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
           AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
 END $$;
 
@@ -1828,7 +1878,8 @@ BEGIN
     RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
                              || jsonb_build_object('id', m.id) ORDER BY m.id)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+              AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
@@ -1862,9 +1913,12 @@ BEGIN
     END IF;
     -- the first place a summary may end: the end of the first whole tool group
     SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
-    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
-                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
+                         AND n.retracted_at IS NULL
+                       ORDER BY n.id LIMIT 1) nx ON true
     WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND m.retracted_at IS NULL
       AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
     IF first_cut IS NULL THEN
         RETURN NULL;
@@ -1873,7 +1927,8 @@ BEGIN
     SELECT max(x.id) INTO guess
     FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
           FROM ctxwin.messages m
-          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
     WHERE x.running <= p_room::bigint;
     IF guess IS NULL OR guess < through THEN
         through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
@@ -1907,7 +1962,9 @@ COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
  * segment appended to the summary (_summary_segment): the request then
  * holds the whole summary for context, and its system prompt ends with
  * segment_summary_prompt().  Returns through, transcript_cut, facts
- * (hybrid), answer_tokens, system_prompt, prompt, model, segment and budget.
+ * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
+ * less the facts, above the target "Write at most N tokens" of the prompt),
+ * system_prompt, prompt, model, segment and budget.
  */
 CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
 RETURNS jsonb
@@ -1930,12 +1987,19 @@ DECLARE
     previous text;
     fit jsonb;
     shape record;
+    cap int;
 BEGIN
     SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
     SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
     -- appended as a segment (a stable window's), or written whole, in budget tokens
     shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
                                      st.max_summary_tokens);
+    -- the answer's hard cap, the request's max_tokens: max_summary_tokens,
+    -- above the target the prompt asks for, so that a model that answers
+    -- longer than its target is not cut off (a cut-off answer is never
+    -- stored, and the same request would be cut off again); a segment
+    -- longer than the summary has room for is cut to fit when it is written
+    cap := greatest(st.max_summary_tokens, shape.budget);
     strategy := coalesce(st.summary_strategy,
                          CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
                               THEN 'llm' ELSE 'extractive' END);
@@ -1961,7 +2025,7 @@ BEGIN
            || coalesce(' Focus: ' || p_instructions, '');
     -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
     fit := ctxwin._summary_fit(p_session, p_after, through,
-                               summary_window - shape.budget - 32
+                               summary_window - cap - 32
                                - ctxwin.count_tokens(sys, summary_encoding)
                                - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
                                                      summary_encoding),
@@ -2000,7 +2064,9 @@ BEGIN
            || format(' Write at most %s tokens.', room)
            || coalesce(' Focus: ' || p_instructions, '');
     prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
-    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+    RETURN plan || jsonb_build_object('facts', facts_text,
+                                      'answer_tokens', cap - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
+                                      'system_prompt', sys,
                                       'prompt', prompt, 'model', model,
                                       'segment', shape.segment, 'budget', shape.budget);
 END $$;
@@ -2130,6 +2196,247 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
 'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
+
+------------------------------------------------------------------------------
+-- Summary jobs: summaries made by the application's own model
+------------------------------------------------------------------------------
+
+-- A session's summary job, claimed by claim_summary or claim_next_summary:
+-- the plan the worker would have made (the range, the request), and who may
+-- complete it (its token) until when.  One row per session, replaced by the
+-- next claim once this one is completed, failed or expired.  While it is
+-- claimed and not expired, no other summarizer takes the session (the
+-- worker, compact(), summarize_session, another claim).
+CREATE TABLE ctxwin.summary_jobs (
+    session_id uuid PRIMARY KEY REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    token text NOT NULL,
+    plan jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'completed', 'failed')),
+    claimed_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    finished_at timestamptz
+);
+
+COMMENT ON TABLE ctxwin.summary_jobs IS
+'The last summary job claimed of each session (claim_summary, claim_next_summary): its plan, token, state and lease';
+
+-- Until when an application's summary job holds a session (NULL: none
+-- does), for the queue queries of the worker and compact(), the plan of
+-- every summarizer and context_status, whose callers need no privilege on
+-- ctxwin.summary_jobs (it holds the jobs' tokens).
+CREATE FUNCTION ctxwin._summary_job_held(p_session uuid)
+RETURNS timestamptz
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT j.expires_at FROM ctxwin.summary_jobs j
+        WHERE j.session_id OPERATOR(pg_catalog.=) p_session AND j.state OPERATOR(pg_catalog.=) 'claimed'
+          AND j.expires_at OPERATOR(pg_catalog.>) clock_timestamp());
+
+COMMENT ON FUNCTION ctxwin._summary_job_held(uuid) IS
+'Until when an unexpired summary job (claim_summary) holds a session; NULL when none does';
+
+/*
+ * The job an application is given for a plan of the app strategy (see
+ * claim_summary): the token, the range, the previous summary, the exact
+ * messages the worker would send (the system and the user message of its
+ * OpenAI request), the stored messages of the range, the answer's token
+ * limit, the model, the strategy, whether the server's own LLM would do it,
+ * and when the claim expires.
+ */
+CREATE FUNCTION ctxwin._summary_job(p_plan jsonb, p_token text, p_expires_at timestamptz, p_server_llm boolean)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := (p_plan ->> 'session')::uuid;
+    s record;
+BEGIN
+    SELECT x.conversation_summary, x.summary_version INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    RETURN jsonb_build_object(
+        'token', p_token,
+        'session_id', sid,
+        'from_id', (p_plan ->> 'after')::bigint + 1,
+        'through_id', (p_plan ->> 'through')::bigint,
+        'previous_summary', s.conversation_summary,
+        'previous_version', nullif(s.summary_version, 0),
+        'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', p_plan ->> 'system_prompt'),
+                                      jsonb_build_object('role', 'user', 'content', p_plan ->> 'prompt')),
+        'transcript', coalesce((SELECT jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
+                                                                    'name', m.name, 'tool_calls', m.tool_calls,
+                                                                    'tool_call_id', m.tool_call_id) ORDER BY m.id)
+                                FROM ctxwin.messages m
+                                WHERE m.session_id OPERATOR(pg_catalog.=) sid
+                                  AND m.id > (p_plan ->> 'after')::bigint
+                                  AND m.id <= (p_plan ->> 'through')::bigint), '[]'::jsonb),
+        'max_tokens', (p_plan ->> 'answer_tokens')::int,
+        'model', p_plan ->> 'job_model',
+        'strategy', p_plan ->> 'strategy',
+        'server_llm', p_server_llm,
+        'expires_at', p_expires_at);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_job(jsonb, text, timestamptz, boolean) IS
+'The summary job given to an application for a plan: token, range, previous summary, the worker''s prompt as messages, the messages covered, max_tokens, model, strategy, server_llm, expires_at';
+
+/*
+ * The next summary of a session as a job for the application's own model:
+ * the plan the worker would make (the same range, prompt and checks),
+ * claimed for ctxwin.summary_job_lease_ms.  NULL when no summary is due
+ * (without force: when the session is not queued, waits for its stable
+ * window or for its failure backoff), or when another summarizer holds the
+ * session (the worker, summarize_session, compact(), an unexpired job).
+ * In C (src/summary/jobs.c).
+ */
+CREATE FUNCTION ctxwin.claim_summary(session uuid, force boolean DEFAULT false)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_claim_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.claim_summary(uuid, boolean) IS
+'Claims the next summary of a session as a job for the application''s own model (the exact prompt the worker would send, the range, a token); NULL when none is due or another summarizer holds the session';
+
+-- claim_summary for the oldest queued session that nobody holds: the loop
+-- of a summarizer outside the database.  In C (src/summary/jobs.c).
+CREATE FUNCTION ctxwin.claim_next_summary()
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_claim_next_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.claim_next_summary() IS
+'Claims the summary of the oldest queued session nobody else holds, as claim_summary does; NULL when none';
+
+-- The job of a token, locked, if it may still be completed or failed;
+-- raises CW001 (summary job is stale) for any other token.
+CREATE FUNCTION ctxwin._summary_job_live(p_token text)
+RETURNS ctxwin.summary_jobs
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid;
+    j ctxwin.summary_jobs;
+    s record;
+BEGIN
+    IF p_token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_token ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{32}$' THEN
+        sid := split_part(p_token, '.', 1)::uuid;
+        SELECT * INTO j FROM ctxwin.summary_jobs x WHERE x.session_id OPERATOR(pg_catalog.=) sid FOR UPDATE;
+    END IF;
+    IF j.session_id IS NULL THEN
+        RAISE EXCEPTION 'summary job is stale: the token is unknown'
+            USING ERRCODE = 'CW001',
+                  DETAIL = 'No summary job was claimed with this token, or its session was deleted.',
+                  HINT = 'Claim a new job with ctxwin.claim_summary or ctxwin.claim_next_summary.';
+    END IF;
+    IF j.token OPERATOR(pg_catalog.<>) p_token THEN
+        RAISE EXCEPTION 'summary job is stale: a newer claim of session % superseded it', sid
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('This job expired, and the session was claimed again at %s.', j.claimed_at),
+                  HINT = 'Drop this job''s answer; the newer job covers the session.';
+    END IF;
+    IF j.state OPERATOR(pg_catalog.<>) 'claimed' THEN
+        RAISE EXCEPTION 'summary job is stale: it was already %', j.state
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The job of session %s was %s at %s.', sid, j.state, j.finished_at),
+                  HINT = 'A job is completed or failed once; claim a new one for the next summary.';
+    END IF;
+    IF j.expires_at <= clock_timestamp() THEN
+        RAISE EXCEPTION 'summary job is stale: it expired at %', j.expires_at
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The claim of session %s lasted ctxwin.summary_job_lease_ms; after it, another summarizer may take the session.', sid),
+                  HINT = 'Claim the session again, or raise ctxwin.summary_job_lease_ms for a slow model.';
+    END IF;
+    SELECT x.summary_through_id, x.summary_version INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF s.summary_through_id IS DISTINCT FROM (j.plan ->> 'after')::bigint
+       OR s.summary_version IS DISTINCT FROM (j.plan ->> 'version')::int THEN
+        RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', sid
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The job was planned on summary version %s; the session has version %s.',
+                                  j.plan ->> 'version', s.summary_version),
+                  HINT = 'Claim a new job with ctxwin.claim_summary.';
+    END IF;
+    RETURN j;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_job_live(text) IS
+'The summary job of a token, locked, if it may still be completed or failed; raises CW001 otherwise';
+
+/*
+ * Completes a summary job with the application's model's answer: applied
+ * by the worker's own code and checks (_summary_finish: a segment appended
+ * under a stable window, the compare-and-set, the summaries row with the
+ * usage, the flush event).  A stale token is CW001; an empty answer is
+ * 22023 and the job stays claimed; nothing is written on either.
+ */
+CREATE FUNCTION ctxwin.complete_summary(token text, summary text, usage jsonb DEFAULT NULL)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j ctxwin.summary_jobs;
+    r ctxwin.summaries;
+BEGIN
+    j := ctxwin._summary_job_live(token);
+    IF summary IS NULL OR btrim(summary, E' \t\r\n') = '' THEN
+        RAISE EXCEPTION 'the summary of a job must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                  HINT = 'Pass the model''s text, or call ctxwin.fail_summary with what went wrong.';
+    END IF;
+    IF usage IS NOT NULL THEN
+        -- raises for anything but a provider's usage object
+        PERFORM ctxwin.usage_tokens(usage);
+    END IF;
+    BEGIN
+        r := ctxwin._summary_finish(j.plan, jsonb_build_object(
+            'status', 200, 'provider', 'openai',
+            'total_ms', (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000::numeric)::int,
+            'body', jsonb_build_object(
+                'choices', jsonb_build_array(jsonb_build_object(
+                    'message', jsonb_build_object('role', 'assistant', 'content', summary),
+                    'finish_reason', 'stop')))
+                -- no usage: none stored, as for a provider's answer without one
+                || CASE WHEN usage IS NOT NULL THEN jsonb_build_object('usage', usage) ELSE '{}'::jsonb END));
+    EXCEPTION
+        WHEN serialization_failure THEN
+            RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
+                USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
+                      HINT = 'Claim a new job with ctxwin.claim_summary.';
+        WHEN data_exception THEN
+            -- the worker's checks refused the answer (far over max_summary_tokens)
+            RAISE EXCEPTION '%', SQLERRM
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                      HINT = format('Ask the model for at most %s tokens (the job''s max_tokens).', j.plan ->> 'answer_tokens');
+    END;
+    UPDATE ctxwin.summary_jobs x SET state = 'completed', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
+    RETURN r;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.complete_summary(text, text, jsonb) IS
+'Writes the summary of a claimed job with the worker''s code and checks, its usage recorded as a summary call; CW001 for a stale token, 22023 for an empty summary, nothing written on either';
+
+-- Ends a summary job without a summary: the failure is recorded on the
+-- session as the worker records its own (compaction_failures, last_error,
+-- the backoff before the next claim_next_summary or worker attempt).
+CREATE FUNCTION ctxwin.fail_summary(token text, error text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j ctxwin.summary_jobs;
+BEGIN
+    j := ctxwin._summary_job_live(token);
+    PERFORM ctxwin._compaction_failed(j.session_id,
+                                      left(coalesce(nullif(error, ''), 'the application''s summarizer failed'), 2000));
+    UPDATE ctxwin.summary_jobs x SET state = 'failed', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
+'Releases a claimed summary job without a summary, recording the failure with the worker''s backoff; CW001 for a stale token';
 -- ==== sql/install/80_worker.sql ====
 
 -- A failed compaction attempt: counted (the circuit breaker), recorded, and
@@ -2648,7 +2955,7 @@ BEGIN
             INTO got_ids, got_ranks
             FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
                   FROM ctxwin.messages m
-                  WHERE m.session_id = session AND m.id < below
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
                     AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
                         OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
                     AND (roles IS NULL OR m.role = ANY (roles))
@@ -3228,7 +3535,10 @@ BEGIN
     IF first_id IS NULL AND tokens IS NULL THEN
         -- the window build_context returns now
         SELECT c.window_tokens,
-               CASE WHEN c.window_messages > 0 THEN c.message_count - c.window_messages + 1 END
+               CASE WHEN c.window_messages > 0 THEN
+                   (SELECT min(w.id) FROM (SELECT m.id FROM ctxwin.messages m
+                                           WHERE m.session_id = p_session AND m.retracted_at IS NULL
+                                           ORDER BY m.id DESC LIMIT c.window_messages) w) END
         INTO tokens, first_id
         FROM ctxwin.context_status(p_session) c;
     ELSIF first_id IS NOT NULL AND (first_id < 1 OR first_id > newest) THEN
@@ -3267,7 +3577,7 @@ COMMENT ON FUNCTION ctxwin.record_usage(uuid, jsonb, bigint, int) IS
 ------------------------------------------------------------------------------
 
 -- Every billed LLM call: the requests applications recorded, and the
--- summaries made with an LLM (strategies llm and hybrid), whose usage is
+-- summaries made with an LLM (strategies llm and hybrid, and app: the application's own model), whose usage is
 -- normalized as record_usage does (NULL counts for a usage object it cannot
 -- read, or none).
 CREATE VIEW ctxwin.usage_ledger WITH (security_invoker = true) AS
@@ -3299,7 +3609,7 @@ LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_w
                    WHERE m.name = x.model OR starts_with(x.model, m.name || '-')
                    ORDER BY length(m.name) DESC, m.name
                    LIMIT 1) pm ON true
-WHERE x.strategy IN ('llm', 'hybrid');
+WHERE x.strategy IN ('llm', 'hybrid', 'app');
 
 COMMENT ON VIEW ctxwin.usage_ledger IS
 'Every billed LLM call of a session: requests recorded with record_usage (kind request, id: the request''s) and LLM summaries (kind summary, id: the summary''s version), normalized, with their cost at the prices of ctxwin.models now';
@@ -3381,7 +3691,7 @@ GRANT SELECT ON ctxwin.usage_ledger, ctxwin.usage, ctxwin.profile_usage TO PUBLI
 --
 -- ctxwin.distribute() turns the tables of a Citus coordinator's ctxwin into
 -- Citus tables: sessions and the tables of each session's rows (messages,
--- summaries, flush_events, usage_log) distributed by session id and
+-- summaries, flush_events, usage_log, summary_jobs) distributed by session id and
 -- co-located, so a session and all its rows live on one node; models,
 -- profiles and calibration reference tables, copied to every node.  The
 -- functions that take one session are delegated to the node that holds it.
@@ -3416,6 +3726,8 @@ DECLARE
         ['ctxwin.flush_events', 'flush_events_session_id_fkey',
          'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
         ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summary_jobs', 'summary_jobs_session_id_fkey',
          'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
     drops text := '';
     failed text;
@@ -3451,7 +3763,7 @@ BEGIN
     PERFORM create_reference_table('ctxwin.calibration');
     PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
     FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
-                             'ctxwin.usage_log'] LOOP
+                             'ctxwin.usage_log', 'ctxwin.summary_jobs'] LOOP
         PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
     END LOOP;
 
@@ -3460,13 +3772,16 @@ BEGIN
     END LOOP;
 
     -- the coordinator's own copies of the rows, now in the shards
-    FOREACH t IN ARRAY ARRAY['ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+    FOREACH t IN ARRAY ARRAY['ctxwin.summary_jobs', 'ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
                              'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
                              'ctxwin.profiles', 'ctxwin.models'] LOOP
         PERFORM truncate_local_data_after_distributing_table(t::regclass);
     END LOOP;
 
-    -- one call, one round trip to the node that holds the session
+    -- one call, one round trip to the node that holds the session.  Not
+    -- the summary jobs: claim_summary and claim_next_summary take the
+    -- session's claim, which lives on the coordinator with the worker's,
+    -- and complete_summary and fail_summary take a token, not a session.
     FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
@@ -3474,7 +3789,8 @@ BEGIN
                              'ctxwin.context_report(uuid)',
                              'ctxwin.messages_after(uuid,bigint)',
                              'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
-                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+                             'ctxwin.answer_tool_call(uuid,jsonb)',
+                             'ctxwin.retract(uuid,bigint)']::regprocedure[] LOOP
         PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
     END LOOP;
 END $$;

@@ -1,6 +1,7 @@
 # pg_dump and restore carry every ctxwin row: the user's models and profiles
 # (new ones, changed built-in ones, ones that replace a built-in one), the
-# sessions with their counters and summaries, the messages (replayed through
+# sessions with their counters and summaries, the messages (retracted ones
+# marked as they were; replayed through
 # the insert trigger with the ids and token counts of the dump), the summary
 # history, the flush outbox, the usage ledger and the calibration.  Checked
 # for the custom format with pg_restore (also parallel) and for the plain
@@ -161,6 +162,8 @@ INSERT INTO ctxwin.messages (session_id, role, content)
 SELECT '00000000-0000-4000-8000-000000000005', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END,
        format('Turn %s.', i)
 FROM generate_series(1, 45) i;
+-- its two newest retracted (the rows come back marked, counted as before)
+SELECT ctxwin.retract('00000000-0000-4000-8000-000000000005', 44);
 UPDATE ctxwin.sessions SET compaction_failures = 2, compaction_retry_at = now() + interval '1 hour',
     last_error = 'HTTP 503 from the LLM', last_error_at = now()
 WHERE id = '00000000-0000-4000-8000-000000000005';

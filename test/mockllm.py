@@ -50,6 +50,12 @@ faults chosen by the requested model name:
   fault-close           the connection is closed without an answer
   fault-400             400 with the provider's error JSON
   slow-N                a good answer after N milliseconds
+  verbose-N             a good answer of about N tokens (4 characters each),
+                        longer than the "Write at most" of the prompt, cut
+                        off at the request's max_tokens (finish_reason
+                        "length" / stop_reason "max_tokens") when N is more
+                        ("mock" and the others heed the prompt's "Write at
+                        most N tokens" where it asks less than max_tokens)
   flaky-P               a fault for P % of the requests, at random (500, 503,
                         429 with Retry-After: 1, 502 HTML, connection closed,
                         malformed JSON, half a body), else a good answer;
@@ -323,7 +329,14 @@ class Handler(BaseHTTPRequestHandler):
             prompt = "".join(b.get("text", "") for b in prompt if isinstance(b, dict))
         entry["system"], entry["prompt"] = system, prompt
         model, attempt = entry["model"], entry["attempt"]
-        text = mock_summary(prompt, body.get("max_tokens") or body.get("max_completion_tokens"))
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        # a model that heeds its prompt: a summary prompt's "Write at most N
+        # tokens" sizes the answer where it asks for less than max_tokens
+        asked = max_tokens
+        target = re.search(r"Write at most (\d+) tokens", system)
+        if target:
+            asked = min(int(target.group(1)), int(max_tokens)) if max_tokens else int(target.group(1))
+        text = mock_summary(prompt, asked)
 
         def ok(text=text, finish=None, how="send", **kw):
             answer = ok_body(provider, model, req_id, text, finish, len(system) + len(prompt), **kw)
@@ -343,6 +356,17 @@ class Handler(BaseHTTPRequestHandler):
                 return ok(text=None, call=("conversation_search", {"query": q}),
                           finish="tool_use" if provider == "anthropic" else "tool_calls")
             return ok()
+        m = re.fullmatch(r"verbose-(\d+)", model)
+        if m:
+            # about N tokens (4 characters each) whatever the prompt asks;
+            # cut off at max_tokens (finish "length") as a provider does
+            want = int(m.group(1))
+            long = (text + "\nDetails:" + "".join(" the deploy of step %d went as planned." % i
+                                                   for i in range(want)))[:want * 4]
+            cap = int(max_tokens or 4096)
+            if want > cap:
+                return ok(text=long[:cap * 4], finish="max_tokens" if provider == "anthropic" else "length")
+            return ok(text=long)
         m = re.fullmatch(r"slow-(\d+)", model)
         if m:
             a = ok()

@@ -125,6 +125,16 @@ SELECT throws_ok($$SELECT ctxwin.summarize_session('b0000000-0000-4000-8000-0000
 SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content)
                    VALUES ('b0000000-0000-4000-8000-000000000002', 'user', 'injected by A')$$,
                  NULL, NULL, 'A cannot add a message to B''s session');
+SELECT throws_ok($$INSERT INTO ctxwin.messages (session_id, role, content, retracted_at)
+                   VALUES ('a0000000-0000-4000-8000-000000000001', 'user', 'born retracted', now())$$,
+                 '42501', 'permission denied to write column "retracted_at" of ctxwin.messages',
+                 'an application role cannot insert a retracted message');
+SELECT throws_ok($$UPDATE ctxwin.messages SET retracted_at = now()
+                   WHERE session_id = 'a0000000-0000-4000-8000-000000000001' AND id = 1$$,
+                 '23000', 'messages cannot be changed', '... nor mark one retracted by an UPDATE');
+SELECT throws_ok($$SELECT ctxwin.retract('b0000000-0000-4000-8000-000000000001', 1)$$,
+                 'P0002', 'session b0000000-0000-4000-8000-000000000001 does not exist',
+                 'retract of B''s session: does not exist');
 SELECT is((SELECT ctxwin._session_visible('b0000000-0000-4000-8000-000000000001')), false,
           'worker_status would hide an error of B''s session from A');
 SELECT is((SELECT ctxwin._session_visible('a0000000-0000-4000-8000-000000000001')), true,
@@ -141,6 +151,8 @@ SELECT is((SELECT system_prompt FROM ctxwin.sessions WHERE id = 'b0000000-0000-4
           'B again.', 'A''s UPDATE of B''s session changed nothing');
 SELECT is((SELECT count(*) FROM ctxwin.messages WHERE session_id = 'b0000000-0000-4000-8000-000000000002'),
           10::bigint, 'A''s DELETE of B''s session deleted nothing');
+SELECT is((SELECT count(*) FROM ctxwin.messages WHERE session_id::text LIKE 'b%' AND retracted_at IS NOT NULL),
+          0::bigint, 'A''s retract of B''s session marked nothing');
 SELECT is((SELECT summary_version FROM ctxwin.sessions WHERE id = 'b0000000-0000-4000-8000-000000000002'),
           0, 'B''s queued session was not summarized by A''s compact()');
 SELECT isnt((SELECT compaction_queued_at FROM ctxwin.sessions WHERE id = 'b0000000-0000-4000-8000-000000000002'),
@@ -156,6 +168,12 @@ SELECT is((SELECT count(*) FROM ctxwin.sessions), 2::bigint, 'B sees its two ses
 SELECT is((SELECT count(*) FROM ctxwin.session_settings), 2::bigint, 'session_settings shows B its two');
 SELECT is((SELECT row(requests, input_tokens)::text FROM ctxwin.usage ORDER BY requests DESC LIMIT 1), '(1,500)',
           'B sees its own usage, and none of A''s');
+SELECT is(ctxwin.retract('b0000000-0000-4000-8000-000000000001', 3), 8,
+          'B retracts in its own summarized session, with the README''s grants');
+SELECT is((SELECT format('%s %s', s.summary_through_id, (SELECT count(*) FROM ctxwin.summaries x
+                                                         WHERE x.session_id = s.id AND x.retracted_at IS NOT NULL))
+           FROM ctxwin.sessions s WHERE s.id = 'b0000000-0000-4000-8000-000000000001'), '0 1',
+          '... its summary marked (B has no UPDATE on summaries) and no longer the session''s');
 RESET ROLE;
 
 SELECT * FROM finish();

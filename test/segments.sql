@@ -274,11 +274,21 @@ SELECT is((SELECT string_agg(DISTINCT l, ' ') FROM regexp_split_to_table(plan ->
            WHERE l ~ '^\[' AND (pg_temp.releases(l))[1] <= 8),
           NULL, '... none of the messages summarized before among them')
 FROM plans WHERE step = 'd2';
-SELECT throws_ok(format('SELECT ctxwin._summary_finish(%L, %L)', plan, pg_temp.answer(repeat('release_9 deployed and verified. ', 60))),
-                 '22000', NULL, 'an answer that would take the summary over max_summary_tokens is refused')
+SELECT is((plan ->> 'answer_tokens')::int, 400,
+          '... and its request lets the answer take max_summary_tokens (a model that writes more than the target is not cut off)')
 FROM plans WHERE step = 'd2';
+-- an answer longer than the summary has room for: written in a savepoint, read, undone
+SAVEPOINT too_long;
+SELECT (ctxwin._summary_finish(plan, pg_temp.answer(repeat('release_9 deployed and verified. ', 60)))).content AS cut_content
+FROM plans WHERE step = 'd2' \gset
+ROLLBACK TO SAVEPOINT too_long;
+SELECT cmp_ok(ctxwin.count_tokens(:'cut_content', 'o200k_base'), '<=', 400,
+              'an answer that would take the summary over max_summary_tokens is cut to fit, not refused (it would be retried forever)');
+SELECT ok(starts_with(:'cut_content', 'Deploys 1 to 8: release_8 is live.' || E'\n\n' || 'release_9 deployed and verified.')
+          AND :'cut_content' LIKE '%tokens omitted%' AND :'cut_content' LIKE '%release_9 deployed and verified.',
+          '... in the middle of the segment, the summary before it byte for byte');
 SELECT is(pg_temp.summary('30000000-0000-4000-8000-00000000000d'), 'Deploys 1 to 8: release_8 is live.',
-          '... and the summary is left as it was');
+          '... (undone here, for the checks below)');
 SELECT throws_ok(format('SELECT ctxwin._llm_summarize(%L)', jsonb_set(plan, '{segment}', 'false')),
                  '22023', 'summary plan does not match session 30000000-0000-4000-8000-00000000000d',
                  'a plan that says whole where the session''s settings say segment is refused before any request')

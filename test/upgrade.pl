@@ -158,8 +158,8 @@ my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', to_jsonb(s) - 'summary_segments'), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key' - 'content_parts'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
-       (SELECT string_agg(format('%s', to_jsonb(x) - 'segments'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
+       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key' - 'content_parts' - 'retracted_at'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
+       (SELECT string_agg(format('%s', to_jsonb(x) - 'segments' - 'retracted_at'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl',
                                                              'keep_tool_results', 'tool_result_max_tokens', 'clear_tool_inputs',
                                                              'exclude_tools', 'clear_at_least']), E'\n' ORDER BY p.name)
@@ -171,6 +171,10 @@ my $contexts_before = q_up($contexts_sql);
 my $state_before = q_up($state_sql);
 
 # --- ALTER EXTENSION ctxwin UPDATE --------------------------------------------
+# (the files of the messages and summaries tables: the update adds columns
+# to both without rewriting either)
+my $filenodes_sql = "SELECT pg_relation_filenode('ctxwin.messages') || ' ' || pg_relation_filenode('ctxwin.summaries')";
+my $filenodes_before = q_up($filenodes_sql);
 q_up('ALTER EXTENSION ctxwin UPDATE');
 is(q_up("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 	$current, "ALTER EXTENSION ctxwin UPDATE reaches $current");
@@ -179,6 +183,8 @@ is(q_up("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 (my $contexts_sql_nocache = $contexts_sql) =~ s/300, 'anthropic'\)/300, 'anthropic', cache => false)/;
 isnt($contexts_sql_nocache, $contexts_sql, '(the query after the update asks for no breakpoints)');
 is(q_up($contexts_sql_nocache), $contexts_before, 'build_context and context_status answer as before the update');
+is(q_up($filenodes_sql), $filenodes_before,
+	'the update rewrote neither ctxwin.messages nor ctxwin.summaries (retracted_at added without a default)');
 is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
 is(q_up("SELECT count(*) FILTER (WHERE content_parts IS NULL) || '/' || count(*) FROM ctxwin.messages"),
@@ -303,6 +309,32 @@ is( q_up("SELECT left(conversation_summary, length(\$q\$$summary_010\$q\$) + 2) 
 is( q_up("SELECT summary_segments[1] = length(\$q\$$summary_010\$q\$) AND cardinality(summary_segments) = 2
           FROM ctxwin.sessions WHERE id = '$sid2'"),
 	't', '... which is its first segment');
+
+# --- retract, on the rows and summaries of 0.1.0 ---------------------------------
+# From the message the session's summary ends at (0.1.0's summary covers it,
+# and the segment appended after the update): the session falls back to the
+# newest summary that ends before it (or none); those rows are kept, marked;
+# the window, search and counters leave the messages out.
+my $from = q_up("SELECT summary_through_id FROM ctxwin.sessions WHERE id = '$sid2'");
+cmp_ok($from, '>', 0, '(the session has a summary to retract into)');
+my $fallback = q_up("SELECT format('%s %s', coalesce(max(through_id), 0), count(*)) FROM ctxwin.summaries "
+	  . "WHERE session_id = '$sid2' AND through_id < $from");
+is( q_up("SELECT ctxwin.retract('$sid2', $from) = "
+		  . "(SELECT count(*) FROM ctxwin.messages WHERE session_id = '$sid2' AND id >= $from)"),
+	't', 'after the update, retract takes back the messages from the summary\'s end on');
+is( q_up("SELECT format('%s %s', summary_through_id, (SELECT count(*) FROM ctxwin.summaries x "
+		  . "WHERE x.session_id = s.id AND x.retracted_at IS NULL)) FROM ctxwin.sessions s WHERE id = '$sid2'"),
+	$fallback, '... the session falls back to the summary that ends before, the others marked');
+is( q_up("SELECT count(*) FROM ctxwin.summaries WHERE session_id = '$sid2' AND through_id >= $from "
+		  . "AND retracted_at IS NULL"),
+	'0', '... every summary that reaches it marked');
+is( q_up("SELECT count(*) FROM jsonb_array_elements(ctxwin.build_context('$sid2')) m WHERE m ->> 'role' <> 'system'"),
+	q_up("SELECT count(*) FROM ctxwin.messages m, ctxwin.sessions s WHERE s.id = '$sid2' AND m.session_id = s.id "
+		  . "AND m.id > s.summary_through_id AND m.id < $from"),
+	'... the window has the messages after it and before the retracted ones');
+is( q_up("SELECT (ctxwin.message('$sid2', $from) ? 'retracted_at') || ' ' "
+		  . "|| (SELECT count(*) FROM ctxwin.search('$sid2', 'invoice') x WHERE x.id >= $from)"),
+	'true 0', '... message() shows one marked, and search finds none of them');
 
 # --- token counts in indexes and generated columns, from 0.1.0 ----------------
 # 0.1.0 declared count_tokens STABLE, so an index or a stored generated

@@ -27,6 +27,10 @@
 #      clear_tool_inputs and its result cleared (its Anthropic input {});
 #      and another connection builds the same bytes.  Checks 1 to 7 hold
 #      there too.
+# A third of the sessions have messages retracted (ctxwin.retract), some
+# after their summary: the checks read the messages not retracted, so the
+# window must hold none of the retracted ones and behave as if they had
+# never been.
 #
 # CTXWIN_PROP_SEED (default 9) and CTXWIN_PROP_CASES (default 2400) choose
 # the run; the seed is printed first, and each failure names its seed and
@@ -378,6 +382,21 @@ sub session_sql
 			lit($sid), lit($row->{role}), lit($row->{content}), lit($row->{name}),
 			lit($row->{tool_call_id}), defined $row->{tool_calls} ? lit($row->{tool_calls}) . '::jsonb' : 'NULL');
 	}
+	# retracts, for a third of the sessions: from a random message (or past
+	# the newest), then a message or two more (the newest message is never
+	# retracted: the checks expect one to send); drawn from a generator of
+	# their own, so the other draws are those of before
+	my $rrng = PyRandom->new("$SEED/$serial/retract");
+	my $retract_after = $rrng->random < 0.3;
+	if ($rrng->random < 0.33)
+	{
+		push @sql, sprintf('SELECT ctxwin.retract(%s, %d);', lit($sid), $rrng->randint(1, 16));
+		for (1 .. $rrng->randint(1, 2))
+		{
+			push @sql, sprintf(q{INSERT INTO ctxwin.messages (session_id, role, content) VALUES (%s, %s, %s);},
+				lit($sid), lit($rrng->choice([qw(user assistant)])), lit(content($rrng)));
+		}
+	}
 	if ($rng->random < 0.3)
 	{
 		# a summary through a random unit boundary (never inside a tool group)
@@ -386,12 +405,19 @@ sub session_sql
             UPDATE ctxwin.sessions s SET conversation_summary = %s, summary_through_id = b.id
             FROM (SELECT m.id FROM ctxwin.messages m
                   WHERE m.session_id = %s AND m.tool_calls IS NULL AND m.role <> 'tool'
+                    AND m.retracted_at IS NULL
                     AND NOT EXISTS (SELECT 1 FROM ctxwin.messages n
                                     WHERE n.session_id = m.session_id AND n.id = m.id + 1 AND n.role = 'tool')
                     AND m.id < (SELECT message_count FROM ctxwin.sessions WHERE id = %s)
                   ORDER BY m.id LIMIT 1 OFFSET %d) b
             WHERE s.id = %s;}, lit($summary), lit($sid), lit($sid), $rng->randint(0, 6), lit($sid));
 	}
+	# and a retract that may reach into the summary: it then falls back to none
+	# (then a message: the newest is never retracted, as the checks expect)
+	push @sql, sprintf('SELECT ctxwin.retract(%s, %d);', lit($sid), $rrng->randint(1, 16)),
+	  sprintf(q{INSERT INTO ctxwin.messages (session_id, role, content) VALUES (%s, 'user', %s);},
+		lit($sid), lit(content($rrng, 0)))
+	  if $retract_after;
 	if ($rng->random < 0.15)
 	{
 		push @sql, sprintf('UPDATE ctxwin.profiles SET model = %s WHERE name = %s;',
@@ -897,10 +923,10 @@ while ($stats{cases} < $CASES)
 			'keep', st.keep_tool_results, 'max_tokens', st.tool_result_max_tokens,
 			'inputs', st.clear_tool_inputs, 'exclude', st.exclude_tools,
 			'clearing', st.keep_tool_results IS NOT NULL OR st.tool_result_max_tokens IS NOT NULL,
-			'rows', (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
+			'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
 			                  'name', m.name, 'tool_call_id', m.tool_call_id, 'tool_calls', m.tool_calls)
-			                  ORDER BY m.id)
-			         FROM ctxwin.messages m WHERE m.session_id = s.id))
+			                  ORDER BY m.id), '[]')
+			         FROM ctxwin.messages m WHERE m.session_id = s.id AND m.retracted_at IS NULL))
 		FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id = s.id
 		WHERE s.id = %s}, lit($sid)));
 	my $rows = $meta->{rows};

@@ -42,13 +42,20 @@ if [ ! -f "$venv/.complete" ]; then
 	"$venv/bin/python" -m pip install -q -r "$here/requirements-test.txt"
 	touch "$venv/.complete"
 fi
-# the package itself, from this tree, every run (not editable: what users install)
-"$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$here" >/dev/null
 "$venv/bin/python" -m pip check >/dev/null || { "$venv/bin/python" -m pip check; exit 1; }
+# the package itself, from this tree, every run (not editable: what users
+# install), into a directory of this run put first on the module path and
+# PATH (its `ctxwin` command): never into the shared virtualenv, where the
+# run of another tree beside this one would replace it mid-run
+site=$(mktemp -d /tmp/ctxwin-py-site.XXXXXX)
+trap 'rm -rf "$site"' EXIT
+"$venv/bin/python" -m pip install -q --no-deps --no-compile --target "$site" "$here" >/dev/null
+export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+export PATH=$site/bin:$venv/bin:$PATH
 
 echo "run-tests.sh: mypy --strict"
 (cd "$here" && "$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy_cache" src/ctxwin)
 
 echo "run-tests.sh: pytest"
 cd "$here"
-exec "$venv/bin/python" -m pytest -p no:cacheprovider -o console_output_style=classic "$@"
+"$venv/bin/python" -m pytest -p no:cacheprovider -o console_output_style=classic "$@"

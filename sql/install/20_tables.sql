@@ -42,7 +42,7 @@ CREATE TABLE ctxwin.profiles (
     min_recent_messages int NOT NULL DEFAULT 6 CHECK (min_recent_messages >= 0),
     response_reserve int NOT NULL DEFAULT 4096 CHECK (response_reserve >= 0),
     max_summary_tokens int NOT NULL DEFAULT 1024 CHECK (max_summary_tokens > 0),
-    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive')),
+    summary_strategy text CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive', 'app')),
     summary_model text,
     summary_prompt text,
     summary_placement text NOT NULL DEFAULT 'system'
@@ -225,7 +225,7 @@ COMMENT ON TABLE ctxwin.sessions IS
 COMMENT ON COLUMN ctxwin.sessions.summary_through_id IS
 'Id of the last message the summary covers (0: none); only moves forward';
 COMMENT ON COLUMN ctxwin.sessions.message_count IS
-'Messages in the session, which is also the id of the newest one';
+'Messages in the session, which is also the id of the newest one (retracted messages included: ids are never reused)';
 COMMENT ON COLUMN ctxwin.sessions.prompt_tokens IS
 'Tokens of the system prompt and summary as build_context sends them, in count_encoding';
 COMMENT ON COLUMN ctxwin.sessions.count_encoding IS
@@ -297,6 +297,7 @@ CREATE TABLE ctxwin.messages (
     created_at timestamptz NOT NULL DEFAULT now(),
     client_key text,
     content_parts jsonb,
+    retracted_at timestamptz,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -314,6 +315,8 @@ COMMENT ON COLUMN ctxwin.messages.client_key IS
 'The key the application gave the message (append_messages), unique in its session; NULL: none';
 COMMENT ON COLUMN ctxwin.messages.content_parts IS
 'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
+COMMENT ON COLUMN ctxwin.messages.retracted_at IS
+'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
 -- a client's own key of a message (a framework's message id, a hash of a
 -- retried request's message): stored once per session
 CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
@@ -332,6 +335,7 @@ CREATE TABLE ctxwin.summaries (
     latency_ms int,
     created_at timestamptz NOT NULL DEFAULT now(),
     segments int[],
+    retracted_at timestamptz,
     PRIMARY KEY (session_id, version),
     CHECK (from_id <= through_id)
 );
@@ -340,6 +344,8 @@ COMMENT ON TABLE ctxwin.summaries IS
 'Every summary made, append-only: the range it newly covers, its text, strategy, model, usage and latency';
 COMMENT ON COLUMN ctxwin.summaries.segments IS
 'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
+COMMENT ON COLUMN ctxwin.summaries.retracted_at IS
+'When a retract took back a message this summary covers: it is never sent again. NULL: in effect';
 
 CREATE TABLE ctxwin.flush_events (
     session_id uuid NOT NULL REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,

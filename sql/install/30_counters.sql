@@ -17,11 +17,11 @@ BEGIN
                                                           m.tool_calls, m.token_encoding), 0) END
                                 END), 0)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
-'Tokens of the messages of a session after an id, counted in an encoding';
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
 
 -- Whether a session's counters put it in the compaction queue: a summary
 -- trigger fires (N messages, K tokens, the ratio of the window; NULL = off)
@@ -87,8 +87,13 @@ BEGIN
     END IF;
     enc := st.encoding;
 
-    IF TG_OP = 'UPDATE' AND NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id THEN
-        IF NEW.summary_through_id < OLD.summary_through_id THEN
+    IF TG_OP = 'UPDATE' AND (NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id
+                             OR NEW.summary_version IS DISTINCT FROM OLD.summary_version) THEN
+        -- back only to before a retracted message it covered (ctxwin.retract)
+        IF NEW.summary_through_id < OLD.summary_through_id
+           AND NOT EXISTS (SELECT FROM ctxwin.messages m
+                           WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id
+                             AND m.id <= OLD.summary_through_id AND m.retracted_at IS NOT NULL) THEN
             RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
                 OLD.summary_through_id, NEW.summary_through_id
                 USING ERRCODE = 'check_violation',
@@ -99,9 +104,11 @@ BEGIN
                 NEW.summary_through_id, NEW.message_count
                 USING ERRCODE = 'check_violation';
         END IF;
-        -- never inside a tool group (_summary_may_end)
+        -- never inside a tool group (_summary_may_end; the next message
+        -- not retracted)
         SELECT m.role INTO nxt FROM ctxwin.messages m
-        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id + 1;
+        WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NULL
+        ORDER BY m.id LIMIT 1;
         SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
         WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
         IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
@@ -109,7 +116,9 @@ BEGIN
                 USING ERRCODE = 'check_violation',
                       DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
         END IF;
-        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id;
+        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id
+            - (SELECT count(*) FROM ctxwin.messages m
+               WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NOT NULL);
         NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
         NEW.count_encoding := enc;
         IF NEW.summary_through_id > OLD.summary_through_id THEN
@@ -182,7 +191,8 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
           OR OLD.conversation_summary IS DISTINCT FROM NEW.conversation_summary
           OR OLD.system_prompt IS DISTINCT FROM NEW.system_prompt
           OR OLD.profile IS DISTINCT FROM NEW.profile
-          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments)
+          OR OLD.summary_segments IS DISTINCT FROM NEW.summary_segments
+          OR OLD.summary_version IS DISTINCT FROM NEW.summary_version)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
 
 -- A changed profile or model (lower triggers, a smaller window) can put
@@ -284,8 +294,20 @@ CREATE TRIGGER messages_insert_begin BEFORE INSERT ON ctxwin.messages
 CREATE TRIGGER messages_insert_end AFTER INSERT ON ctxwin.messages
     FOR EACH STATEMENT EXECUTE FUNCTION ctxwin._messages_insert();
 
+-- Whether the statement running is ctxwin's own write of its bookkeeping
+-- (src/base/spi.c): the guard below lets retract() mark messages, and no
+-- one else.
+CREATE FUNCTION ctxwin._own_write()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_own_write'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION ctxwin._own_write() IS
+'Whether the statement running is ctxwin''s own write of its bookkeeping (retract marking messages)';
+
 -- Messages are append-only: their metadata may change, nothing else; one
 -- message cannot be deleted, a whole session can (its messages go with it).
+-- retract() marks messages retracted (retracted_at), once.
 CREATE FUNCTION ctxwin._messages_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -294,11 +316,13 @@ BEGIN
             NEW.name, NEW.token_count, NEW.token_encoding, NEW.created_at, NEW.content_parts::text)
            IS DISTINCT FROM
            (OLD.session_id, OLD.id, OLD.role, OLD.content, OLD.tool_calls::text, OLD.tool_call_id,
-            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text) THEN
+            OLD.name, OLD.token_count, OLD.token_encoding, OLD.created_at, OLD.content_parts::text)
+           OR (NEW.retracted_at IS DISTINCT FROM OLD.retracted_at
+               AND (OLD.retracted_at IS NOT NULL OR NOT ctxwin._own_write())) THEN
             RAISE EXCEPTION 'messages cannot be changed'
                 USING ERRCODE = 'integrity_constraint_violation',
                       DETAIL = 'ctxwin keeps every message as it was written, so summaries and token counts stay true; only metadata can change.',
-                      HINT = 'Append a correction as a new message.';
+                      HINT = 'Append a correction as a new message, or take messages back with ctxwin.retract(session, from_id).';
         END IF;
         RETURN NEW;
     END IF;
@@ -324,5 +348,21 @@ LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.messages_after(uuid, bigint) IS
-'Messages of a session with an id greater than after_id (all if NULL), oldest first';
+'Messages of a session with an id greater than after_id (all if NULL), oldest first; retracted ones left out';
+
+-- Retract, never delete: the messages of a session from an id on leave
+-- every later window, summary, search and count, and stay stored, marked
+-- with retracted_at (src/summary/retract.c).  A summary that covers one of
+-- them is never sent again: the session falls back to the newest summary
+-- that ends before from_id, or to none, and is queued as an insert would
+-- queue it.  Runs as the caller: it locks the session's row (as an insert
+-- does) and updates its messages.
+CREATE FUNCTION ctxwin.retract(session uuid, from_id bigint)
+RETURNS int
+AS 'MODULE_PATHNAME', 'ctxwin_retract'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.retract(uuid, bigint) IS
+'Takes back the messages of a session with id >= from_id: they stay stored with retracted_at set, and leave every later window, summary, search and count; a summary covering one is replaced by the newest one ending before from_id. Returns the number of messages retracted (0: none, or all already were)';
 

@@ -34,6 +34,8 @@ BEGIN
            || jsonb_build_object('id', m.id, 'created_at', m.created_at)
            || CASE WHEN coalesce(to_jsonb(m) -> 'content_parts', 'null') = 'null' THEN '{}'
                    ELSE jsonb_build_object('content_parts', to_jsonb(m) -> 'content_parts') END
+           || CASE WHEN m.retracted_at IS NULL THEN '{}'
+                   ELSE jsonb_build_object('retracted_at', m.retracted_at) END
     INTO result
     FROM ctxwin.messages m
     WHERE m.session_id = message.session AND m.id = message.id;
@@ -49,7 +51,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.message(uuid, bigint) IS
-'One stored message whole, as an OpenAI chat message object with its id and created_at: what a cleared tool result in a window stands for';
+'One stored message whole, as an OpenAI chat message object with its id and created_at (and retracted_at, if it was retracted): what a cleared tool result in a window stands for';
 
 -- The window is made in C (src/window/window.c: the walk, the packing and the
 -- middle cut; src/window/format.c: the two output formats).  Both run as the

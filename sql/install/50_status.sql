@@ -75,7 +75,7 @@ BEGIN
              ELSE format('  tokens    %s %6s%%  %s since the summary; summary at %s',
                          ctxwin._progress_bar(c.tokens_pct), c.tokens_pct, to_char(c.tokens_since_summary, 'FM999,999,999'),
                          to_char(c.max_tokens_before_summary, 'FM999,999,999')) END,
-        CASE WHEN c.summary_version = 0 THEN '  summary   none yet'
+        CASE WHEN c.summary_version = 0 OR (c.summary_through_id = 0 AND c.summary_tokens = 0) THEN '  summary   none yet'
              ELSE format('  summary   version %s, %s tokens, covers messages 1-%s, updated %s ago',
                          c.summary_version, c.summary_tokens, c.summary_through_id,
                          CASE WHEN c.summary_age < interval '1 minute' THEN extract(epoch FROM c.summary_age)::int || ' s'

@@ -363,8 +363,10 @@ SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN (
         SELECT max(m.id) FROM ctxwin.messages m
-        LEFT JOIN ctxwin.messages nx ON nx.session_id = m.session_id AND nx.id = m.id + 1
-        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target
+        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
+                           ORDER BY n.id LIMIT 1) nx ON true
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
           AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
 END $$;
 
@@ -391,7 +393,8 @@ BEGIN
     RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
                              || jsonb_build_object('id', m.id) ORDER BY m.id)
             FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through);
+            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+              AND m.retracted_at IS NULL);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
@@ -425,9 +428,12 @@ BEGIN
     END IF;
     -- the first place a summary may end: the end of the first whole tool group
     SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
-    LEFT JOIN ctxwin.messages nx ON nx.session_id OPERATOR(pg_catalog.=) m.session_id
-                                 AND nx.id OPERATOR(pg_catalog.=) m.id + 1::bigint
+    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
+                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
+                         AND n.retracted_at IS NULL
+                       ORDER BY n.id LIMIT 1) nx ON true
     WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+      AND m.retracted_at IS NULL
       AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
     IF first_cut IS NULL THEN
         RETURN NULL;
@@ -436,7 +442,8 @@ BEGIN
     SELECT max(x.id) INTO guess
     FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
           FROM ctxwin.messages m
-          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through) x
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
     WHERE x.running <= p_room::bigint;
     IF guess IS NULL OR guess < through THEN
         through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
@@ -470,7 +477,9 @@ COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
  * segment appended to the summary (_summary_segment): the request then
  * holds the whole summary for context, and its system prompt ends with
  * segment_summary_prompt().  Returns through, transcript_cut, facts
- * (hybrid), answer_tokens, system_prompt, prompt, model, segment and budget.
+ * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
+ * less the facts, above the target "Write at most N tokens" of the prompt),
+ * system_prompt, prompt, model, segment and budget.
  */
 CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
 RETURNS jsonb
@@ -493,12 +502,19 @@ DECLARE
     previous text;
     fit jsonb;
     shape record;
+    cap int;
 BEGIN
     SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
     SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
     -- appended as a segment (a stable window's), or written whole, in budget tokens
     shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
                                      st.max_summary_tokens);
+    -- the answer's hard cap, the request's max_tokens: max_summary_tokens,
+    -- above the target the prompt asks for, so that a model that answers
+    -- longer than its target is not cut off (a cut-off answer is never
+    -- stored, and the same request would be cut off again); a segment
+    -- longer than the summary has room for is cut to fit when it is written
+    cap := greatest(st.max_summary_tokens, shape.budget);
     strategy := coalesce(st.summary_strategy,
                          CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
                               THEN 'llm' ELSE 'extractive' END);
@@ -524,7 +540,7 @@ BEGIN
            || coalesce(' Focus: ' || p_instructions, '');
     -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
     fit := ctxwin._summary_fit(p_session, p_after, through,
-                               summary_window - shape.budget - 32
+                               summary_window - cap - 32
                                - ctxwin.count_tokens(sys, summary_encoding)
                                - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
                                                      summary_encoding),
@@ -563,7 +579,9 @@ BEGIN
            || format(' Write at most %s tokens.', room)
            || coalesce(' Focus: ' || p_instructions, '');
     prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
-    RETURN plan || jsonb_build_object('facts', facts_text, 'answer_tokens', room, 'system_prompt', sys,
+    RETURN plan || jsonb_build_object('facts', facts_text,
+                                      'answer_tokens', cap - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
+                                      'system_prompt', sys,
                                       'prompt', prompt, 'model', model,
                                       'segment', shape.segment, 'budget', shape.budget);
 END $$;
@@ -693,3 +711,244 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
 'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
+
+------------------------------------------------------------------------------
+-- Summary jobs: summaries made by the application's own model
+------------------------------------------------------------------------------
+
+-- A session's summary job, claimed by claim_summary or claim_next_summary:
+-- the plan the worker would have made (the range, the request), and who may
+-- complete it (its token) until when.  One row per session, replaced by the
+-- next claim once this one is completed, failed or expired.  While it is
+-- claimed and not expired, no other summarizer takes the session (the
+-- worker, compact(), summarize_session, another claim).
+CREATE TABLE ctxwin.summary_jobs (
+    session_id uuid PRIMARY KEY REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
+    token text NOT NULL,
+    plan jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'completed', 'failed')),
+    claimed_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    finished_at timestamptz
+);
+
+COMMENT ON TABLE ctxwin.summary_jobs IS
+'The last summary job claimed of each session (claim_summary, claim_next_summary): its plan, token, state and lease';
+
+-- Until when an application's summary job holds a session (NULL: none
+-- does), for the queue queries of the worker and compact(), the plan of
+-- every summarizer and context_status, whose callers need no privilege on
+-- ctxwin.summary_jobs (it holds the jobs' tokens).
+CREATE FUNCTION ctxwin._summary_job_held(p_session uuid)
+RETURNS timestamptz
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT j.expires_at FROM ctxwin.summary_jobs j
+        WHERE j.session_id OPERATOR(pg_catalog.=) p_session AND j.state OPERATOR(pg_catalog.=) 'claimed'
+          AND j.expires_at OPERATOR(pg_catalog.>) clock_timestamp());
+
+COMMENT ON FUNCTION ctxwin._summary_job_held(uuid) IS
+'Until when an unexpired summary job (claim_summary) holds a session; NULL when none does';
+
+/*
+ * The job an application is given for a plan of the app strategy (see
+ * claim_summary): the token, the range, the previous summary, the exact
+ * messages the worker would send (the system and the user message of its
+ * OpenAI request), the stored messages of the range, the answer's token
+ * limit, the model, the strategy, whether the server's own LLM would do it,
+ * and when the claim expires.
+ */
+CREATE FUNCTION ctxwin._summary_job(p_plan jsonb, p_token text, p_expires_at timestamptz, p_server_llm boolean)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid := (p_plan ->> 'session')::uuid;
+    s record;
+BEGIN
+    SELECT x.conversation_summary, x.summary_version INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    RETURN jsonb_build_object(
+        'token', p_token,
+        'session_id', sid,
+        'from_id', (p_plan ->> 'after')::bigint + 1,
+        'through_id', (p_plan ->> 'through')::bigint,
+        'previous_summary', s.conversation_summary,
+        'previous_version', nullif(s.summary_version, 0),
+        'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', p_plan ->> 'system_prompt'),
+                                      jsonb_build_object('role', 'user', 'content', p_plan ->> 'prompt')),
+        'transcript', coalesce((SELECT jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
+                                                                    'name', m.name, 'tool_calls', m.tool_calls,
+                                                                    'tool_call_id', m.tool_call_id) ORDER BY m.id)
+                                FROM ctxwin.messages m
+                                WHERE m.session_id OPERATOR(pg_catalog.=) sid
+                                  AND m.id > (p_plan ->> 'after')::bigint
+                                  AND m.id <= (p_plan ->> 'through')::bigint), '[]'::jsonb),
+        'max_tokens', (p_plan ->> 'answer_tokens')::int,
+        'model', p_plan ->> 'job_model',
+        'strategy', p_plan ->> 'strategy',
+        'server_llm', p_server_llm,
+        'expires_at', p_expires_at);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_job(jsonb, text, timestamptz, boolean) IS
+'The summary job given to an application for a plan: token, range, previous summary, the worker''s prompt as messages, the messages covered, max_tokens, model, strategy, server_llm, expires_at';
+
+/*
+ * The next summary of a session as a job for the application's own model:
+ * the plan the worker would make (the same range, prompt and checks),
+ * claimed for ctxwin.summary_job_lease_ms.  NULL when no summary is due
+ * (without force: when the session is not queued, waits for its stable
+ * window or for its failure backoff), or when another summarizer holds the
+ * session (the worker, summarize_session, compact(), an unexpired job).
+ * In C (src/summary/jobs.c).
+ */
+CREATE FUNCTION ctxwin.claim_summary(session uuid, force boolean DEFAULT false)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_claim_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.claim_summary(uuid, boolean) IS
+'Claims the next summary of a session as a job for the application''s own model (the exact prompt the worker would send, the range, a token); NULL when none is due or another summarizer holds the session';
+
+-- claim_summary for the oldest queued session that nobody holds: the loop
+-- of a summarizer outside the database.  In C (src/summary/jobs.c).
+CREATE FUNCTION ctxwin.claim_next_summary()
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_claim_next_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.claim_next_summary() IS
+'Claims the summary of the oldest queued session nobody else holds, as claim_summary does; NULL when none';
+
+-- The job of a token, locked, if it may still be completed or failed;
+-- raises CW001 (summary job is stale) for any other token.
+CREATE FUNCTION ctxwin._summary_job_live(p_token text)
+RETURNS ctxwin.summary_jobs
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid;
+    j ctxwin.summary_jobs;
+    s record;
+BEGIN
+    IF p_token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_token ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{32}$' THEN
+        sid := split_part(p_token, '.', 1)::uuid;
+        SELECT * INTO j FROM ctxwin.summary_jobs x WHERE x.session_id OPERATOR(pg_catalog.=) sid FOR UPDATE;
+    END IF;
+    IF j.session_id IS NULL THEN
+        RAISE EXCEPTION 'summary job is stale: the token is unknown'
+            USING ERRCODE = 'CW001',
+                  DETAIL = 'No summary job was claimed with this token, or its session was deleted.',
+                  HINT = 'Claim a new job with ctxwin.claim_summary or ctxwin.claim_next_summary.';
+    END IF;
+    IF j.token OPERATOR(pg_catalog.<>) p_token THEN
+        RAISE EXCEPTION 'summary job is stale: a newer claim of session % superseded it', sid
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('This job expired, and the session was claimed again at %s.', j.claimed_at),
+                  HINT = 'Drop this job''s answer; the newer job covers the session.';
+    END IF;
+    IF j.state OPERATOR(pg_catalog.<>) 'claimed' THEN
+        RAISE EXCEPTION 'summary job is stale: it was already %', j.state
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The job of session %s was %s at %s.', sid, j.state, j.finished_at),
+                  HINT = 'A job is completed or failed once; claim a new one for the next summary.';
+    END IF;
+    IF j.expires_at <= clock_timestamp() THEN
+        RAISE EXCEPTION 'summary job is stale: it expired at %', j.expires_at
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The claim of session %s lasted ctxwin.summary_job_lease_ms; after it, another summarizer may take the session.', sid),
+                  HINT = 'Claim the session again, or raise ctxwin.summary_job_lease_ms for a slow model.';
+    END IF;
+    SELECT x.summary_through_id, x.summary_version INTO s FROM ctxwin.sessions x
+    WHERE x.id OPERATOR(pg_catalog.=) sid;
+    IF s.summary_through_id IS DISTINCT FROM (j.plan ->> 'after')::bigint
+       OR s.summary_version IS DISTINCT FROM (j.plan ->> 'version')::int THEN
+        RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', sid
+            USING ERRCODE = 'CW001',
+                  DETAIL = format('The job was planned on summary version %s; the session has version %s.',
+                                  j.plan ->> 'version', s.summary_version),
+                  HINT = 'Claim a new job with ctxwin.claim_summary.';
+    END IF;
+    RETURN j;
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_job_live(text) IS
+'The summary job of a token, locked, if it may still be completed or failed; raises CW001 otherwise';
+
+/*
+ * Completes a summary job with the application's model's answer: applied
+ * by the worker's own code and checks (_summary_finish: a segment appended
+ * under a stable window, the compare-and-set, the summaries row with the
+ * usage, the flush event).  A stale token is CW001; an empty answer is
+ * 22023 and the job stays claimed; nothing is written on either.
+ */
+CREATE FUNCTION ctxwin.complete_summary(token text, summary text, usage jsonb DEFAULT NULL)
+RETURNS ctxwin.summaries
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j ctxwin.summary_jobs;
+    r ctxwin.summaries;
+BEGIN
+    j := ctxwin._summary_job_live(token);
+    IF summary IS NULL OR btrim(summary, E' \t\r\n') = '' THEN
+        RAISE EXCEPTION 'the summary of a job must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                  HINT = 'Pass the model''s text, or call ctxwin.fail_summary with what went wrong.';
+    END IF;
+    IF usage IS NOT NULL THEN
+        -- raises for anything but a provider's usage object
+        PERFORM ctxwin.usage_tokens(usage);
+    END IF;
+    BEGIN
+        r := ctxwin._summary_finish(j.plan, jsonb_build_object(
+            'status', 200, 'provider', 'openai',
+            'total_ms', (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000::numeric)::int,
+            'body', jsonb_build_object(
+                'choices', jsonb_build_array(jsonb_build_object(
+                    'message', jsonb_build_object('role', 'assistant', 'content', summary),
+                    'finish_reason', 'stop')))
+                -- no usage: none stored, as for a provider's answer without one
+                || CASE WHEN usage IS NOT NULL THEN jsonb_build_object('usage', usage) ELSE '{}'::jsonb END));
+    EXCEPTION
+        WHEN serialization_failure THEN
+            RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
+                USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
+                      HINT = 'Claim a new job with ctxwin.claim_summary.';
+        WHEN data_exception THEN
+            -- the worker's checks refused the answer (far over max_summary_tokens)
+            RAISE EXCEPTION '%', SQLERRM
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
+                      HINT = format('Ask the model for at most %s tokens (the job''s max_tokens).', j.plan ->> 'answer_tokens');
+    END;
+    UPDATE ctxwin.summary_jobs x SET state = 'completed', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
+    RETURN r;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.complete_summary(text, text, jsonb) IS
+'Writes the summary of a claimed job with the worker''s code and checks, its usage recorded as a summary call; CW001 for a stale token, 22023 for an empty summary, nothing written on either';
+
+-- Ends a summary job without a summary: the failure is recorded on the
+-- session as the worker records its own (compaction_failures, last_error,
+-- the backoff before the next claim_next_summary or worker attempt).
+CREATE FUNCTION ctxwin.fail_summary(token text, error text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    j ctxwin.summary_jobs;
+BEGIN
+    j := ctxwin._summary_job_live(token);
+    PERFORM ctxwin._compaction_failed(j.session_id,
+                                      left(coalesce(nullif(error, ''), 'the application''s summarizer failed'), 2000));
+    UPDATE ctxwin.summary_jobs x SET state = 'failed', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
+'Releases a claimed summary job without a summary, recording the failure with the worker''s backoff; CW001 for a stale token';

@@ -191,7 +191,7 @@ BEGIN
             INTO got_ids, got_ranks
             FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
                   FROM ctxwin.messages m
-                  WHERE m.session_id = session AND m.id < below
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
                     AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
                         OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
                     AND (roles IS NULL OR m.role = ANY (roles))

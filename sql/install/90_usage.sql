@@ -373,7 +373,10 @@ BEGIN
     IF first_id IS NULL AND tokens IS NULL THEN
         -- the window build_context returns now
         SELECT c.window_tokens,
-               CASE WHEN c.window_messages > 0 THEN c.message_count - c.window_messages + 1 END
+               CASE WHEN c.window_messages > 0 THEN
+                   (SELECT min(w.id) FROM (SELECT m.id FROM ctxwin.messages m
+                                           WHERE m.session_id = p_session AND m.retracted_at IS NULL
+                                           ORDER BY m.id DESC LIMIT c.window_messages) w) END
         INTO tokens, first_id
         FROM ctxwin.context_status(p_session) c;
     ELSIF first_id IS NOT NULL AND (first_id < 1 OR first_id > newest) THEN
@@ -412,7 +415,7 @@ COMMENT ON FUNCTION ctxwin.record_usage(uuid, jsonb, bigint, int) IS
 ------------------------------------------------------------------------------
 
 -- Every billed LLM call: the requests applications recorded, and the
--- summaries made with an LLM (strategies llm and hybrid), whose usage is
+-- summaries made with an LLM (strategies llm and hybrid, and app: the application's own model), whose usage is
 -- normalized as record_usage does (NULL counts for a usage object it cannot
 -- read, or none).
 CREATE VIEW ctxwin.usage_ledger WITH (security_invoker = true) AS
@@ -444,7 +447,7 @@ LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_w
                    WHERE m.name = x.model OR starts_with(x.model, m.name || '-')
                    ORDER BY length(m.name) DESC, m.name
                    LIMIT 1) pm ON true
-WHERE x.strategy IN ('llm', 'hybrid');
+WHERE x.strategy IN ('llm', 'hybrid', 'app');
 
 COMMENT ON VIEW ctxwin.usage_ledger IS
 'Every billed LLM call of a session: requests recorded with record_usage (kind request, id: the request''s) and LLM summaries (kind summary, id: the summary''s version), normalized, with their cost at the prices of ctxwin.models now';

@@ -3,7 +3,7 @@
 --
 -- ctxwin.distribute() turns the tables of a Citus coordinator's ctxwin into
 -- Citus tables: sessions and the tables of each session's rows (messages,
--- summaries, flush_events, usage_log) distributed by session id and
+-- summaries, flush_events, usage_log, summary_jobs) distributed by session id and
 -- co-located, so a session and all its rows live on one node; models,
 -- profiles and calibration reference tables, copied to every node.  The
 -- functions that take one session are delegated to the node that holds it.
@@ -38,6 +38,8 @@ DECLARE
         ['ctxwin.flush_events', 'flush_events_session_id_fkey',
          'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
         ['ctxwin.usage_log', 'usage_log_session_id_fkey',
+         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
+        ['ctxwin.summary_jobs', 'summary_jobs_session_id_fkey',
          'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
     drops text := '';
     failed text;
@@ -73,7 +75,7 @@ BEGIN
     PERFORM create_reference_table('ctxwin.calibration');
     PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
     FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
-                             'ctxwin.usage_log'] LOOP
+                             'ctxwin.usage_log', 'ctxwin.summary_jobs'] LOOP
         PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
     END LOOP;
 
@@ -82,13 +84,16 @@ BEGIN
     END LOOP;
 
     -- the coordinator's own copies of the rows, now in the shards
-    FOREACH t IN ARRAY ARRAY['ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
+    FOREACH t IN ARRAY ARRAY['ctxwin.summary_jobs', 'ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
                              'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
                              'ctxwin.profiles', 'ctxwin.models'] LOOP
         PERFORM truncate_local_data_after_distributing_table(t::regclass);
     END LOOP;
 
-    -- one call, one round trip to the node that holds the session
+    -- one call, one round trip to the node that holds the session.  Not
+    -- the summary jobs: claim_summary and claim_next_summary take the
+    -- session's claim, which lives on the coordinator with the worker's,
+    -- and complete_summary and fail_summary take a token, not a session.
     FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
                              'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
@@ -96,7 +101,8 @@ BEGIN
                              'ctxwin.context_report(uuid)',
                              'ctxwin.messages_after(uuid,bigint)',
                              'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
-                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
+                             'ctxwin.answer_tool_call(uuid,jsonb)',
+                             'ctxwin.retract(uuid,bigint)']::regprocedure[] LOOP
         PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
     END LOOP;
 END $$;

@@ -34,6 +34,7 @@ extern char *ctxwin_llm_model;
 extern char *ctxwin_llm_api_key_file;
 extern int	ctxwin_llm_timeout_ms;
 extern int	ctxwin_llm_max_retries;
+extern int	ctxwin_summary_job_lease_ms;
 extern int	ctxwin_llm_max_response_bytes;
 extern bool ctxwin_llm_settings_tainted;
 extern bool ctxwin_flush_notify;

@@ -20,6 +20,7 @@ char	   *ctxwin_llm_model = NULL;	/* string settings start NULL: PostgreSQL free
 char	   *ctxwin_llm_api_key_file = NULL;
 int			ctxwin_llm_timeout_ms = 60000;
 int			ctxwin_llm_max_retries = 3;
+int			ctxwin_summary_job_lease_ms = 300000;
 int			ctxwin_llm_max_response_bytes = 1024 * 1024;
 bool		ctxwin_llm_settings_tainted = false;
 
@@ -115,6 +116,11 @@ CtxwinDefineSettings(void)
 							gettext_noop("Retries of a failed LLM request, with exponential backoff."),
 							NULL, &ctxwin_llm_max_retries, ctxwin_llm_max_retries, 0, 10,
 							PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("ctxwin.summary_job_lease_ms",
+							gettext_noop("How long a summary job claimed by claim_summary or claim_next_summary excludes every other summarizer of its session."),
+							gettext_noop("A job not completed or failed by then is stale: its session may be claimed again, and completing it is refused."),
+							&ctxwin_summary_job_lease_ms, ctxwin_summary_job_lease_ms, 100, 86400000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("ctxwin.llm_max_response_bytes",
 							gettext_noop("Largest LLM answer accepted."),
 							NULL, &ctxwin_llm_max_response_bytes, ctxwin_llm_max_response_bytes, 1024, 64 * 1024 * 1024,

@@ -279,3 +279,17 @@ CtxwinSelectQuery(const char *alias, const char *const *cols, int ncols, const c
 	MemoryContextSwitchTo(old);
 	return q.data;
 }
+
+PG_FUNCTION_INFO_V1(ctxwin_own_write);
+
+/*
+ * ctxwin._own_write() returns boolean: whether the statement running is
+ * ctxwin's own write of its bookkeeping (ctxwin_bookkeeping_depth > 0),
+ * for the guards written in PL/pgSQL.  It only reads the flag: no SQL
+ * can raise it.
+ */
+Datum
+ctxwin_own_write(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(ctxwin_bookkeeping_depth > 0);
+}

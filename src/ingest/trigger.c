@@ -61,6 +61,7 @@ typedef struct MessageColumns
 	int			token_count;
 	int			token_encoding;
 	int			content_parts;	/* 0: none (a database still at 0.1.0) */
+	int			retracted_at;	/* 0: none (a database still at 0.1.0) */
 } MessageColumns;
 
 /* A new message as its row gives it; NULL pointers are SQL NULLs. */
@@ -79,6 +80,7 @@ typedef struct NewMessage
 	int64		id;
 	bool		has_token_count;
 	bool		has_token_encoding;
+	bool		has_retracted_at;	/* a restored retracted message */
 } NewMessage;
 
 /* A message counted: its id and tokens, and its session's counters after it. */
@@ -263,6 +265,7 @@ MessageColumnsOf(TupleDesc desc, MessageColumns *cols)
 	cols->token_count = MessageColumn(desc, "token_count");
 	cols->token_encoding = MessageColumn(desc, "token_encoding");
 	cols->content_parts = Max(SPI_fnumber(desc, "content_parts"), 0);
+	cols->retracted_at = Max(SPI_fnumber(desc, "retracted_at"), 0);
 }
 
 /* A text column of a row, or NULL. */
@@ -299,6 +302,7 @@ ReadMessage(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, NewMessag
 	m->has_token_count = !isnull;
 	(void) heap_getattr(tup, cols->token_encoding, desc, &isnull);
 	m->has_token_encoding = !isnull;
+	m->has_retracted_at = cols->retracted_at > 0 && !heap_attisnull(tup, cols->retracted_at, desc);
 }
 
 /*
@@ -330,6 +334,12 @@ CheckMessage(Relation rel, const NewMessage *m)
 						m->has_id ? "id" : m->has_token_count ? "token_count" : "token_encoding"),
 				 errdetail("ctxwin numbers messages and counts their tokens; only the owner of ctxwin.messages (a restore, for one) may supply id, token_count and token_encoding."),
 				 errhint("Leave id, token_count and token_encoding out.")));
+	if (m->has_retracted_at && !CtxwinOwnsTable(rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to write column \"retracted_at\" of ctxwin.messages"),
+				 errdetail("Messages are retracted by ctxwin.retract(), which keeps the session's counters and summary true; only the owner of ctxwin.messages (a restore) may supply retracted_at."),
+				 errhint("Leave retracted_at out.")));
 }
 
 /*
@@ -638,6 +648,12 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 		}
 		if (!have_settings && !CtxwinSettingsRead(e->c.profile, SETTINGS_FOR_TRIGGER, &st))
 			CtxwinSessionNotFound(m.session_id, true);
+		if (m.has_retracted_at)
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("a new message cannot be retracted"),
+					 errdetail("Only a restore brings retracted messages, among the messages its session's counters already count."),
+					 errhint("Insert it, then call ctxwin.retract(session, id).")));
 
 		CountMessage(&m, e, &st, &mc);
 

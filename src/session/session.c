@@ -48,6 +48,7 @@ typedef enum SessionViewColumn
 	SV_LAST_ERROR_AT,
 	SV_IDLE,
 	SV_SUMMARY_SEGMENTS,
+	SV_UNSUMMARIZED_MESSAGES,
 	SV_NCOLUMNS
 } SessionViewColumn;
 
@@ -67,6 +68,7 @@ static const char *const session_columns[SV_NCOLUMNS] = {
 	[SV_LAST_ERROR_AT] = "s.last_error_at",
 	[SV_IDLE] = "pg_catalog.now() " OP("-") " s.updated_at",
 	[SV_SUMMARY_SEGMENTS] = "s.summary_segments",
+	[SV_UNSUMMARIZED_MESSAGES] = "s.unsummarized_messages",
 };
 
 /* A column of the session's row: its tuple, descriptor and number. */
@@ -191,6 +193,7 @@ CtxwinSessionFind(Datum id, SessionView *sv)
 	sv->summary_through_id = CtxwinColumnInt64(COL(SV_SUMMARY_THROUGH_ID));
 	sv->message_count = CtxwinColumnInt64(COL(SV_MESSAGE_COUNT));
 	sv->unsummarized_tokens = CtxwinColumnInt64(COL(SV_UNSUMMARIZED_TOKENS));
+	sv->unsummarized_messages = CtxwinColumnInt64(COL(SV_UNSUMMARIZED_MESSAGES));
 	sv->count_encoding = CtxwinColumnString(COL(SV_COUNT_ENCODING));
 	sv->summary_version = CtxwinColumnInt32(COL(SV_SUMMARY_VERSION), NULL);
 	sv->summary_updated_at = CtxwinColumnTimestamp(COL(SV_SUMMARY_UPDATED_AT),

@@ -30,6 +30,7 @@ typedef struct SessionView
 	int32	   *segments;		/* their lengths in characters */
 	int64		summary_through_id;
 	int64		message_count;
+	int64		unsummarized_messages;	/* after summary_through_id, not retracted */
 	char	   *profile;
 	ProfileSettings st;			/* of the profile and its model, with the
 								 * budget margin */

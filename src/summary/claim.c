@@ -193,7 +193,7 @@ ctxwin_compaction_settle(PG_FUNCTION_ARGS)
 		"FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id " OP("=") " s.id "
 		"WHERE s.id " OP("=") " $1 AND (NOT ctxwin._session_due(s.id) "
 		"OR ctxwin._summary_cut(s.id, s.summary_through_id, "
-		"s.message_count " OP("-") " st.min_recent_messages::pg_catalog.int8) IS NULL)) d "
+		SUMMARY_TARGET("s.id", "st.min_recent_messages::pg_catalog.int8", "s.message_count") ") IS NULL)) d "
 		"WHERE x.id " OP("=") " $1 AND x.compaction_queued_at IS NOT NULL",
 		2, {UUIDOID, TIMESTAMPTZOID}, .once = true, .bookkeeping = true, .expect = SPI_OK_UPDATE
 	};

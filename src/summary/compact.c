@@ -66,6 +66,7 @@ static CtxwinQuery next_q = {
 	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 "
 	"AND ($2 IS NULL OR (x.compaction_queued_at, x.id) " OP(">") " ($3, $2)) "
 	"AND NOT " CTXWIN_SUMMARY_WAITS_SQL " "
+	"AND NOT " CTXWIN_SUMMARY_JOB_HELD_SQL " AND NOT " CTXWIN_SUMMARY_BY_APP_SQL " "
 	"ORDER BY x.compaction_queued_at, x.id LIMIT 1",
 	3, {INT4OID, UUIDOID, TIMESTAMPTZOID}
 };
@@ -88,7 +89,7 @@ static CtxwinQuery probe_q = {
  */
 static CtxwinQuery summary_row_q = {
 	"SELECT ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
-	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments)::ctxwin.summaries "
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments, x.retracted_at)::ctxwin.summaries "
 	"FROM ctxwin.summaries x WHERE x.session_id " OP("=") " $1 AND x.version " OP("=") " $2",
 	2, {UUIDOID, INT4OID}
 };

@@ -34,6 +34,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/timestamp.h"
@@ -68,12 +69,24 @@ static CtxwinQuery settings_q = {
 	1, {UUIDOID}
 };
 
+/*
+ * Where a summary after $2 may end while the newest $3 messages not
+ * retracted stay verbatim (the session has $4 messages, retracted ones
+ * included).
+ */
 static CtxwinQuery cut_q = {
-	"SELECT ctxwin._summary_cut($1, $2, $3)", 3, {UUIDOID, INT8OID, INT8OID}
+	"SELECT ctxwin._summary_cut($1, $2, " SUMMARY_TARGET("$1", "$3", "$4") ")",
+	4, {UUIDOID, INT8OID, INT8OID, INT8OID}
 };
 
 static CtxwinQuery settle_q = {
 	"SELECT ctxwin._compaction_settle($1)", 1, {UUIDOID}
+};
+
+/* When an application's unexpired summary job holds the session (claim_summary). */
+static CtxwinQuery job_held_q = {
+	"SELECT x.until FROM ctxwin._summary_job_held($1) x(until) WHERE x.until IS NOT NULL",
+	1, {UUIDOID}
 };
 
 static CtxwinQuery plan_q = {
@@ -130,6 +143,10 @@ static CtxwinQuery answer_q = {
 	2, {JSONBOID, JSONBOID}
 };
 
+static CtxwinQuery cut_q_middle = {
+	"SELECT ctxwin.truncate_middle($1, $2, $3)", 3, {TEXTOID, INT4OID, TEXTOID}
+};
+
 static CtxwinQuery count_q = {
 	"SELECT ctxwin.count_tokens($1, $2)", 2, {TEXTOID, TEXTOID}
 };
@@ -160,7 +177,7 @@ static CtxwinQuery insert_q = {
 	"INSERT INTO ctxwin.summaries AS x (session_id, version, from_id, through_id, content, token_count, "
 	"strategy, model, usage, latency_ms, segments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
 	"RETURNING ROW(x.session_id, x.version, x.from_id, x.through_id, x.content, x.token_count, "
-	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments)::ctxwin.summaries",
+	"x.strategy, x.model, x.usage, x.latency_ms, x.created_at, x.segments, x.retracted_at)::ctxwin.summaries",
 	11, {UUIDOID, INT4OID, INT8OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, JSONBOID, INT4OID, INT4ARRAYOID}
 };
 
@@ -248,9 +265,9 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
 {
 	int64		after = DatumGetInt64(s->cols[0]);
 	int64		count = DatumGetInt64(s->cols[1]);
-	Datum		args[3] = {s->id, s->cols[0],
-	Int64GetDatum(count - (min_recent_null ? 0 : DatumGetInt32(min_recent)))};
-	char		nulls[3] = {' ', ' ', SPI_NULL(min_recent_null)};
+	Datum		args[4] = {s->id, s->cols[0],
+		Int64GetDatum(min_recent_null ? 0 : DatumGetInt32(min_recent)), Int64GetDatum(count)};
+	char		nulls[4] = {' ', ' ', SPI_NULL(min_recent_null), ' '};
 	Datum		through = (Datum) 0;
 
 	*through_null = true;
@@ -289,9 +306,9 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
  * NULL, *settle is set for the caller to settle it later.  The caller holds
  * the session's claim.
  */
-Datum
-SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
-			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
+static Datum
+PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
+			bool instructions_null, bool *isnull, const char **strategy, bool *settle, bool job)
 {
 	SessionState s = {.id = session};
 	Datum		st[5];			/* min_recent_messages, summary_strategy, encoding,
@@ -318,6 +335,19 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("session %s is being summarized by another backend", SummaryUuidText(session, false)),
 				 errhint("Try again when that summary is done.")));
+	/* an application's job: its model is summarizing the session */
+	{
+		Datum		until;
+		bool		until_null;
+
+		if (CtxwinQueryRow(&job_held_q, &session, NULL, &until, &until_null, 1) > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("session %s is being summarized by the application", SummaryUuidText(session, false)),
+					 errdetail("Its summary job (claim_summary) holds the session until %s.",
+							   timestamptz_to_str(DatumGetTimestampTz(until))),
+					 errhint("Try again when that job is completed, failed or expired.")));
+	}
 	CtxwinQueryRow(&settings_q, &session, NULL, st, stnull, 5);
 
 	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
@@ -329,6 +359,15 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	else
 		*strategy = ctxwin_llm_provider == CTXWIN_PROVIDER_OPENAI ||
 			ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "llm" : "extractive";
+	/*
+	 * A job is written by the application's model: hybrid keeps its facts,
+	 * any other strategy is the app's.  The server's own summarizers make
+	 * an app session's summary (summarize_session) with its LLM.
+	 */
+	if (job)
+		*strategy = strcmp(*strategy, "hybrid") == 0 ? "hybrid" : "app";
+	else if (strcmp(*strategy, "app") == 0)
+		*strategy = "llm";
 	args[0] = session;
 	args[1] = CStringGetTextDatum(*strategy);
 	args[2] = s.cols[0];
@@ -350,7 +389,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	*isnull = false;
 	if (strcmp(*strategy, "extractive") == 0)
 		return plan;
-	if (ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
+	if (!job && ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("summary strategy \"%s\" needs an LLM, and none is configured", *strategy),
@@ -365,6 +404,27 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 	CtxwinQueryRow(&request_q, args, nulls, &plan, &plan_null, 1);
 	*isnull = plan_null;
 	return plan;
+}
+
+/* The plan of the next summary of a session (see PlanSummary), for the server's summarizers. */
+Datum
+SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
+			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
+{
+	return PlanSummary(session, session_null, force, instructions, instructions_null, isnull,
+					   strategy, settle, false);
+}
+
+/*
+ * The plan of the next summary of a session as a job for the application's
+ * model (claim_summary): the same plan, with the strategy app (or hybrid)
+ * and the LLM request made whether or not the server has an LLM.  The
+ * caller holds the session's claim and has checked that no job holds it.
+ */
+Datum
+SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy)
+{
+	return PlanSummary(session, false, force, (Datum) 0, true, isnull, strategy, NULL, true);
 }
 
 /* The fields of a plan _summary_finish reads first, in this order (finish_args_q). */
@@ -474,8 +534,77 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 }
 
 /*
+ * A summary over max_tokens, cut in the middle (truncate_middle) until it
+ * fits: its new segment, the summary before it byte for byte, or, written
+ * whole, all of it.  A model that answers longer than its target (or whose
+ * tokens ctxwin counts as more) is so never refused for it: the same
+ * request would get the same answer again, and the session would never be
+ * summarized.  After a cut segment less than an eighth of max_tokens is
+ * left, and the next compaction consolidates the segments
+ * (SummarySegmentPlan).  False if no cut fits (the summary before the
+ * segment fills max_tokens).
+ */
+static bool
+CutToFit(const FinishPlan *fp, NewSummary *ns)
+{
+	text	   *all = DatumGetTextPP(ns->content);
+	Datum		original = ns->segment_null ? ns->content : ns->segment;
+	int			prev_len = VARSIZE_ANY_EXHDR(all) - VARSIZE_ANY_EXHDR(DatumGetTextPP(original));
+	int32		max_tokens = DatumGetInt32(fp->f[F_MAX_TOKENS]);
+	Datum		cut_tokens;
+	bool		cut_tokens_null;
+	int32		room;
+	int			tries;
+
+	{
+		Datum		args[2] = {original, fp->f[F_ENCODING]};
+		char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+
+		CtxwinQueryRow(&count_q, args, nulls, &cut_tokens, &cut_tokens_null, 1);
+	}
+	if (cut_tokens_null)
+		return false;
+	/* the tokens the summary has over max_tokens come off the new text */
+	room = DatumGetInt32(cut_tokens) - (DatumGetInt32(ns->tokens) - max_tokens);
+	for (tries = 0; tries < 8 && room > 0; tries++)
+	{
+		Datum		args[3] = {original, Int32GetDatum(room), fp->f[F_ENCODING]};
+		char		nulls[3] = {' ', ' ', SPI_NULL(fp->fn[F_ENCODING])};
+		Datum		cut;
+		bool		cut_null;
+		text	   *c;
+		StringInfoData b;
+		Datum		cargs[2];
+		char		cnulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+
+		CHECK_FOR_INTERRUPTS();
+		CtxwinQueryRow(&cut_q_middle, args, nulls, &cut, &cut_null, 1);
+		if (cut_null)
+			return false;
+		c = DatumGetTextPP(cut);
+		initStringInfo(&b);
+		appendBinaryStringInfo(&b, VARDATA_ANY(all), prev_len);
+		appendBinaryStringInfo(&b, VARDATA_ANY(c), VARSIZE_ANY_EXHDR(c));
+		if (!ns->segment_null)
+			ns->segment = cut;
+		ns->content = PointerGetDatum(cstring_to_text_with_len(b.data, b.len));
+		cargs[0] = ns->content;
+		cargs[1] = fp->f[F_ENCODING];
+		CtxwinQueryRow(&count_q, cargs, cnulls, &ns->tokens, &ns->tokens_null, 1);
+		if (ns->tokens_null || DatumGetInt32(ns->tokens) <= max_tokens)
+			return true;
+		/* a cut's seam may count differently: take off what is still over */
+		room -= Max(DatumGetInt32(ns->tokens) - max_tokens, 1);
+	}
+	return false;
+}
+
+/*
  * Counts the tokens of a new summary into ns; raises for an empty one (or
- * an empty segment) or one over the plan's max_tokens.
+ * an empty segment).  An LLM's summary over the plan's max_tokens is cut
+ * to fit (CutToFit) when its new text has at most twice the tokens it has
+ * room for; beyond, the model did not do what it was asked (a provider
+ * stops it at max_tokens), and it is refused.
  */
 static void
 CheckSummary(const FinishPlan *fp, NewSummary *ns)
@@ -484,6 +613,9 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 		ns->content_null ? NULL : TextDatumGetCString(ns->content);
 	Datum		args[2] = {ns->content, fp->f[F_ENCODING]};
 	char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
+	int32		max_tokens;
+	int64		new_tokens;
+	int64		room;
 
 	/* btrim(content) = '': spaces only */
 	if (str == NULL || str[strspn(str, " ")] == '\0')
@@ -492,22 +624,36 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
 				 errdetail("The session was left unchanged.")));
 	CtxwinQueryRow(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
-	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] && !ns->segment_null &&
-		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
+	if (ns->tokens_null || fp->fn[F_MAX_TOKENS] ||
+		DatumGetInt32(ns->tokens) <= DatumGetInt32(fp->f[F_MAX_TOKENS]))
+		return;
+	max_tokens = DatumGetInt32(fp->f[F_MAX_TOKENS]);
+	new_tokens = DatumGetInt32(ns->tokens);
+	if (!ns->segment_null)
+	{
+		Datum		sargs[2] = {ns->segment, fp->f[F_ENCODING]};
+		Datum		n;
+		bool		n_null;
+
+		CtxwinQueryRow(&count_q, sargs, nulls, &n, &n_null, 1);
+		new_tokens = n_null ? 0 : DatumGetInt32(n);
+	}
+	/* the room of the new text: max_tokens less the summary before it */
+	room = (int64) max_tokens - (DatumGetInt32(ns->tokens) - new_tokens);
+	if ((fp->strategy == NULL || strcmp(fp->strategy, "extractive") != 0) &&
+		room > 0 && new_tokens <= 2 * room && CutToFit(fp, ns))
+		return;
+	if (!ns->segment_null)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("the %s summarizer returned a segment that takes the summary to %d tokens, over max_summary_tokens (%d)",
-						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
-						DatumGetInt32(fp->f[F_MAX_TOKENS])),
-				 errdetail("The session was left unchanged.")));
-	if (!ns->tokens_null && !fp->fn[F_MAX_TOKENS] &&
-		DatumGetInt32(ns->tokens) > DatumGetInt32(fp->f[F_MAX_TOKENS]))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
-						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens),
-						DatumGetInt32(fp->f[F_MAX_TOKENS])),
-				 errdetail("The session was left unchanged.")));
+						SummaryShown(fp->strategy), DatumGetInt32(ns->tokens), max_tokens),
+				 errdetail("The session was left unchanged; a segment is cut to fit only when it is at most twice as long as the room it has.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_EXCEPTION),
+			 errmsg("the %s summarizer returned %d tokens, over max_summary_tokens (%d)",
+					SummaryShown(fp->strategy), DatumGetInt32(ns->tokens), max_tokens),
+			 errdetail("The session was left unchanged; a summary is cut to fit only when it is at most twice as long as max_summary_tokens.")));
 }
 
 /*

@@ -17,6 +17,19 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "base/base.h"
+
+/*
+ * SQL: the newest message id a summary of session S may reach while the
+ * newest M messages not retracted stay verbatim (M NULL: no message may be
+ * summarized; COUNT: the session's message_count, for M = 0).  Retracted
+ * messages are not among the newest M: they are in no window.
+ */
+#define SUMMARY_TARGET(S, M, COUNT) \
+"COALESCE((SELECT pg_catalog.min(y.id) " OP("-") " 1 FROM (SELECT r.id FROM ctxwin.messages r " \
+"WHERE r.session_id " OP("=") " " S " AND r.retracted_at IS NULL ORDER BY r.id DESC LIMIT " M ") y), " \
+"CASE WHEN " M " IS NOT NULL THEN " COUNT " END)"
+
 /* summary_spi.c: ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
 extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
 
@@ -39,6 +52,21 @@ extern bool SummarySessionClaimed(Datum session);
  */
 extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
 						 bool instructions_null, bool *isnull, const char **strategy, bool *settle);
+
+/* summary.c: the same plan as a job for the application's model (claim_summary) */
+extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy);
+
+/*
+ * On a row x of ctxwin.sessions: an application's unexpired summary job
+ * holds it (claim_summary), or its profile leaves its summaries to the
+ * application (summary_strategy 'app').  The worker's claim and compact()
+ * pass such queued sessions over.
+ */
+#define CTXWIN_SUMMARY_JOB_HELD_SQL \
+	"ctxwin._summary_job_held(x.id) IS NOT NULL"
+#define CTXWIN_SUMMARY_BY_APP_SQL \
+	"EXISTS (SELECT FROM ctxwin.profiles p WHERE p.name " OP("=") " x.profile " \
+	"AND p.summary_strategy " OP("=") " 'app')"
 
 /* summary.c: takes a session with nothing to summarize off the queue, or looks again in a minute. */
 extern void SummarySettle(Datum session);

@@ -69,6 +69,7 @@ static const char *const scan_query =
 "       CASE WHEN token_encoding " OP("=") " $3 THEN NULL ELSE content END, "
 "       CASE WHEN token_encoding " OP("=") " $3 THEN NULL ELSE name END "
 "FROM ctxwin.messages WHERE session_id " OP("=") " $1 AND id " OP(">") " $2 "
+"AND retracted_at IS NULL "
 "ORDER BY id LIMIT " CppAsString2(CLEAR_SCAN_BATCH);
 
 static SPIPlanPtr scan_plan = NULL;

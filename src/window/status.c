@@ -91,6 +91,35 @@ UnsummarizedTokens(const SessionView *sv)
 }
 
 /*
+ * What the note says of a session's summaries made by the application's
+ * model: an unexpired summary job (claim_summary) holds it, or its profile
+ * leaves its summaries to the application (summary_strategy 'app') and it
+ * waits, queued, for a claim.
+ */
+static void AddNote(StringInfo note, const char *sentence);
+
+static void
+SummaryJobNote(const SessionView *sv, StringInfo note)
+{
+	static CtxwinQuery job_q = {
+		"SELECT (SELECT p.summary_strategy " OP("=") " 'app' FROM ctxwin.profiles p "
+		"WHERE p.name " OP("=") " $2), "
+		"ctxwin._summary_job_held($1)",
+		2, {UUIDOID, TEXTOID}, .read_only = true, .expect = SPI_OK_SELECT
+	};
+	Datum		args[2] = {sv->id, CStringGetTextDatum(sv->profile)};
+	Datum		cols[2];
+	bool		colnulls[2];
+
+	CtxwinQueryRow(&job_q, args, NULL, cols, colnulls, 2);
+	if (!colnulls[1])
+		AddNote(note, psprintf("The application's summary job (claim_summary) holds the session until %s.",
+							   timestamptz_to_str(DatumGetTimestampTz(cols[1]))));
+	else if (!colnulls[0] && DatumGetBool(cols[0]) && !sv->queued_at_null)
+		AddNote(note, "Its summaries are written by the application's own model (summary_strategy 'app'): the worker leaves it queued, waiting for the application's claim_summary or claim_next_summary.");
+}
+
+/*
  * Where a session stands against its triggers: its unsummarized messages
  * and tokens (in the encoding in effect now) and the tokens of its system
  * messages.
@@ -102,7 +131,7 @@ CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts)
 	int			nsys,
 				i;
 
-	counts->messages = sv->message_count - sv->summary_through_id;
+	counts->messages = sv->unsummarized_messages;
 	counts->tokens = UnsummarizedTokens(sv);
 	counts->prompt_tokens = 0;
 	nsys = CtxwinSystemMessages(sv->system_prompt, sv->summary, CtxwinSessionPlacement(sv), sv->enc,
@@ -277,6 +306,7 @@ ctxwin_context_status(PG_FUNCTION_ARGS)
 								(long long) w.dropped_messages,
 								sv.st.stable ? "are before the stable window's start and left out" :
 								"do not fit the budget and are left out"));
+	SummaryJobNote(&sv, &note);
 	if (note.len > 0)
 		SET(S_NOTE, CStringGetTextDatum(note.data));
 #undef SET

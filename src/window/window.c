@@ -372,8 +372,9 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 		ClearingReport(w);
 	w->tokens = b - room;
 	w->first_id = w->nmessages > 0 ? w->messages[0].id : 0;
-	w->window_messages = w->nmessages > 0 ? sv->message_count - w->first_id + 1 : 0;
-	w->dropped_messages = sv->message_count - sv->summary_through_id - w->window_messages;
+	/* the window is the newest messages not retracted, with no gap */
+	w->window_messages = w->nmessages;
+	w->dropped_messages = Max(sv->unsummarized_messages - w->window_messages, 0);
 	return true;
 }
 

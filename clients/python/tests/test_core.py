@@ -176,9 +176,9 @@ def test_content_that_is_not_text_is_refused_before_anything_is_stored(
     s = client.create_session()
     with pytest.raises(ctxwin.MessageConversionError) as e:
         client.append(s, [{"role": "user", "content": "ok"},
-                          {"role": "user", "content": [{"type": "text", "text": "see"},
-                                                       {"type": "image_url", "image_url": {"url": "x"}}]}])
-    assert "message 2" in str(e.value) and "image_url" in str(e.value)
+                          {"role": "user", "content": [{"type": "text", "text": "hear"},
+                                                       {"type": "input_audio", "input_audio": {"data": "x"}}]}])
+    assert "message 2" in str(e.value) and "input_audio" in str(e.value)
     assert rows(db, s.id) == []
 
 

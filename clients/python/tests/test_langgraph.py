@@ -281,7 +281,8 @@ def test_summary_survives_a_restart(saver: str, dsn: str, db: psycopg.Connection
     comes back too, and the first process's last answer is stored."""
     thread = f"restart-{uuid.uuid4()}"
     sid = session_for_thread(thread)
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent), os.environ.get("PYTHONPATH"))
+                                                     if p))
 
     def run(turns: int, first: int) -> dict[str, Any]:
         p = subprocess.run([sys.executable, "-m", "tests.lg_program", dsn, mockllm.base_url, mockllm.key, thread,

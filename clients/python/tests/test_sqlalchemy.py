@@ -70,6 +70,24 @@ def test_orm_inserts_through_ctxwins_trigger(dsn: str, client: ctxwin.Client) ->
     eng.dispose()
 
 
+def test_orm_message_with_an_image(dsn: str, client: ctxwin.Client) -> None:
+    parts = [{"type": "text", "text": "What is this?"},
+             {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}, "width": 512, "height": 512}]
+    eng = engine_for(dsn)
+    with orm.Session(eng) as db:
+        chat = Session()
+        db.add(chat)
+        db.flush()
+        m = Message(session_id=chat.id, role="user", content_parts=parts)
+        db.add(m)
+        db.flush()
+        assert m.id == 1 and m.content == "What is this?" and m.token_count > 255     # the trigger's
+        db.commit()
+        sid = chat.id
+    assert client.message(sid, 1)["content_parts"] == parts
+    eng.dispose()
+
+
 def test_mappers_configure_without_warnings() -> None:
     """The mapped classes are defined and configured without SQLAlchemy's
     warnings (in a new process: they are made, and warn, once per process)."""

@@ -13,6 +13,7 @@ from .client import Client
 from .convert import to_chat, to_chat_messages, to_langchain, to_responses_items
 from .errors import (
     BudgetTooSmall,
+    ConnectionLost,
     CtxwinError,
     DuplicateMessage,
     ExtensionNotInstalled,
@@ -25,6 +26,7 @@ from .errors import (
     PermissionDenied,
     SessionNotFound,
     SummaryFailed,
+    SummaryJobStale,
 )
 from .types import (
     ChatMessage,
@@ -43,6 +45,7 @@ __all__ = [
     "BudgetTooSmall",
     "ChatMessage",
     "Client",
+    "ConnectionLost",
     "ContextStatus",
     "CtxwinError",
     "DuplicateMessage",
@@ -60,6 +63,7 @@ __all__ = [
     "StoredMessage",
     "Summary",
     "SummaryFailed",
+    "SummaryJobStale",
     "Turn",
     "Window",
     "WindowMessage",

@@ -11,11 +11,8 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from .convert import RESPONSES_ITEMS_KEY, to_chat_messages
-from .errors import InvalidArgument
+from .errors import CtxwinError, InvalidArgument, SessionNotFound
 from .types import ChatMessage, Window, WindowMessage
-
-TAIL_LIMIT = 1000
-"""The most unsummarized messages read to match a window with its stored rows."""
 
 CREATE_SESSION = """
 INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
@@ -23,16 +20,11 @@ VALUES (coalesce(%(id)s::uuid, gen_random_uuid()), coalesce(%(profile)s::text, '
         %(system_prompt)s::text, coalesce(%(metadata)s::jsonb, '{}'))
 RETURNING *"""
 
-ENSURE_SESSION = """
-WITH ins AS (
-    INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
-    VALUES (%(id)s::uuid, coalesce(%(profile)s::text, 'default'), %(system_prompt)s::text,
-            coalesce(%(metadata)s::jsonb, '{}'))
-    ON CONFLICT (id) DO NOTHING
-    RETURNING *)
-SELECT * FROM ins
-UNION ALL
-SELECT * FROM ctxwin.sessions WHERE id = %(id)s::uuid AND NOT EXISTS (SELECT FROM ins)"""
+# the session, created when missing: no error in the server when another
+# transaction creates it first, nor for an existing one (its settings stay)
+_ENSURE = "ctxwin.ensure_session(%(id)s::uuid, %(profile)s::text, %(system_prompt)s::text, %(metadata)s::jsonb)"
+
+ENSURE_SESSION = f"SELECT * FROM {_ENSURE}"
 
 GET_SESSION = "SELECT * FROM ctxwin.sessions WHERE id = %s::uuid"
 
@@ -41,20 +33,53 @@ SELECT * FROM ctxwin.sessions
 ORDER BY updated_at DESC, id
 LIMIT %s"""
 
+DELETE_SESSION = "DELETE FROM ctxwin.sessions WHERE id = %s::uuid"
+
+# A first write names the session it creates in the same statement
+# (create=True): nothing fails in the server, the caller's transaction
+# goes on.
 APPEND = "SELECT ctxwin.append_messages(%s::uuid, %s::jsonb, %s::text[]) AS ids"
 
-APPEND_AND_BUILD = """
-SELECT ctxwin.append_and_build(%s::uuid, %s::jsonb, %s::text[], %s::int, %s::text, %s::jsonb,
-                               %s::boolean, %s::boolean, %s::boolean) AS r"""
+APPEND_CREATE = f"""
+SELECT ctxwin.append_messages(({_ENSURE}).id, %(messages)s::jsonb, %(keys)s::text[]) AS ids"""
 
-BUILD_CONTEXT = "SELECT ctxwin.build_context(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean) AS r"
+_AAB = """
+SELECT ctxwin.append_and_build({}, %(messages)s::jsonb, %(keys)s::text[], %(budget)s::int, %(format)s::text,
+                               %(tools)s::jsonb, %(cache)s::boolean, %(request)s::boolean, %(recall)s::boolean) AS r"""
 
-BUILD_WINDOW = """
-SELECT jsonb_build_object('ids', '[]'::jsonb, 'context', ctxwin.build_context(s.id, %s::int, 'openai', %s::jsonb, true)) AS r
+APPEND_AND_BUILD = _AAB.format("%(id)s::uuid")
+
+APPEND_AND_BUILD_CREATE = _AAB.format(f"({_ENSURE}).id")
+
+# Reads of a session name it in FROM: one that does not exist (or the role
+# may not see) is no row, raised by the client as SessionNotFound with no
+# error in the server (a caller's transaction goes on).
+BUILD_CONTEXT = """
+SELECT ctxwin.build_context(s.id, %s::int, %s::text, %s::jsonb, %s::boolean) AS r
 FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
 
 BUILD_REQUEST = """
-SELECT ctxwin.build_request(%s::uuid, %s::int, %s::text, %s::jsonb, %s::boolean, %s::boolean) AS r"""
+SELECT ctxwin.build_request(s.id, %s::int, %s::text, %s::jsonb, %s::boolean, %s::boolean) AS r
+FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
+
+# The window with its stored rows as build_window gives them (ids, client
+# keys, oldest first), and of each row what the client hands back beside
+# it: a digest of its content and its tool calls (to tell a row shown
+# whole from one cut or cleared), the Responses items it was appended from.
+BUILD_WINDOW = """
+SELECT w.r,
+       (s.compaction_queued_at IS NOT NULL
+        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
+       (SELECT k.client_key FROM ctxwin.messages k
+        WHERE k.session_id = s.id AND k.id = (w.r ->> 'summary_through_id')::bigint) AS summary_through_key,
+       (SELECT jsonb_object_agg(m.id, jsonb_build_array(md5(coalesce(m.content, '')), m.tool_calls,
+                                                        m.metadata -> 'responses_items'))
+        FROM ctxwin.messages m
+        WHERE m.session_id = s.id
+          AND m.id IN (SELECT (x ->> 'id')::bigint FROM jsonb_array_elements(w.r -> 'messages') x)) AS rows
+FROM ctxwin.sessions s,
+     LATERAL (SELECT ctxwin.build_window(s.id, %(budget)s::int, 'openai', %(tools)s::jsonb, true) AS r) w
+WHERE s.id = %(id)s::uuid"""
 
 SEARCH = """
 SELECT id, role, created_at, snippet, rank
@@ -66,7 +91,8 @@ ANSWER_TOOL_CALL = "SELECT ctxwin.answer_tool_call(%s::uuid, %s::jsonb) AS r"
 
 RECORD_USAGE = "SELECT ctxwin.record_usage(%s::uuid, %s::jsonb, %s::bigint, %s::int) AS id"
 
-STATUS = "SELECT * FROM ctxwin.context_status(%s::uuid)"
+STATUS = """
+SELECT st.* FROM ctxwin.sessions s, LATERAL ctxwin.context_status(s.id) st WHERE s.id = %s::uuid"""
 
 REPORT = "SELECT ctxwin.context_report(%s::uuid) AS r"
 
@@ -90,23 +116,6 @@ SUMMARIES = "SELECT * FROM ctxwin.summaries WHERE session_id = %s::uuid ORDER BY
 SUMMARIZED_KEYS = """
 SELECT id, client_key FROM ctxwin.messages
 WHERE session_id = %s::uuid AND id > %s::bigint AND id <= %s::bigint ORDER BY id"""
-
-# The window's stored rows: read in the same round trip as the window (a
-# pipeline), after it; matched from the newest message back.
-TAIL = """
-SELECT s.summary_through_id, s.summary_version, s.conversation_summary,
-       (s.compaction_queued_at IS NOT NULL
-        AND (s.compaction_retry_at IS NULL OR s.compaction_retry_at <= now())) AS queued,
-       (SELECT k.client_key FROM ctxwin.messages k
-        WHERE k.session_id = s.id AND k.id = s.summary_through_id) AS summary_through_key,
-       (SELECT coalesce(jsonb_agg(jsonb_build_array(t.id, t.role, t.client_key,
-                                                    md5(coalesce(t.content, '')), t.tool_call_id,
-                                                    t.tool_calls, t.metadata -> 'responses_items')
-                                  ORDER BY t.id), '[]'::jsonb)
-        FROM (SELECT m.* FROM ctxwin.messages m
-              WHERE m.session_id = s.id AND m.id > s.summary_through_id
-              ORDER BY m.id DESC LIMIT %s) t) AS tail
-FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
 
 # A worker serves the database when its process runs and it is idle or
 # working: one that runs but waits (for ALTER EXTENSION ctxwin UPDATE: state
@@ -192,34 +201,56 @@ def _md5(s: str | None) -> str:
     return hashlib.md5((s or "").encode("utf-8")).hexdigest()
 
 
-def match_window(ids: list[int], context: list[ChatMessage], tail_row: Mapping[str, Any] | None) -> Window:
-    """The window's messages with the stored rows they show, matched from the
-    newest back by role and tool call id; what is left in front is the
-    system prompt and summary (or, if a summary was written between the two
-    reads, messages it now covers, shown without their rows)."""
-    if tail_row is None:
-        return Window(ids=ids, messages=[WindowMessage(message=m) for m in context])
-    tail = tail_row["tail"] or []
-    out: list[WindowMessage] = []
-    j = len(tail) - 1
-    i = len(context) - 1
-    while i >= 0 and j >= 0:
-        m = context[i]
-        tid, role, key, md5, tcid, tcalls, items = tail[j]
-        if m.get("role") != role or (m.get("tool_call_id") or None) != (tcid or None):
-            break
-        intact = _md5(m.get("content")) == md5 and (m.get("tool_calls") or None) == (tcalls or None)
-        out.append(WindowMessage(message=m, id=int(tid), client_key=key, source=items, intact=intact))
-        i -= 1
-        j -= 1
-    head = [WindowMessage(message=context[k]) for k in range(i + 1)]
-    out.reverse()
-    return Window(ids=ids, messages=head + out,
-                  summary_through_id=int(tail_row["summary_through_id"] or 0),
-                  conversation_summary=tail_row["conversation_summary"],
-                  summary_version=int(tail_row["summary_version"] or 0),
-                  summary_through_key=tail_row["summary_through_key"],
-                  queued=bool(tail_row["queued"]))
+def _text(content: Any) -> str:
+    """The text ctxwin stores in ``content`` for a message's content: the
+    text parts of an array joined by a blank line."""
+    if isinstance(content, list):
+        return "\n\n".join(str(p.get("text") or "") for p in content
+                            if isinstance(p, Mapping) and p.get("type") == "text")
+    return str(content or "")
+
+
+def window_of(row: Mapping[str, Any], ids: list[int]) -> Window:
+    """A :class:`Window` of BUILD_WINDOW's row: the context's last messages
+    are the stored rows build_window lists, oldest first; what is in front
+    of them is the system prompt and the summary."""
+    r = row["r"]
+    context: list[ChatMessage] = r.get("context") or []
+    shown = r.get("messages") or []
+    extra = row.get("rows") or {}
+    head = len(context) - len(shown)
+    if head < 0:
+        raise CtxwinError("the window lists more stored messages than it shows",
+                          detail=f"build_window gave {len(context)} messages and {len(shown)} rows.")
+    out = [WindowMessage(message=m) for m in context[:head]]
+    for m, s in zip(context[head:], shown):
+        rid = int(s["id"])
+        digest, calls, items = extra.get(str(rid)) or (None, None, None)
+        intact = digest == _md5(_text(m.get("content"))) and (m.get("tool_calls") or None) == (calls or None)
+        out.append(WindowMessage(message=m, id=rid, client_key=s.get("client_key"), source=items, intact=intact))
+    return Window(ids=ids, messages=out,
+                  summary_through_id=int(r.get("summary_through_id") or 0),
+                  conversation_summary=r.get("summary"),
+                  summary_version=int(r.get("summary_version") or 0),
+                  summary_through_key=row.get("summary_through_key"),
+                  queued=bool(row.get("queued")))
+
+
+def creating(id: Any, profile: str | None, system_prompt: str | None,
+             metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The parameters of ensure_session."""
+    return {"id": str(id), "profile": profile, "system_prompt": system_prompt,
+            "metadata": jsonb(dict(metadata)) if metadata else None}
+
+
+def tools(t: Sequence[Mapping[str, Any]] | None) -> Jsonb | None:
+    return None if t is None else Jsonb([dict(x) for x in t])
+
+
+def not_found(sid: UUID) -> SessionNotFound:
+    """What a read of a session that does not exist raises (no error in the server)."""
+    return SessionNotFound(f"session {sid} does not exist", sqlstate="P0002",
+                           hint="Create it first (create_session, ensure_session), or append with create=True.")
 
 
 def as_uuid(v: Any) -> UUID:

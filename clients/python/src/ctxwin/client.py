@@ -1,4 +1,9 @@
-"""The synchronous client, on a psycopg 3 connection or connection pool."""
+# Generated from aio.py by tools/gen_sync.py: do not edit.  Change aio.py
+# and run `python tools/gen_sync.py` (a test checks this file is its output).
+"""The synchronous client, on a psycopg 3 connection or connection pool.
+
+Generated from aio.py (the asynchronous client) by tools/gen_sync.py.
+How each call treats the caller's transaction: TRANSACTIONS.md."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import _sql
-from .errors import CtxwinError, SessionNotFound, from_psycopg
+from .errors import CtxwinError, from_psycopg
 from .types import (
     ContextStatus,
     Format,
@@ -34,15 +39,17 @@ Source = Union["psycopg.Connection[Any]", "ConnectionPool[Any]"]
 
 
 class Client:
-    """ctxwin on a psycopg 3 connection or a ``psycopg_pool.ConnectionPool``.
+    """ctxwin on a psycopg 3 ``Connection`` or a ``psycopg_pool.ConnectionPool``.
 
-    Each call is one statement, its own transaction, unless the connection is
-    inside a transaction the caller opened (then it runs in it and the
-    caller commits).  A connection in autocommit mode (or a pool of them,
-    ``ConnectionPool(kwargs={"autocommit": True})``) makes each call one
-    round trip to the server; on a connection out of autocommit mode that is
-    idle, the call runs in autocommit mode all the same (one round trip,
-    committed), and the connection is put back as it was.
+    The caller's transaction is the caller's (TRANSACTIONS.md): inside a
+    transaction open on the connection, a call runs in it and the caller
+    commits or rolls back; on a connection in autocommit mode, a pool's, or
+    one out of autocommit mode with no transaction open, each call is its
+    own transaction, committed when it returns, and the connection is
+    given back as it was.  A call never commits or rolls back a transaction
+    it did not begin, and on the normal path raises no error in the
+    server (a session is created by the first write that names
+    ``create=True``, in the same statement).
     """
 
     def __init__(self, conn: Source) -> None:
@@ -61,19 +68,22 @@ class Client:
                 yield conn
 
     def _run(self, fn: Callable[[Conn], T]) -> T:
-        try:
-            with self.connection() as conn:
+        with self.connection() as conn:
+            try:
                 if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     return fn(conn)
+                # no transaction open: each statement commits (one round
+                # trip, no BEGIN and COMMIT), then the mode is as it was
                 conn.autocommit = True
                 try:
                     return fn(conn)
                 finally:
-                    conn.autocommit = False
-        except psycopg.Error as e:
-            if e.sqlstate is None:
-                raise
-            raise from_psycopg(e) from e
+                    if not conn.closed:
+                        conn.autocommit = False
+            except psycopg.Error as e:
+                if e.sqlstate is None and not conn.closed:
+                    raise
+                raise from_psycopg(e, conn.closed) from e
 
     def _one(self, query: str, params: Any) -> dict[str, Any] | None:
         def go(conn: Conn) -> dict[str, Any] | None:
@@ -101,8 +111,8 @@ class Client:
     ) -> Session:
         """Creates a session (profile ``default`` unless named) and returns it."""
         row = self._one(_sql.CREATE_SESSION, {"id": None if id is None else str(id), "profile": profile,
-                                              "system_prompt": system_prompt,
-                                              "metadata": _sql.jsonb(dict(metadata) if metadata else None)})
+                                                    "system_prompt": system_prompt,
+                                                    "metadata": _sql.jsonb(dict(metadata) if metadata else None)})
         assert row is not None
         return Session.from_row(row)
 
@@ -114,12 +124,11 @@ class Client:
         system_prompt: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Session:
-        """The session with this id, created with these settings if it does not exist."""
-        params = {"id": str(id), "profile": profile, "system_prompt": system_prompt,
-                  "metadata": _sql.jsonb(dict(metadata) if metadata else None)}
-        row = self._one(_sql.ENSURE_SESSION, params)
-        if row is None:     # created by another transaction after this statement's snapshot
-            return self.get_session(id)
+        """The session with this id, created with these settings if it does
+        not exist (an existing one keeps its own), in one statement that
+        raises no error when another transaction creates it first."""
+        row = self._one(_sql.ENSURE_SESSION, _sql.creating(id, profile, system_prompt, metadata))
+        assert row is not None
         return Session.from_row(row)
 
     def get_session(self, session: SessionRef) -> Session:
@@ -127,7 +136,7 @@ class Client:
         sid = session_id(session)
         row = self._one(_sql.GET_SESSION, (sid,))
         if row is None:
-            raise SessionNotFound(f"session {sid} does not exist", sqlstate="P0002")
+            raise _sql.not_found(sid)
         return Session.from_row(row)
 
     def sessions(self, *, limit: int = 50) -> list[Session]:
@@ -137,7 +146,7 @@ class Client:
     def delete_session(self, session: SessionRef) -> bool:
         """Deletes a session with its messages, summaries and usage (erasure)."""
         def go(conn: Conn) -> bool:
-            cur = conn.execute("DELETE FROM ctxwin.sessions WHERE id = %s::uuid", (session_id(session),))
+            cur = conn.execute(_sql.DELETE_SESSION, (session_id(session),))
             return cur.rowcount > 0
         return self._run(go)
 
@@ -149,12 +158,23 @@ class Client:
         messages: Iterable[Any] | Any,
         *,
         keys: Sequence[str | None] | None = None,
+        create: bool = False,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Appends messages (any shape :mod:`ctxwin.convert` takes) and returns
         their ids.  A message whose client key the session already has is not
-        stored again (its id is returned): retrying is safe."""
+        stored again (its id is returned): retrying is safe.  With
+        ``create=True`` a session that does not exist is created (with
+        ``profile``, ``system_prompt``, ``metadata``) in the same statement."""
         body, ks, _ = _sql.prepare_messages(messages, keys)
-        row = self._one(_sql.APPEND, (session_id(session), body, ks))
+        sid = session_id(session)
+        if create:
+            row = self._one(_sql.APPEND_CREATE, {**_sql.creating(sid, profile, system_prompt, metadata),
+                                                       "messages": body, "keys": ks})
+        else:
+            row = self._one(_sql.APPEND, (sid, body, ks))
         assert row is not None
         return [int(i) for i in row["ids"] or []]
 
@@ -181,9 +201,10 @@ class Client:
     ) -> Any:
         """The window: system prompt, summary and the newest messages that fit."""
         _sql.check_format(format)
-        row = self._one(_sql.BUILD_CONTEXT, (session_id(session), budget, format,
-                                             _sql.jsonb(list(tools) if tools is not None else None), cache))
-        assert row is not None
+        sid = session_id(session)
+        row = self._one(_sql.BUILD_CONTEXT, (budget, format, _sql.tools(tools), cache, sid))
+        if row is None:
+            raise _sql.not_found(sid)
         return row["r"]
 
     def build_request(
@@ -200,10 +221,10 @@ class Client:
         its tools end with ctxwin's ``conversation_search`` (answer its calls
         with :meth:`answer_tool_call`)."""
         _sql.check_format(format)
-        row = self._one(_sql.BUILD_REQUEST, (session_id(session), budget, format,
-                                             _sql.jsonb(list(tools) if tools is not None else None), cache,
-                                             recall))
-        assert row is not None
+        sid = session_id(session)
+        row = self._one(_sql.BUILD_REQUEST, (budget, format, _sql.tools(tools), cache, recall, sid))
+        if row is None:
+            raise _sql.not_found(sid)
         r: dict[str, Any] = row["r"]
         return r
 
@@ -219,15 +240,21 @@ class Client:
         cache: bool = True,
         request: bool = False,
         recall: bool = False,
+        create: bool = False,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Turn:
         """One chat turn in one round trip: appends the messages, then returns
         the window (or, with ``request=True``, the whole request body; with
-        ``recall=True`` too, its tools end with ``conversation_search``)."""
+        ``recall=True`` too, its tools end with ``conversation_search``).
+        ``create=True``: as for :meth:`append`."""
         _sql.check_format(format)
         body, ks, _ = _sql.prepare_messages(messages, keys)
-        row = self._one(_sql.APPEND_AND_BUILD, (session_id(session), body, ks, budget, format,
-                                                _sql.jsonb(list(tools) if tools is not None else None),
-                                                cache, request, recall))
+        params = {**_sql.creating(session_id(session), profile, system_prompt, metadata), "messages": body,
+                  "keys": ks, "budget": budget, "format": format, "tools": _sql.tools(tools), "cache": cache,
+                  "request": request, "recall": recall}
+        row = self._one(_sql.APPEND_AND_BUILD_CREATE if create else _sql.APPEND_AND_BUILD, params)
         assert row is not None
         r = row["r"]
         return Turn(ids=[int(i) for i in r.get("ids") or []], context=r.get("context"), request=r.get("request"))
@@ -240,28 +267,43 @@ class Client:
         keys: Sequence[str | None] | None = None,
         budget: int | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        create: bool = False,
+        profile: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Window:
         """Appends the messages (if any) and returns the window in OpenAI's
         format with, for each message, the stored row it shows (id, client
-        key, the items it was appended from), in one round trip."""
+        key, the items it was appended from) as the server gives them, in
+        one round trip.  ``create=True``: as for :meth:`append` (a window
+        with no messages to append never creates a session: one that does
+        not exist is :class:`~ctxwin.errors.SessionNotFound`, raised by the
+        client without an error in the server)."""
         body, ks, chat = _sql.prepare_messages(messages, keys)
         sid = session_id(session)
-        t = _sql.jsonb(list(tools) if tools is not None else None)
+        params = {**_sql.creating(sid, profile, system_prompt, metadata), "messages": body, "keys": ks,
+                  "budget": budget, "tools": _sql.tools(tools)}
 
         def go(conn: Conn) -> Window:
+            if not chat:        # only reads: no lock, and a hot standby serves it
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(_sql.BUILD_WINDOW, params)
+                    row = cur.fetchone()
+                if row is None:
+                    raise _sql.not_found(sid)
+                return _sql.window_of(row, [])
+            # the append, then the window with it: two statements, one round trip
             with conn.pipeline():
                 c1 = conn.cursor(row_factory=dict_row)
-                if chat:
-                    c1.execute(_sql.APPEND_AND_BUILD, (sid, body, ks, budget, "openai", t, True, False, False))
-                else:       # only reads: no lock, and a hot standby serves it
-                    c1.execute(_sql.BUILD_WINDOW, (budget, t, sid))
+                if create:
+                    c1.execute(_sql.APPEND_CREATE, params)
+                else:
+                    c1.execute(_sql.APPEND, (sid, body, ks))
                 c2 = conn.cursor(row_factory=dict_row)
-                c2.execute(_sql.TAIL, (_sql.TAIL_LIMIT, sid))
+                c2.execute(_sql.BUILD_WINDOW, params)
             r1, r2 = c1.fetchone(), c2.fetchone()
-            if r1 is None:
-                raise SessionNotFound(f"session {sid} does not exist", sqlstate="P0002")
-            r = r1["r"]
-            return _sql.match_window([int(i) for i in r.get("ids") or []], r.get("context") or [], r2)
+            assert r1 is not None and r2 is not None
+            return _sql.window_of(r2, [int(i) for i in r1["ids"] or []])
         return self._run(go)
 
     # -- recall ------------------------------------------------------------
@@ -324,9 +366,10 @@ class Client:
 
     def status(self, session: SessionRef) -> ContextStatus:
         """Where the session stands against its triggers, its summary, its window."""
-        row = self._one(_sql.STATUS, (session_id(session),))
+        sid = session_id(session)
+        row = self._one(_sql.STATUS, (sid,))
         if row is None or row.get("session_id") is None:
-            raise SessionNotFound(f"session {session_id(session)} does not exist", sqlstate="P0002")
+            raise _sql.not_found(sid)
         return ContextStatus.from_row(row)
 
     def report(self, session: SessionRef) -> str:

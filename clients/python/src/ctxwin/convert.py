@@ -15,10 +15,15 @@ accepts, one by one or mixed in a list:
   items are kept in ``metadata["responses_items"]`` so they can be given
   back as they came.
 
-Content that is not text (images, files, audio) is refused with
-:class:`~ctxwin.errors.MessageConversionError`: ctxwin counts and stores
-text, and silently dropping part of a message would change the
-conversation.
+Content parts: a content that is a list of text parts is stored as its
+text; one with images is stored as parts (``ctxwin.messages.content_parts``,
+docs/images.md), in OpenAI's shape (``text``, ``image_url``) or Anthropic's
+(``text``, ``image`` with a ``base64`` or ``url`` source) as given, and
+the Responses API's ``input_image`` and LangChain's standard ``image``
+blocks (``url``, or ``base64`` with ``mime_type``) as OpenAI ``image_url``
+parts.  Other content (audio, files, images by a provider's file id) is
+refused with :class:`~ctxwin.errors.MessageConversionError`: silently
+dropping part of a message would change the conversation.
 """
 
 from __future__ import annotations
@@ -66,35 +71,92 @@ def _is_langchain(obj: Any) -> bool:
     return isinstance(obj, BaseMessage)
 
 
-def _text_of_parts(parts: Sequence[Any], where: str) -> str:
-    texts: list[str] = []
+def _refused(where: str, t: Any) -> MessageConversionError:
+    return MessageConversionError(
+        f"{where}: content of type {t!r} cannot be stored",
+        detail="ctxwin stores text and images (OpenAI image_url parts, Anthropic image blocks, "
+               "Responses input_image, LangChain image blocks); audio, files and images by a file id are not.",
+        hint="Describe the content in text, or keep a reference to it in metadata.")
+
+
+def _image_part(p: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """An image part in a shape the server takes (OpenAI's image_url or
+    Anthropic's image), or None if ``p`` is no image."""
+    t = p.get("type")
+    if t == "image_url":
+        url = p.get("image_url")
+        if isinstance(url, str):            # LangChain's shorthand
+            return {**dict(p), "image_url": {"url": url}}
+        return dict(p)
+    if t == "image" and "source" in p:      # Anthropic's block
+        return dict(p)
+    if t == "input_image":                  # the Responses API's
+        if not p.get("image_url"):
+            raise _refused(where, "input_image with a file_id")
+        img: dict[str, Any] = {"url": str(p["image_url"])}
+        if p.get("detail"):
+            img["detail"] = p["detail"]
+        return {"type": "image_url", "image_url": img}
+    if t == "image":                        # LangChain's standard block (v1, or v0.3 with source_type)
+        kind = p.get("source_type")
+        if p.get("url") and kind in (None, "url"):
+            return {"type": "image_url", "image_url": {"url": str(p["url"])}}
+        data = p.get("base64") if p.get("base64") else (p.get("data") if kind == "base64" else None)
+        if data and p.get("mime_type"):
+            return {"type": "image_url", "image_url": {"url": f"data:{p['mime_type']};base64,{data}"}}
+        raise _refused(where, "image without a url or base64 data")
+    return None
+
+
+def _parts(parts: Sequence[Any], where: str) -> str | list[dict[str, Any]]:
+    """A content array: its text when it has only text, else its parts in
+    a shape the server takes."""
+    out: list[dict[str, Any]] = []
+    images = False
     for p in parts:
         p = _plain(p)
         if isinstance(p, str):
-            texts.append(p)
+            out.append({"type": "text", "text": p})
             continue
         if not isinstance(p, Mapping):
             raise MessageConversionError(f"{where}: a content part is neither a string nor an object")
         t = p.get("type")
         if t in ("text", "input_text", "output_text"):
-            texts.append(str(p.get("text") or ""))
+            part: dict[str, Any] = {"type": "text", "text": str(p.get("text") or "")}
+            if t == "text" and p.get("cache_control") is not None:
+                part["cache_control"] = p["cache_control"]
+            out.append(part)
         elif t == "refusal":
-            texts.append(str(p.get("refusal") or p.get("text") or ""))
+            out.append({"type": "text", "text": str(p.get("refusal") or p.get("text") or "")})
         elif t in ("thinking", "redacted_thinking", "reasoning"):
             continue
         else:
-            raise MessageConversionError(
-                f"{where}: content of type {t!r} cannot be stored",
-                detail="ctxwin stores and counts the text of messages; images, files and audio are not text.",
-                hint="Describe the content in text, or keep a reference to it in metadata.")
-    return "".join(texts)
+            img = _image_part(p, where)
+            if img is None:
+                raise _refused(where, t)
+            out.append(img)
+            images = True
+    if images:
+        return out
+    return "".join(str(x["text"]) for x in out)
 
 
-def _content(content: Any, where: str) -> str | None:
+def _text_of_parts(parts: Sequence[Any], where: str) -> str:
+    """The text of a content array that must be text (a tool's result)."""
+    c = _parts(parts, where)
+    if not isinstance(c, str):
+        raise MessageConversionError(
+            f"{where}: a tool result cannot carry an image",
+            detail="Images are taken in user messages only, as OpenAI's chat API takes them.",
+            hint="Put the image in a user message after the tool results.")
+    return c
+
+
+def _content(content: Any, where: str) -> str | list[dict[str, Any]] | None:
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, Sequence):
-        return _text_of_parts(content, where)
+        return _parts(content, where)
     raise MessageConversionError(f"{where}: content must be a string, a list of parts or null")
 
 
@@ -151,6 +213,7 @@ def _from_anthropic(m: Mapping[str, Any], where: str) -> list[ChatMessage]:
     if isinstance(content, str) or content is None:
         return [{"role": role, "content": content}]
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []       # text and images, when there are images
     calls: list[dict[str, Any]] = []
     results: list[ChatMessage] = []
     for b in content:
@@ -158,6 +221,14 @@ def _from_anthropic(m: Mapping[str, Any], where: str) -> list[ChatMessage]:
         t = b.get("type")
         if t == "text":
             texts.append(str(b.get("text") or ""))
+            part: dict[str, Any] = {"type": "text", "text": texts[-1]}
+            if b.get("cache_control") is not None:
+                part["cache_control"] = b["cache_control"]
+            parts.append(part)
+        elif t == "image":
+            img = _image_part(b, where)
+            assert img is not None
+            parts.append(img)
         elif t in ("tool_use", "server_tool_use"):
             calls.append(_tool_call(b.get("id"), b.get("name"), b.get("input")))
         elif t == "tool_result":
@@ -170,10 +241,12 @@ def _from_anthropic(m: Mapping[str, Any], where: str) -> list[ChatMessage]:
         elif t in ("thinking", "redacted_thinking"):
             continue
         else:
-            raise MessageConversionError(
-                f"{where}: content of type {t!r} cannot be stored",
-                detail="ctxwin stores and counts the text of messages; images, documents and files are not text.",
-                hint="Describe the content in text, or keep a reference to it in metadata.")
+            raise _refused(where, t)
+    if any(p["type"] != "text" for p in parts):
+        if calls:
+            raise MessageConversionError(f"{where}: an image in a message with tool calls cannot be stored",
+                                         detail="Images are taken in user messages only.")
+        return results + [{"role": role, "content": parts}]
     if role == "assistant" or calls:
         msg: ChatMessage = {"role": role, "content": "".join(texts) if texts else None}
         if calls:
@@ -377,7 +450,9 @@ def to_langchain(messages: Iterable[ChatMessage], ids: Sequence[str | None] | No
             kw["id"] = mid
         if m.get("name"):
             kw["name"] = m["name"]
-        role, content = m.get("role"), m.get("content") or ""
+        role = m.get("role")
+        raw = m.get("content") or ""
+        content: str | list[str | dict[Any, Any]] = raw if isinstance(raw, str) else [dict(p) for p in raw]
         if role == "system":
             out.append(SystemMessage(content=content, **kw))
         elif role == "user":
@@ -402,6 +477,23 @@ def to_langchain(messages: Iterable[ChatMessage], ids: Sequence[str | None] | No
     return out
 
 
+def _responses_parts(parts: list[Any], text_type: str) -> list[dict[str, Any]]:
+    """Stored content parts as Responses content parts."""
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if p.get("type") == "text":
+            out.append({"type": text_type, "text": p.get("text") or ""})
+        elif p.get("type") == "image_url":
+            img = p.get("image_url") or {}
+            out.append({"type": "input_image", "image_url": img.get("url"), "detail": img.get("detail") or "auto"})
+        elif p.get("type") == "image":
+            src = p.get("source") or {}
+            url = src.get("url") if src.get("type") == "url" else \
+                f"data:{src.get('media_type')};base64,{src.get('data')}"
+            out.append({"type": "input_image", "image_url": url, "detail": "auto"})
+    return out
+
+
 def to_responses_items(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """Chat messages as OpenAI Responses input items (what the Agents SDK sends)."""
     out: list[dict[str, Any]] = []
@@ -412,6 +504,8 @@ def to_responses_items(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
             out.append({"type": "function_call_output", "call_id": m.get("tool_call_id") or "",
                         "output": content or ""})
             continue
+        if isinstance(content, list):
+            content = _responses_parts(content, "output_text" if role == "assistant" else "input_text")
         if role in ("system", "user") or content:
             out.append({"role": role, "content": content or ""})
         for c in m.get("tool_calls") or []:

@@ -101,36 +101,70 @@ class SummaryFailed(CtxwinError):
     """An LLM summary could not be made (an error raised while summarizing)."""
 
 
-_BY_SQLSTATE: dict[str, type[CtxwinError]] = {
-    "22004": NullValueNotAllowed,
-    "P0002": SessionNotFound,
-    "23505": DuplicateMessage,
-    "42501": PermissionDenied,
-    "3F000": ExtensionNotInstalled,
-    "42883": ExtensionNotInstalled,
-    "42P01": ExtensionNotInstalled,
-    "55P03": LockTimeout,
-    "57014": LockTimeout,
-}
+class SummaryJobStale(CtxwinError):
+    """A summary job's token is unknown, already completed, expired or
+    superseded (CW001): nothing was written."""
 
 
-def from_psycopg(exc: psycopg.Error) -> CtxwinError:
-    """The :class:`CtxwinError` for a psycopg error (its class chosen by SQLSTATE)."""
+class ConnectionLost(CtxwinError, ConnectionError):
+    """The connection to the server was lost (the server ended it: 57P01,
+    57P02, 57P03, class 08; or it is closed): a transaction open on it is
+    gone, what was committed before is kept."""
+
+
+# The SQLSTATE mapping, first match wins (else CtxwinError).  The same
+# table, with the classes, is clients/errors.json, which both clients are
+# checked against: (class, SQLSTATE or None, SQLSTATE class or None,
+# beginning of the message or None, connection closed).
+_RULES: tuple[tuple[type[CtxwinError], str | None, str | None, str | None, bool], ...] = (
+    (MessageNotFound, "P0002", None, "message ", False),
+    (SessionNotFound, "P0002", None, None, False),
+    (NullValueNotAllowed, "22004", None, None, False),
+    (BudgetTooSmall, "22023", None, "token budget", False),
+    (InvalidArgument, None, "22", None, False),
+    (DuplicateMessage, "23505", None, None, False),
+    (IntegrityViolation, None, "23", None, False),
+    (PermissionDenied, "42501", None, None, False),
+    (ExtensionNotInstalled, "3F000", None, None, False),
+    (ExtensionNotInstalled, "42883", None, None, False),
+    (ExtensionNotInstalled, "42P01", None, None, False),
+    (LockTimeout, "55P03", None, None, False),
+    (LockTimeout, "57014", None, None, False),
+    (SummaryJobStale, "CW001", None, None, False),
+    (ConnectionLost, "57P01", None, None, False),
+    (ConnectionLost, "57P02", None, None, False),
+    (ConnectionLost, "57P03", None, None, False),
+    (ConnectionLost, None, "08", None, False),
+    (ConnectionLost, None, None, None, True),
+)
+
+
+def error_class(sqlstate: str | None, message: str = "", connection_closed: bool = False) -> type[CtxwinError]:
+    """The class of an error by its SQLSTATE, message and whether it left
+    the connection closed (the rules of clients/errors.json)."""
+    for cls, state, state_class, prefix, closed in _RULES:
+        if state is not None and sqlstate != state:
+            continue
+        if state_class is not None and (sqlstate is None or not sqlstate.startswith(state_class)):
+            continue
+        if prefix is not None and not message.startswith(prefix):
+            continue
+        if closed and not connection_closed:
+            continue
+        return cls
+    return CtxwinError
+
+
+def from_psycopg(exc: psycopg.Error, connection_closed: bool | None = None) -> CtxwinError:
+    """The :class:`CtxwinError` for a psycopg error (its class chosen by
+    SQLSTATE; :class:`ConnectionLost` for an ``OperationalError`` that
+    left the connection closed, ``connection_closed`` when the caller knows)."""
     diag = exc.diag
     sqlstate = exc.sqlstate
     message = diag.message_primary or str(exc).strip() or type(exc).__name__
-    cls: type[CtxwinError] = CtxwinError
-    if sqlstate is not None:
-        if sqlstate == "P0002" and message.startswith("message "):
-            cls = MessageNotFound
-        elif sqlstate in _BY_SQLSTATE:
-            cls = _BY_SQLSTATE[sqlstate]
-        elif sqlstate == "22023" and message.startswith("token budget"):
-            cls = BudgetTooSmall
-        elif sqlstate.startswith("22"):
-            cls = InvalidArgument
-        elif sqlstate.startswith("23"):
-            cls = IntegrityViolation
+    if connection_closed is None:
+        connection_closed = exc.sqlstate is None
+    cls = error_class(sqlstate, message, connection_closed and isinstance(exc, psycopg.OperationalError))
     err = cls(message, sqlstate=sqlstate, detail=diag.message_detail, hint=diag.message_hint)
     err.__cause__ = exc
     return err

@@ -10,17 +10,33 @@ created on first use, and summaries are made by ctxwin (its worker, or
 here, after an append, when no worker serves the database)::
 
     history = CtxwinChatMessageHistory("chat_history", session_id, sync_connection=conn)
-    chain = RunnableWithMessageHistory(prompt | model, lambda sid: CtxwinChatMessageHistory(
-        "chat_history", sid, sync_connection=conn), input_messages_key="question",
-        history_messages_key="history")
+    history.add_messages([HumanMessage("Where is my parcel?"), AIMessage("In Lyon.")])
+    history.messages  # the window
+
+Transactions are the caller's: on a connection in a transaction the caller
+opened, every method runs in it (the first write to a new session
+included: nothing fails, nothing is logged at ERROR, the transaction stays
+usable) and the caller commits or rolls back; on an idle connection out of
+autocommit mode each method commits what it wrote and leaves the
+connection idle; in autocommit mode each statement is its own transaction.
+``create_tables``/``acreate_tables`` create the ctxwin extension when it is
+missing (the tables are the extension's); ``drop_table``/``adrop_table``
+drop nothing: the tables are shared by every ctxwin session, and dropping
+them is ``DROP EXTENSION ctxwin``, the database owner's act.  ``clear()``
+retracts the session's messages: they leave the window for good and stay
+stored, marked, for an audit.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, Literal, Sequence, Union, overload
+from typing import Any, Literal, Sequence, Union, overload
+
+import psycopg
+from psycopg import sql
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
@@ -28,11 +44,9 @@ from langchain_core.messages import BaseMessage
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
+from . import _history
 from .errors import CtxwinError, SessionNotFound
 from .types import Window
-
-if TYPE_CHECKING:
-    import psycopg
 
 SyncConn = Union["psycopg.Connection[Any]", Client, Any]
 AsyncConn = Union["psycopg.AsyncConnection[Any]", AsyncClient, Any]
@@ -84,6 +98,8 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
         except ValueError as e:
             raise ValueError(f"Invalid session id. Session id must be a valid UUID. Got {sid}") from e
         self.table_name = args[0] if len(args) == 2 else None
+        if self.table_name is not None:
+            _check_table_name(self.table_name)
         self._client = (None if sync_connection is None else
                         sync_connection if isinstance(sync_connection, Client) else Client(sync_connection))
         self._aclient = (None if async_connection is None else
@@ -97,14 +113,31 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     # the table ctxwin needs is its extension's
     @staticmethod
-    def create_tables(connection: Any, table_name: str = "", /) -> None:
-        """Creates the ctxwin extension if it is not there (needs a superuser):
-        the tables are ctxwin's."""
-        connection.execute("CREATE EXTENSION IF NOT EXISTS ctxwin")
+    def create_tables(connection: psycopg.Connection[Any], table_name: str = "", /) -> None:
+        """Creates the ctxwin extension if it is not there (which needs the
+        right to create it): the tables are ctxwin's.  Committed, as
+        langchain-postgres's is, unless the caller's transaction is open
+        (then the caller commits)."""
+        _check_table_name(table_name)
+        _sync_statement(connection, _CREATE)
 
     @staticmethod
-    async def acreate_tables(connection: Any, table_name: str = "", /) -> None:
-        await connection.execute("CREATE EXTENSION IF NOT EXISTS ctxwin")
+    async def acreate_tables(connection: psycopg.AsyncConnection[Any], table_name: str = "", /) -> None:
+        """:meth:`create_tables` on an async connection."""
+        _check_table_name(table_name)
+        await _async_statement(connection, _CREATE)
+
+    @staticmethod
+    def drop_table(connection: psycopg.Connection[Any], table_name: str = "", /) -> None:
+        """Drops nothing: ctxwin's tables are its extension's, shared by every
+        session (``DROP EXTENSION ctxwin`` drops them).  Leaves the
+        connection's transaction as it was."""
+        _check_table_name(table_name)
+
+    @staticmethod
+    async def adrop_table(connection: psycopg.AsyncConnection[Any], table_name: str = "", /) -> None:
+        """:meth:`drop_table` on an async connection."""
+        _check_table_name(table_name)
 
     def _sync(self) -> Client:
         if self._client is None:
@@ -118,6 +151,9 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
                              "or use the sync methods instead.")
         return self._aclient
 
+    def _params(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
+        return _history.params(self.session_id, list(messages), None, self.budget, self.profile, self.system_prompt)
+
     def _want_summary(self, w: Window, worker: bool) -> bool:
         if self.summarize == "worker" or (self.summarize == "auto" and worker):
             return False
@@ -127,12 +163,12 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Appends the messages (each once per id)."""
+        if not messages:
+            return
         cl = self._sync()
-        try:
-            w = cl.window(self.session_id, list(messages), budget=self.budget)
-        except SessionNotFound:
-            cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
-            w = cl.window(self.session_id, list(messages), budget=self.budget)
+        # one statement, the session created in it when it is missing
+        w = _history.window(cl, _history.APPEND, self._params(messages))
+        assert w is not None
         if self.summarize != "worker":
             now = time.monotonic()
             if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -146,11 +182,8 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     def get_messages(self) -> list[BaseMessage]:
         """The window: system prompt and summary, then the newest messages that fit."""
-        try:
-            w = self._sync().window(self.session_id, budget=self.budget)
-        except SessionNotFound:
-            return []
-        return to_langchain(w.chat, _ids(w))
+        w = _history.window(self._sync(), _history.WINDOW, {"s": str(self.session_id), "budget": self.budget})
+        return [] if w is None else to_langchain(w.chat, _ids(w))
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -158,22 +191,29 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
 
     @messages.setter
     def messages(self, value: list[BaseMessage]) -> None:
-        raise NotImplementedError("Use add_messages instead")
+        """As langchain-postgres's: clears the history, then appends ``value``."""
+        self.clear()
+        self.add_messages(value)
 
     def clear(self) -> None:
-        """Deletes the session and its whole history (an erasure: ctxwin never
-        deletes single messages).  Adding messages afterwards starts it anew."""
-        self._sync().delete_session(self.session_id)
+        """Takes back every message of the session (``ctxwin.retract``): they
+        leave every later window and summary, and stay stored, marked, for an
+        audit.  Adding messages afterwards starts the history anew.  (To
+        erase a session: ``Client.delete_session``.)"""
+        try:
+            _history.one(self._sync(), _history.RETRACT_ALL, {"s": str(self.session_id)})
+        except SessionNotFound:
+            pass
 
     # -- async -------------------------------------------------------------
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """:meth:`add_messages` on the async connection."""
+        if not messages:
+            return
         cl = self._async()
-        try:
-            w = await cl.window(self.session_id, list(messages), budget=self.budget)
-        except SessionNotFound:
-            await cl.ensure_session(self.session_id, profile=self.profile, system_prompt=self.system_prompt)
-            w = await cl.window(self.session_id, list(messages), budget=self.budget)
+        w = await _history.awindow(cl, _history.APPEND, self._params(messages))
+        assert w is not None
         if self.summarize != "worker":
             now = time.monotonic()
             if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -186,14 +226,43 @@ class CtxwinChatMessageHistory(BaseChatMessageHistory):
                                   RuntimeWarning, stacklevel=2)
 
     async def aget_messages(self) -> list[BaseMessage]:
-        try:
-            w = await self._async().window(self.session_id, budget=self.budget)
-        except SessionNotFound:
-            return []
-        return to_langchain(w.chat, _ids(w))
+        """:meth:`get_messages` on the async connection."""
+        w = await _history.awindow(self._async(), _history.WINDOW, {"s": str(self.session_id), "budget": self.budget})
+        return [] if w is None else to_langchain(w.chat, _ids(w))
 
     async def aclear(self) -> None:
-        await self._async().delete_session(self.session_id)
+        """:meth:`clear` on the async connection."""
+        try:
+            await _history.aone(self._async(), _history.RETRACT_ALL, {"s": str(self.session_id)})
+        except SessionNotFound:
+            pass
+
+
+_CREATE = sql.SQL("CREATE EXTENSION IF NOT EXISTS ctxwin")
+
+
+def _check_table_name(name: str) -> None:
+    if name and not re.match(r"^\w+$", name):
+        raise ValueError("Invalid table name. Table name must contain only alphanumeric "
+                         "characters and underscores.")
+
+
+def _sync_statement(conn: psycopg.Connection[Any], query: sql.SQL, params: Any = None) -> None:
+    """One statement: in the caller's open transaction as it is, else in a
+    transaction of its own, committed."""
+    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.execute(query, params)
+        return
+    with conn.transaction():
+        conn.execute(query, params)
+
+
+async def _async_statement(conn: psycopg.AsyncConnection[Any], query: sql.SQL, params: Any = None) -> None:
+    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        await conn.execute(query, params)
+        return
+    async with conn.transaction():
+        await conn.execute(query, params)
 
 
 __all__ = ["CtxwinChatMessageHistory"]

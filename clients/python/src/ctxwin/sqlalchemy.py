@@ -129,7 +129,10 @@ class Message(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, server_default=FetchedValue(),
                                     autoincrement=False)
     role: Mapped[str] = mapped_column(Text)
-    content: Mapped[str | None] = mapped_column(Text)
+    # with content_parts and no content, ctxwin's insert trigger sets it (the text parts' text)
+    content: Mapped[str | None] = mapped_column(Text, server_default=FetchedValue())
+    content_parts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    """Text and images as docs/images.md lists them, or None for a message of text."""
     tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     tool_call_id: Mapped[str | None] = mapped_column(Text)
     name: Mapped[str | None] = mapped_column(Text)

@@ -14,7 +14,10 @@ class ChatMessage(TypedDict, total=False):
     """A chat message in OpenAI's chat shape, as ctxwin stores and returns it."""
 
     role: str
-    content: str | None
+    content: Any
+    """A text, a list of content parts (text and images, as docs/images.md
+    lists them), or None: ``str | list[dict[str, Any]] | None``, typed Any
+    so that code written when it was only a text keeps type-checking."""
     name: str | None
     tool_call_id: str | None
     tool_calls: list[dict[str, Any]] | None
@@ -219,12 +222,14 @@ class WindowMessage:
     """What the application appended, when this client kept it (the original
     Responses items of an OpenAI Agents SDK session), else None."""
     intact: bool = True
-    """False when ctxwin shortened the message to fit the budget."""
+    """False when the window shows the message otherwise than stored: cut
+    to fit the budget, or a tool result cleared by the profile."""
 
 
 @dataclass(frozen=True)
 class Window:
-    """A window (build_context, OpenAI's format) with its stored messages."""
+    """A window (OpenAI's format) with the stored row of each message, as
+    ``ctxwin.build_window`` gives them (no matching by the client)."""
 
     ids: list[int]
     """Ids of the messages appended with it."""

@@ -1,0 +1,113 @@
+"""The statements of the framework histories (ctxwin.agents, ctxwin.langchain)
+that the clients do not make: the first write to a session that creates it
+in the same statement, the window read with the stored rows it shows (those
+not retracted), retracts.  Each runs as the clients' calls do: in the
+caller's transaction when one is open, else in one of its own that it
+commits (never left open), or in autocommit mode as it is."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, AsyncIterator, Iterator
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .aio import AsyncClient
+from .client import Client
+from .errors import SessionNotFound, from_psycopg
+from .types import Window
+
+# What a window call does: append (the session created in the same
+# statement when it is missing) then the window, or the window alone.  Both
+# go through the clients' own window(), which takes the stored rows from
+# ctxwin.build_window (retracted rows are in no window).
+APPEND = "append"
+WINDOW = "window"
+
+RETRACT_ALL = "SELECT ctxwin.retract(%(s)s::uuid, 1) AS n"
+
+
+def params(sid: UUID, batch: list[Any], keys: list[str | None] | None, budget: int | None,
+           profile: str | None, prompt: str | None) -> dict[str, Any]:
+    return {"s": str(sid), "messages": batch, "keys": keys, "budget": budget, "profile": profile,
+            "prompt": prompt}
+
+
+def _window_args(first: str, p: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    if first == APPEND:
+        return p["messages"], {"keys": p["keys"], "budget": p["budget"], "create": True,
+                               "profile": p["profile"], "system_prompt": p["prompt"]}
+    return [], {"budget": p["budget"]}
+
+
+def _owns(conn: Any) -> bool:
+    """Whether a call must open (and commit) a transaction of its own: the
+    connection is out of autocommit mode and idle."""
+    return not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+# -- async ---------------------------------------------------------------------
+
+@contextlib.asynccontextmanager
+async def _aconn(client: AsyncClient, atomic: bool = False) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    try:
+        async with client.connection() as conn:
+            if _owns(conn) or (atomic and conn.autocommit):
+                async with conn.transaction():
+                    yield conn
+            else:
+                yield conn
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
+
+
+async def awindow(client: AsyncClient, first: str, p: dict[str, Any]) -> Window | None:
+    """APPEND or WINDOW, in one round trip; None: no session."""
+    messages, kw = _window_args(first, p)
+    try:
+        return await client.window(p["s"], messages, **kw)
+    except SessionNotFound:
+        return None
+
+
+async def aone(client: AsyncClient, query: str, p: Any, atomic: bool = False) -> dict[str, Any] | None:
+    async with _aconn(client, atomic) as conn:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query, p)
+            return await cur.fetchone()
+
+
+# -- sync ----------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _conn(client: Client) -> Iterator[psycopg.Connection[Any]]:
+    try:
+        with client.connection() as conn:
+            if _owns(conn):
+                with conn.transaction():
+                    yield conn
+            else:
+                yield conn
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
+
+
+def window(client: Client, first: str, p: dict[str, Any]) -> Window | None:
+    messages, kw = _window_args(first, p)
+    try:
+        return client.window(p["s"], messages, **kw)
+    except SessionNotFound:
+        return None
+
+
+def one(client: Client, query: str, p: Any) -> dict[str, Any] | None:
+    with _conn(client) as conn:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, p)
+            return cur.fetchone()
