@@ -90,8 +90,6 @@ export interface SummarizationNodeOptions {
     name?: string;
 }
 type State = Record<string, unknown>;
-/** Appended to a summary the node cut to the job's length (the Python client's mark). */
-export declare const CUT_MARK = "\n[summary cut to its length]";
 /** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
 export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
 /** A message of ctxwin's window as a LangChain message with the given id. */

@@ -45,8 +45,6 @@ export const BOOKKEEPING_KEY = "ctxwin";
 function lcType(m) {
     return m.getType();
 }
-/** Appended to a summary the node cut to the job's length (the Python client's mark). */
-export const CUT_MARK = "\n[summary cut to its length]";
 /** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
 export function usageOfMessage(m) {
     const raw = m.response_metadata?.["usage"];
@@ -181,19 +179,9 @@ class Summarizer {
                 throw new SummaryFailed(`the model could not summarize session ${session}: ${String(e)}`, { cause: e });
             }
             const text = typeof answer.content === "string" ? answer.content : answer.text;
-            const usage = AIMessage.isInstance(answer) ? usageOfMessage(answer) : null;
             try {
-                try {
-                    await this.cw.completeSummary(job.token, text, usage);
-                }
-                catch (e) {
-                    // longer than asked: cut at a word to the job's length, so that such a model never stalls the summaries
-                    const cut = e instanceof CtxwinError && e.code?.startsWith("22") && e.message.includes("max_summary_tokens") && job.max_tokens
-                        ? await this.cut(session, text, Number(job.max_tokens)) : null;
-                    if (cut === null)
-                        throw e;
-                    await this.cw.completeSummary(job.token, cut, usage);
-                }
+                // an answer longer than the summary's length is cut by ctxwin to fit
+                await this.cw.completeSummary(job.token, text, AIMessage.isInstance(answer) ? usageOfMessage(answer) : null);
             }
             catch (e) {
                 if (e instanceof CtxwinError && e.code !== "CW001")
@@ -208,22 +196,6 @@ class Summarizer {
             process.emitWarning(`ctxwin could not summarize session ${session}: ${e.message}`, "CtxwinWarning");
             return false;
         }
-    }
-    /** The longest start of text, cut at a word, that with CUT_MARK counts at most limit tokens; null if no word fits. */
-    async cut(session, text, limit) {
-        const count = async (t) => Number((await this.cw.query(`SELECT ctxwin.count_tokens($1::text, coalesce((SELECT encoding FROM ctxwin.session_settings WHERE session_id = $2::uuid),
-                                                     'o200k_base')) AS n`, [t, session]))[0]?.["n"] ?? 0);
-        const words = text.split(" ");
-        let lo = 0;
-        let hi = words.length;
-        while (lo < hi) {
-            const mid = Math.floor((lo + hi + 1) / 2);
-            if (await count(words.slice(0, mid).join(" ").trimEnd() + CUT_MARK) <= limit)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        return lo ? words.slice(0, lo).join(" ").trimEnd() + CUT_MARK : null;
     }
     /** Whether ctxwin's own worker calls an LLM for the node's profile (the Python client's test). */
     async serverLlm() {
@@ -263,7 +235,8 @@ class Summarizer {
          'worker', ${WORKER_SERVES_SQL},
          'lastKey', (SELECT m.client_key FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id),
          'dropped', (SELECT count(*) FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id
-                       AND m.id < coalesce((w->'messages'->0->>'id')::bigint, 9223372036854775807))) AS r
+                       AND m.id < coalesce((w->'messages'->0->>'id')::bigint, 9223372036854775807)
+                       AND m.retracted_at IS NULL)) AS r
        FROM ctxwin.sessions s, ctxwin.build_window(s.id, $2::int) w WHERE s.id = $1::uuid`, [session, this.maxTokens]);
         if (!r[0])
             throw new SessionNotFound(`session ${session} does not exist`);
