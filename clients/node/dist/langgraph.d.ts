@@ -42,6 +42,8 @@ export interface RunningSummary {
     lastSummarizedMessageId: string | null;
 }
 export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
+/** The most messages the node's own profile keeps out of a summary (min_recent_messages), as the Python client's node. */
+export declare const MIN_RECENT = 2;
 /** The node's own entry in the state's context: the session (and thread) it wrote to. */
 export declare const BOOKKEEPING_KEY = "ctxwin";
 export interface SummarizationNodeOptions {

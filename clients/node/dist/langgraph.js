@@ -40,6 +40,10 @@ import { contentText, toChatMessages } from "./convert.js";
 import { CtxwinError, PermissionDenied, SessionNotFound, SummaryFailed } from "./errors.js";
 import { sessionIdForThread } from "./uuid.js";
 export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
+/** The most messages the node's own profile keeps out of a summary (min_recent_messages), as the Python client's node. */
+export const MIN_RECENT = 2;
+/** Summaries one run makes at most while its window still leaves out unsummarized messages. */
+const SETTLE_ROUNDS = 3;
 /** The node's own entry in the state's context: the session (and thread) it wrote to. */
 export const BOOKKEEPING_KEY = "ctxwin";
 function lcType(m) {
@@ -139,7 +143,7 @@ class Summarizer {
            summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
            window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
            exclude_tools, clear_at_least)
-         SELECT $1::text, model, context_window, NULL, NULL, $2::int, min_recent_messages, response_reserve,
+         SELECT $1::text, model, context_window, NULL, NULL, $2::int, least(min_recent_messages, ${MIN_RECENT}), response_reserve,
            $3::int, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
            window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
            exclude_tools, clear_at_least
@@ -263,12 +267,20 @@ class Summarizer {
         const byId = new Map();
         fresh.forEach((m, i) => { storedId.set(m.id, stored[i]); byId.set(m.id, m); });
         let st = await this.state(session);
-        const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
-        if ((st.queued || st.dropped > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
-            this.summarizesInline(st)) {
-            if (await this.summarizeNow(session))
-                st = await this.state(session);
+        // a summary when one is due; while the window still leaves out messages no summary covers, another (at most
+        // SETTLE_ROUNDS), so that no message leaves the model's view unsummarized
+        for (let round = 0; round < SETTLE_ROUNDS; round++) {
+            const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
+            const due = st.queued || st.dropped > 0 || (round === 0 && since > this.maxTokensBeforeSummary - this.maxSummaryTokens);
+            if (!due || !this.summarizesInline(st) || !(await this.summarizeNow(session)))
+                break;
+            st = await this.state(session);
+            if (st.dropped === 0)
+                break;
         }
+        if (st.dropped > 0 && this.summarizesInline(st))
+            process.emitWarning(`ctxwin: ${st.dropped} messages of session ${session} are neither in its summary nor in the window ` +
+                `(the profile keeps its newest min_recent_messages out of summaries)`, "CtxwinWarning");
         const ctx = st.window.context;
         const lead = ctx.length - st.window.messages.length;
         const out = [];
