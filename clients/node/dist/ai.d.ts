@@ -16,7 +16,7 @@
  * response id), so nothing is stored twice.
  */
 import type { ModelMessage } from "ai";
-import { Ctxwin, type SessionRef, type WindowOptions } from "./client.js";
+import { Ctxwin, type AppendOptions, type SessionRef, type WindowOptions } from "./client.js";
 import type { ChatMessage } from "./types.js";
 /** ctxwin's window (build_context's 'openai' format) as AI SDK ModelMessages. */
 export declare function toModelMessages(context: readonly ChatMessage[]): ModelMessage[];
@@ -33,6 +33,8 @@ export interface CtxwinChatOptions extends Omit<WindowOptions, "tools"> {
     tools?: WindowOptions["tools"];
     /** Record each step's usage in onFinish (default true). */
     recordUsage?: boolean;
+    /** Create the session on the first turn if it is missing, in that turn's statement (ctxwin.ensure_session). */
+    create?: AppendOptions["create"];
 }
 /** A ctxwin session driven by the AI SDK. */
 export declare class CtxwinChat {

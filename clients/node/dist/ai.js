@@ -1,3 +1,4 @@
+import { contentText } from "./convert.js";
 function parseArgs(s) {
     try {
         return JSON.parse(s);
@@ -6,22 +7,31 @@ function parseArgs(s) {
         return s;
     }
 }
+/** A part of a user message of the window as an AI SDK part: an image by its URL, or its bytes (base64) and media type. */
+function toUserPart(p) {
+    if (p.type === "text")
+        return { type: "text", text: p.text };
+    const url = p.type === "image_url" ? p.image_url.url
+        : p.source.type === "url" ? p.source.url : `data:${p.source.media_type};base64,${p.source.data}`;
+    const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
+    return m ? { type: "image", image: m[2], mediaType: m[1] } : { type: "image", image: new URL(url) };
+}
 /** ctxwin's window (build_context's 'openai' format) as AI SDK ModelMessages. */
 export function toModelMessages(context) {
     const out = [];
     const callNames = new Map();
     for (const m of context) {
         if (m.role === "system") {
-            out.push({ role: "system", content: m.content ?? "" });
+            out.push({ role: "system", content: contentText(m.content) });
         }
         else if (m.role === "user") {
-            out.push({ role: "user", content: m.content ?? "" });
+            out.push({ role: "user", content: Array.isArray(m.content) ? m.content.map(toUserPart) : m.content ?? "" });
         }
         else if (m.role === "assistant") {
             if (m.tool_calls?.length) {
                 const content = [];
-                if (m.content)
-                    content.push({ type: "text", text: m.content });
+                if (contentText(m.content))
+                    content.push({ type: "text", text: contentText(m.content) });
                 for (const c of m.tool_calls) {
                     callNames.set(c.id, c.function.name);
                     content.push({ type: "tool-call", toolCallId: c.id, toolName: c.function.name, input: parseArgs(c.function.arguments) });
@@ -29,13 +39,13 @@ export function toModelMessages(context) {
                 out.push({ role: "assistant", content });
             }
             else {
-                out.push({ role: "assistant", content: m.content ?? "" });
+                out.push({ role: "assistant", content: contentText(m.content) });
             }
         }
         else {
             const id = m.tool_call_id ?? "";
             const part = { type: "tool-result", toolCallId: id,
-                toolName: m.name ?? callNames.get(id) ?? "unknown", output: { type: "text", value: m.content ?? "" } };
+                toolName: m.name ?? callNames.get(id) ?? "unknown", output: { type: "text", value: contentText(m.content) } };
             const last = out.at(-1);
             if (last?.role === "tool")
                 last.content.push(part);
@@ -73,7 +83,7 @@ export class CtxwinChat {
         const input = typeof message === "string" ? { role: "user", content: message } : message;
         const list = Array.isArray(input) ? input : [input];
         const keys = options.key != null ? list.map((_, i) => (list.length === 1 ? options.key : `${options.key}#${i}`)) : undefined;
-        const r = await this.ctxwin.turn(this.sessionId, list, { ...this.window(), ...(keys ? { keys } : {}) });
+        const r = await this.ctxwin.turn(this.sessionId, list, { ...this.window(), ...(keys ? { keys } : {}), ...(this.options.create ? { create: this.options.create } : {}) });
         return { ids: r.ids, messages: toModelMessages(r.context) };
     }
     /** The window now, as ModelMessages (no append). */

@@ -135,6 +135,12 @@ export interface SearchOptions {
 export interface AppendOptions {
     /** One per input message: its key (null or undefined: its own id, if any). */
     keys?: readonly (string | null | undefined)[];
+    /**
+     * Create the session if it is missing, in the same statement
+     * (ctxwin.ensure_session): true, or the settings of a session it creates.
+     * An existing session's settings are left as they are.
+     */
+    create?: boolean | Omit<CreateSessionOptions, "id">;
 }
 export interface UsageOptions {
     /** Id of the oldest message of the window the request sent. */
@@ -152,15 +158,59 @@ export type SessionRef = string | {
  * in the OpenAI chat shape).
  */
 export declare function usageOf(responseOrUsage: object): Record<string, unknown>;
-/** The result of one chat turn: the stored ids of the messages appended, and the window. */
+/**
+ * A summary job (ctxwin.claim_summary): what the application's own model is
+ * to summarize, and the prompt ctxwin's worker would send for it.
+ */
+export interface SummaryJob {
+    token: string;
+    session_id: string;
+    from_id: number;
+    through_id: number;
+    previous_summary: string | null;
+    previous_version: number | null;
+    /** The exact prompt the worker would send. */
+    messages: Array<{
+        role: "system" | "user";
+        content: string;
+    }>;
+    /** The stored messages the summary will cover, for an application's own prompt. */
+    transcript: Array<Record<string, unknown>>;
+    max_tokens: number;
+    model: string | null;
+    strategy: string;
+    /** Whether ctxwin's own worker would call an LLM for this session. */
+    server_llm: boolean;
+    expires_at: string;
+}
+/** A stored message shown in a window: its id, client key and role (ctxwin.build_window's "messages"). */
+export interface WindowMessage {
+    id: number;
+    client_key: string | null;
+    role: ChatMessage["role"];
+}
+/** ctxwin.build_window: the window and what it shows, from one walk. */
+export interface WindowResult<C> {
+    /** What buildContext returns for the same arguments. */
+    context: C;
+    /** The stored rows in the window, oldest first (a cleared or cut one included); the system prompt and summary are not rows. */
+    messages: WindowMessage[];
+    summary: string | null;
+    summary_version: number | null;
+    summary_through_id: number | null;
+    tokens: number;
+}
+/** The result of one chat turn: the stored ids of the messages appended, and the window with the rows it shows. */
 export interface TurnResult<C> {
     ids: number[];
     context: C;
+    messages: WindowMessage[];
 }
-/** The result of one chat turn with request: true: the ids and the whole request body. */
+/** The result of one chat turn with request: true: the ids and the whole request body, with the rows it shows. */
 export interface TurnRequestResult<R> {
     ids: number[];
     request: R;
+    messages: WindowMessage[];
 }
 /**
  * Whether a background worker serves the current database, as an SQL
@@ -179,6 +229,12 @@ export declare class Ctxwin {
     /** A handle on a session, bound to this client (no query). */
     session(session: SessionRef): CtxwinSession;
     createSession(options?: CreateSessionOptions): Promise<SessionInfo>;
+    /**
+     * The session of that id, created when it is missing (ctxwin.ensure_session):
+     * never an error for an existing one, whose settings are left as they are;
+     * safe when several first writes race; nothing logged at ERROR.
+     */
+    ensureSession(session: SessionRef, options?: Omit<CreateSessionOptions, "id">): Promise<SessionInfo>;
     /** The session's row, or null if there is none (or the role may not see it). */
     getSession(session: SessionRef): Promise<SessionInfo | null>;
     /**
@@ -195,6 +251,12 @@ export declare class Ctxwin {
     buildContext(session: SessionRef, options?: WindowOptions & {
         format?: Format;
     }): Promise<ChatMessage[] | AnthropicContext>;
+    buildWindow(session: SessionRef, options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<WindowResult<ChatMessage[]>>;
+    buildWindow(session: SessionRef, options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<WindowResult<AnthropicContext>>;
     buildRequest(session: SessionRef, options?: RequestOptions & {
         format?: "openai";
     }): Promise<OpenAIRequest>;
@@ -256,6 +318,28 @@ export declare class Ctxwin {
         force?: boolean;
         instructions?: string | null;
     }): Promise<Summary | null>;
+    /**
+     * ctxwin.claim_summary: the session's due summary as a job for the
+     * application's own model (with force: whatever is unsummarized beyond
+     * the newest min_recent_messages), or null when none is due or another
+     * claim or the worker holds the session.
+     */
+    claimSummary(session: SessionRef, options?: {
+        force?: boolean;
+    }): Promise<SummaryJob | null>;
+    /** ctxwin.claim_next_summary: the job of the next queued session (oldest first), or null. */
+    claimNextSummary(): Promise<SummaryJob | null>;
+    /**
+     * ctxwin.complete_summary: the model's summary for a job, applied by the
+     * worker's own code and checks; its usage recorded.  A stale job is
+     * SummaryJobStale (CW001), a refused summary InvalidArgument (22023):
+     * nothing written either way.
+     */
+    completeSummary(token: string, summary: string, usage?: object | null): Promise<Summary>;
+    /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
+    failSummary(token: string, error: string): Promise<void>;
+    /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
+    hasSummaryJobs(): Promise<boolean>;
     /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
     workerRunning(): Promise<boolean>;
     /** The stored messages after a message id (all of them by default), oldest first. */
@@ -269,6 +353,7 @@ export declare class CtxwinSession {
     readonly id: string;
     constructor(client: Ctxwin, id: string);
     info(): Promise<SessionInfo | null>;
+    ensure(options?: Omit<CreateSessionOptions, "id">): Promise<SessionInfo>;
     append(messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]>;
     buildContext(options?: WindowOptions & {
         format?: "openai";
@@ -276,6 +361,12 @@ export declare class CtxwinSession {
     buildContext(options: WindowOptions & {
         format: "anthropic";
     }): Promise<AnthropicContext>;
+    buildWindow(options?: WindowOptions & {
+        format?: "openai";
+    }): Promise<WindowResult<ChatMessage[]>>;
+    buildWindow(options: WindowOptions & {
+        format: "anthropic";
+    }): Promise<WindowResult<AnthropicContext>>;
     buildRequest(options?: RequestOptions & {
         format?: "openai";
     }): Promise<OpenAIRequest>;

@@ -22,6 +22,20 @@ function jsonOrNull(v) {
     return v == null ? null : JSON.stringify(v);
 }
 /**
+ * The session argument of a statement that writes: $1::uuid, or with
+ * create the session ctxwin.ensure_session returns (created in the same
+ * statement when missing), its settings in $n, $n+1, $n+2.
+ */
+function sessionArg(create, n) {
+    if (!create)
+        return { sql: "$1::uuid", values: [] };
+    const o = create === true ? {} : create;
+    return {
+        sql: `(ctxwin.ensure_session($1::uuid, $${n}::text, $${n + 1}::text, $${n + 2}::jsonb)).id`,
+        values: [o.profile ?? null, o.systemPrompt ?? null, jsonOrNull(o.metadata)],
+    };
+}
+/**
  * The usage object to record for an answer: the answer's own usage (OpenAI
  * chat or responses, Anthropic), a usage object as it came, or the AI SDK's
  * LanguageModelUsage (its raw provider usage if it has one, else its counts
@@ -88,6 +102,15 @@ export class Ctxwin {
        RETURNING to_jsonb(s) AS r`, [options.id ?? null, options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
         return camel(r);
     }
+    /**
+     * The session of that id, created when it is missing (ctxwin.ensure_session):
+     * never an error for an existing one, whose settings are left as they are;
+     * safe when several first writes race; nothing logged at ERROR.
+     */
+    async ensureSession(session, options = {}) {
+        const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.ensure_session($1::uuid, $2::text, $3::text, $4::jsonb) s", [sid(session), options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
+        return camel(r);
+    }
     /** The session's row, or null if there is none (or the role may not see it). */
     async getSession(session) {
         const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.sessions s WHERE s.id = $1::uuid", [sid(session)]);
@@ -99,12 +122,21 @@ export class Ctxwin {
      */
     async append(session, messages, options = {}) {
         const c = toChatMessages(messages, options.keys);
-        const r = await this.one("SELECT to_jsonb(ctxwin.append_messages($1::uuid, $2::jsonb, $3::text[])) AS r", [sid(session), JSON.stringify(c.messages), c.keys]);
+        const a = sessionArg(options.create, 4);
+        const r = await this.one(`SELECT to_jsonb(ctxwin.append_messages(${a.sql}, $2::jsonb, $3::text[])) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, ...a.values]);
         return (r ?? []);
     }
     /** ctxwin.build_context: the window to send. */
     async buildContext(session, options = {}) {
         return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
+    }
+    /**
+     * ctxwin.build_window: the window (what buildContext returns) with the
+     * stored rows it shows (ids, client keys, roles) and the summary's fields,
+     * in one statement: no matching of the window against stored messages.
+     */
+    async buildWindow(session, options = {}) {
+        return await this.one("SELECT ctxwin.build_window($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r", [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]);
     }
     /** ctxwin.build_request: the whole body to POST (with recall: the conversation_search tool last). */
     async buildRequest(session, options = {}) {
@@ -148,9 +180,10 @@ export class Ctxwin {
      */
     async turn(session, messages, options = {}) {
         const c = toChatMessages(messages, options.keys);
-        const r = await this.one(`SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
+        const a = sessionArg(options.create, 10);
+        const r = await this.one(`SELECT ctxwin.append_and_build(${a.sql}, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
                                       $7::boolean, $8::boolean, $9::boolean) AS r`, [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
-            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false]);
+            jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false, ...a.values]);
         return r;
     }
     /**
@@ -185,6 +218,37 @@ export class Ctxwin {
             return null;
         return camel(r);
     }
+    /**
+     * ctxwin.claim_summary: the session's due summary as a job for the
+     * application's own model (with force: whatever is unsummarized beyond
+     * the newest min_recent_messages), or null when none is due or another
+     * claim or the worker holds the session.
+     */
+    async claimSummary(session, options = {}) {
+        return await this.one("SELECT ctxwin.claim_summary($1::uuid, $2::boolean) AS r", [sid(session), options.force ?? false]);
+    }
+    /** ctxwin.claim_next_summary: the job of the next queued session (oldest first), or null. */
+    async claimNextSummary() {
+        return await this.one("SELECT ctxwin.claim_next_summary() AS r", []);
+    }
+    /**
+     * ctxwin.complete_summary: the model's summary for a job, applied by the
+     * worker's own code and checks; its usage recorded.  A stale job is
+     * SummaryJobStale (CW001), a refused summary InvalidArgument (22023):
+     * nothing written either way.
+     */
+    async completeSummary(token, summary, usage) {
+        const r = await this.one("SELECT to_jsonb(ctxwin.complete_summary($1::text, $2::text, $3::jsonb)) AS r", [token, summary, usage == null ? null : JSON.stringify(usageOf(usage))]);
+        return camel(r);
+    }
+    /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
+    async failSummary(token, error) {
+        await this.query("SELECT ctxwin.fail_summary($1::text, $2::text)", [token, error]);
+    }
+    /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
+    async hasSummaryJobs() {
+        return (await this.one("SELECT to_regprocedure('ctxwin.claim_summary(uuid, boolean)') IS NOT NULL AS r", [])) === true;
+    }
     /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
     async workerRunning() {
         return (await this.one(`SELECT ${WORKER_SERVES_SQL} AS r`, [])) === true;
@@ -204,11 +268,16 @@ export class CtxwinSession {
         this.id = id;
     }
     info() { return this.client.getSession(this.id); }
+    ensure(options) { return this.client.ensureSession(this.id, options); }
     append(messages, options) {
         return this.client.append(this.id, messages, options);
     }
     buildContext(options) {
         return this.client.buildContext(this.id, options);
+    }
+    buildWindow(options) {
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any
+        return this.client.buildWindow(this.id, options);
     }
     buildRequest(options) {
         return this.client.buildRequest(this.id, options);

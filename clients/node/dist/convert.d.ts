@@ -1,4 +1,6 @@
 import type { ChatMessage } from "./types.js";
+/** The text of a stored message's content: the text itself, or the text parts joined by a blank line (as ctxwin joins them). */
+export declare function contentText(content: ChatMessage["content"]): string;
 /** Any message of the shapes above. */
 export type MessageInput = object;
 export interface Converted {

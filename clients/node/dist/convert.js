@@ -16,12 +16,20 @@
  * conversation), else none.  An input message that becomes n > 1 messages
  * gives them its key followed by "#0", "#1" ...
  */
-import { InvalidValueError } from "./errors.js";
+import { MessageConversionError } from "./errors.js";
+/** The text of a stored message's content: the text itself, or the text parts joined by a blank line (as ctxwin joins them). */
+export function contentText(content) {
+    if (typeof content === "string")
+        return content;
+    if (!Array.isArray(content))
+        return "";
+    return content.flatMap((p) => (p.type === "text" ? [p.text] : [])).join("\n\n");
+}
 function isObj(v) {
     return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 function bad(where, what, hint) {
-    return new InvalidValueError(`${where}: ${what}`, {
+    return new MessageConversionError(`${where}: ${what}`, {
         detail: "Nothing was appended.",
         hint: hint ?? "Pass OpenAI chat messages, Anthropic messages, LangChain messages or AI SDK ModelMessages.",
     });
@@ -30,6 +38,93 @@ const SKIPPED_PARTS = new Set([
     "reasoning", "thinking", "redacted_thinking", "tool-approval-request", "tool-approval-response",
     "step-start", "source", "source-url", "source-document",
 ]);
+/** The media type of image bytes by their header: PNG, JPEG, GIF, WebP (what ctxwin sizes). */
+function sniffImage(b) {
+    if (b.length >= 4 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47)
+        return "image/png";
+    if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff)
+        return "image/jpeg";
+    if (b.length >= 4 && b[0] === 0x47 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x38)
+        return "image/gif";
+    if (b.length >= 12 && String.fromCharCode(...b.subarray(0, 4)) === "RIFF" && String.fromCharCode(...b.subarray(8, 12)) === "WEBP")
+        return "image/webp";
+    return null;
+}
+/**
+ * An OpenAI image part for an image given as a URL, a data: URL, base64
+ * text or bytes (the AI SDK's and LangChain's shapes); inline data needs
+ * its media type, read from its bytes when not given.
+ */
+function imageFrom(where, data, mediaType, extra = {}) {
+    let url;
+    if (data instanceof URL) {
+        url = data.href;
+    }
+    else if (typeof data === "string" && /^(https?:|data:)/i.test(data)) {
+        url = data;
+    }
+    else {
+        let bytes;
+        if (typeof data === "string")
+            bytes = Buffer.from(data, "base64");
+        else if (data instanceof Uint8Array)
+            bytes = data;
+        else if (data instanceof ArrayBuffer)
+            bytes = new Uint8Array(data);
+        else
+            throw bad(where, "an image must be a URL, a data: URL, base64 text or bytes");
+        const type = typeof mediaType === "string" && mediaType !== "image/*" && mediaType !== "" ? mediaType : sniffImage(bytes);
+        if (type === null)
+            throw bad(where, "the media type of an inline image is not given, and its bytes are not PNG, JPEG, GIF or WebP");
+        url = `data:${type};base64,${typeof data === "string" ? data : Buffer.from(bytes).toString("base64")}`;
+    }
+    return { type: "image_url", image_url: { url }, ...extra };
+}
+/** ctxwin's own size keys of an image part (width and height of an image behind a URL), kept when given. */
+function sizeOf(part) {
+    const o = {};
+    if (part["width"] !== undefined)
+        o["width"] = part["width"];
+    if (part["height"] !== undefined)
+        o["height"] = part["height"];
+    return o;
+}
+/**
+ * The image part ctxwin stores for an image part of any of the shapes, or
+ * null if the part is no image: OpenAI's image_url (LangChain's, whose
+ * image_url may be a string, too), Anthropic's image with its source (as it
+ * is), the AI SDK's image and image file, LangChain's standard image block.
+ */
+function imagePart(where, part) {
+    const type = part["type"];
+    if (type === "image_url") {
+        const iu = part["image_url"];
+        const image_url = typeof iu === "string" ? { url: iu } : iu;
+        return { ...part, image_url };
+    }
+    if (type === "input_image" && typeof part["image_url"] === "string") {
+        const detail = part["detail"];
+        return { type: "image_url", image_url: { url: part["image_url"], ...(typeof detail === "string" ? { detail } : {}) }, ...sizeOf(part) };
+    }
+    if (type === "image" && isObj(part["source"]))
+        return part; // Anthropic's
+    if (type === "image" && "image" in part)
+        return imageFrom(where, part["image"], part["mediaType"] ?? part["mimeType"], sizeOf(part)); // AI SDK
+    if (type === "image") { // LangChain's image blocks
+        if (typeof part["url"] === "string")
+            return imageFrom(where, part["url"], null, sizeOf(part));
+        const data = part["data"] ?? part["base64"];
+        if (data !== undefined)
+            return imageFrom(where, data, part["mimeType"] ?? part["mime_type"], sizeOf(part));
+        throw bad(where, "an image block needs a url or data (an uploaded file's id is not stored by ctxwin)");
+    }
+    if (type === "file") {
+        const mt = part["mediaType"] ?? part["mimeType"] ?? part["mime_type"];
+        if (typeof mt === "string" && mt.startsWith("image/"))
+            return imageFrom(where, part["data"] ?? part["url"] ?? part["base64"], mt, sizeOf(part));
+    }
+    return null;
+}
 function stringifyArgs(v) {
     if (typeof v === "string")
         return v;
@@ -80,18 +175,25 @@ function anthropicResultText(where, content) {
 }
 /** The parts of a content array, of any of the shapes. */
 function parseParts(where, content) {
-    const p = { text: [], calls: [], results: [] };
+    const p = { text: [], calls: [], results: [], parts: [], images: false };
     content.forEach((part, i) => {
         const w = `${where}.content[${i}]`;
         if (typeof part === "string") {
             p.text.push(part);
+            p.parts.push({ type: "text", text: part });
             return;
         }
         if (!isObj(part))
             throw bad(w, "a content part must be an object");
         const type = part["type"];
-        if (type === "text" || type === "input_text" || type === "output_text") {
+        const image = imagePart(w, part);
+        if (image !== null) {
+            p.parts.push(image);
+            p.images = true;
+        }
+        else if (type === "text" || type === "input_text" || type === "output_text") {
             p.text.push(String(part["text"] ?? ""));
+            p.parts.push({ type: "text", text: String(part["text"] ?? "") });
         }
         else if (type === "refusal") {
             p.text.push(String(part["refusal"] ?? ""));
@@ -124,7 +226,7 @@ function parseParts(where, content) {
             // reasoning and provider bookkeeping: not part of what ctxwin stores
         }
         else {
-            throw bad(w, `content parts of type ${JSON.stringify(type)} are not stored by ctxwin (text, tool calls and tool results are)`, "Keep images and files elsewhere and put a text reference in the message.");
+            throw bad(w, `content parts of type ${JSON.stringify(type)} are not stored by ctxwin (text, images, tool calls and tool results are)`, "Keep files and audio elsewhere and put a text reference in the message.");
         }
     });
     return p;
@@ -144,8 +246,15 @@ function checkToolCalls(where, v) {
     return out.length ? out : undefined;
 }
 /** An assistant, user or system message from parsed parts, then its tool results. */
-function assemble(role, parts, extra) {
+function assemble(where, role, parts, extra) {
     const out = [...parts.results];
+    if (parts.images) {
+        // stored as parts: ctxwin counts each image by its size and sends it in either format
+        if (role !== "user")
+            throw bad(where, `images are taken in user messages only, not in a ${role} message`, "Put an image a tool or the model made in a user message after the tool results.");
+        out.push({ role, content: parts.parts, ...extra });
+        return out;
+    }
     const hasText = parts.text.length > 0;
     if (role === "assistant") {
         if (hasText || parts.calls.length || !parts.results.length) {
@@ -187,9 +296,9 @@ function fromRoleMessage(where, m) {
     }
     let parts;
     if (typeof content === "string")
-        parts = { text: content === "" && role === "assistant" ? [] : [content], calls: [], results: [] };
+        parts = { text: content === "" && role === "assistant" ? [] : [content], calls: [], results: [], parts: [], images: false };
     else if (content == null)
-        parts = { text: [], calls: [], results: [] };
+        parts = { text: [], calls: [], results: [], parts: [], images: false };
     else if (Array.isArray(content))
         parts = parseParts(where, content);
     else
@@ -208,7 +317,7 @@ function fromRoleMessage(where, m) {
     }
     if (role === "system" && parts.results.length)
         throw bad(where, "a system message cannot hold tool results");
-    return assemble(role, parts, extra);
+    return assemble(where, role, parts, extra);
 }
 function isLangChain(m) {
     const x = m;
@@ -288,7 +397,7 @@ function derivedKey(m) {
 export function toChatMessages(input, keys) {
     const list = Array.isArray(input) ? input : [input];
     if (keys && keys.length !== list.length)
-        throw new InvalidValueError("keys must have one element per message", {
+        throw new MessageConversionError("keys must have one element per message", {
             detail: `There are ${list.length} messages and ${keys.length} keys.`,
             hint: "Give null for a message without a key of its own.",
         });

@@ -1,8 +1,8 @@
 export { Ctxwin, CtxwinSession, usageOf } from "./client.js";
-export type { AppendOptions, ContextStatus, CreateSessionOptions, Queryable, RequestOptions, SearchOptions, SessionInfo, SessionRef, StoredMessage, Summary, TurnRequestResult, TurnResult, UsageOptions, WindowOptions, } from "./client.js";
-export { toChatMessages } from "./convert.js";
+export type { AppendOptions, ContextStatus, CreateSessionOptions, Queryable, RequestOptions, SearchOptions, SessionInfo, SessionRef, StoredMessage, Summary, SummaryJob, TurnRequestResult, TurnResult, UsageOptions, WindowMessage, WindowOptions, WindowResult, } from "./client.js";
+export { contentText, toChatMessages } from "./convert.js";
 export type { Converted, MessageInput } from "./convert.js";
-export { CtxwinError, InvalidValueError, MessageNotFoundError, SessionNotFoundError, toCtxwinError } from "./errors.js";
+export { BudgetTooSmall, ConnectionLost, CtxwinError, DuplicateMessage, ERROR_CLASS_BY_SQLSTATE, errorClassFor, ExtensionNotInstalled, IntegrityViolation, InvalidArgument, LockTimeout, MessageConversionError, MessageNotFound, NullValueNotAllowed, PermissionDenied, SessionNotFound, SummaryFailed, SummaryJobStale, toCtxwinError, } from "./errors.js";
 export type { CtxwinErrorFields } from "./errors.js";
-export type { AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, Format, OpenAIRequest, RecallToolCall, RequestMessage, SearchHit, StoredChatMessage, ToolDefinition, ToolMessage, } from "./types.js";
-export { uuidv5, NAMESPACE_URL } from "./uuid.js";
+export type { AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, ContentPart, Format, OpenAIRequest, RecallToolCall, RequestContentPart, RequestMessage, SearchHit, StoredChatMessage, ToolDefinition, ToolMessage, } from "./types.js";
+export { NAMESPACE_URL, parseUuidAsPython, sessionIdForThread, THREAD_NAMESPACE, uuidv5 } from "./uuid.js";

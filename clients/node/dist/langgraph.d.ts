@@ -31,7 +31,7 @@
  * the summary pass maxTokensBeforeSummary less maxSummaryTokens, or the
  * window would leave messages out.
  */
-import { type BaseMessage } from "@langchain/core/messages";
+import { AIMessage, type BaseMessage } from "@langchain/core/messages";
 import { RunnableLambda } from "@langchain/core/runnables";
 import { Ctxwin, type Queryable } from "./client.js";
 import type { ChatMessage } from "./types.js";
@@ -41,10 +41,11 @@ export interface RunningSummary {
     summarizedMessageIds: string[];
     lastSummarizedMessageId: string | null;
 }
-/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
-export declare const THREAD_NAMESPACE: string;
-/** The ctxwin session of a LangGraph thread. */
-export declare function sessionIdForThread(threadId: string): string;
+export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
+/** The most messages the node's own profile keeps out of a summary (min_recent_messages), as the Python client's node. */
+export declare const MIN_RECENT = 2;
+/** The node's own entry in the state's context: the session (and thread) it wrote to. */
+export declare const BOOKKEEPING_KEY = "ctxwin";
 export interface SummarizationNodeOptions {
     /** A Ctxwin, or a pg Pool / Client. */
     ctxwin: Ctxwin | Queryable;
@@ -74,11 +75,25 @@ export interface SummarizationNodeOptions {
     summarize?: "inline" | "worker" | "auto";
     /** Focus for the summaries the node makes. */
     instructions?: string | null;
+    /**
+     * A LangChain chat model (LangMem's model): it writes the node's
+     * summaries when the server has no LLM for the node's profile (or with
+     * summarizeWith: "model"): the node claims the summary job
+     * (ctxwin.claim_summary), sends the model ctxwin's prompt and completes
+     * the job with its answer and usage (ctxwin.complete_summary).
+     */
+    model?: {
+        invoke(input: BaseMessage[]): Promise<BaseMessage>;
+    };
+    /** auto (default): the model when the server has no LLM for the profile; model; server (ctxwin.summarize_session). */
+    summarizeWith?: "auto" | "model" | "server";
     /** The session of a thread; default sessionIdForThread. */
     sessionId?: (threadId: string) => string;
     name?: string;
 }
 type State = Record<string, unknown>;
+/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
+export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
 /** A message of ctxwin's window as a LangChain message with the given id. */
 export declare function toLangChainMessage(m: ChatMessage, id?: string): BaseMessage;
 /**
@@ -94,4 +109,3 @@ export declare class SummarizationNode extends RunnableLambda<State, State> {
     readonly profileName: string;
     constructor(options: SummarizationNodeOptions);
 }
-export {};

@@ -32,31 +32,62 @@
  * window would leave messages out.
  */
 import { AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage, } from "@langchain/core/messages";
+import { randomUUID } from "node:crypto";
 import { RunnableLambda } from "@langchain/core/runnables";
 import { REMOVE_ALL_MESSAGES } from "@langchain/langgraph";
 import { Ctxwin, WORKER_SERVES_SQL } from "./client.js";
-import { toChatMessages } from "./convert.js";
-import { CtxwinError, SessionNotFoundError } from "./errors.js";
-import { NAMESPACE_URL, uuidv5 } from "./uuid.js";
-/** The namespace of the thread sessions: uuid5(NAMESPACE_URL, "ctxwin:langgraph:thread"). */
-export const THREAD_NAMESPACE = uuidv5("ctxwin:langgraph:thread", NAMESPACE_URL);
-/** The ctxwin session of a LangGraph thread. */
-export function sessionIdForThread(threadId) {
-    return uuidv5(threadId, THREAD_NAMESPACE);
-}
+import { contentText, toChatMessages } from "./convert.js";
+import { CtxwinError, PermissionDenied, SessionNotFound, SummaryFailed } from "./errors.js";
+import { sessionIdForThread } from "./uuid.js";
+export { sessionIdForThread, THREAD_NAMESPACE } from "./uuid.js";
+/** The most messages the node's own profile keeps out of a summary (min_recent_messages), as the Python client's node. */
+export const MIN_RECENT = 2;
+/** Summaries one run makes at most while its window still leaves out unsummarized messages. */
+const SETTLE_ROUNDS = 3;
+/** The node's own entry in the state's context: the session (and thread) it wrote to. */
+export const BOOKKEEPING_KEY = "ctxwin";
 function lcType(m) {
     return m.getType();
+}
+/** The usage of a LangChain AIMessage as ctxwin.record_usage takes it (the provider's, else OpenAI's names). */
+export function usageOfMessage(m) {
+    const raw = m.response_metadata?.["usage"];
+    if (raw && typeof raw === "object" && ("prompt_tokens" in raw || "input_tokens" in raw))
+        return raw;
+    const u = m.usage_metadata;
+    if (!u)
+        return null;
+    const out = {
+        prompt_tokens: u.input_tokens, completion_tokens: u.output_tokens, total_tokens: u.total_tokens,
+    };
+    const cached = u.input_token_details?.cache_read;
+    if (cached)
+        out["prompt_tokens_details"] = { cached_tokens: cached };
+    return out;
+}
+/** A part of the window's user message as a LangChain content block (OpenAI's image_url shape). */
+function toLangChainPart(p) {
+    if (p.type === "text")
+        return { type: "text", text: p.text };
+    if (p.type === "image_url")
+        return { type: "image_url", image_url: { ...p.image_url } };
+    return { type: "image_url", image_url: { url: p.source.type === "url" ? p.source.url
+                : `data:${p.source.media_type};base64,${p.source.data}` } };
 }
 /** A message of ctxwin's window as a LangChain message with the given id. */
 export function toLangChainMessage(m, id) {
     const base = id === undefined ? {} : { id };
     switch (m.role) {
-        case "system": return new SystemMessage({ content: m.content ?? "", ...base });
-        case "user": return new HumanMessage({ content: m.content ?? "", ...base, ...(m.name ? { name: m.name } : {}) });
-        case "tool": return new ToolMessage({ content: m.content ?? "", tool_call_id: m.tool_call_id ?? "", ...base,
+        case "system": return new SystemMessage({ content: contentText(m.content), ...base });
+        // a user message with images: its parts, in OpenAI's shape, which LangChain's chat models take
+        case "user": return new HumanMessage({
+            content: (Array.isArray(m.content) ? m.content.map(toLangChainPart) : m.content ?? ""),
+            ...base, ...(m.name ? { name: m.name } : {})
+        });
+        case "tool": return new ToolMessage({ content: contentText(m.content), tool_call_id: m.tool_call_id ?? "", ...base,
             ...(m.name ? { name: m.name } : {}) });
         default: return new AIMessage({
-            content: m.content ?? "", ...base, ...(m.name ? { name: m.name } : {}),
+            content: contentText(m.content), ...base, ...(m.name ? { name: m.name } : {}),
             tool_calls: (m.tool_calls ?? []).map((c) => {
                 let args = {};
                 try {
@@ -84,6 +115,8 @@ class Summarizer {
     profileName;
     /** The node's profile exists (or was named, and is used as it is). */
     profileReady;
+    /** Whether the model writes the summaries (decided once). */
+    useModel = null;
     constructor(o) {
         this.o = o;
         this.cw = o.ctxwin instanceof Ctxwin ? o.ctxwin : new Ctxwin(o.ctxwin);
@@ -110,7 +143,7 @@ class Summarizer {
            summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
            window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
            exclude_tools, clear_at_least)
-         SELECT $1::text, model, context_window, NULL, NULL, $2::int, min_recent_messages, response_reserve,
+         SELECT $1::text, model, context_window, NULL, NULL, $2::int, least(min_recent_messages, ${MIN_RECENT}), response_reserve,
            $3::int, summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
            window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
            exclude_tools, clear_at_least
@@ -119,13 +152,63 @@ class Summarizer {
         }
         catch (e) {
             if (e instanceof CtxwinError && e.code === "42501")
-                throw new CtxwinError(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
+                throw new PermissionDenied(`cannot create the ctxwin profile "${this.profileName}": ${e.message}`, {
                     code: e.code, detail: e.detail, cause: e,
                     hint: `Create a profile and name it: new SummarizationNode({ ..., profile: "name" }).`,
                 });
             throw e;
         }
         this.profileReady = true;
+    }
+    /** One summary of the session, by the model or the server; whether one was written (a failure is a warning). */
+    async summarizeNow(session) {
+        const model = this.o.model;
+        if (model && this.useModel === null) {
+            const how = this.o.summarizeWith ?? "auto";
+            this.useModel = how === "model" ? true : how === "server" ? false
+                : await this.cw.hasSummaryJobs() && !(await this.serverLlm());
+        }
+        try {
+            if (!model || !this.useModel)
+                return (await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null })) !== null;
+            const job = await this.cw.claimSummary(session, { force: true });
+            if (job === null)
+                return false;
+            let answer;
+            try {
+                answer = await model.invoke(job.messages.map((m) => (m.role === "system" ? new SystemMessage(m.content) : new HumanMessage(m.content))));
+            }
+            catch (e) {
+                await this.cw.failSummary(job.token, `the model failed: ${String(e)}`);
+                throw new SummaryFailed(`the model could not summarize session ${session}: ${String(e)}`, { cause: e });
+            }
+            const text = typeof answer.content === "string" ? answer.content : answer.text;
+            try {
+                // an answer longer than the summary's length is cut by ctxwin to fit
+                await this.cw.completeSummary(job.token, text, AIMessage.isInstance(answer) ? usageOfMessage(answer) : null);
+            }
+            catch (e) {
+                if (e instanceof CtxwinError && e.code !== "CW001")
+                    await this.cw.failSummary(job.token, `refused: ${e.message}`);
+                throw e;
+            }
+            return true;
+        }
+        catch (e) {
+            if (!(e instanceof CtxwinError))
+                throw e;
+            process.emitWarning(`ctxwin could not summarize session ${session}: ${e.message}`, "CtxwinWarning");
+            return false;
+        }
+    }
+    /** Whether ctxwin's own worker calls an LLM for the node's profile (the Python client's test). */
+    async serverLlm() {
+        const r = await this.cw.query(`SELECT coalesce(p.summary_strategy,
+                       CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                            THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
+              AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
+       FROM ctxwin.profiles p WHERE p.name = $1::text`, [this.profileName]);
+        return r[0]?.["llm"] === true;
     }
     /** Whether the node makes the summary the session needs (else the worker does). */
     summarizesInline(st) {
@@ -135,20 +218,18 @@ class Summarizer {
             return false;
         return !st.worker;
     }
+    /**
+     * Appends the messages, the session created in the same statement when it
+     * is missing (ctxwin.ensure_session): nothing raised, nothing logged, the
+     * caller's transaction never aborted on a first write.
+     */
     async append(session, threadId, messages) {
-        const keys = messages.map((m) => m.id);
-        try {
-            return await this.cw.append(session, messages, { keys });
-        }
-        catch (e) {
-            if (!(e instanceof SessionNotFoundError))
-                throw e;
-            await this.ensureProfile();
-            await this.cw.query(`INSERT INTO ctxwin.sessions (id, profile, system_prompt, metadata)
-         VALUES ($1::uuid, $2::text, $3::text, jsonb_build_object('langgraph_thread_id', $4::text))
-         ON CONFLICT (id) DO NOTHING`, [session, this.profileName, this.o.systemPrompt ?? null, threadId]);
-            return await this.cw.append(session, messages, { keys });
-        }
+        await this.ensureProfile();
+        return await this.cw.append(session, messages, {
+            keys: messages.map((m) => m.id),
+            create: { profile: this.profileName, systemPrompt: this.o.systemPrompt ?? null,
+                metadata: { langgraph_thread_id: threadId } },
+        });
     }
     async state(session) {
         const r = await this.cw.query(`SELECT jsonb_build_object(
@@ -157,57 +238,64 @@ class Summarizer {
          'unsummarized_tokens', s.unsummarized_tokens, 'prompt_tokens', s.prompt_tokens,
          'worker', ${WORKER_SERVES_SQL},
          'lastKey', (SELECT m.client_key FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id = s.summary_through_id),
-         'window_keys', (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'key', m.client_key) ORDER BY m.id)
-                         FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id >= (w->>'first_id')::bigint)) AS r
-       FROM ctxwin.sessions s, ctxwin._window(s.id, $2::int) w WHERE s.id = $1::uuid`, [session, this.maxTokens]);
+         'dropped', (SELECT count(*) FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id
+                       AND m.id < coalesce((w->'messages'->0->>'id')::bigint, 9223372036854775807)
+                       AND m.retracted_at IS NULL)) AS r
+       FROM ctxwin.sessions s, ctxwin.build_window(s.id, $2::int) w WHERE s.id = $1::uuid`, [session, this.maxTokens]);
         if (!r[0])
-            throw new SessionNotFoundError(`session ${session} does not exist`);
+            throw new SessionNotFound(`session ${session} does not exist`);
         return r[0]["r"];
     }
     async run(input, config) {
         const threadId = config?.configurable?.["thread_id"];
-        if (typeof threadId !== "string" && typeof threadId !== "number")
-            throw new CtxwinError("the ctxwin SummarizationNode needs config.configurable.thread_id", { hint: "Invoke the graph with { configurable: { thread_id } } (and a checkpointer)." });
-        const tid = String(threadId);
-        const session = (this.o.sessionId ?? sessionIdForThread)(tid);
+        const tid = typeof threadId === "string" || typeof threadId === "number" ? String(threadId) : null;
         const all = (input[this.inputKey] ?? []);
         const context = (input["context"] ?? {});
+        const book = context[BOOKKEEPING_KEY];
+        // no thread (a graph without a checkpointer, as LangMem's node allows): the
+        // session the state's context carries, else a new one
+        const session = tid !== null ? (this.o.sessionId ?? sessionIdForThread)(tid)
+            : typeof book?.session === "string" && book.thread == null ? book.session : randomUUID();
         const prev = context["running_summary"];
         const fresh = all.filter((m) => lcType(m) !== "remove" && !(typeof m.id === "string" && m.id.startsWith("ctxwin:")));
         for (const m of fresh) {
             if (typeof m.id !== "string" || m.id === "")
                 throw new CtxwinError("Messages are required to have ID field", { hint: "Keep them in a channel with messagesStateReducer, which gives every message an id." });
         }
-        const stored = fresh.length ? await this.append(session, tid, fresh) : [];
-        if (!fresh.length && (await this.cw.getSession(session)) === null) {
-            await this.append(session, tid, []);
-        }
+        const stored = await this.append(session, tid, fresh);
         const storedId = new Map();
         const byId = new Map();
         fresh.forEach((m, i) => { storedId.set(m.id, stored[i]); byId.set(m.id, m); });
         let st = await this.state(session);
-        const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
-        if ((st.queued || st.window.dropped_messages > 0 || since > this.maxTokensBeforeSummary - this.maxSummaryTokens) &&
-            this.summarizesInline(st)) {
-            const made = await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null });
-            if (made)
-                st = await this.state(session);
+        // a summary when one is due; while the window still leaves out messages no summary covers, another (at most
+        // SETTLE_ROUNDS), so that no message leaves the model's view unsummarized
+        for (let round = 0; round < SETTLE_ROUNDS; round++) {
+            const since = Number(st.unsummarized_tokens) + Number(st.prompt_tokens);
+            const due = st.queued || st.dropped > 0 || (round === 0 && since > this.maxTokensBeforeSummary - this.maxSummaryTokens);
+            if (!due || !this.summarizesInline(st) || !(await this.summarizeNow(session)))
+                break;
+            st = await this.state(session);
+            if (st.dropped === 0)
+                break;
         }
-        const ctx = st.window.messages;
-        const lead = ctx.length - st.window.window_messages;
+        if (st.dropped > 0 && this.summarizesInline(st))
+            process.emitWarning(`ctxwin: ${st.dropped} messages of session ${session} are neither in its summary nor in the window ` +
+                `(the profile keeps its newest min_recent_messages out of summaries)`, "CtxwinWarning");
+        const ctx = st.window.context;
+        const lead = ctx.length - st.window.messages.length;
         const out = [];
         ctx.forEach((m, i) => {
             if (i < lead) {
                 out.push(toLangChainMessage(m, `ctxwin:system:${session}:${i}`));
                 return;
             }
-            const row = st.window_keys?.[i - lead];
-            const key = row?.key ?? `ctxwin:message:${session}:${row?.id ?? i}`;
+            const row = st.window.messages[i - lead];
+            const key = row?.client_key ?? `ctxwin:message:${session}:${row?.id ?? i}`;
             const original = byId.get(key);
             const converted = original ? toChatMessages(original).messages : [];
             out.push(original && converted.length === 1 && sameStored(converted[0], m) ? original : toLangChainMessage(m, key));
         });
-        const update = {};
+        const update = { context: { ...context, [BOOKKEEPING_KEY]: { session, thread: tid } } };
         update[this.outputKey] = this.inputKey === this.outputKey
             ? [new RemoveMessage({ id: REMOVE_ALL_MESSAGES }), ...out]
             : out;
@@ -221,7 +309,7 @@ class Summarizer {
                 summarizedMessageIds: [...ids],
                 lastSummarizedMessageId: st.lastKey ?? prev?.lastSummarizedMessageId ?? null,
             };
-            update["context"] = { ...context, running_summary: running };
+            update["context"] = { ...update["context"], running_summary: running };
         }
         return update;
     }

@@ -8,10 +8,52 @@ export interface ChatToolCall {
         arguments: string;
     };
 }
+/**
+ * A part of a message's content, as ctxwin stores and sends it (docs/images.md):
+ * text, OpenAI's image_url (an http(s) or data: URL), Anthropic's image
+ * (a base64 or url source); an image may carry ctxwin's own width and
+ * height (never sent).
+ */
+export type ContentPart = {
+    type: "text";
+    text: string;
+} | {
+    type: "image_url";
+    image_url: {
+        url: string;
+        detail?: "low" | "high" | "auto";
+    };
+    width?: number;
+    height?: number;
+} | {
+    type: "image";
+    source: {
+        type: "base64";
+        media_type: string;
+        data: string;
+    } | {
+        type: "url";
+        url: string;
+    };
+    width?: number;
+    height?: number;
+};
+/** A part of a user message of an 'openai' request body: text, or an image by its URL (ctxwin's sizes are not sent). */
+export type RequestContentPart = {
+    type: "text";
+    text: string;
+} | {
+    type: "image_url";
+    image_url: {
+        url: string;
+        detail?: "low" | "high" | "auto";
+    };
+};
 /** A message in OpenAI's chat shape: what ctxwin stores and what build_context returns ('openai'). */
 export interface ChatMessage {
     role: "system" | "user" | "assistant" | "tool";
-    content?: string | null;
+    /** A text, or (a user message with images) its parts. */
+    content?: string | ContentPart[] | null;
     name?: string;
     tool_call_id?: string;
     tool_calls?: ChatToolCall[];
@@ -55,7 +97,7 @@ export type RequestMessage = {
     name?: string;
 } | {
     role: "user";
-    content: string;
+    content: string | RequestContentPart[];
     name?: string;
 } | {
     role: "assistant";

@@ -16,11 +16,13 @@
  * response id), so nothing is stored twice.
  */
 import type { ModelMessage } from "ai";
-import { Ctxwin, type SessionRef, type WindowOptions } from "./client.js";
-import type { ChatMessage } from "./types.js";
+import { Ctxwin, type AppendOptions, type SessionRef, type WindowOptions } from "./client.js";
+import { contentText } from "./convert.js";
+import type { ChatMessage, ContentPart } from "./types.js";
 
 type AssistantContent = Extract<ModelMessage, { role: "assistant" }>["content"];
 type ToolContent = Extract<ModelMessage, { role: "tool" }>["content"];
+type UserPart = Exclude<Extract<ModelMessage, { role: "user" }>["content"], string>[number];
 
 function parseArgs(s: string): unknown {
   try {
@@ -30,31 +32,40 @@ function parseArgs(s: string): unknown {
   }
 }
 
+/** A part of a user message of the window as an AI SDK part: an image by its URL, or its bytes (base64) and media type. */
+function toUserPart(p: ContentPart): UserPart {
+  if (p.type === "text") return { type: "text", text: p.text };
+  const url = p.type === "image_url" ? p.image_url.url
+    : p.source.type === "url" ? p.source.url : `data:${p.source.media_type};base64,${p.source.data}`;
+  const m = /^data:([^;,]+);base64,(.*)$/s.exec(url);
+  return m ? { type: "image", image: m[2]!, mediaType: m[1]! } : { type: "image", image: new URL(url) };
+}
+
 /** ctxwin's window (build_context's 'openai' format) as AI SDK ModelMessages. */
 export function toModelMessages(context: readonly ChatMessage[]): ModelMessage[] {
   const out: ModelMessage[] = [];
   const callNames = new Map<string, string>();
   for (const m of context) {
     if (m.role === "system") {
-      out.push({ role: "system", content: m.content ?? "" });
+      out.push({ role: "system", content: contentText(m.content) });
     } else if (m.role === "user") {
-      out.push({ role: "user", content: m.content ?? "" });
+      out.push({ role: "user", content: Array.isArray(m.content) ? m.content.map(toUserPart) : m.content ?? "" });
     } else if (m.role === "assistant") {
       if (m.tool_calls?.length) {
         const content: Exclude<AssistantContent, string> = [];
-        if (m.content) content.push({ type: "text", text: m.content });
+        if (contentText(m.content)) content.push({ type: "text", text: contentText(m.content) });
         for (const c of m.tool_calls) {
           callNames.set(c.id, c.function.name);
           content.push({ type: "tool-call", toolCallId: c.id, toolName: c.function.name, input: parseArgs(c.function.arguments) });
         }
         out.push({ role: "assistant", content });
       } else {
-        out.push({ role: "assistant", content: m.content ?? "" });
+        out.push({ role: "assistant", content: contentText(m.content) });
       }
     } else {
       const id = m.tool_call_id ?? "";
       const part: ToolContent[number] = { type: "tool-result", toolCallId: id,
-        toolName: m.name ?? callNames.get(id) ?? "unknown", output: { type: "text", value: m.content ?? "" } };
+        toolName: m.name ?? callNames.get(id) ?? "unknown", output: { type: "text", value: contentText(m.content) } };
       const last = out.at(-1);
       if (last?.role === "tool") last.content.push(part);
       else out.push({ role: "tool", content: [part] });
@@ -74,6 +85,8 @@ export interface CtxwinChatOptions extends Omit<WindowOptions, "tools"> {
   tools?: WindowOptions["tools"];
   /** Record each step's usage in onFinish (default true). */
   recordUsage?: boolean;
+  /** Create the session on the first turn if it is missing, in that turn's statement (ctxwin.ensure_session). */
+  create?: AppendOptions["create"];
 }
 
 function isAnswerWithoutCalls(m: unknown): boolean {
@@ -109,7 +122,8 @@ export class CtxwinChat {
     const input = typeof message === "string" ? { role: "user" as const, content: message } : message;
     const list = Array.isArray(input) ? input : [input];
     const keys = options.key != null ? list.map((_, i) => (list.length === 1 ? options.key! : `${options.key}#${i}`)) : undefined;
-    const r = await this.ctxwin.turn(this.sessionId, list, { ...this.window(), ...(keys ? { keys } : {}) });
+    const r = await this.ctxwin.turn(this.sessionId, list,
+      { ...this.window(), ...(keys ? { keys } : {}), ...(this.options.create ? { create: this.options.create } : {}) });
     return { ids: r.ids, messages: toModelMessages(r.context) };
   }
 

@@ -148,6 +148,12 @@ export interface SearchOptions {
 export interface AppendOptions {
   /** One per input message: its key (null or undefined: its own id, if any). */
   keys?: readonly (string | null | undefined)[];
+  /**
+   * Create the session if it is missing, in the same statement
+   * (ctxwin.ensure_session): true, or the settings of a session it creates.
+   * An existing session's settings are left as they are.
+   */
+  create?: boolean | Omit<CreateSessionOptions, "id">;
 }
 
 export interface UsageOptions {
@@ -179,6 +185,20 @@ function jsonOrNull(v: unknown): string | null {
 }
 
 /**
+ * The session argument of a statement that writes: $1::uuid, or with
+ * create the session ctxwin.ensure_session returns (created in the same
+ * statement when missing), its settings in $n, $n+1, $n+2.
+ */
+function sessionArg(create: AppendOptions["create"], n: number): { sql: string; values: unknown[] } {
+  if (!create) return { sql: "$1::uuid", values: [] };
+  const o = create === true ? {} : create;
+  return {
+    sql: `(ctxwin.ensure_session($1::uuid, $${n}::text, $${n + 1}::text, $${n + 2}::jsonb)).id`,
+    values: [o.profile ?? null, o.systemPrompt ?? null, jsonOrNull(o.metadata)],
+  };
+}
+
+/**
  * The usage object to record for an answer: the answer's own usage (OpenAI
  * chat or responses, Anthropic), a usage object as it came, or the AI SDK's
  * LanguageModelUsage (its raw provider usage if it has one, else its counts
@@ -204,16 +224,60 @@ export function usageOf(responseOrUsage: object): Record<string, unknown> {
   return o;
 }
 
-/** The result of one chat turn: the stored ids of the messages appended, and the window. */
+/**
+ * A summary job (ctxwin.claim_summary): what the application's own model is
+ * to summarize, and the prompt ctxwin's worker would send for it.
+ */
+export interface SummaryJob {
+  token: string;
+  session_id: string;
+  from_id: number;
+  through_id: number;
+  previous_summary: string | null;
+  previous_version: number | null;
+  /** The exact prompt the worker would send. */
+  messages: Array<{ role: "system" | "user"; content: string }>;
+  /** The stored messages the summary will cover, for an application's own prompt. */
+  transcript: Array<Record<string, unknown>>;
+  max_tokens: number;
+  model: string | null;
+  strategy: string;
+  /** Whether ctxwin's own worker would call an LLM for this session. */
+  server_llm: boolean;
+  expires_at: string;
+}
+
+/** A stored message shown in a window: its id, client key and role (ctxwin.build_window's "messages"). */
+export interface WindowMessage {
+  id: number;
+  client_key: string | null;
+  role: ChatMessage["role"];
+}
+
+/** ctxwin.build_window: the window and what it shows, from one walk. */
+export interface WindowResult<C> {
+  /** What buildContext returns for the same arguments. */
+  context: C;
+  /** The stored rows in the window, oldest first (a cleared or cut one included); the system prompt and summary are not rows. */
+  messages: WindowMessage[];
+  summary: string | null;
+  summary_version: number | null;
+  summary_through_id: number | null;
+  tokens: number;
+}
+
+/** The result of one chat turn: the stored ids of the messages appended, and the window with the rows it shows. */
 export interface TurnResult<C> {
   ids: number[];
   context: C;
+  messages: WindowMessage[];
 }
 
-/** The result of one chat turn with request: true: the ids and the whole request body. */
+/** The result of one chat turn with request: true: the ids and the whole request body, with the rows it shows. */
 export interface TurnRequestResult<R> {
   ids: number[];
   request: R;
+  messages: WindowMessage[];
 }
 
 /**
@@ -265,6 +329,18 @@ export class Ctxwin {
     return camel(r as Record<string, unknown>) as unknown as SessionInfo;
   }
 
+  /**
+   * The session of that id, created when it is missing (ctxwin.ensure_session):
+   * never an error for an existing one, whose settings are left as they are;
+   * safe when several first writes race; nothing logged at ERROR.
+   */
+  async ensureSession(session: SessionRef, options: Omit<CreateSessionOptions, "id"> = {}): Promise<SessionInfo> {
+    const r = await this.one(
+      "SELECT to_jsonb(s) AS r FROM ctxwin.ensure_session($1::uuid, $2::text, $3::text, $4::jsonb) s",
+      [sid(session), options.profile ?? null, options.systemPrompt ?? null, jsonOrNull(options.metadata)]);
+    return camel(r as Record<string, unknown>) as unknown as SessionInfo;
+  }
+
   /** The session's row, or null if there is none (or the role may not see it). */
   async getSession(session: SessionRef): Promise<SessionInfo | null> {
     const r = await this.one("SELECT to_jsonb(s) AS r FROM ctxwin.sessions s WHERE s.id = $1::uuid", [sid(session)]);
@@ -278,8 +354,9 @@ export class Ctxwin {
   async append(session: SessionRef, messages: MessageInput | readonly MessageInput[],
     options: AppendOptions = {}): Promise<number[]> {
     const c = toChatMessages(messages, options.keys);
-    const r = await this.one("SELECT to_jsonb(ctxwin.append_messages($1::uuid, $2::jsonb, $3::text[])) AS r",
-      [sid(session), JSON.stringify(c.messages), c.keys]);
+    const a = sessionArg(options.create, 4);
+    const r = await this.one(`SELECT to_jsonb(ctxwin.append_messages(${a.sql}, $2::jsonb, $3::text[])) AS r`,
+      [sid(session), JSON.stringify(c.messages), c.keys, ...a.values]);
     return (r ?? []) as number[];
   }
 
@@ -291,6 +368,20 @@ export class Ctxwin {
     return await this.one("SELECT ctxwin.build_context($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
       [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
       ChatMessage[] | AnthropicContext;
+  }
+
+  buildWindow(session: SessionRef, options?: WindowOptions & { format?: "openai" }): Promise<WindowResult<ChatMessage[]>>;
+  buildWindow(session: SessionRef, options: WindowOptions & { format: "anthropic" }): Promise<WindowResult<AnthropicContext>>;
+  /**
+   * ctxwin.build_window: the window (what buildContext returns) with the
+   * stored rows it shows (ids, client keys, roles) and the summary's fields,
+   * in one statement: no matching of the window against stored messages.
+   */
+  async buildWindow(session: SessionRef, options: WindowOptions & { format?: Format } = {}):
+    Promise<WindowResult<ChatMessage[] | AnthropicContext>> {
+    return await this.one("SELECT ctxwin.build_window($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean) AS r",
+      [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true]) as
+      WindowResult<ChatMessage[] | AnthropicContext>;
   }
 
   buildRequest(session: SessionRef, options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
@@ -357,11 +448,12 @@ export class Ctxwin {
     options: AppendOptions & WindowOptions & { format?: Format; request?: boolean; recall?: boolean } = {}):
     Promise<TurnResult<ChatMessage[] | AnthropicContext> | TurnRequestResult<OpenAIRequest | AnthropicRequest>> {
     const c = toChatMessages(messages, options.keys);
+    const a = sessionArg(options.create, 10);
     const r = await this.one(
-      `SELECT ctxwin.append_and_build($1::uuid, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
+      `SELECT ctxwin.append_and_build(${a.sql}, $2::jsonb, $3::text[], $4::int, $5::text, $6::jsonb,
                                       $7::boolean, $8::boolean, $9::boolean) AS r`,
       [sid(session), JSON.stringify(c.messages), c.keys, options.budget ?? null, options.format ?? "openai",
-        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false]);
+        jsonOrNull(options.tools), options.cache ?? true, options.request ?? false, options.recall ?? false, ...a.values]);
     return r as TurnResult<ChatMessage[]>;
   }
 
@@ -401,6 +493,44 @@ export class Ctxwin {
     return camel(r as Record<string, unknown>) as unknown as Summary;
   }
 
+  /**
+   * ctxwin.claim_summary: the session's due summary as a job for the
+   * application's own model (with force: whatever is unsummarized beyond
+   * the newest min_recent_messages), or null when none is due or another
+   * claim or the worker holds the session.
+   */
+  async claimSummary(session: SessionRef, options: { force?: boolean } = {}): Promise<SummaryJob | null> {
+    return await this.one("SELECT ctxwin.claim_summary($1::uuid, $2::boolean) AS r", [sid(session), options.force ?? false]) as
+      SummaryJob | null;
+  }
+
+  /** ctxwin.claim_next_summary: the job of the next queued session (oldest first), or null. */
+  async claimNextSummary(): Promise<SummaryJob | null> {
+    return await this.one("SELECT ctxwin.claim_next_summary() AS r", []) as SummaryJob | null;
+  }
+
+  /**
+   * ctxwin.complete_summary: the model's summary for a job, applied by the
+   * worker's own code and checks; its usage recorded.  A stale job is
+   * SummaryJobStale (CW001), a refused summary InvalidArgument (22023):
+   * nothing written either way.
+   */
+  async completeSummary(token: string, summary: string, usage?: object | null): Promise<Summary> {
+    const r = await this.one("SELECT to_jsonb(ctxwin.complete_summary($1::text, $2::text, $3::jsonb)) AS r",
+      [token, summary, usage == null ? null : JSON.stringify(usageOf(usage))]);
+    return camel(r as Record<string, unknown>) as unknown as Summary;
+  }
+
+  /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
+  async failSummary(token: string, error: string): Promise<void> {
+    await this.query("SELECT ctxwin.fail_summary($1::text, $2::text)", [token, error]);
+  }
+
+  /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
+  async hasSummaryJobs(): Promise<boolean> {
+    return (await this.one("SELECT to_regprocedure('ctxwin.claim_summary(uuid, boolean)') IS NOT NULL AS r", [])) === true;
+  }
+
   /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */
   async workerRunning(): Promise<boolean> {
     return (await this.one(`SELECT ${WORKER_SERVES_SQL} AS r`, [])) === true;
@@ -420,6 +550,7 @@ export class CtxwinSession {
   constructor(readonly client: Ctxwin, readonly id: string) {}
 
   info(): Promise<SessionInfo | null> { return this.client.getSession(this.id); }
+  ensure(options?: Omit<CreateSessionOptions, "id">): Promise<SessionInfo> { return this.client.ensureSession(this.id, options); }
   append(messages: MessageInput | readonly MessageInput[], options?: AppendOptions): Promise<number[]> {
     return this.client.append(this.id, messages, options);
   }
@@ -427,6 +558,12 @@ export class CtxwinSession {
   buildContext(options: WindowOptions & { format: "anthropic" }): Promise<AnthropicContext>;
   buildContext(options?: WindowOptions & { format?: Format }): Promise<ChatMessage[] | AnthropicContext> {
     return this.client.buildContext(this.id, options);
+  }
+  buildWindow(options?: WindowOptions & { format?: "openai" }): Promise<WindowResult<ChatMessage[]>>;
+  buildWindow(options: WindowOptions & { format: "anthropic" }): Promise<WindowResult<AnthropicContext>>;
+  buildWindow(options?: WindowOptions & { format?: Format }): Promise<WindowResult<ChatMessage[] | AnthropicContext>> {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return this.client.buildWindow(this.id, options as any);
   }
   buildRequest(options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
   buildRequest(options: RequestOptions & { format: "anthropic" }): Promise<AnthropicRequest>;

@@ -16,8 +16,15 @@
  * conversation), else none.  An input message that becomes n > 1 messages
  * gives them its key followed by "#0", "#1" ...
  */
-import { InvalidValueError } from "./errors.js";
-import type { ChatMessage, ChatToolCall } from "./types.js";
+import { MessageConversionError } from "./errors.js";
+import type { ChatMessage, ChatToolCall, ContentPart } from "./types.js";
+
+/** The text of a stored message's content: the text itself, or the text parts joined by a blank line (as ctxwin joins them). */
+export function contentText(content: ChatMessage["content"]): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.flatMap((p) => (p.type === "text" ? [p.text] : [])).join("\n\n");
+}
 
 /** Any message of the shapes above. */
 export type MessageInput = object;
@@ -34,8 +41,8 @@ function isObj(v: unknown): v is Obj {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function bad(where: string, what: string, hint?: string): InvalidValueError {
-  return new InvalidValueError(`${where}: ${what}`, {
+function bad(where: string, what: string, hint?: string): MessageConversionError {
+  return new MessageConversionError(`${where}: ${what}`, {
     detail: "Nothing was appended.",
     hint: hint ?? "Pass OpenAI chat messages, Anthropic messages, LangChain messages or AI SDK ModelMessages.",
   });
@@ -50,6 +57,85 @@ interface Parsed {
   text: string[];
   calls: ChatToolCall[];
   results: ChatMessage[];
+  /** The text and image parts in order, as ctxwin stores parts (OpenAI's or Anthropic's shape). */
+  parts: Obj[];
+  /** Whether an image is among them. */
+  images: boolean;
+}
+
+/** The media type of image bytes by their header: PNG, JPEG, GIF, WebP (what ctxwin sizes). */
+function sniffImage(b: Uint8Array): string | null {
+  if (b.length >= 4 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47) return "image/png";
+  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return "image/jpeg";
+  if (b.length >= 4 && b[0] === 0x47 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x38) return "image/gif";
+  if (b.length >= 12 && String.fromCharCode(...b.subarray(0, 4)) === "RIFF" && String.fromCharCode(...b.subarray(8, 12)) === "WEBP")
+    return "image/webp";
+  return null;
+}
+
+/**
+ * An OpenAI image part for an image given as a URL, a data: URL, base64
+ * text or bytes (the AI SDK's and LangChain's shapes); inline data needs
+ * its media type, read from its bytes when not given.
+ */
+function imageFrom(where: string, data: unknown, mediaType: unknown, extra: Obj = {}): Obj {
+  let url: string;
+  if (data instanceof URL) {
+    url = data.href;
+  } else if (typeof data === "string" && /^(https?:|data:)/i.test(data)) {
+    url = data;
+  } else {
+    let bytes: Uint8Array;
+    if (typeof data === "string") bytes = Buffer.from(data, "base64");
+    else if (data instanceof Uint8Array) bytes = data;
+    else if (data instanceof ArrayBuffer) bytes = new Uint8Array(data);
+    else throw bad(where, "an image must be a URL, a data: URL, base64 text or bytes");
+    const type = typeof mediaType === "string" && mediaType !== "image/*" && mediaType !== "" ? mediaType : sniffImage(bytes);
+    if (type === null) throw bad(where, "the media type of an inline image is not given, and its bytes are not PNG, JPEG, GIF or WebP");
+    url = `data:${type};base64,${typeof data === "string" ? data : Buffer.from(bytes).toString("base64")}`;
+  }
+  return { type: "image_url", image_url: { url }, ...extra };
+}
+
+/** ctxwin's own size keys of an image part (width and height of an image behind a URL), kept when given. */
+function sizeOf(part: Obj): Obj {
+  const o: Obj = {};
+  if (part["width"] !== undefined) o["width"] = part["width"];
+  if (part["height"] !== undefined) o["height"] = part["height"];
+  return o;
+}
+
+/**
+ * The image part ctxwin stores for an image part of any of the shapes, or
+ * null if the part is no image: OpenAI's image_url (LangChain's, whose
+ * image_url may be a string, too), Anthropic's image with its source (as it
+ * is), the AI SDK's image and image file, LangChain's standard image block.
+ */
+function imagePart(where: string, part: Obj): Obj | null {
+  const type = part["type"];
+  if (type === "image_url") {
+    const iu = part["image_url"];
+    const image_url = typeof iu === "string" ? { url: iu } : iu;
+    return { ...part, image_url };
+  }
+  if (type === "input_image" && typeof part["image_url"] === "string") {
+    const detail = part["detail"];
+    return { type: "image_url", image_url: { url: part["image_url"], ...(typeof detail === "string" ? { detail } : {}) }, ...sizeOf(part) };
+  }
+  if (type === "image" && isObj(part["source"])) return part;                        // Anthropic's
+  if (type === "image" && "image" in part) return imageFrom(where, part["image"], part["mediaType"] ?? part["mimeType"], sizeOf(part)); // AI SDK
+  if (type === "image") {                                                            // LangChain's image blocks
+    if (typeof part["url"] === "string") return imageFrom(where, part["url"], null, sizeOf(part));
+    const data = part["data"] ?? part["base64"];
+    if (data !== undefined) return imageFrom(where, data, part["mimeType"] ?? part["mime_type"], sizeOf(part));
+    throw bad(where, "an image block needs a url or data (an uploaded file's id is not stored by ctxwin)");
+  }
+  if (type === "file") {
+    const mt = part["mediaType"] ?? part["mimeType"] ?? part["mime_type"];
+    if (typeof mt === "string" && mt.startsWith("image/"))
+      return imageFrom(where, part["data"] ?? part["url"] ?? part["base64"], mt, sizeOf(part));
+  }
+  return null;
 }
 
 function stringifyArgs(v: unknown): string {
@@ -98,14 +184,19 @@ function anthropicResultText(where: string, content: unknown): string {
 
 /** The parts of a content array, of any of the shapes. */
 function parseParts(where: string, content: unknown[]): Parsed {
-  const p: Parsed = { text: [], calls: [], results: [] };
+  const p: Parsed = { text: [], calls: [], results: [], parts: [], images: false };
   content.forEach((part, i) => {
     const w = `${where}.content[${i}]`;
-    if (typeof part === "string") { p.text.push(part); return; }
+    if (typeof part === "string") { p.text.push(part); p.parts.push({ type: "text", text: part }); return; }
     if (!isObj(part)) throw bad(w, "a content part must be an object");
     const type = part["type"];
-    if (type === "text" || type === "input_text" || type === "output_text") {
+    const image = imagePart(w, part);
+    if (image !== null) {
+      p.parts.push(image);
+      p.images = true;
+    } else if (type === "text" || type === "input_text" || type === "output_text") {
       p.text.push(String(part["text"] ?? ""));
+      p.parts.push({ type: "text", text: String(part["text"] ?? "") });
     } else if (type === "refusal") {
       p.text.push(String(part["refusal"] ?? ""));
     } else if (type === "tool_use") {
@@ -128,8 +219,8 @@ function parseParts(where: string, content: unknown[]): Parsed {
     } else if (typeof type === "string" && SKIPPED_PARTS.has(type)) {
       // reasoning and provider bookkeeping: not part of what ctxwin stores
     } else {
-      throw bad(w, `content parts of type ${JSON.stringify(type)} are not stored by ctxwin (text, tool calls and tool results are)`,
-        "Keep images and files elsewhere and put a text reference in the message.");
+      throw bad(w, `content parts of type ${JSON.stringify(type)} are not stored by ctxwin (text, images, tool calls and tool results are)`,
+        "Keep files and audio elsewhere and put a text reference in the message.");
     }
   });
   return p;
@@ -149,8 +240,16 @@ function checkToolCalls(where: string, v: unknown): ChatToolCall[] | undefined {
 }
 
 /** An assistant, user or system message from parsed parts, then its tool results. */
-function assemble(role: ChatMessage["role"], parts: Parsed, extra: Partial<ChatMessage>): ChatMessage[] {
+function assemble(where: string, role: ChatMessage["role"], parts: Parsed, extra: Partial<ChatMessage>): ChatMessage[] {
   const out: ChatMessage[] = [...parts.results];
+  if (parts.images) {
+    // stored as parts: ctxwin counts each image by its size and sends it in either format
+    if (role !== "user")
+      throw bad(where, `images are taken in user messages only, not in a ${role} message`,
+        "Put an image a tool or the model made in a user message after the tool results.");
+    out.push({ role, content: parts.parts as ContentPart[], ...extra });
+    return out;
+  }
   const hasText = parts.text.length > 0;
   if (role === "assistant") {
     if (hasText || parts.calls.length || !parts.results.length) {
@@ -185,8 +284,8 @@ function fromRoleMessage(where: string, m: Obj): ChatMessage[] {
     return [{ role: "tool", tool_call_id: m["tool_call_id"] as string, content: text, ...extra }];
   }
   let parts: Parsed;
-  if (typeof content === "string") parts = { text: content === "" && role === "assistant" ? [] : [content], calls: [], results: [] };
-  else if (content == null) parts = { text: [], calls: [], results: [] };
+  if (typeof content === "string") parts = { text: content === "" && role === "assistant" ? [] : [content], calls: [], results: [], parts: [], images: false };
+  else if (content == null) parts = { text: [], calls: [], results: [], parts: [], images: false };
   else if (Array.isArray(content)) parts = parseParts(where, content);
   else throw bad(where, "content must be a string, an array of parts or null");
   if (role === "assistant") {
@@ -198,7 +297,7 @@ function fromRoleMessage(where: string, m: Obj): ChatMessage[] {
     throw bad(where, `a ${role} message cannot hold tool calls`);
   }
   if (role === "system" && parts.results.length) throw bad(where, "a system message cannot hold tool results");
-  return assemble(role, parts, extra);
+  return assemble(where, role, parts, extra);
 }
 
 interface LangChainLike {
@@ -289,7 +388,7 @@ export function toChatMessages(input: MessageInput | readonly MessageInput[],
   keys?: readonly (string | null | undefined)[]): Converted {
   const list: readonly unknown[] = Array.isArray(input) ? input : [input];
   if (keys && keys.length !== list.length)
-    throw new InvalidValueError("keys must have one element per message", {
+    throw new MessageConversionError("keys must have one element per message", {
       detail: `There are ${list.length} messages and ${keys.length} keys.`,
       hint: "Give null for a message without a key of its own.",
     });

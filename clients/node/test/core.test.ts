@@ -10,7 +10,7 @@ import { AIMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/
 import type { ModelMessage } from "ai";
 import pg from "pg";
 import {
-  Ctxwin, CtxwinError, InvalidValueError, MessageNotFoundError, SessionNotFoundError, toChatMessages, uuidv5, NAMESPACE_URL,
+  BudgetTooSmall, contentText, Ctxwin, MessageConversionError, CtxwinError, InvalidArgument, MessageNotFound, SessionNotFound, toChatMessages, uuidv5, NAMESPACE_URL,
   type ChatMessage, type Queryable, type ToolDefinition,
 } from "../src/index.js";
 import { createTestDb, post, startMockLlm, windowTokens, type MockLlm, type TestDb } from "./helpers.js";
@@ -223,9 +223,10 @@ describe("appending every shape", () => {
     const s = await cw.createSession();
     await assert.rejects(
       cw.append(s.id, [{ role: "user", content: "ok" },
-        { role: "user", content: [{ type: "image_url", image_url: { url: "https://x/y.png" } }] }]),
-      (e: unknown) => e instanceof InvalidValueError && e.code === "22023" && /messages\[1\]/.test(e.message) && !!e.hint);
-    await assert.rejects(cw.append(s.id, { role: "robot", content: "x" }), InvalidValueError);
+        { role: "user", content: [{ type: "input_audio", input_audio: { data: "UklGRg==", format: "wav" } }] }]),
+      (e: unknown) => e instanceof MessageConversionError && e instanceof InvalidArgument && e.code === "22023" &&
+        /messages\[1\]/.test(e.message) && !!e.hint);
+    await assert.rejects(cw.append(s.id, { role: "robot", content: "x" }), InvalidArgument);
     await assert.rejects(cw.append(s.id, { role: "tool", content: "no id" }), /tool_call_id/);
     assert.equal((await rows(s.id)).length, 0);
     assert.throws(() => toChatMessages([{ role: "user", content: "a" }], ["k1", "k2"]), /one element per message/);
@@ -233,6 +234,20 @@ describe("appending every shape", () => {
 });
 
 describe("one chat turn", () => {
+  test("buildWindow and turn say which stored rows the window shows: ids and keys from the server", async () => {
+    const s = await cw.createSession({ systemPrompt: "You are terse." });
+    const ids = await cw.append(s.id, [{ role: "user", content: "one ".repeat(40) }, { role: "assistant", content: "two" },
+      { role: "user", content: "three" }], { keys: ["k1", null, "k3"] });
+    const w = await cw.buildWindow(s.id, { budget: 40 });
+    assert.deepEqual(w.context, await cw.buildContext(s.id, { budget: 40 }));
+    assert.equal(w.context[0]!.role, "system");
+    assert.deepEqual(w.messages, [{ id: ids[1], client_key: null, role: "assistant" }, { id: ids[2], client_key: "k3", role: "user" }],
+      "the first message does not fit; the others are shown, with their ids and keys");
+    assert.ok(w.tokens <= 40);
+    const t = await cw.turn(s.id, { role: "user", content: "four" }, { keys: ["k4"], budget: 40 });
+    assert.deepEqual(t.messages.at(-1), { id: t.ids[0], client_key: "k4", role: "user" });
+  });
+
   test("turn() appends the user's message and returns the window in one round trip", async () => {
     let queries = 0;
     const counting: Queryable = { query: (text: string, values?: unknown[]) => { queries++; return db.pool.query(text, values); } };
@@ -320,7 +335,7 @@ describe("usage, status, summaries, errors", () => {
       { id: 3, provider: "openai", input_tokens: 100, cached_tokens: 40, output_tokens: 20 },
     ]);
     await assert.rejects(cw.recordUsage(s.id, { tokens: 12 }), (e: unknown) =>
-      e instanceof InvalidValueError && e.code === "22023" && /neither/.test(e.message) && !!e.detail && !!e.hint);
+      e instanceof InvalidArgument && e.code === "22023" && /neither/.test(e.message) && !!e.detail && !!e.hint);
   });
 
   test("status() is typed: numbers, dates, arrays", async () => {
@@ -359,7 +374,7 @@ describe("usage, status, summaries, errors", () => {
     const ctx = await cw.buildContext(s.id);
     assert.equal(ctx.length, 7);
     assert.equal(ctx[0]!.role, "system");
-    assert.ok(ctx[0]!.content!.includes("Trip planner.") && ctx[0]!.content!.includes(sum.content));
+    assert.ok(contentText(ctx[0]!.content).includes("Trip planner.") && contentText(ctx[0]!.content).includes(sum.content));
     assert.equal(ctx.filter((m) => m.role !== "system").length, 6);
     const session = cw.session(s.id);
     assert.equal((await session.messages({ after: 10 })).map((m) => m.id).join(), "11,12");
@@ -368,13 +383,13 @@ describe("usage, status, summaries, errors", () => {
   test("errors keep PostgreSQL's SQLSTATE, detail and hint", async () => {
     const missing = "00000000-0000-4000-8000-000000000001";
     await assert.rejects(cw.append(missing, { role: "user", content: "x" }), (e: unknown) =>
-      e instanceof SessionNotFoundError && e.code === "P0002" && /does not exist/.test(e.message) && /Create it first/.test(e.hint!));
-    await assert.rejects(cw.turn(missing, { role: "user", content: "x" }), SessionNotFoundError);
+      e instanceof SessionNotFound && e.code === "P0002" && /does not exist/.test(e.message) && /Create it first/.test(e.hint!));
+    await assert.rejects(cw.turn(missing, { role: "user", content: "x" }), SessionNotFound);
     await assert.rejects(cw.status(missing), (e: unknown) => e instanceof CtxwinError && e.code === "P0002");
     const s = await cw.createSession({ systemPrompt: "You are a helpful assistant." });
     await cw.append(s.id, { role: "user", content: "Hello!" });
     await assert.rejects(cw.buildContext(s.id, { budget: 18 }), (e: unknown) =>
-      e instanceof InvalidValueError && e.code === "22023" && /too small/.test(e.message) && !!e.detail);
+      e instanceof BudgetTooSmall && e instanceof InvalidArgument && e.code === "22023" && /too small/.test(e.message) && !!e.detail);
     await assert.rejects(cw.buildContext(s.id, { tools: [{ type: "function", function: { name: "" } }] }), (e: unknown) =>
       e instanceof CtxwinError && e.code === "22023" && /tools\[0\]\.function\.name/.test(e.message));
     // errors that are not ctxwin's pass through as CtxwinErrors with their code
@@ -409,7 +424,7 @@ describe("recall: search, the conversation_search tool, one message whole", () =
     const sum = await cw.summarize(s.id, { force: true });
     assert.ok(sum && sum.throughId >= 2);
     const ctx = await cw.buildContext(s.id);
-    assert.ok(!ctx.slice(1).some((m) => (m.content ?? "").includes("src/labels/eu-2025.pdf")), "the window no longer shows it");
+    assert.ok(!ctx.slice(1).some((m) => contentText(m.content).includes("src/labels/eu-2025.pdf")), "the window no longer shows it");
     return s.id;
   }
 
@@ -435,16 +450,16 @@ describe("recall: search, the conversation_search tool, one message whole", () =
   test("search's errors keep their SQLSTATE: an unknown session P0002, a bad maxResults or role 22023", async () => {
     const s = await cw.createSession();
     await assert.rejects(cw.search(missing, "ORD-48213"), (e: unknown) =>
-      e instanceof SessionNotFoundError && e.code === "P0002" && /does not exist/.test(e.message));
+      e instanceof SessionNotFound && e.code === "P0002" && /does not exist/.test(e.message));
     await assert.rejects(cw.search(s.id, "ORD-48213", { maxResults: 0 }), (e: unknown) =>
-      e instanceof InvalidValueError && e.code === "22023" && e.detail === "It is 0.");
+      e instanceof InvalidArgument && e.code === "22023" && e.detail === "It is 0.");
     await assert.rejects(cw.search(s.id, "ORD-48213", { maxResults: 101 }), (e: unknown) =>
-      e instanceof InvalidValueError && e.code === "22023");
+      e instanceof InvalidArgument && e.code === "22023");
     await assert.rejects(cw.search(s.id, "ORD-48213", { roles: ["robot" as ChatMessage["role"]] }), (e: unknown) =>
-      e instanceof InvalidValueError && e.code === "22023" && /robot/.test(e.message));
+      e instanceof InvalidArgument && e.code === "22023" && /robot/.test(e.message));
   });
 
-  test("message() returns one stored message whole; an unknown id is MessageNotFoundError (P0002)", async () => {
+  test("message() returns one stored message whole; an unknown id is MessageNotFound (P0002)", async () => {
     const s = await summarized();
     const m = await cw.message(s, 1);
     assert.equal(m.id, 1);
@@ -453,8 +468,8 @@ describe("recall: search, the conversation_search tool, one message whole", () =
     assert.equal(typeof m.created_at, "string");
     assert.equal((await cw.session(s).message(2)).content, talk[1]!.content);
     await assert.rejects(cw.message(s, 999), (e: unknown) =>
-      e instanceof MessageNotFoundError && e.code === "P0002" && /message 999/.test(e.message));
-    await assert.rejects(cw.message(missing, 1), (e: unknown) => e instanceof SessionNotFoundError && e.code === "P0002");
+      e instanceof MessageNotFound && e.code === "P0002" && /message 999/.test(e.message));
+    await assert.rejects(cw.message(missing, 1), (e: unknown) => e instanceof SessionNotFound && e.code === "P0002");
   });
 
   test("buildRequest({ recall }) offers conversation_search; answerToolCall answers the model's call", async () => {
@@ -484,8 +499,8 @@ describe("recall: search, the conversation_search tool, one message whole", () =
     assert.match(got.content, /\[#3 user /);
     // a call of another tool is the application's: 22023
     await assert.rejects(cw.answerToolCall(s, { id: "call_x", type: "function", function: { name: "get_weather", arguments: "{}" } }),
-      (e: unknown) => e instanceof InvalidValueError && e.code === "22023" && /get_weather/.test(e.message));
-    await assert.rejects(cw.answerToolCall(missing, call), (e: unknown) => e instanceof SessionNotFoundError && e.code === "P0002");
+      (e: unknown) => e instanceof InvalidArgument && e.code === "22023" && /get_weather/.test(e.message));
+    await assert.rejects(cw.answerToolCall(missing, call), (e: unknown) => e instanceof SessionNotFound && e.code === "P0002");
   });
 
   test("turn({ request, recall }) is build_request's body with the tool; recall without request is 22023", async () => {
@@ -495,6 +510,6 @@ describe("recall: search, the conversation_search tool, one message whole", () =
     assert.deepEqual(request.tools?.map((t) => t.function.name), ["conversation_search"]);
     assert.deepEqual(request, await cw.buildRequest(s.id, { recall: true }));
     await assert.rejects(cw.turn(s.id, [], { recall: true } as unknown as { request: true }), (e: unknown) =>
-      e instanceof InvalidValueError && e.code === "22023" && /recall needs request/.test(e.message));
+      e instanceof InvalidArgument && e.code === "22023" && /recall needs request/.test(e.message));
   });
 });

@@ -308,3 +308,31 @@ export async function startWorkerCluster(mock: MockLlm): Promise<WorkerCluster> 
   }
   return { dir, port, config, worker, serving, sql, log, stop };
 }
+
+/**
+ * A mark in the test cluster's server log (logging_collector writes it,
+ * scripts/cluster.sh); read() returns what was logged after it, once the
+ * collector has written it (a statement logged last is waited for).
+ */
+export async function serverLogMark(pool: pg.Pool): Promise<{ read(): Promise<string> }> {
+  const size = async (): Promise<{ file: string | null; size: number }> => {
+    const r = await pool.query("SELECT f, (pg_stat_file(f, true)).size::bigint AS n FROM pg_current_logfile() f");
+    return { file: r.rows[0]?.f ?? null, size: Number(r.rows[0]?.n ?? 0) };
+  };
+  const start = await size();
+  return {
+    async read() {
+      if (start.file === null) throw new Error("the server logs to no file (logging_collector is off)");
+      const probe = `ctxwin log probe ${process.pid} ${Date.now()}`;
+      await pool.query("DO $$ BEGIN RAISE LOG '%', $1::text; END $$".replace("$1::text", `'${probe}'`));
+      let text = "";
+      await waitFor(async () => {
+        const now = await size();
+        const r = await pool.query("SELECT pg_read_file($1, $2, $3) AS t", [start.file, start.size, now.size - start.size]);
+        text = String(r.rows[0]?.t ?? "");
+        return text.includes(probe);
+      }, 10000, "the server log to show the probe");
+      return text;
+    },
+  };
+}

@@ -12,7 +12,7 @@ import { Annotation, END, MemorySaver, REMOVE_ALL_MESSAGES, START, StateGraph, m
 import { ToolNode } from "@langchain/langgraph/prebuilt";
 import { ChatOpenAI } from "@langchain/openai";
 import { z } from "zod";
-import { Ctxwin, CtxwinError, toChatMessages } from "../src/index.js";
+import { Ctxwin, toChatMessages } from "../src/index.js";
 import { SummarizationNode, sessionIdForThread, type RunningSummary } from "../src/langgraph.js";
 import { createTestDb, startMockLlm, windowTokens, type MockLlm, type TestDb } from "./helpers.js";
 
@@ -24,9 +24,10 @@ before(async () => {
   db = await createTestDb("lg");
   mock = await startMockLlm();
   cw = new Ctxwin(db.pool);
-  // a profile whose own triggers stay out of the way: the node's budget decides
+  // a profile whose own triggers stay out of the way: the node's budget decides; it keeps at most 2 messages out of
+  // summaries, as the node's own profile does (MIN_RECENT), so a summary can cover what the window leaves out
   await db.pool.query(`INSERT INTO ctxwin.profiles (name, model, min_recent_messages, max_summary_tokens, max_messages_before_summary)
-                       VALUES ('agent', 'gpt-4o', 4, 200, NULL)`);
+                       VALUES ('agent', 'gpt-4o', 2, 200, NULL)`);
 });
 after(async () => {
   await db?.drop();
@@ -53,7 +54,16 @@ const State = Annotation.Root({
 function buildGraph(node: SummarizationNode, windowKey: "messages" | "summarized_messages", outputs: BaseMessage[][]) {
   const spy = async (state: typeof State.State, config: Parameters<SummarizationNode["invoke"]>[1]) => {
     const u = await node.invoke(state, config);
-    outputs.push(u[node.outputMessagesKey] as BaseMessage[]);
+    const out = u[node.outputMessagesKey] as BaseMessage[];
+    outputs.push(out);
+    // no message leaves the model's view unsummarized: each stored one is covered by the summary or in the window
+    const session = sessionIdForThread(String(config?.configurable?.["thread_id"]));
+    const through = Number((await db.pool.query("SELECT summary_through_id AS t FROM ctxwin.sessions WHERE id = $1", [session])).rows[0].t);
+    const shown = new Set(out.map((m) => m.id));
+    checked++;
+    for (const r of await rows(session)) {
+      if (r.id > through && !shown.has(r.client_key ?? "")) unsummarized.push(`${session} #${r.id} (${r.role}), summary through #${through}`);
+    }
     return u;
   };
   const agent = async (state: typeof State.State) => {
@@ -185,6 +195,10 @@ async function runAgent(equalKeys: boolean) {
   }
 }
 
+/** Messages that were neither in the summary nor in a window the node wrote (checked after every run of buildGraph's node). */
+const unsummarized: string[] = [];
+let checked = 0;
+
 describe("SummarizationNode in a StateGraph", () => {
   test("input and output keys distinct: summarized_messages is the window, messages the history", async () => {
     await runAgent(false);
@@ -206,9 +220,33 @@ describe("SummarizationNode in a StateGraph", () => {
     const out = a["summarized_messages"] as BaseMessage[];
     assert.deepEqual(out.map((m) => m.id), ["h1", "a1"], "the window's messages keep their ids");
     assert.equal(out[0], msgs[0], "an unchanged message is passed on as it was");
-    assert.equal(a["context"], undefined, "no running summary before there is a summary");
-    await assert.rejects(node.invoke({ messages: msgs }, {}), (e: unknown) => e instanceof CtxwinError && /thread_id/.test(e.message));
+    const ctx = a["context"] as Record<string, unknown>;
+    assert.equal(ctx["running_summary"], undefined, "no running summary before there is a summary");
+    assert.deepEqual(ctx["ctxwin"], { session: sessionIdForThread("t-a"), thread: "t-a" });
+  });
+
+  test("without a thread id the node works, as LangMem's does: on the session its state's context names", async () => {
+    const node = new SummarizationNode({ ctxwin: cw, maxTokens: 1000, summarize: "inline" });
+    const msgs = [new HumanMessage({ content: "hello", id: "n1" }), new AIMessage({ content: "hi", id: "n2" })];
+    const a = await node.invoke({ messages: msgs }, {});
+    const book = (a["context"] as Record<string, { session: string; thread: string | null }>)["ctxwin"]!;
+    assert.equal(book.thread, null);
+    assert.deepEqual((a["summarized_messages"] as BaseMessage[]).map((m) => m.id), ["n1", "n2"]);
+    // the next run of the same graph state: the same session, nothing stored twice
+    const more = [...msgs, new HumanMessage({ content: "and now?", id: "n3" })];
+    const b = await node.invoke({ messages: more, context: a["context"] }, {});
+    assert.equal((b["context"] as Record<string, { session: string }>)["ctxwin"]!.session, book.session);
+    assert.deepEqual((await rows(book.session)).map((r) => r.client_key), ["n1", "n2", "n3"]);
+    // another graph without a thread or context: a session of its own
+    const c = await node.invoke({ messages: msgs }, {});
+    assert.notEqual((c["context"] as Record<string, { session: string }>)["ctxwin"]!.session, book.session);
     await assert.rejects(node.invoke({ messages: [new HumanMessage("no id")] }, { configurable: { thread_id: "t-c" } }),
       /required to have ID/);
   });
+});
+
+// after the agent tests above: over their 2 x 12 turns at maxTokens 420, with a tool result that fills half the budget
+test("no message ever leaves the model's view unsummarized (a profile that keeps at most 2 messages out of summaries)", () => {
+  assert.ok(checked > 40, `the check ran after each run of the node (${checked})`);
+  assert.deepEqual(unsummarized, []);
 });

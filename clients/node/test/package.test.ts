@@ -51,7 +51,7 @@ test("the version is the extension's (ctxwin.control)", () => {
 
 test("the package's exports resolve to dist", async () => {
   const core = await import("ctxwin") as Record<string, unknown>;
-  for (const k of ["Ctxwin", "CtxwinSession", "CtxwinError", "SessionNotFoundError", "InvalidValueError", "toChatMessages", "uuidv5"])
+  for (const k of ["Ctxwin", "CtxwinSession", "CtxwinError", "SessionNotFound", "InvalidArgument", "toChatMessages", "uuidv5"])
     assert.equal(typeof core[k], "function", k);
   const ai = await import("ctxwin/ai") as Record<string, unknown>;
   assert.equal(typeof ai["CtxwinChat"], "function");

@@ -112,6 +112,16 @@ function nodeChecks(): Record<string, Check> {
       assert.deepEqual(out.summarized_messages.map((m) => [m.getType(), m.content]), [["human", "Hi"], ["ai", first], ["human", "And order 8813?"]]);
       assert.deepEqual((await rows(sid)).map((x) => [x.role, x.content]), [["user", "Hi"], ["assistant", first], ["user", "And order 8813?"]]);
     },
+    "LangChain.js agents": async (made, mark) => {
+      // the thread's session has the question and the answer; the model got the window; the state has both
+      const sid = sessionIdForThread("t-2");
+      const out = made["out"] as { messages: BaseMessage[] };
+      assert.deepEqual(out.messages.map((m) => m.getType()), ["human", "ai"]);
+      const answer = String(out.messages[1]!.content);
+      assert.deepEqual((await rows(sid)).map((x) => [x.role, x.content]), [["user", "Where is order 8812?"], ["assistant", answer]]);
+      assert.deepEqual(sent(mark), [[["system", "You are a support agent."], ["user", "Where is order 8812?"]]]);
+      assert.equal((await usage(sid)).length, 1);
+    },
     Recall: async (made, mark) => {
       // on the core block's session: the mock calls conversation_search when offered it after the user's
       // message; ctxwin's answer names the message about order 8812; then the model answers

@@ -13,7 +13,8 @@
  *   test then drops (its connections ended by DROP DATABASE ... FORCE, an
  *   idle pool would raise an error with no one to catch it);
  * - `State` and `callModel`: a LangGraph.js state with the node's keys and an
- *   agent node that sends `summarized_messages` to a chat model on the mock.
+ *   agent node that sends `summarized_messages` to a chat model on the mock;
+ * - `chatModel`: that chat model (@langchain/openai's ChatOpenAI on the mock).
  *
  * A block's module imports the names below that its blocks do not import
  * themselves; they are bound (live) by setUp.
@@ -33,6 +34,8 @@ const opened: pg.Pool[] = [];
 class Pool extends pg.Pool {
   constructor(config?: pg.PoolConfig) {
     super(config);
+    // a connection still closing when the test drops its database is terminated: not the block's error
+    this.on("error", () => { /* see above */ });
     opened.push(this);
   }
 }
@@ -62,13 +65,14 @@ async function callModel(state: typeof State.State): Promise<{ messages: BaseMes
 }
 
 // prelude (test/snippets.mjs reads this list)
-export { openai, model, tools, pool, State, callModel, blocksPg as pg, Ctxwin, generateText, StateGraph, START, MemorySaver, HumanMessage };
+export { openai, model, tools, pool, State, callModel, chatModel, blocksPg as pg, Ctxwin, generateText, StateGraph, START, MemorySaver, HumanMessage };
 
 /** Points the prelude at the mock LLM (its base URL, with /v1) and the test's database. */
 export function setUp(baseURL: string, apiKey: string, database: string): void {
   openai = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
   model = createOpenAI({ baseURL, apiKey }).chat("mock");
   pool = new pg.Pool({ database, max: 2 });
+  pool.on("error", () => { /* a connection still closing when the test drops its database */ });
   chatModel = new ChatOpenAI({ model: "mock", apiKey, configuration: { baseURL }, maxRetries: 0 });
 }
 

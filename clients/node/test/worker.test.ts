@@ -92,7 +92,7 @@ describe("SummarizationNode with ctxwin's background worker", () => {
     assert.equal(s0.profile, "langgraph-default-300-100", "the session is not on the node's profile");
     const p = (await pool.query(
       `SELECT p.trigger_ratio, p.max_messages_before_summary, p.max_tokens_before_summary, p.max_summary_tokens,
-              p.model = d.model AND p.window_policy = d.window_policy AND p.min_recent_messages = d.min_recent_messages
+              p.model = d.model AND p.window_policy = d.window_policy AND p.min_recent_messages = least(d.min_recent_messages, 2)
                 AND p.summary_model IS NOT DISTINCT FROM d.summary_model AS copied
        FROM ctxwin.profiles p, ctxwin.profiles d WHERE p.name = $1 AND d.name = 'default'`, [node.profileName])).rows[0];
     assert.deepEqual(p, { trigger_ratio: null, max_messages_before_summary: null, max_tokens_before_summary: 300,
