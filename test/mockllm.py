@@ -331,8 +331,6 @@ class Handler(BaseHTTPRequestHandler):
                 return error(400, "anthropic-version: header is required")
             missing = [k for k in ("model", "max_tokens", "messages") if k not in body]
             system = body.get("system") or ""
-            if isinstance(system, list):    # text blocks (with cache_control)
-                system = "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
         else:
             missing = [k for k in ("model", "messages") if k not in body]
             system = "\n".join(m.get("content") or "" for m in body.get("messages") or []
