@@ -201,7 +201,11 @@ sub wait_for
 {
 	my ($node, $db, $query, $seconds) = @_;
 	my $last = '';
-	my $ok = wait_until($seconds, sub { ($last = sql($node, $db, $query)) eq 't' });
+	# a psql that exits before it reads its query (the server restarting
+	# after a crash refuses it at once) makes IPC::Run die with a broken
+	# pipe: that is an answer that is not yet 't', not the test's end
+	my $ok = wait_until($seconds,
+		sub { ($last = eval { sql($node, $db, $query) } // "psql: $@") eq 't' });
 	note("wait_for gave up after $seconds s: $query\nlast answer: $last") unless $ok;
 	return $ok;
 }
