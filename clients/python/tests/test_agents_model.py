@@ -40,6 +40,19 @@ def app_profile(db: psycopg.Connection[Any]) -> str:
     return "agents-app"
 
 
+@pytest.fixture
+def late_profile(db: psycopg.Connection[Any]) -> str:
+    """An 'app' profile whose trigger fires long after a 400-token window
+    has to leave messages out: only the rule of get_items summarizes them."""
+    db.execute("""
+        INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
+                                     trigger_ratio, min_recent_messages, max_summary_tokens,
+                                     summary_strategy, window_policy)
+        VALUES ('agents-app-late', 'gpt-4o', 1000, NULL, NULL, 2, 200, 'app', 'sliding')
+        ON CONFLICT (name) DO NOTHING""")
+    return "agents-app-late"
+
+
 def summaries(db: psycopg.Connection[Any], sid: str) -> list[tuple[Any, ...]]:
     return db.execute("SELECT version, through_id, content FROM ctxwin.summaries WHERE session_id = %s "
                       "ORDER BY version", (uuid.UUID(sid),)).fetchall()
@@ -90,18 +103,24 @@ def test_the_model_summarizes_in_the_background(dsn: str, db: psycopg.Connection
     covered(db, sid, w)
 
 
+@pytest.mark.parametrize("trigger", ["due", "late"])
 def test_the_model_summarizes_inline_when_asked(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
-                                               app_profile: str) -> None:
-    """summarize='inline': the turns that queue a summary wait for the model,
-    and no request of the run leaves out a message no summary covers."""
+                                               app_profile: str, late_profile: str, trigger: str) -> None:
+    """summarize='inline': the turns that summarize wait for the model, and
+    no request of the run leaves out a message no summary covers, also where
+    the profile's trigger fires too late for the budget (get_items
+    summarizes what its window would leave out first)."""
     sid = str(uuid.uuid4())
     since = len(mockllm.requests())
-    times, answers, (w, err) = asyncio.run(run_turns(dsn, sid, mockllm, profile=app_profile, summarize="inline",
+    profile = app_profile if trigger == "due" else late_profile
+    times, answers, (w, err) = asyncio.run(run_turns(dsn, sid, mockllm, profile=profile, summarize="inline",
                                                      model=model(mockllm, f"slow-{int(SLOW * 1000)}")))
     assert err is None
-    assert sum(t >= SLOW for t in times) >= 2, f"no turn waited for the summary: {times}"
+    # late: one summary, forced, covers all but the newest messages
+    need = 2 if trigger == "due" else 1
+    assert sum(t >= SLOW for t in times) >= need, f"no turn waited for the summary: {times}"
     got = summaries(db, sid)
-    assert len(got) >= 2
+    assert len(got) >= need
     assert {r["model"] for r in mockllm.summary_requests(since)} == {f"slow-{int(SLOW * 1000)}"}
     # each request of the run: every message stored before it is in it or
     # covered by the summary it carries
