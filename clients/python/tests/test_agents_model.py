@@ -137,15 +137,17 @@ def test_the_model_summarizes_inline_when_asked(dsn: str, db: psycopg.Connection
     covered(db, sid, w)
 
 
+@pytest.mark.parametrize("summarize", ["auto", "inline"])
 def test_a_failing_model_writes_nothing_and_harms_no_run(dsn: str, db: psycopg.Connection[Any],
-                                                         mockllm: MockLLM) -> None:
+                                                         mockllm: MockLLM, summarize: str) -> None:
     """summarize_with='model' (the server has an LLM for 'small' and is not
     asked): a model that answers 500 fails the jobs (nothing written, the
-    failure recorded on the session) and every run ends well."""
+    failure recorded on the session) and every run ends well, in the
+    background and inline."""
     sid = str(uuid.uuid4())
     since = len(mockllm.requests())
     times, answers, (w, err) = asyncio.run(run_turns(dsn, sid, mockllm, profile="small", summarize_with="model",
-                                                     model=model(mockllm, "fault-500")))
+                                                     summarize=summarize, model=model(mockllm, "fault-500")))
     assert len(answers) == TURNS and all(answers)
     assert err is not None and "500" in err
     assert summaries(db, sid) == [] and w.summary_version == 0
@@ -166,6 +168,20 @@ def test_auto_leaves_summaries_to_a_server_with_an_llm(dsn: str, db: psycopg.Con
     asyncio.run(run_turns(dsn, sid, mockllm, profile="small", model=model(mockllm, "slow-10")))
     assert summaries(db, sid)
     assert {r["model"] for r in mockllm.summary_requests(since)} == {"mock"}
+
+
+def test_an_openai_compatible_endpoint_summarizes(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
+                                                   app_profile: str) -> None:
+    """model=ctxwin.jobs.OpenAIEndpoint: the same, over the standard library."""
+    from ctxwin.jobs import OpenAIEndpoint
+
+    sid = str(uuid.uuid4())
+    since = len(mockllm.requests())
+    _, _, (w, err) = asyncio.run(run_turns(dsn, sid, mockllm, profile=app_profile, model=OpenAIEndpoint(
+        base_url=mockllm.base_url, model="slow-20", api_key=mockllm.key)))
+    assert err is None and summaries(db, sid)
+    assert {r["model"] for r in mockllm.summary_requests(since)} == {"slow-20"}
+    covered(db, sid, w)
 
 
 def test_model_needed_for_summarize_with_model(dsn: str) -> None:
