@@ -117,8 +117,12 @@ class CtxwinSession:
         """session_id: a UUID (ctxwin's session id; the session is created on
         first use, with ``profile`` and ``system_prompt``); connection: a psycopg
         ``AsyncConnection``, ``AsyncConnectionPool`` or :class:`~ctxwin.AsyncClient`;
-        budget: the window's tokens (None: the profile's); summarize: as
-        :class:`ctxwin.langgraph.SummarizationNode`'s; record_usage: record
+        budget: the window's tokens (None: the profile's); summarize: when a
+        summary that is due is made: ``"auto"`` after the append (by the
+        server when no background worker serves the database; by the model
+        in a task the turn does not wait for), ``"inline"`` in the append,
+        and ``get_items`` summarizes first what its window would leave out
+        that no summary covers, ``"worker"`` never; record_usage: record
         each model request's usage; session_settings: a ``SessionSettings`` or
         a dict of its fields (checked and converted as the SDK does), default
         ``SessionSettings()``; model: what writes the session's summaries when
