@@ -26,6 +26,25 @@ item and returns it, ``clear_session`` every item, the next run starting
 anew: ctxwin retracts them (``ctxwin.retract``: they leave every later
 window and summary, and stay stored, marked, for an audit).
 
+Summaries by the application's own model: ``model`` writes the session's
+summaries when the server has no LLM for its profile (``summary_strategy =
+'app'``, or no ``ctxwin.llm_provider``), or always with
+``summarize_with="model"``.  The model is what an Agents SDK program has in
+hand: an Agents SDK ``Model``, such as
+``OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=AsyncOpenAI())``
+(any ``agents.models.interface.Model``: the one an ``Agent`` runs on will do),
+an OpenAI-compatible endpoint (:class:`ctxwin.jobs.OpenAIEndpoint`) or a
+LangChain chat model.  After the appends that queue a summary, the session
+claims the job (``ctxwin.claim_summary``: ctxwin's prompt, the messages it
+covers), asks the model and completes it (``ctxwin.complete_summary``), in
+an asyncio task of its own, so that the turn never waits on it
+(``await session.aclose()``, or ``async with``, waits for it); a model that
+fails releases the job (``ctxwin.fail_summary``: nothing written, the
+failure recorded on the session with the worker's backoff) and never
+reaches the run.  With ``summarize="inline"`` the summary is written before
+``add_items`` returns, and ``get_items`` summarizes first the messages its
+window would otherwise leave out that no summary covers.
+
 The SDK's compaction-aware interface (``run_compaction``, for OpenAI's
 ``responses.compact``) is not implemented: ctxwin compacts the session
 itself, by summaries, after the appends that call for one.
@@ -33,8 +52,10 @@ itself, by summaries, after the appends that call for one.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
 import time
 import uuid
 import warnings
@@ -43,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 from psycopg.types.json import Jsonb
 
 from .aio import AsyncClient
-from . import _history
+from . import _history, jobs
 from .convert import to_chat_messages, to_responses_items
 from .errors import CtxwinError, SessionNotFound
 from .types import Window
@@ -58,6 +79,8 @@ if TYPE_CHECKING:
 AsyncSource = Union["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]", AsyncClient]
 
 _RECORDED = "_ctxwin_recorded_requests"
+_SETTLE_ROUNDS = 4
+_log = logging.getLogger("ctxwin.agents")
 
 
 def window_items(w: Window) -> list[dict[str, Any]]:
@@ -88,15 +111,30 @@ class CtxwinSession:
         summarize: Literal["auto", "inline", "worker"] = "auto",
         record_usage: bool = True,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        model: Any = None,
+        summarize_with: Literal["auto", "model", "server"] = "auto",
     ) -> None:
         """session_id: a UUID (ctxwin's session id; the session is created on
         first use, with ``profile`` and ``system_prompt``); connection: a psycopg
         ``AsyncConnection``, ``AsyncConnectionPool`` or :class:`~ctxwin.AsyncClient`;
-        budget: the window's tokens (None: the profile's); summarize: as
-        :class:`ctxwin.langgraph.SummarizationNode`'s; record_usage: record
+        budget: the window's tokens (None: the profile's); summarize: when a
+        summary that is due is made: ``"auto"`` after the append (by the
+        server when no background worker serves the database; by the model
+        in a task the turn does not wait for), ``"inline"`` in the append,
+        and ``get_items`` summarizes first what its window would leave out
+        that no summary covers, ``"worker"`` never; record_usage: record
         each model request's usage; session_settings: a ``SessionSettings`` or
         a dict of its fields (checked and converted as the SDK does), default
-        ``SessionSettings()``."""
+        ``SessionSettings()``; model: what writes the session's summaries when
+        the server does not (an Agents SDK ``Model``, a
+        :class:`ctxwin.jobs.OpenAIEndpoint` or a LangChain chat model);
+        summarize_with: ``"auto"`` the ``model`` when one is given and the
+        server has no LLM for the profile, else the server; ``"model"`` the
+        ``model`` always; ``"server"`` the server always."""
+        if summarize_with == "model" and model is None:
+            raise ValueError("summarize_with='model' needs a model: CtxwinSession(..., model=...)")
+        if summarize_with not in ("auto", "model", "server"):
+            raise ValueError(f"summarize_with must be 'auto', 'model' or 'server', not {summarize_with!r}")
         from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
         self._sid = uuid.UUID(str(session_id))
@@ -112,6 +150,14 @@ class CtxwinSession:
         self._worker: tuple[float, bool] | None = None
         self._last_id: int | None = None
         self._window_first_id: int | None = None
+        self.model = model
+        self.summarize_with = summarize_with
+        self._use_model: bool | None = None if summarize_with == "auto" and model is not None else (
+            summarize_with == "model")
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        self.last_summary_error: str | None = None
+        """What the model's last failed summary said (None: none failed)."""
 
     @property
     def client(self) -> AsyncClient:
@@ -125,7 +171,12 @@ class CtxwinSession:
         from agents.memory.session_settings import resolve_session_limit
 
         n = resolve_session_limit(limit, self.session_settings)
-        w = await _history.awindow(self._client, _history.WINDOW, {"s": self.session_id, "budget": self.budget})
+        w = await self._read()
+        if w is not None and self.summarize == "inline":
+            for _ in range(_SETTLE_ROUNDS):         # what the window leaves out unsummarized: summarized first
+                if w is None or not await self._leaves_out(w) or not await self._summarize_now(force=True):
+                    break
+                w = await self._read()
         if w is None:
             self._window_first_id = None
             self._last_id = 0
@@ -137,6 +188,18 @@ class CtxwinSession:
         if n is not None and n >= 0:
             items = items[-n:] if n > 0 else []
         return items
+
+    async def _read(self) -> Window | None:
+        return await _history.awindow(self._client, _history.WINDOW, {"s": self.session_id, "budget": self.budget})
+
+    async def _leaves_out(self, w: Window) -> int:
+        """How many stored messages (not retracted) the window leaves out that
+        no summary covers."""
+        first = w.first_id
+        if first is None or first <= w.summary_through_id + 1:
+            return 0
+        row = await _history.aone(self._client, _LIVE_BETWEEN, (self.session_id, w.summary_through_id, first))
+        return int(row["n"]) if row else 0
 
     async def _newest_id(self) -> int:
         """The id of the session's newest stored message (0: none): what the
@@ -181,8 +244,27 @@ class CtxwinSession:
         if wrapper is not None and self.record_usage:
             await self._record(wrapper)
 
+    async def _uses_model(self) -> bool:
+        """Whether the model writes the session's summaries (asked once)."""
+        if self._use_model is None:
+            c = self._client
+            row = await _history.aone(c, _PROFILE, (self.profile, self.session_id))
+            profile = str(row["p"]) if row and row["p"] else "default"
+            self._use_model = await jobs.ahas_jobs(c) and not await jobs.aserver_llm(c, profile)
+        return self._use_model
+
     async def _maybe_summarize(self, w: Window) -> None:
         if self.summarize == "worker":
+            return
+        if await self._uses_model():
+            if not w.queued:
+                return
+            if self.summarize == "inline":
+                await self._summarize_now(force=False)
+            elif self._task is None or self._task.done():
+                self._task = asyncio.get_running_loop().create_task(self._background())
+            else:
+                self._again = True      # the task in flight looks again before it ends
             return
         now = time.monotonic()
         if self.summarize == "auto" and (self._worker is None or now - self._worker[0] > 60):
@@ -194,6 +276,68 @@ class CtxwinSession:
                 await self._client.summarize(self._sid)
             except CtxwinError as e:
                 warnings.warn(f"ctxwin could not summarize session {self._sid}: {e}", RuntimeWarning, stacklevel=3)
+
+    async def _background(self) -> None:
+        """The summaries due, by the model, one after another (the appends
+        made meanwhile queue the next one): never raises."""
+        while True:
+            self._again = False
+            for _ in range(_SETTLE_ROUNDS):
+                if not await self._by_model(force=False):
+                    break
+            if not self._again:
+                return
+
+    async def _summarize_now(self, force: bool) -> bool:
+        """One summary, by the model or the server (the model's summary in
+        flight awaited first); whether one was written."""
+        if await self._uses_model():
+            await self.wait_for_summaries()
+            return await self._by_model(force)
+        try:
+            return await self._client.summarize(self._sid, force=force) is not None
+        except CtxwinError as e:
+            warnings.warn(f"ctxwin could not summarize session {self._sid}: {e}", RuntimeWarning, stacklevel=3)
+            return False
+
+    async def _by_model(self, force: bool) -> bool:
+        """Claims the session's summary job, has the model write it, completes
+        it; whether a summary was written.  A failure is recorded (the job
+        failed: nothing written) and logged, never raised."""
+        try:
+            job = await jobs.aclaim(self._client, self._sid, force=force)
+            if job is None:
+                return False
+            await jobs.arun(self._client, job, _runnable(self.model))
+            self.last_summary_error = None
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:          # the model's, or ctxwin's refusal: the run goes on
+            self.last_summary_error = f"{type(e).__name__}: {e}"
+            _log.warning("ctxwin could not summarize session %s with the application's model: %s", self._sid,
+                         self.last_summary_error)
+            return False
+
+    async def wait_for_summaries(self) -> None:
+        """Waits for the summary the model is writing in the background, if any."""
+        t = self._task
+        if t is not None and t is not asyncio.current_task():
+            if not t.done():
+                await asyncio.shield(t)
+            if self._task is t:
+                self._task = None
+
+    async def aclose(self) -> None:
+        """Waits for the summary in flight (see :meth:`wait_for_summaries`);
+        the connection (or pool) is the caller's."""
+        await self.wait_for_summaries()
+
+    async def __aenter__(self) -> CtxwinSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def _record(self, wrapper: RunContextWrapper[Any]) -> None:
         usage = getattr(wrapper, "usage", None)
@@ -236,8 +380,14 @@ class CtxwinSession:
             # another pop_item took it first: the next one
 
     def close(self) -> None:
-        """Closes nothing: the connection (or pool) is the caller's.  Here as
-        the SDK's own sessions have it (``SQLiteSession.close()``)."""
+        """Cancels the summary the model is writing in the background, if any
+        (its job is released when it expires; :meth:`aclose` waits for it
+        instead); closes nothing else: the connection (or pool) is the
+        caller's.  Here as the SDK's own sessions have it
+        (``SQLiteSession.close()``)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = None
 
     async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Takes back every item of the session (``ctxwin.retract``): they
@@ -251,6 +401,12 @@ class CtxwinSession:
         self._last_id = None
         self._window_first_id = None
 
+
+_PROFILE = "SELECT coalesce(%s::text, (SELECT profile FROM ctxwin.sessions WHERE id = %s::uuid)) AS p"
+
+_LIVE_BETWEEN = """
+SELECT count(*) AS n FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id < %s::bigint AND retracted_at IS NULL"""
 
 _NEWEST_ID = "SELECT coalesce(max(id), 0) AS id FROM ctxwin.messages WHERE session_id = %s::uuid"
 
@@ -279,6 +435,73 @@ def _items_of(row: dict[str, Any]) -> list[dict[str, Any]]:
     if "content" not in m:
         m["content"] = None
     return to_responses_items([m])  # type: ignore[list-item]
+
+
+def _is_agents_model(model: Any) -> bool:
+    try:
+        from agents.models.interface import Model
+    except ImportError:     # pragma: no cover - the SDK is what this module is for
+        return False
+    return isinstance(model, Model)
+
+
+def _runnable(model: Any) -> Any:
+    """The model as :func:`ctxwin.jobs.arun` takes it: an Agents SDK ``Model``
+    answered through :class:`_AgentsModel`, anything else as it is."""
+    return _AgentsModel(model) if _is_agents_model(model) else model
+
+
+class _AgentsModel(jobs.OpenAIEndpoint):
+    """An Agents SDK ``Model`` as :func:`ctxwin.jobs.arun` calls a model, so
+    that its answer is completed, cut when too long and failed when refused
+    by the same code as any other model's.  ``jobs`` runs an endpoint's
+    ``complete`` in a thread: this one runs the model's ``get_response`` on
+    the session's event loop and waits for it there."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(base_url="", model=str(getattr(model, "model", type(model).__name__)))
+        self.sdk_model = model
+        self.loop = asyncio.get_running_loop()
+
+    def complete(self, messages: list[dict[str, Any]]) -> jobs.Answer:
+        fut = asyncio.run_coroutine_threadsafe(_ask_agents_model(self.sdk_model, messages), self.loop)
+        return fut.result()
+
+
+async def _ask_agents_model(model: Any, messages: list[dict[str, Any]]) -> jobs.Answer:
+    """The summary from an Agents SDK ``Model``: ctxwin's prompt (its system
+    message as the instructions), no tools; SummaryModelError when it gives
+    none (an error, a refusal, a tool call, an answer not complete)."""
+    from agents.model_settings import ModelSettings
+    from agents.models.interface import ModelTracing
+
+    system = "\n\n".join(str(m["content"]) for m in messages if m["role"] == "system") or None
+    inp: Any = [{"role": m["role"], "content": m["content"]} for m in messages if m["role"] != "system"]
+    try:
+        resp = await model.get_response(system, inp, ModelSettings(), [], None, [], ModelTracing.DISABLED,
+                                        previous_response_id=None, conversation_id=None, prompt=None)
+    except Exception as e:          # the provider's error, whatever its class
+        raise jobs.SummaryModelError(f"{type(e).__name__}: {e}") from e
+    texts: list[str] = []
+    for item in resp.output:
+        kind = getattr(item, "type", None)
+        if kind == "message":
+            if getattr(item, "status", "completed") == "incomplete":
+                raise jobs.SummaryModelError("the answer is not complete")
+            for c in item.content:
+                if getattr(c, "type", None) == "refusal":
+                    raise jobs.SummaryModelError(f"the model refused: {c.refusal}")
+                if getattr(c, "type", None) == "output_text":
+                    texts.append(c.text)
+        elif kind in ("function_call", "custom_tool_call"):
+            raise jobs.SummaryModelError("the model called a tool instead of summarizing")
+    text = "".join(texts)
+    if not text.strip():
+        raise jobs.SummaryModelError("the model answered no text")
+    u = resp.usage
+    usage = {"input_tokens": int(u.input_tokens), "output_tokens": int(u.output_tokens),
+             "total_tokens": int(u.total_tokens)}
+    return jobs.Answer(text=text, usage=usage)
 
 
 __all__ = ["CtxwinSession", "window_items"]
