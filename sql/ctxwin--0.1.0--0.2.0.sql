@@ -3379,92 +3379,6 @@ END $$;
 COMMENT ON FUNCTION ctxwin.append_and_build(uuid, jsonb, text[], int, text, jsonb, boolean, boolean, boolean) IS
 'One chat turn: append_messages, then build_context (or, with request, build_request, with recall its tools ending with conversation_search) of the session; {"ids": [...], "context" or "request": ..., "messages": [{"id", "client_key", "role"}, ...] (the stored rows the window shows)}';
 
-CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET client_min_messages = warning AS $$
-DECLARE
-    -- (table, constraint, definition): every foreign key between ctxwin's tables
-    fkeys CONSTANT text[][] := ARRAY[
-        ['ctxwin.profiles', 'profiles_model_fkey',
-         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
-        ['ctxwin.calibration', 'calibration_model_fkey',
-         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
-        ['ctxwin.sessions', 'sessions_profile_fkey',
-         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
-        ['ctxwin.messages', 'messages_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.summaries', 'summaries_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
-    drops text := '';
-    failed text;
-    i int;
-    t text;
-    f regprocedure;
-BEGIN
-    -- Citus creates the tables' triggers on their shards only with this on:
-    -- ctxwin's insert trigger numbers and counts a message on the shard
-    -- that holds its session (co-located with the session's row).
-    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
-    -- reference tables are written after distributed ones in this transaction
-    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
-
-    FOR i IN 1 .. array_length(fkeys, 1) LOOP
-        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
-                                 fkeys[i][1], fkeys[i][2]);
-    END LOOP;
-    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
-    INTO failed
-    FROM run_command_on_workers(drops) w
-    WHERE NOT w.success;
-    IF failed IS NOT NULL THEN
-        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
-                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
-    END IF;
-    EXECUTE drops;
-
-    PERFORM create_reference_table('ctxwin.models');
-    PERFORM create_reference_table('ctxwin.profiles');
-    PERFORM create_reference_table('ctxwin.calibration');
-    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
-    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
-                             'ctxwin.usage_log'] LOOP
-        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
-    END LOOP;
-
-    FOR i IN 1 .. array_length(fkeys, 1) LOOP
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
-    END LOOP;
-
-    -- the coordinator's own copies of the rows, now in the shards
-    FOREACH t IN ARRAY ARRAY['ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
-                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
-                             'ctxwin.profiles', 'ctxwin.models'] LOOP
-        PERFORM truncate_local_data_after_distributing_table(t::regclass);
-    END LOOP;
-
-    -- one call, one round trip to the node that holds the session
-    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
-                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
-                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
-                             'ctxwin.context_status(uuid)',
-                             'ctxwin.context_report(uuid)',
-                             'ctxwin.messages_after(uuid,bigint)',
-                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
-                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
-        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
-    END LOOP;
-END $$;
-
-COMMENT ON FUNCTION ctxwin._distribute(int) IS
-'The conversion of ctxwin.distribute(): foreign keys dropped, tables made Citus tables, foreign keys added back, functions delegated';
 
 -- Summaries by the application's own model (issue 29): the profile's
 -- summary_strategy 'app', the table of summary jobs, claim_summary,
@@ -3507,94 +3421,6 @@ LEFT JOIN LATERAL (SELECT m.name, m.input_price, m.cached_input_price, m.cache_w
 WHERE x.strategy IN ('llm', 'hybrid', 'app');
 
 
-CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET client_min_messages = warning AS $$
-DECLARE
-    -- (table, constraint, definition): every foreign key between ctxwin's tables
-    fkeys CONSTANT text[][] := ARRAY[
-        ['ctxwin.profiles', 'profiles_model_fkey',
-         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE'],
-        ['ctxwin.calibration', 'calibration_model_fkey',
-         'FOREIGN KEY (model) REFERENCES ctxwin.models (name) ON UPDATE CASCADE ON DELETE CASCADE'],
-        ['ctxwin.sessions', 'sessions_profile_fkey',
-         'FOREIGN KEY (profile) REFERENCES ctxwin.profiles (name) ON UPDATE CASCADE'],
-        ['ctxwin.messages', 'messages_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.summaries', 'summaries_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.flush_events', 'flush_events_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.usage_log', 'usage_log_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE'],
-        ['ctxwin.summary_jobs', 'summary_jobs_session_id_fkey',
-         'FOREIGN KEY (session_id) REFERENCES ctxwin.sessions (id) ON DELETE CASCADE']];
-    drops text := '';
-    failed text;
-    i int;
-    t text;
-    f regprocedure;
-BEGIN
-    -- Citus creates the tables' triggers on their shards only with this on:
-    -- ctxwin's insert trigger numbers and counts a message on the shard
-    -- that holds its session (co-located with the session's row).
-    PERFORM set_config('citus.enable_unsafe_triggers', 'on', true);
-    -- reference tables are written after distributed ones in this transaction
-    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
-
-    FOR i IN 1 .. array_length(fkeys, 1) LOOP
-        drops := drops || format('ALTER TABLE %s DROP CONSTRAINT IF EXISTS %I; ',
-                                 fkeys[i][1], fkeys[i][2]);
-    END LOOP;
-    SELECT string_agg(format('%s:%s: %s', w.nodename, w.nodeport, w.result), '; ')
-    INTO failed
-    FROM run_command_on_workers(drops) w
-    WHERE NOT w.success;
-    IF failed IS NOT NULL THEN
-        RAISE EXCEPTION 'could not prepare the worker nodes'' copies of ctxwin''s tables'
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = 'Dropping their foreign keys failed: ' || failed || '.',
-                  HINT = 'Make every worker node reachable, then run ctxwin.distribute() again.';
-    END IF;
-    EXECUTE drops;
-
-    PERFORM create_reference_table('ctxwin.models');
-    PERFORM create_reference_table('ctxwin.profiles');
-    PERFORM create_reference_table('ctxwin.calibration');
-    PERFORM create_distributed_table('ctxwin.sessions', 'id', shard_count => shard_count);
-    FOREACH t IN ARRAY ARRAY['ctxwin.messages', 'ctxwin.summaries', 'ctxwin.flush_events',
-                             'ctxwin.usage_log', 'ctxwin.summary_jobs'] LOOP
-        PERFORM create_distributed_table(t::regclass, 'session_id', colocate_with => 'ctxwin.sessions');
-    END LOOP;
-
-    FOR i IN 1 .. array_length(fkeys, 1) LOOP
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I %s', fkeys[i][1], fkeys[i][2], fkeys[i][3]);
-    END LOOP;
-
-    -- the coordinator's own copies of the rows, now in the shards
-    FOREACH t IN ARRAY ARRAY['ctxwin.summary_jobs', 'ctxwin.usage_log', 'ctxwin.flush_events', 'ctxwin.summaries',
-                             'ctxwin.messages', 'ctxwin.sessions', 'ctxwin.calibration',
-                             'ctxwin.profiles', 'ctxwin.models'] LOOP
-        PERFORM truncate_local_data_after_distributing_table(t::regclass);
-    END LOOP;
-
-    -- one call, one round trip to the node that holds the session.  Not
-    -- the summary jobs: claim_summary and claim_next_summary take the
-    -- session's claim, which lives on the coordinator with the worker's,
-    -- and complete_summary and fail_summary take a token, not a session.
-    FOREACH f IN ARRAY ARRAY['ctxwin.build_context(uuid,integer,text,jsonb,boolean)',
-                             'ctxwin.build_window(uuid,integer,text,jsonb,boolean)',
-                             'ctxwin.build_request(uuid,integer,text,jsonb,boolean,boolean)',
-                             'ctxwin.context_status(uuid)',
-                             'ctxwin.context_report(uuid)',
-                             'ctxwin.messages_after(uuid,bigint)',
-                             'ctxwin.search(uuid,text,text[],timestamp with time zone,timestamp with time zone,integer)',
-                             'ctxwin.answer_tool_call(uuid,jsonb)']::regprocedure[] LOOP
-        PERFORM create_distributed_function(f, 'session', colocate_with => 'ctxwin.sessions');
-    END LOOP;
-END $$;
 
 
 ------------------------------------------------------------------------------
@@ -4513,6 +4339,8 @@ END $$;
 COMMENT ON FUNCTION ctxwin.search(uuid, text, text[], timestamptz, timestamptz, int) IS
 'The messages of a session''s whole history (summarized ones included) that best match a query: every word (as a whole word) and identifier (as written, also inside a longer one), else some of them, case aside; with their role, time, a snippet and a rank, best first. The newest 5 * max_results matches (50 to 500) are ranked.';
 
+-- distribute() for the parts above, in one definition: build_window and
+-- retract delegated by session, summary_jobs distributed beside the sessions
 CREATE OR REPLACE FUNCTION ctxwin._distribute(shard_count int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
