@@ -157,5 +157,7 @@ async def test_one_round_trip_per_model_call(mockllm: MockLLM, dsn: str, db: psy
     rows = stored(db, sid)
     assert [r[1] for r in rows] == (["user", "assistant", "tool", "assistant"] * 6)[:-1]
     assert len({r[2] for r in rows}) == 23
-    usage = db.execute("SELECT count(*) FROM ctxwin.usage_log WHERE session_id = %s", (str(sid),)).fetchone()
-    assert usage == (11,)
+    # one row per response, each naming the window it answered (so the server counts none of its own)
+    usage = db.execute("SELECT count(*), count(window_first_id) FROM ctxwin.usage_log WHERE session_id = %s",
+                       (str(sid),)).fetchone()
+    assert usage == (11, 11)

@@ -28,7 +28,9 @@ never without its returns::
   keys of the messages it returned (all stored) and sends only what
   follows them; a history that does not start with them (another process,
   a history edited or loaded) is sent whole, and the messages already
-  stored are not stored again.  Nothing is held back: every message and
+  stored are not stored again.  The newest response's usage names the
+  window it answered (its first stored message), so the server does not
+  build a window of its own to count it.  Nothing is held back: every message and
   usage is written by the call that first sees it (the first call of a
   session in a process makes one more round trip, for the session).
 - Messages ctxwin sends as stored are returned as the objects given;
@@ -194,6 +196,7 @@ class CtxwinHistory:
         self._client = cl
         self._ready: dict[uuid.UUID, str | None] = {}
         self._stored: OrderedDict[uuid.UUID, list[str]] = OrderedDict()   # session -> keys returned last
+        self._first: dict[uuid.UUID, int | None] = {}       # session -> first stored id of the window returned last
 
     def _session(self, ctx: RunContext[Any]) -> uuid.UUID:
         if self.session is not None:
@@ -237,12 +240,13 @@ class CtxwinHistory:
                       and (m.usage.input_tokens or m.usage.output_tokens)]
         known = self._stored.get(sid)
         skip = len(known) if known and keys[:len(known)] == known else 0
-        w = await self._window(sid, system, chats, keys, unrecorded, skip)
+        w = await self._window(sid, system, chats, keys, unrecorded, skip, self._first.get(sid) if skip else None)
         out, shown = self._messages(w, items, system_parts, system)
         self._stored[sid] = shown
+        self._first[sid] = w.first_id
         self._stored.move_to_end(sid)
         while len(self._stored) > _REMEMBERED:
-            self._stored.popitem(last=False)
+            self._first.pop(self._stored.popitem(last=False)[0], None)
         return out
 
     async def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
@@ -251,17 +255,22 @@ class CtxwinHistory:
         return await asyncio.to_thread(getattr(self._client, fn), *args, **kw)
 
     async def _window(self, sid: uuid.UUID, system: str | None, chats: list[ChatMessage], keys: list[str],
-                      unrecorded: list[ModelResponse], skip: int = 0) -> Window:
-        """skip: how many of the messages are stored already (not sent)."""
+                      unrecorded: list[ModelResponse], skip: int = 0, first: int | None = None) -> Window:
+        """skip: how many of the messages are stored already (not sent);
+        first: the first stored id of the window the newest response answered."""
         if sid not in self._ready:
             s = await self._call("ensure_session", sid, profile=self.profile, system_prompt=system)
             self._ready[sid] = s.system_prompt
         if self._ready[sid] != system:
             await self._set_system_prompt(sid, system)
             self._ready[sid] = system
-        usages = [{"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
-                   "total_tokens": r.usage.input_tokens + r.usage.output_tokens,
-                   "input_tokens_details": {"cached_tokens": r.usage.cache_read_tokens}} for r in unrecorded]
+        # the newest response answered the window returned last: its first
+        # message is the request's window (the server then counts no window
+        # of its own); an older one's window is not known here
+        usages = [({"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
+                    "total_tokens": r.usage.input_tokens + r.usage.output_tokens,
+                    "input_tokens_details": {"cached_tokens": r.usage.cache_read_tokens}},
+                   first if n == len(unrecorded) - 1 else None) for n, r in enumerate(unrecorded)]
         try:
             cl = self._client
             if isinstance(cl, AsyncClient):
@@ -271,6 +280,7 @@ class CtxwinHistory:
         except SessionNotFound:          # deleted meanwhile: made again
             self._ready.pop(sid, None)
             self._stored.pop(sid, None)
+            self._first.pop(sid, None)
             return await self._window(sid, system, chats, keys, unrecorded)
         for r in unrecorded:
             r.metadata = {**(r.metadata or {}), USAGE: True}
@@ -367,7 +377,7 @@ def _made(group: list[Any], kind: str) -> ModelMessage:
     return ModelRequest(parts=qparts, metadata={KEYS: keys})
 
 
-def _turn(cl: Client, sid: uuid.UUID, usages: list[dict[str, Any]], chats: list[ChatMessage], keys: list[str],
+def _turn(cl: Client, sid: uuid.UUID, usages: list[tuple[dict[str, Any], int | None]], chats: list[ChatMessage], keys: list[str],
           budget: int | None) -> Window:
     """In one round trip (a pipeline, one implicit transaction): the usages
     recorded, the messages appended, the window."""
@@ -376,8 +386,8 @@ def _turn(cl: Client, sid: uuid.UUID, usages: list[dict[str, Any]], chats: list[
 
     def go(conn: psycopg.Connection[Any]) -> Window:
         with conn.pipeline():
-            for u in usages:
-                conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(u), None, None))
+            for u, first in usages:
+                conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(u), first, None))
             c1 = None
             if chats:
                 c1 = conn.cursor(row_factory=dict_row)
@@ -392,15 +402,15 @@ def _turn(cl: Client, sid: uuid.UUID, usages: list[dict[str, Any]], chats: list[
     return cl._run(go)
 
 
-async def _aturn(cl: AsyncClient, sid: uuid.UUID, usages: list[dict[str, Any]], chats: list[ChatMessage],
+async def _aturn(cl: AsyncClient, sid: uuid.UUID, usages: list[tuple[dict[str, Any], int | None]], chats: list[ChatMessage],
                  keys: list[str], budget: int | None) -> Window:
     params = {"id": str(sid), "budget": budget, "tools": None}
     body, ks, _ = _sql.prepare_messages(chats, keys)
 
     async def go(conn: psycopg.AsyncConnection[Any]) -> Window:
         async with conn.pipeline():
-            for u in usages:
-                await conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(u), None, None))
+            for u, first in usages:
+                await conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(u), first, None))
             c1 = None
             if chats:
                 c1 = conn.cursor(row_factory=dict_row)
