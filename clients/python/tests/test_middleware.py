@@ -247,3 +247,32 @@ def test_arguments_checked() -> None:
                            "trigger_ratio": None, "min_recent_messages": 3}
     assert re.fullmatch(r"langchain-default-[0-9a-f]{12}", mw.profile_name)
     assert CtxwinMiddleware().profile_name == "default"
+
+
+def test_one_round_trip_per_model_call(mockllm: MockLLM, dsn: str, db: psycopg.Connection[Any]) -> None:
+    """Per model call one round trip (the previous usage, the new messages
+    and the window in one pipeline), plus one per run (its answer and last
+    usage, in after_agent), whatever the conversation's length."""
+    from .conftest import RoundTrips
+
+    thread = f"mw-rt-{uuid.uuid4()}"
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        mw = CtxwinMiddleware(max_tokens=BUDGET, trigger=("tokens", 600), connection=conn, summarize="worker")
+        agent = create_agent(chat_model(mockllm), [conversation_search], system_prompt=SYSTEM,
+                             middleware=[mw], checkpointer=InMemorySaver())
+        counts = []
+        for i in range(5):
+            mark = len(mockllm.requests())
+            with RoundTrips(conn) as rt:
+                out = agent.invoke({"messages": [HumanMessage(f"Where is order {6600 + i}?")]}, cfg)
+            calls = len(mockllm.chat_requests(mark))
+            assert calls == 2
+            counts.append(rt.count - calls)
+        state = out["messages"]
+    # the first run also makes the profile and the session
+    assert counts[1:] == [1, 1, 1, 1], counts
+    sid = session_for_thread(thread)
+    assert [r[2] for r in stored(db, sid)] == [m.id for m in state]
+    usage = db.execute("SELECT count(*) FROM ctxwin.usage_log WHERE session_id = %s", (str(sid),)).fetchone()
+    assert usage == (10,)

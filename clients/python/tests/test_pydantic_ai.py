@@ -125,3 +125,39 @@ def test_sync_connection_and_keys(mockllm: MockLLM, dsn: str, db: psycopg.Connec
     keyed = [m for m in msgs if (m.metadata or {}).get(KEY)]
     assert keyed and all(isinstance(m, (ModelRequest, ModelResponse)) for m in keyed)
     assert any(isinstance(p, ToolCallPart) for m in msgs for p in m.parts)
+
+
+@pytest.mark.asyncio
+async def test_one_round_trip_per_model_call(mockllm: MockLLM, dsn: str, db: psycopg.Connection[Any]) -> None:
+    """One round trip per model call (the usage, the messages not stored yet
+    and the window in one pipeline); only the messages after those the
+    processor returned last are sent, so what is sent stays the same size
+    as the conversation grows."""
+    from ctxwin.aio import AsyncClient
+
+    from .conftest import RoundTrips
+
+    sid = uuid.uuid4()
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    try:
+        agent = make_agent(mockllm, CtxwinHistory(sid, AsyncClient(conn), budget=BUDGET, summarize="worker"))
+        history: list[Any] = []
+        counts = []
+        for i in range(6):
+            mark = len(mockllm.requests())
+            with RoundTrips(conn) as rt:
+                result = await agent.run(f"Where is order {4400 + i}?", message_history=history)
+            history = result.all_messages()
+            calls = len(mockllm.chat_requests(mark))
+            assert calls == 2
+            counts.append(rt.count - calls)
+    finally:
+        await conn.close()
+    assert counts[1:] == [0] * 5, counts
+    rows = stored(db, sid)
+    assert [r[1] for r in rows] == (["user", "assistant", "tool", "assistant"] * 6)[:-1]
+    assert len({r[2] for r in rows}) == 23
+    # one row per response, each naming the window it answered (so the server counts none of its own)
+    usage = db.execute("SELECT count(*), count(window_first_id) FROM ctxwin.usage_log WHERE session_id = %s",
+                       (str(sid),)).fetchone()
+    assert usage == (11, 11)

@@ -27,6 +27,20 @@ differently is listed in the package's README.
   answer when the run ends (``after_agent``).  Only messages that reached
   the state are stored.
 - Usage is recorded from each model response (``record_usage``).
+- One round trip per model call: the usage of the previous response, the
+  state's new messages (among them the previous answer and the tool
+  results) and the window go in one psycopg pipeline, as one implicit
+  transaction (all written or none).  What is pending between calls is
+  held in this process's memory: the usage of the last response, from the
+  model's answer until the next model call of the session or the run's
+  end; the run's last answer (the state and a checkpointer hold it) until
+  ``after_agent``, which writes both in one round trip, once per run.  A
+  process that stops between a model's answer and the next call or the
+  run's end therefore loses that one response's usage row (no message:
+  the next run stores every message of the state that ctxwin lacks).  The
+  first call of a session in a process makes one more round trip (the
+  session, created when missing), and so does a due summary when no
+  worker serves the database.
 - Summaries are ctxwin's: its background worker writes them or, when no
   worker serves the database, this middleware asks for one
   (``summarize_session``) when the session is queued, before the call.
@@ -44,12 +58,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence, Union
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.context_editing import ClearToolUsesEdit
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
+from . import _sql
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
@@ -225,6 +241,8 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._profile_ready = profile is not None or not settings
         self._ready: dict[uuid.UUID, str | None] = {}           # session -> system prompt stored
         self._marks: OrderedDict[uuid.UUID, str] = OrderedDict()  # session -> id of its newest stored message
+        # session -> usage of the responses not recorded yet, each with its window's first id
+        self._pending: dict[uuid.UUID, list[tuple[dict[str, Any], int | None]]] = {}
 
     # -- what both paths share --------------------------------------------
 
@@ -322,6 +340,18 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _due(self, w: Window) -> bool:
         return self.summarize != "worker" and w.queued
 
+    def _take(self, sid: uuid.UUID) -> list[tuple[dict[str, Any], int | None]]:
+        return self._pending.pop(sid, [])
+
+    def _restore(self, sid: uuid.UUID, usages: list[tuple[dict[str, Any], int | None]]) -> None:
+        if usages:
+            self._pending[sid] = usages + self._pending.get(sid, [])
+
+    def _hold(self, sid: uuid.UUID, response: Any, w: Window) -> None:
+        ai = self._record(response)
+        if ai is not None:
+            self._pending.setdefault(sid, []).append((_sql.usage_object(ai), w.first_id))
+
     def _record(self, response: Any) -> AIMessage | None:
         """The AI message of a model response whose usage can be recorded."""
         msgs = response.result if isinstance(response, ModelResponse) else (
@@ -363,7 +393,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         call = self._plan(request)
         cl = self._sync()
         self._setup(cl, call)
-        w = cl.window(call.session, call.new, budget=self.max_tokens, tools=call.tools)
+        usages = self._take(call.session)
+        try:
+            w = _turn(cl, call.session, usages, call.new, budget=self.max_tokens, tools=call.tools)
+        except BaseException:
+            self._restore(call.session, usages)
+            raise
+        assert w is not None
         self._marked(call.session, call.messages)
         if self._due(w) and not (self.summarize == "auto" and cl.worker_running()):
             try:
@@ -377,9 +413,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             response = handler(self._request(request, call, w))
         finally:
             _WINDOWED.reset(token)
-        ai = self._record(response)
-        if ai is not None:
-            cl.record_usage(call.session, ai, window_first_id=w.first_id)
+        self._hold(call.session, response, w)
         return response
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -391,8 +425,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if sid not in self._ready:
             return None          # no model call of this middleware on the session
         new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
-        if new:
-            self._client.append(sid, new)
+        usages = self._take(sid)
+        if new or usages:
+            try:
+                _turn(self._client, sid, usages, new, window=False)
+            except BaseException:
+                self._restore(sid, usages)
+                raise
             self._marked(sid, messages)
         return None
 
@@ -428,7 +467,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         call = self._plan(request)
         cl = self._async()
         await self._asetup(cl, call)
-        w = await cl.window(call.session, call.new, budget=self.max_tokens, tools=call.tools)
+        usages = self._take(call.session)
+        try:
+            w = await _aturn(cl, call.session, usages, call.new, budget=self.max_tokens, tools=call.tools)
+        except BaseException:
+            self._restore(call.session, usages)
+            raise
+        assert w is not None
         self._marked(call.session, call.messages)
         if self._due(w) and not (self.summarize == "auto" and await cl.worker_running()):
             try:
@@ -442,9 +487,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             response = await handler(self._request(request, call, w))
         finally:
             _WINDOWED.reset(token)
-        ai = self._record(response)
-        if ai is not None:
-            await cl.record_usage(call.session, ai, window_first_id=w.first_id)
+        self._hold(call.session, response, w)
         return response
 
     async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -456,8 +499,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if sid not in self._ready:
             return None
         new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
-        if new:
-            await self._aclient.append(sid, new)
+        usages = self._take(sid)
+        if new or usages:
+            try:
+                await _aturn(self._aclient, sid, usages, new, window=False)
+            except BaseException:
+                self._restore(sid, usages)
+                raise
             self._marked(sid, messages)
         return None
 
@@ -522,6 +570,64 @@ def _tools(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
         if d.get("type") == "function":
             out.append(d)
     return out or None
+
+
+Usages = Sequence[tuple[dict[str, Any], Union[int, None]]]
+
+
+def _turn(cl: Client, sid: uuid.UUID, usages: Usages, messages: Sequence[Any], *, window: bool = True,
+          budget: int | None = None, tools: Sequence[Mapping[str, Any]] | None = None) -> Window | None:
+    """In one round trip (a pipeline, one implicit transaction): the usages
+    recorded, the messages appended, then (window=True) the window."""
+    body, ks, chat = _sql.prepare_messages(list(messages), None)
+    params = {"id": str(sid), "budget": budget, "tools": _sql.tools(tools)}
+
+    def go(conn: psycopg.Connection[Any]) -> Window | None:
+        with conn.pipeline():
+            for usage, first in usages:
+                conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(usage), first, None))
+            c1 = c2 = None
+            if chat:
+                c1 = conn.cursor(row_factory=dict_row)
+                c1.execute(_sql.APPEND, (str(sid), body, ks))
+            if window:
+                c2 = conn.cursor(row_factory=dict_row)
+                c2.execute(_sql.BUILD_WINDOW, params)
+        r1 = c1.fetchone() if c1 is not None else None
+        if c2 is None:
+            return None
+        r2 = c2.fetchone()
+        if r2 is None:
+            raise _sql.not_found(sid)
+        return _sql.window_of(r2, [int(i) for i in r1["ids"] or []] if r1 is not None else [])
+    return cl._run(go)
+
+
+async def _aturn(cl: AsyncClient, sid: uuid.UUID, usages: Usages, messages: Sequence[Any], *,
+                 window: bool = True, budget: int | None = None,
+                 tools: Sequence[Mapping[str, Any]] | None = None) -> Window | None:
+    body, ks, chat = _sql.prepare_messages(list(messages), None)
+    params = {"id": str(sid), "budget": budget, "tools": _sql.tools(tools)}
+
+    async def go(conn: psycopg.AsyncConnection[Any]) -> Window | None:
+        async with conn.pipeline():
+            for usage, first in usages:
+                await conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(usage), first, None))
+            c1 = c2 = None
+            if chat:
+                c1 = conn.cursor(row_factory=dict_row)
+                await c1.execute(_sql.APPEND, (str(sid), body, ks))
+            if window:
+                c2 = conn.cursor(row_factory=dict_row)
+                await c2.execute(_sql.BUILD_WINDOW, params)
+        r1 = await c1.fetchone() if c1 is not None else None
+        if c2 is None:
+            return None
+        r2 = await c2.fetchone()
+        if r2 is None:
+            raise _sql.not_found(sid)
+        return _sql.window_of(r2, [int(i) for i in r1["ids"] or []] if r1 is not None else [])
+    return await cl._run(go)
 
 
 def _execute(cl: Client, query: str, params: Any) -> None:

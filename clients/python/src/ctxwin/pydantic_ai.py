@@ -20,6 +20,19 @@ never without its returns::
   serialized or not, stores nothing twice.  A message without one is keyed
   by a digest of its content and time.
 - A response's usage is recorded (``record_usage``) when it is stored.
+- One round trip per model call: the usage of the responses not recorded
+  yet, the messages not stored yet and the window go in one psycopg
+  pipeline, as one implicit transaction (all written or none).  pydantic-ai
+  hands the processor the history it returned last time followed by the
+  new messages, so the processor remembers, per session and in memory, the
+  keys of the messages it returned (all stored) and sends only what
+  follows them; a history that does not start with them (another process,
+  a history edited or loaded) is sent whole, and the messages already
+  stored are not stored again.  The newest response's usage names the
+  window it answered (its first stored message), so the server does not
+  build a window of its own to count it.  Nothing is held back: every message and
+  usage is written by the call that first sees it (the first call of a
+  session in a process makes one more round trip, for the session).
 - Messages ctxwin sends as stored are returned as the objects given;
   those it changed (a tool result cleared or cut) are new objects carrying
   the same keys.
@@ -33,6 +46,7 @@ import hashlib
 import json
 import uuid
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Sequence, Union
 
@@ -50,13 +64,17 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from . import _sql
 from .aio import AsyncClient
 from .client import Client
 from .errors import CtxwinError, SessionNotFound
 from .types import ChatMessage, Window
 
 if TYPE_CHECKING:
-    import psycopg
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 Source = Union["psycopg.Connection[Any]", "ConnectionPool[Any]", Client,
@@ -74,6 +92,8 @@ USAGE = "ctxwin_usage"
 """Marks a response whose usage is recorded."""
 
 _NAMESPACE = uuid.UUID("2b6f1f7e-9a2c-4c1e-8f0e-4d7d3c5a9b10")
+_REMEMBERED = 10000
+"""Sessions whose stored history this processor remembers."""
 
 
 def _digest(m: ModelMessage) -> str:
@@ -170,13 +190,13 @@ class CtxwinHistory:
         if isinstance(connection, (Client, AsyncClient)):
             cl = connection
         else:
-            import psycopg
-
             is_async = isinstance(connection, psycopg.AsyncConnection) or \
                 type(connection).__name__ == "AsyncConnectionPool"
             cl = AsyncClient(connection) if is_async else Client(connection)  # type: ignore[arg-type]
         self._client = cl
         self._ready: dict[uuid.UUID, str | None] = {}
+        self._stored: OrderedDict[uuid.UUID, list[str]] = OrderedDict()   # session -> keys returned last
+        self._first: dict[uuid.UUID, int | None] = {}       # session -> first stored id of the window returned last
 
     def _session(self, ctx: RunContext[Any]) -> uuid.UUID:
         if self.session is not None:
@@ -218,8 +238,16 @@ class CtxwinHistory:
         keys = [k for it in items for k in it.keys]
         unrecorded = [m for m in messages if isinstance(m, ModelResponse) and not (m.metadata or {}).get(USAGE)
                       and (m.usage.input_tokens or m.usage.output_tokens)]
-        w = await self._window(sid, system, chats, keys, unrecorded)
-        return self._messages(w, items, system_parts, system)
+        known = self._stored.get(sid)
+        skip = len(known) if known and keys[:len(known)] == known else 0
+        w = await self._window(sid, system, chats, keys, unrecorded, skip, self._first.get(sid) if skip else None)
+        out, shown = self._messages(w, items, system_parts, system)
+        self._stored[sid] = shown
+        self._first[sid] = w.first_id
+        self._stored.move_to_end(sid)
+        while len(self._stored) > _REMEMBERED:
+            self._first.pop(self._stored.popitem(last=False)[0], None)
+        return out
 
     async def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
         if isinstance(self._client, AsyncClient):
@@ -227,24 +255,34 @@ class CtxwinHistory:
         return await asyncio.to_thread(getattr(self._client, fn), *args, **kw)
 
     async def _window(self, sid: uuid.UUID, system: str | None, chats: list[ChatMessage], keys: list[str],
-                      unrecorded: list[ModelResponse]) -> Window:
+                      unrecorded: list[ModelResponse], skip: int = 0, first: int | None = None) -> Window:
+        """skip: how many of the messages are stored already (not sent);
+        first: the first stored id of the window the newest response answered."""
         if sid not in self._ready:
             s = await self._call("ensure_session", sid, profile=self.profile, system_prompt=system)
             self._ready[sid] = s.system_prompt
         if self._ready[sid] != system:
             await self._set_system_prompt(sid, system)
             self._ready[sid] = system
+        # the newest response answered the window returned last: its first
+        # message is the request's window (the server then counts no window
+        # of its own); an older one's window is not known here
+        usages = [({"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
+                    "total_tokens": r.usage.input_tokens + r.usage.output_tokens,
+                    "input_tokens_details": {"cached_tokens": r.usage.cache_read_tokens}},
+                   first if n == len(unrecorded) - 1 else None) for n, r in enumerate(unrecorded)]
         try:
-            w: Window = await self._call("window", sid, chats, keys=keys, budget=self.budget)
+            cl = self._client
+            if isinstance(cl, AsyncClient):
+                w = await _aturn(cl, sid, usages, chats[skip:], keys[skip:], self.budget)
+            else:
+                w = await asyncio.to_thread(_turn, cl, sid, usages, chats[skip:], keys[skip:], self.budget)
         except SessionNotFound:          # deleted meanwhile: made again
             self._ready.pop(sid, None)
+            self._stored.pop(sid, None)
+            self._first.pop(sid, None)
             return await self._window(sid, system, chats, keys, unrecorded)
         for r in unrecorded:
-            u = r.usage
-            await self._call("record_usage", sid, {
-                "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-                "total_tokens": u.input_tokens + u.output_tokens,
-                "input_tokens_details": {"cached_tokens": u.cache_read_tokens}})
             r.metadata = {**(r.metadata or {}), USAGE: True}
         if w.queued and self.summarize != "worker" and not (
                 self.summarize == "auto" and await self._call("worker_running")):
@@ -268,10 +306,13 @@ class CtxwinHistory:
             await asyncio.to_thread(go)
 
     def _messages(self, w: Window, items: list[_Item], system_parts: list[SystemPromptPart],
-                  system: str | None) -> list[ModelMessage]:
+                  system: str | None) -> tuple[list[ModelMessage], list[str]]:
+        """The window as pydantic-ai messages, and the keys of the stored
+        messages they show, in order."""
         by_key = {k: (it, j) for it in items for j, k in enumerate(it.keys)}
         head: list[str] = []
         out: list[ModelMessage] = []
+        shown: list[str] = []
         i = 0
         wms = w.messages
         while i < len(wms) and wms[i].id is None and wms[i].message.get("role") == "system":
@@ -297,6 +338,7 @@ class CtxwinHistory:
                                             metadata=dict(m.metadata or {}))
                 if m.parts:
                     out.append(m)
+                    shown += found[0].keys
                 i += len(found[0].keys)
                 continue
             # made up from what ctxwin sends: consecutive messages of one role kind
@@ -307,8 +349,10 @@ class CtxwinHistory:
                     and wms[i].id is not None:
                 group.append(wms[i])
                 i += 1
-            out.append(_made(group, kind))
-        return out
+            made = _made(group, kind)
+            out.append(made)
+            shown += (made.metadata or {})[KEYS]
+        return out, shown
 
 
 def _made(group: list[Any], kind: str) -> ModelMessage:
@@ -331,6 +375,54 @@ def _made(group: list[Any], kind: str) -> ModelMessage:
         else:
             qparts.append(UserPromptPart(m.get("content") or ""))
     return ModelRequest(parts=qparts, metadata={KEYS: keys})
+
+
+def _turn(cl: Client, sid: uuid.UUID, usages: list[tuple[dict[str, Any], int | None]], chats: list[ChatMessage], keys: list[str],
+          budget: int | None) -> Window:
+    """In one round trip (a pipeline, one implicit transaction): the usages
+    recorded, the messages appended, the window."""
+    params = {"id": str(sid), "budget": budget, "tools": None}
+    body, ks, _ = _sql.prepare_messages(chats, keys)
+
+    def go(conn: psycopg.Connection[Any]) -> Window:
+        with conn.pipeline():
+            for u, first in usages:
+                conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(u), first, None))
+            c1 = None
+            if chats:
+                c1 = conn.cursor(row_factory=dict_row)
+                c1.execute(_sql.APPEND, (str(sid), body, ks))
+            c2 = conn.cursor(row_factory=dict_row)
+            c2.execute(_sql.BUILD_WINDOW, params)
+        r1 = c1.fetchone() if c1 is not None else None
+        r2 = c2.fetchone()
+        if r2 is None:
+            raise _sql.not_found(sid)
+        return _sql.window_of(r2, [int(i) for i in r1["ids"] or []] if r1 is not None else [])
+    return cl._run(go)
+
+
+async def _aturn(cl: AsyncClient, sid: uuid.UUID, usages: list[tuple[dict[str, Any], int | None]], chats: list[ChatMessage],
+                 keys: list[str], budget: int | None) -> Window:
+    params = {"id": str(sid), "budget": budget, "tools": None}
+    body, ks, _ = _sql.prepare_messages(chats, keys)
+
+    async def go(conn: psycopg.AsyncConnection[Any]) -> Window:
+        async with conn.pipeline():
+            for u, first in usages:
+                await conn.execute(_sql.RECORD_USAGE, (str(sid), Jsonb(u), first, None))
+            c1 = None
+            if chats:
+                c1 = conn.cursor(row_factory=dict_row)
+                await c1.execute(_sql.APPEND, (str(sid), body, ks))
+            c2 = conn.cursor(row_factory=dict_row)
+            await c2.execute(_sql.BUILD_WINDOW, params)
+        r1 = await c1.fetchone() if c1 is not None else None
+        r2 = await c2.fetchone()
+        if r2 is None:
+            raise _sql.not_found(sid)
+        return _sql.window_of(r2, [int(i) for i in r1["ids"] or []] if r1 is not None else [])
+    return await cl._run(go)
 
 
 __all__ = ["CtxwinHistory"]
