@@ -276,3 +276,40 @@ def test_one_round_trip_per_model_call(mockllm: MockLLM, dsn: str, db: psycopg.C
     assert [r[2] for r in stored(db, sid)] == [m.id for m in state]
     usage = db.execute("SELECT count(*) FROM ctxwin.usage_log WHERE session_id = %s", (str(sid),)).fetchone()
     assert usage == (10,)
+
+
+def test_model_writes_the_summaries_where_the_server_has_no_llm(mockllm: MockLLM, dsn: str,
+                                                                 db: psycopg.Connection[Any]) -> None:
+    """summarize_with='auto' (the default) and a model: a profile whose
+    summaries are the application's ('app': ctxwin's worker never writes
+    them) gets them from the middleware's model, through the summary jobs,
+    before the model call that needs them; nothing leaves the model's view."""
+    db.execute("INSERT INTO ctxwin.profiles SELECT (jsonb_populate_record(p, "
+               "'{\"name\": \"mw-app\", \"builtin\": false, \"summary_strategy\": \"app\"}')).* "
+               "FROM ctxwin.profiles p WHERE p.name = 'small' ON CONFLICT (name) DO NOTHING")
+    thread = f"mw-app-{uuid.uuid4()}"
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    summarizer = ChatOpenAI(model="slow-10", base_url=mockllm.base_url, api_key=mockllm.key,  # type: ignore[arg-type]
+                            max_retries=0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        mw = CtxwinMiddleware(summarizer, max_tokens=BUDGET, trigger=("tokens", 600), keep=("messages", 6),
+                              max_summary_tokens=120, connection=conn, base_profile="mw-app")
+        agent = create_agent(chat_model(mockllm), [conversation_search], system_prompt=SYSTEM,
+                             middleware=[mw], checkpointer=InMemorySaver())
+        mark = len(mockllm.requests())
+        for i in range(8):
+            out = agent.invoke({"messages": [HumanMessage(f"Where is order {8800 + i}?")]}, cfg)
+    sid = session_for_thread(thread)
+    summaries = mockllm.summary_requests(mark)
+    assert summaries, "no summary was written"
+    assert {r["model"] for r in summaries} == {"slow-10"}, "a summary not by the middleware's model"
+    n = db.execute("SELECT count(*) FROM ctxwin.summaries WHERE session_id = %s",
+                   (str(sid),)).fetchone()[0]  # type: ignore[index]
+    assert 1 <= n <= len(summaries), (n, len(summaries))
+    seen = check_windows(db, sid, [r["body"] for r in mockllm.chat_requests(mark)], out["messages"])
+    assert seen["summarized"] > 0, seen
+
+
+def test_summarize_with_model_needs_a_model() -> None:
+    with pytest.raises(ValueError, match="needs a model"):
+        CtxwinMiddleware(summarize_with="model")

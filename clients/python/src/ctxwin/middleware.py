@@ -44,6 +44,11 @@ differently is listed in the package's README.
 - Summaries are ctxwin's: its background worker writes them or, when no
   worker serves the database, this middleware asks for one
   (``summarize_session``) when the session is queued, before the call.
+  Given a ``model``, the model writes them where ctxwin's worker calls no
+  LLM for the profile (``summary_strategy = 'app'``, or no LLM set up), or
+  always with ``summarize_with="model"``: the middleware claims the summary
+  job, asks the model and completes the job (:mod:`ctxwin.jobs`), before
+  the call.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMe
 from langchain_core.runnables import RunnableConfig
 
 from . import _sql
+from . import jobs
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
@@ -191,9 +197,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         base_profile: str = "default",
         session_id: Callable[[RunnableConfig], uuid.UUID | str] | None = None,
         summarize: Literal["auto", "inline", "worker"] = "auto",
+        summarize_with: Literal["auto", "model", "server"] = "auto",
     ) -> None:
-        """model: the chat model that would summarize (kept; summaries are
-            written by the LLM the server is configured with).
+        """model: the chat model that writes the summaries when the server
+            has no LLM for the profile (``summarize_with="auto"``) or always
+            (``"model"``), through ctxwin's summary jobs
+            (:mod:`ctxwin.jobs`); a LangChain chat model or a
+            :class:`ctxwin.jobs.OpenAIEndpoint`.
         max_tokens: the most a model call may hold, counted as ctxwin counts
             (system prompt, summary, messages, tool definitions); None: the
             profile's budget (its window less ``response_reserve``).
@@ -216,7 +226,16 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             none is given.
         session_id: the session of a run's config (default: the thread's).
         summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s.
+        summarize_with: who writes the summaries: ``"auto"`` the model when
+            one is given and ctxwin's worker calls no LLM for the profile
+            (its ``summary_strategy`` is ``'app'``, or the server has no LLM
+            set up), else the server; ``"model"`` always the model;
+            ``"server"`` never the model.  The model's summary of a due
+            session is written before the model call (the call waits for
+            it, as for ``summarize="inline"``).
         """
+        if summarize_with == "model" and model is None:
+            raise ValueError("summarize_with='model' needs a model: CtxwinMiddleware(model=...)")
         super().__init__()
         self.model = model
         self.max_tokens = max_tokens
@@ -227,6 +246,10 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.base_profile = base_profile
         self.session_id = session_id
         self.summarize = summarize
+        self.summarize_with = summarize_with
+        # None: decided at the first summary (auto, with a model)
+        self._use_model: bool | None = None if summarize_with == "auto" and model is not None else (
+            summarize_with == "model")
         settings: dict[str, Any] = {**_trigger_settings(trigger), **_keep_settings(keep), **_edit_settings(edits)}
         if max_summary_tokens is not None:
             settings["max_summary_tokens"] = int(max_summary_tokens)
@@ -384,6 +407,47 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             _execute(cl, _SET_SYSTEM_PROMPT, (call.system, str(call.session)))
             self._ready[call.session] = call.system
 
+    def _summarizes(self, cl: Client) -> bool:
+        """Whether this call summarizes a due session itself: with the
+        model, or when no worker serves the database (``summarize="auto"``)."""
+        if self._use_model is None:
+            self._use_model = jobs.has_jobs(cl) and not jobs.server_llm(cl, self.profile_name)
+        return self._use_model or not (self.summarize == "auto" and cl.worker_running())
+
+    def _summarize_now(self, cl: Client, session: uuid.UUID) -> bool:
+        """One summary of the session, by the model or the server; whether one was written."""
+        if self._use_model:
+            job = jobs.claim(cl, session)
+            if job is None:
+                return False
+            try:
+                jobs.run(cl, job, self.model)
+            except jobs.SummaryModelError as e:     # the job is failed (recorded); the window still fits
+                warnings.warn(f"ctxwin: the model could not summarize session {session}: {e}", RuntimeWarning,
+                              stacklevel=3)
+                return False
+            return True
+        return cl.summarize(session) is not None
+
+    async def _asummarizes(self, cl: AsyncClient) -> bool:
+        if self._use_model is None:
+            self._use_model = await jobs.ahas_jobs(cl) and not await jobs.aserver_llm(cl, self.profile_name)
+        return self._use_model or not (self.summarize == "auto" and await cl.worker_running())
+
+    async def _asummarize_now(self, cl: AsyncClient, session: uuid.UUID) -> bool:
+        if self._use_model:
+            job = await jobs.aclaim(cl, session)
+            if job is None:
+                return False
+            try:
+                await jobs.arun(cl, job, self.model)
+            except jobs.SummaryModelError as e:
+                warnings.warn(f"ctxwin: the model could not summarize session {session}: {e}", RuntimeWarning,
+                              stacklevel=3)
+                return False
+            return True
+        return await cl.summarize(session) is not None
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -401,9 +465,9 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise
         assert w is not None
         self._marked(call.session, call.messages)
-        if self._due(w) and not (self.summarize == "auto" and cl.worker_running()):
+        if self._due(w) and self._summarizes(cl):
             try:
-                if cl.summarize(call.session) is not None:
+                if self._summarize_now(cl, call.session):
                     w = cl.window(call.session, budget=self.max_tokens, tools=call.tools)
             except CtxwinError as e:    # recorded on the session; the window still fits
                 warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
@@ -475,9 +539,9 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise
         assert w is not None
         self._marked(call.session, call.messages)
-        if self._due(w) and not (self.summarize == "auto" and await cl.worker_running()):
+        if self._due(w) and await self._asummarizes(cl):
             try:
-                if await cl.summarize(call.session) is not None:
+                if await self._asummarize_now(cl, call.session):
                     w = await cl.window(call.session, budget=self.max_tokens, tools=call.tools)
             except CtxwinError as e:
                 warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
