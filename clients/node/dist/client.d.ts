@@ -277,6 +277,14 @@ export declare class Ctxwin {
      */
     message(session: SessionRef, id: number): Promise<StoredChatMessage>;
     /**
+     * ctxwin.retract: takes back the session's messages from fromId onwards.
+     * They stay stored (message() returns them with retracted_at set) and
+     * leave every later window, summary, search and count; a summary that
+     * covers one is replaced by the newest one ending before fromId.  The
+     * number of messages retracted (0: none, or all already were).
+     */
+    retract(session: SessionRef, fromId: number): Promise<number>;
+    /**
      * ctxwin.answer_tool_call: the tool message answering the model's call of
      * conversation_search (an OpenAI tool call or an Anthropic tool_use block,
      * as the SDKs give them), to append to the session as it is.

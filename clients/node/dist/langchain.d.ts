@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { Ctxwin, type Queryable } from "./client.js";
-import { usageOfMessage } from "./langgraph.js";
+import { usageOfMessage, type SummaryModel } from "./langgraph.js";
 export interface CtxwinMiddlewareOptions {
     /** A Ctxwin, or a pg Pool / Client (see "Transactions" in the README). */
     ctxwin: Ctxwin | Queryable;
@@ -21,6 +21,18 @@ export interface CtxwinMiddlewareOptions {
      * serves or not; worker: never (the worker or summarize() does).
      */
     summarize?: "auto" | "inline" | "worker";
+    /**
+     * A LangChain chat model (SummarizationMiddleware's model): it writes the
+     * summaries when the server has no LLM for the profile (or with
+     * summarizeWith: "model"), through ctxwin's summary jobs
+     * (claim_summary, the model, complete_summary; fail_summary when it
+     * fails).  A due summary is written beside the model call, never waited
+     * for, unless the window would otherwise leave out messages no summary
+     * covers: then it is written first.
+     */
+    model?: SummaryModel;
+    /** auto (default): the model when the server has no LLM for the profile; model; server (ctxwin.summarize_session). */
+    summarizeWith?: "auto" | "model" | "server";
 }
 /** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
 export declare const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";

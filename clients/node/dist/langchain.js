@@ -21,7 +21,7 @@ import { z } from "zod";
 import { Ctxwin, WORKER_SERVES_SQL } from "./client.js";
 import { contentText } from "./convert.js";
 import { CtxwinError } from "./errors.js";
-import { toLangChainMessage, usageOfMessage } from "./langgraph.js";
+import { modelSummarizes, summarizeWithModel, toLangChainMessage, usageOfMessage } from "./langgraph.js";
 import { sessionIdForThread, uuidv5 } from "./uuid.js";
 /** The namespace of the sessions of agents run without a thread (the Python client's middleware's). */
 export const AGENT_NAMESPACE = "5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21";
@@ -39,6 +39,21 @@ export function ctxwinMiddleware(options) {
     const cw = options.ctxwin instanceof Ctxwin ? options.ctxwin : new Ctxwin(options.ctxwin);
     /** System prompts stored per session (so that a changed one is written once). */
     const prompts = new Map();
+    const profile = options.profile ?? "default";
+    /** Whether the model writes the summaries (decided once). */
+    let useModel = null;
+    /** Summaries by the model under way beside a model call, per session. */
+    const pending = new Map();
+    /** A summary by the model, warned about (never raised) when it fails. */
+    const byModel = async (session) => {
+        try {
+            return await summarizeWithModel(cw, session, options.model);
+        }
+        catch (e) {
+            process.emitWarning(`ctxwin could not summarize session ${session}: ${e instanceof Error ? e.message : String(e)}`, "CtxwinWarning");
+            return false;
+        }
+    };
     /** The run's session: the thread's, else (as the Python client's) one named after the conversation's first message. */
     const sessionOf = (configurable, messages) => {
         const tid = configurable?.["thread_id"];
@@ -84,7 +99,25 @@ export function ctxwinMiddleware(options) {
                 tools,
                 create: { profile: options.profile ?? "default", systemPrompt },
             });
-            if (options.summarize !== "worker") {
+            if (options.model && options.summarize !== "worker")
+                useModel ??= modelSummarizes(cw, profile, options.summarizeWith);
+            if (useModel !== null && await useModel) {
+                // the model's summary: before the call only when the window leaves out messages no summary covers
+                const r = (await cw.query(`SELECT s.compaction_queued_at IS NOT NULL AS queued,
+                  EXISTS (SELECT 1 FROM ctxwin.messages m WHERE m.session_id = s.id AND m.id > s.summary_through_id
+                            AND m.id < $2::bigint AND m.retracted_at IS NULL) AS dropped
+           FROM ctxwin.sessions s WHERE s.id = $1::uuid`, [session, rows[0]?.id ?? "9223372036854775807"]))[0];
+                if (r?.["dropped"] === true) {
+                    await pending.get(session);
+                    if (await byModel(session))
+                        ({ context, messages: rows } = await cw.buildWindow(session, { budget: options.budget ?? null, tools }));
+                }
+                else if (r?.["queued"] === true && !pending.has(session)) {
+                    const job = byModel(session).then(() => undefined).finally(() => pending.delete(session));
+                    pending.set(session, job);
+                }
+            }
+            else if (options.summarize !== "worker") {
                 const due = (await cw.query(`SELECT s.compaction_queued_at IS NOT NULL AND ($2::boolean OR NOT ${WORKER_SERVES_SQL}) AS due
            FROM ctxwin.sessions s WHERE s.id = $1::uuid`, [session, options.summarize === "inline"]))[0]?.["due"] === true;
                 if (due && (await cw.summarize(session)) !== null) {

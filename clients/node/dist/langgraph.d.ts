@@ -82,9 +82,7 @@ export interface SummarizationNodeOptions {
      * (ctxwin.claim_summary), sends the model ctxwin's prompt and completes
      * the job with its answer and usage (ctxwin.complete_summary).
      */
-    model?: {
-        invoke(input: BaseMessage[]): Promise<BaseMessage>;
-    };
+    model?: SummaryModel;
     /** auto (default): the model when the server has no LLM for the profile; model; server (ctxwin.summarize_session). */
     summarizeWith?: "auto" | "model" | "server";
     /** The session of a thread; default sessionIdForThread. */
@@ -96,6 +94,26 @@ type State = Record<string, unknown>;
 export declare function usageOfMessage(m: AIMessage): Record<string, unknown> | null;
 /** A message of ctxwin's window as a LangChain message with the given id. */
 export declare function toLangChainMessage(m: ChatMessage, id?: string): BaseMessage;
+/** A LangChain chat model as the node and the middleware take it. */
+export interface SummaryModel {
+    invoke(input: BaseMessage[]): Promise<BaseMessage>;
+}
+/**
+ * Whether the given model writes the summaries of a profile's sessions:
+ * with "model" yes, with "server" no; with "auto" when the database hands
+ * out summary jobs and the server has no LLM for the profile.
+ */
+export declare function modelSummarizes(cw: Ctxwin, profile: string, how?: "auto" | "model" | "server"): Promise<boolean>;
+/** Whether ctxwin's own worker calls an LLM for a profile (the Python client's test). */
+export declare function serverLlm(cw: Ctxwin, profile: string): Promise<boolean>;
+/**
+ * One summary of the session by the application's model, through ctxwin's
+ * summary jobs: claim_summary (forced), the model given ctxwin's prompt,
+ * complete_summary with its answer and usage; fail_summary when the model
+ * fails or ctxwin refuses the answer.  Whether a summary was written
+ * (false: none due, or another claim holds the session).
+ */
+export declare function summarizeWithModel(cw: Ctxwin, session: string, model: SummaryModel): Promise<boolean>;
 /**
  * LangMem's SummarizationNode on ctxwin: add it to a StateGraph as a node
  * (graph.addNode("summarize", new SummarizationNode({ ctxwin: pool, maxTokens: 4000 }))).

@@ -96,7 +96,7 @@ export interface SummarizationNodeOptions {
    * (ctxwin.claim_summary), sends the model ctxwin's prompt and completes
    * the job with its answer and usage (ctxwin.complete_summary).
    */
-  model?: { invoke(input: BaseMessage[]): Promise<BaseMessage> };
+  model?: SummaryModel;
   /** auto (default): the model when the server has no LLM for the profile; model; server (ctxwin.summarize_session). */
   summarizeWith?: "auto" | "model" | "server";
   /** The session of a thread; default sessionIdForThread. */
@@ -105,6 +105,9 @@ export interface SummarizationNodeOptions {
 }
 
 type State = Record<string, unknown>;
+
+/** The node's entry in the state's context: its session, thread, and the stored messages ([id, key]) of its last output. */
+interface Bookkeeping { session?: string; thread?: string | null; window?: Array<[number, string]> }
 
 interface SessionState {
   /** ctxwin.build_window: the window and the stored rows it shows, oldest first. */
@@ -176,6 +179,58 @@ function sameStored(a: ChatMessage, b: ChatMessage): boolean {
     JSON.stringify((b.tool_calls ?? []).map((c) => [c.id, c.function.name]));
 }
 
+/** A LangChain chat model as the node and the middleware take it. */
+export interface SummaryModel { invoke(input: BaseMessage[]): Promise<BaseMessage> }
+
+/**
+ * Whether the given model writes the summaries of a profile's sessions:
+ * with "model" yes, with "server" no; with "auto" when the database hands
+ * out summary jobs and the server has no LLM for the profile.
+ */
+export async function modelSummarizes(cw: Ctxwin, profile: string, how: "auto" | "model" | "server" = "auto"): Promise<boolean> {
+  if (how !== "auto") return how === "model";
+  return await cw.hasSummaryJobs() && !(await serverLlm(cw, profile));
+}
+
+/** Whether ctxwin's own worker calls an LLM for a profile (the Python client's test). */
+export async function serverLlm(cw: Ctxwin, profile: string): Promise<boolean> {
+  const r = await cw.query(
+    `SELECT coalesce(p.summary_strategy,
+                     CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                          THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
+            AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
+     FROM ctxwin.profiles p WHERE p.name = $1::text`, [profile]);
+  return r[0]?.["llm"] === true;
+}
+
+/**
+ * One summary of the session by the application's model, through ctxwin's
+ * summary jobs: claim_summary (forced), the model given ctxwin's prompt,
+ * complete_summary with its answer and usage; fail_summary when the model
+ * fails or ctxwin refuses the answer.  Whether a summary was written
+ * (false: none due, or another claim holds the session).
+ */
+export async function summarizeWithModel(cw: Ctxwin, session: string, model: SummaryModel): Promise<boolean> {
+  const job = await cw.claimSummary(session, { force: true });
+  if (job === null) return false;
+  let answer: BaseMessage;
+  try {
+    answer = await model.invoke(job.messages.map((m) => (m.role === "system" ? new SystemMessage(m.content) : new HumanMessage(m.content))));
+  } catch (e) {
+    await cw.failSummary(job.token, `the model failed: ${String(e)}`);
+    throw new SummaryFailed(`the model could not summarize session ${session}: ${String(e)}`, { cause: e });
+  }
+  const text = typeof answer.content === "string" ? answer.content : answer.text;
+  try {
+    // an answer longer than the summary's length is cut by ctxwin to fit
+    await cw.completeSummary(job.token, text, AIMessage.isInstance(answer) ? usageOfMessage(answer) : null);
+  } catch (e) {
+    if (e instanceof CtxwinError && e.code !== "CW001") await cw.failSummary(job.token, `refused: ${e.message}`);
+    throw e;
+  }
+  return true;
+}
+
 class Summarizer {
   readonly cw: Ctxwin;
   readonly maxTokens: number;
@@ -235,47 +290,15 @@ class Summarizer {
   /** One summary of the session, by the model or the server; whether one was written (a failure is a warning). */
   private async summarizeNow(session: string): Promise<boolean> {
     const model = this.o.model;
-    if (model && this.useModel === null) {
-      const how = this.o.summarizeWith ?? "auto";
-      this.useModel = how === "model" ? true : how === "server" ? false
-        : await this.cw.hasSummaryJobs() && !(await this.serverLlm());
-    }
+    if (model && this.useModel === null) this.useModel = await modelSummarizes(this.cw, this.profileName, this.o.summarizeWith);
     try {
       if (!model || !this.useModel) return (await this.cw.summarize(session, { force: true, instructions: this.o.instructions ?? null })) !== null;
-      const job = await this.cw.claimSummary(session, { force: true });
-      if (job === null) return false;
-      let answer: BaseMessage;
-      try {
-        answer = await model.invoke(job.messages.map((m) => (m.role === "system" ? new SystemMessage(m.content) : new HumanMessage(m.content))));
-      } catch (e) {
-        await this.cw.failSummary(job.token, `the model failed: ${String(e)}`);
-        throw new SummaryFailed(`the model could not summarize session ${session}: ${String(e)}`, { cause: e });
-      }
-      const text = typeof answer.content === "string" ? answer.content : answer.text;
-      try {
-        // an answer longer than the summary's length is cut by ctxwin to fit
-        await this.cw.completeSummary(job.token, text, AIMessage.isInstance(answer) ? usageOfMessage(answer) : null);
-      } catch (e) {
-        if (e instanceof CtxwinError && e.code !== "CW001") await this.cw.failSummary(job.token, `refused: ${e.message}`);
-        throw e;
-      }
-      return true;
+      return await summarizeWithModel(this.cw, session, model);
     } catch (e) {
       if (!(e instanceof CtxwinError)) throw e;
       process.emitWarning(`ctxwin could not summarize session ${session}: ${e.message}`, "CtxwinWarning");
       return false;
     }
-  }
-
-  /** Whether ctxwin's own worker calls an LLM for the node's profile (the Python client's test). */
-  private async serverLlm(): Promise<boolean> {
-    const r = await this.cw.query(
-      `SELECT coalesce(p.summary_strategy,
-                       CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
-                            THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
-              AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
-       FROM ctxwin.profiles p WHERE p.name = $1::text`, [this.profileName]);
-    return r[0]?.["llm"] === true;
   }
 
   /** Whether the node makes the summary the session needs (else the worker does). */
@@ -316,12 +339,47 @@ class Summarizer {
     return r[0]["r"] as SessionState;
   }
 
+  /**
+   * Retracts a turn taken back: when the newest stored messages of the
+   * node's last output are gone from the state (RemoveMessage, as a chat
+   * UI's "edit and resend" does), ctxwin.retract from the first of them
+   * (with distinct keys, also the stored messages just before it that are
+   * gone too).  Older messages removed with newer ones kept (the state
+   * trimmed) are left as they are: the window is ctxwin's.  Whether
+   * messages were retracted; a failure is a warning.
+   */
+  private async retractRemoved(session: string, book: Bookkeeping | undefined, all: BaseMessage[]): Promise<boolean> {
+    if (book?.session !== session || !Array.isArray(book.window) || book.window.length === 0) return false;
+    const present = new Set(all.filter((m) => lcType(m) !== "remove").map((m) => m.id));
+    const gone = book.window.filter(([, k]) => !present.has(k)).map(([i]) => Number(i));
+    if (gone.length === 0) return false;
+    let first = Math.min(...gone);
+    if (book.window.some(([i, k]) => Number(i) >= first && present.has(k))) return false;
+    try {
+      if (this.inputKey !== this.outputKey) {
+        const before = await this.cw.query(
+          `SELECT id::bigint AS id, client_key FROM ctxwin.messages
+           WHERE session_id = $1::uuid AND id < $2::bigint AND retracted_at IS NULL ORDER BY id DESC LIMIT 200`, [session, first]);
+        for (const r of before) {
+          const key = r["client_key"] as string | null;
+          if (key === null || present.has(key)) break;
+          first = Number(r["id"]);
+        }
+      }
+      return (await this.cw.retract(session, first)) > 0;
+    } catch (e) {
+      if (!(e instanceof CtxwinError)) throw e;
+      process.emitWarning(`ctxwin could not retract the messages of session ${session} from ${first}: ${e.message}`, "CtxwinWarning");
+      return false;
+    }
+  }
+
   async run(input: State, config?: RunnableConfig): Promise<State> {
     const threadId = config?.configurable?.["thread_id"];
     const tid = typeof threadId === "string" || typeof threadId === "number" ? String(threadId) : null;
     const all = (input[this.inputKey] ?? []) as BaseMessage[];
     const context = (input["context"] ?? {}) as Record<string, unknown>;
-    const book = context[BOOKKEEPING_KEY] as { session?: string; thread?: string | null } | undefined;
+    const book = context[BOOKKEEPING_KEY] as Bookkeeping | undefined;
     // no thread (a graph without a checkpointer, as LangMem's node allows): the
     // session the state's context carries, else a new one
     const session = tid !== null ? (this.o.sessionId ?? sessionIdForThread)(tid)
@@ -334,6 +392,8 @@ class Summarizer {
         throw new CtxwinError("Messages are required to have ID field",
           { hint: "Keep them in a channel with messagesStateReducer, which gives every message an id." });
     }
+    // a turn taken back (RemoveMessage of the newest stored messages the node showed): retracted before anything is appended
+    const retracted = await this.retractRemoved(session, book, all);
     const stored = await this.append(session, tid, fresh);
     const storedId = new Map<string, number>();
     const byId = new Map<string, BaseMessage>();
@@ -368,12 +428,15 @@ class Summarizer {
       out.push(original && converted.length === 1 && sameStored(converted[0]!, m) ? original : toLangChainMessage(m, key));
     });
 
-    const update: State = { context: { ...context, [BOOKKEEPING_KEY]: { session, thread: tid } } };
+    const shown = st.window.messages.filter((r) => r.client_key !== null).map((r) => [r.id, r.client_key as string]);
+    const update: State = { context: { ...context, [BOOKKEEPING_KEY]: { session, thread: tid, window: shown } } };
     update[this.outputKey] = this.inputKey === this.outputKey
       ? [new RemoveMessage({ id: REMOVE_ALL_MESSAGES }), ...out]
       : out;
     if (st.version > 0 && st.summary !== null) {
-      const ids = new Set(prev?.summarizedMessageIds ?? []);
+      // after a retract the summary may be an older one: the ids the state still holds only
+      const present = new Set(all.map((m) => m.id));
+      const ids = new Set((prev?.summarizedMessageIds ?? []).filter((id) => !retracted || present.has(id)));
       for (const [id, n] of storedId) if (n <= st.through) ids.add(id);
       const running: RunningSummary = {
         summary: st.summary,

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { AIMessage, HumanMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
+import { AIMessage, HumanMessage, RemoveMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
 import { tool } from "@langchain/core/tools";
 import { Annotation, END, MemorySaver, REMOVE_ALL_MESSAGES, START, StateGraph, messagesStateReducer } from "@langchain/langgraph";
 import { ToolNode } from "@langchain/langgraph/prebuilt";
@@ -62,7 +62,7 @@ function buildGraph(node: SummarizationNode, windowKey: "messages" | "summarized
     const shown = new Set(out.map((m) => m.id));
     checked++;
     for (const r of await rows(session)) {
-      if (r.id > through && !shown.has(r.client_key ?? "")) unsummarized.push(`${session} #${r.id} (${r.role}), summary through #${through}`);
+      if (r.retracted_at === null && r.id > through && !shown.has(r.client_key ?? "")) unsummarized.push(`${session} #${r.id} (${r.role}), summary through #${through}`);
     }
     return u;
   };
@@ -83,10 +83,11 @@ function buildGraph(node: SummarizationNode, windowKey: "messages" | "summarized
     .compile({ checkpointer: new MemorySaver() });
 }
 
-interface Row { id: number; role: string; content: string | null; client_key: string | null; tool_call_id: string | null }
+interface Row { id: number; role: string; content: string | null; client_key: string | null; tool_call_id: string | null;
+  retracted_at: Date | null }
 
 async function rows(session: string): Promise<Row[]> {
-  return (await db.pool.query("SELECT id::int, role, content, client_key, tool_call_id FROM ctxwin.messages WHERE session_id = $1 ORDER BY id",
+  return (await db.pool.query("SELECT id::int, role, content, client_key, tool_call_id, retracted_at FROM ctxwin.messages WHERE session_id = $1 ORDER BY id",
     [session])).rows as Row[];
 }
 
@@ -222,7 +223,9 @@ describe("SummarizationNode in a StateGraph", () => {
     assert.equal(out[0], msgs[0], "an unchanged message is passed on as it was");
     const ctx = a["context"] as Record<string, unknown>;
     assert.equal(ctx["running_summary"], undefined, "no running summary before there is a summary");
-    assert.deepEqual(ctx["ctxwin"], { session: sessionIdForThread("t-a"), thread: "t-a" });
+    // the node's bookkeeping: its session and thread, and the stored messages its output showed
+    assert.deepEqual(ctx["ctxwin"], { session: sessionIdForThread("t-a"), thread: "t-a",
+      window: (await rows(sessionIdForThread("t-a"))).map((r) => [r.id, r.client_key]) });
   });
 
   test("without a thread id the node works, as LangMem's does: on the session its state's context names", async () => {
@@ -243,6 +246,49 @@ describe("SummarizationNode in a StateGraph", () => {
     await assert.rejects(node.invoke({ messages: [new HumanMessage("no id")] }, { configurable: { thread_id: "t-c" } }),
       /required to have ID/);
   });
+});
+
+test("RemoveMessage of the newest turn retracts it: out of the window and the summary, the rows kept", async () => {
+  const node = new SummarizationNode({ ctxwin: db.pool, maxTokens: 3000, profile: "agent", summarize: "inline" });
+  const outputs: BaseMessage[][] = [];
+  const graph = buildGraph(node, "summarized_messages", outputs);
+  const thread = "retract-turn";
+  const session = sessionIdForThread(thread);
+  const config = { configurable: { thread_id: thread } };
+  const ask = (t: number) => new HumanMessage({ content: `Turn ${t}: what did customer C-${100 + t} pay on invoice INV-${900 + t}?`, id: `rq-${t}` });
+  for (let t = 0; t < 3; t++) await graph.invoke({ messages: [ask(t)] }, config);
+  // a summary that covers the last turn's question
+  const made = await cw.summarize(session, { force: true });
+  assert.ok(made?.content.includes("INV-902"), "the summary holds the turn taken back");
+  const turn2 = (await graph.getState(config)).values.messages.slice(8) as BaseMessage[];
+  assert.equal(turn2[0]!.id, "rq-2");
+  assert.equal(turn2.length, 4);
+  const before = await rows(session);
+  const from = before.find((r) => r.client_key === "rq-2")!.id;
+  assert.ok(made!.throughId >= from);
+
+  // the chat UI's "edit and resend": the turn removed from the state, another question asked
+  await graph.updateState(config, { messages: turn2.map((m) => new RemoveMessage({ id: m.id! })) }, "agent");
+  const n = outputs.length;
+  await graph.invoke({ messages: [ask(3)] }, config);
+  const gone = new Set(turn2.map((m) => m.id));
+  for (const o of outputs.slice(n)) {
+    assert.ok(!o.some((m) => gone.has(m.id)), "the turn taken back is in no later window");
+    assert.ok(!o.some((m) => String(m.content).includes("INV-902")), "nor in the summary the window carries");
+  }
+  const info = (await cw.getSession(session))!;
+  assert.ok(info.summaryThroughId < from, "the summary that covered it was replaced");
+  assert.ok(!(info.conversationSummary ?? "").includes("INV-902"));
+  const after = await rows(session);
+  // the rows stay, marked; what came after is stored anew
+  const taken = after.filter((r) => r.retracted_at !== null);
+  assert.deepEqual(taken.map((r) => r.id), before.filter((r) => r.id >= from).map((r) => r.id));
+  assert.equal(taken.length, 3, "the question, the call and its result (the answer was never stored)");
+  const m = await cw.message(session, from);
+  assert.equal(m.content, String(turn2[0]!.content));
+  assert.ok((m as unknown as { retracted_at?: string }).retracted_at, "message() returns it with retracted_at");
+  assert.ok(after.some((r) => r.client_key === "rq-3" && r.id > from));
+  assert.equal(await cw.retract(session, after.at(-1)!.id + 1), 0, "nothing from past the newest message");
 });
 
 // after the agent tests above: over their 2 x 12 turns at maxTokens 420, with a tool result that fills half the budget

@@ -152,3 +152,40 @@ test("no worker serves the database: the middleware makes the summary the profil
   assert.ok(String(last.messages[0]!.content).includes(info.conversationSummary!.slice(0, 30)), "the summary went to the model");
   assert.ok(mock.requests().length - start === 6, "two model calls a turn, the summaries not by the agent's model");
 });
+
+test("a profile whose summaries are the app's ('app'): the model given to the middleware writes them, beside the turn", async () => {
+  await db.pool.query(`INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, min_recent_messages, summary_strategy)
+                       VALUES ('mwapp', 'gpt-4o', 6, 2, 'app')`);
+  const summarizer = new ChatOpenAI({ model: "mock", apiKey: mock.key, configuration: { baseURL: mock.url + "/v1" }, maxRetries: 0,
+    modelKwargs: { user: "ctxwin-summarizer" } });
+  const a = createAgent({
+    model: new ChatOpenAI({ model: "mock", apiKey: mock.key, configuration: { baseURL: mock.url + "/v1" }, maxRetries: 0 }),
+    tools: [search], systemPrompt: "You track orders.", checkpointer: new MemorySaver(),
+    middleware: [ctxwinMiddleware({ ctxwin: db.pool, profile: "mwapp", model: summarizer })],
+  });
+  const thread = "mw-app-summaries";
+  const session = sessionIdForThread(thread);
+  const start = mock.requests().length;
+  for (let i = 0; i < 4; i++) {
+    await a.invoke({ messages: [new HumanMessage(`Track ORD-${8000 + i}.`)] }, { configurable: { thread_id: thread } });
+  }
+  // the summaries are written beside the turns: the last one may still be under way
+  let info = (await cw.getSession(session))!;
+  for (let i = 0; i < 100 && (info.summaryVersion < 1 || info.compactionQueuedAt !== null); i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    info = (await cw.getSession(session))!;
+  }
+  assert.ok(info.summaryVersion >= 1, "summarized, with no LLM on the server");
+  const reqs = mock.requests().slice(start);
+  const bySummarizer = reqs.filter((r) => (r.body as { user?: string }).user === "ctxwin-summarizer");
+  assert.ok(bySummarizer.length >= 1, "by the middleware's model, over HTTP");
+  assert.equal(reqs.length - bySummarizer.length, 8, "two agent calls a turn besides");
+  assert.ok(bySummarizer.every((r) => !(r.body as { tools?: unknown[] }).tools), "ctxwin's prompt, no tools");
+  assert.ok(bySummarizer.some((r) => JSON.stringify(r.body.messages).includes("ORD-8000")), "the conversation in the prompt");
+  // ctxwin's summaries are incremental: the session's ends with the model's last answer
+  assert.ok(info.conversationSummary!.endsWith(bySummarizer.at(-1)!.response_text!), "the model's last answer is the newest summary");
+  const row = (await db.pool.query(
+    "SELECT usage FROM ctxwin.summaries WHERE session_id = $1 ORDER BY version DESC LIMIT 1", [session])).rows[0];
+  assert.equal(row.usage?.prompt_tokens ?? row.usage?.input_tokens, bySummarizer.at(-1)!.usage?.["prompt_tokens"],
+    "its usage recorded");
+});
