@@ -495,3 +495,23 @@ def test_async_recall(dsn: str) -> None:
                 await cl.search(s, "E4031", max_results=101)
             assert bad.value.sqlstate == "22023"
     asyncio.run(main())
+
+
+def test_retract(client: ctxwin.Client, db: psycopg.Connection[Any]) -> None:
+    """retract(s, from_id): the messages from that id on leave the window and
+    stay stored, marked; message() still returns them; twice is nothing."""
+    s = client.create_session(system_prompt="You are terse.")
+    ids = client.append(s, [{"role": "user", "content": "Where is order 8812?"},
+                            {"role": "assistant", "content": "On its way."},
+                            {"role": "user", "content": "Cancel order 9931."},
+                            {"role": "assistant", "content": "Cancelled."}])
+    assert client.retract(s, ids[2]) == 2
+    shown = [m.id for m in client.window(s).messages if m.id is not None]
+    assert shown == ids[:2]
+    assert "9931" not in json.dumps([m.message for m in client.window(s).messages])
+    assert db.execute("SELECT count(*) FROM ctxwin.messages WHERE session_id = %s AND retracted_at IS NOT NULL",
+                      (str(s.id),)).fetchone() == (2,)
+    assert client.message(s, ids[3])["retracted_at"] is not None
+    assert client.retract(s, ids[2]) == 0
+    after = client.append(s, {"role": "user", "content": "Where is order 8813?"})
+    assert after[0] > ids[3]

@@ -87,6 +87,8 @@ FROM ctxwin.search(%s::uuid, %s::text, %s::text[], %s::timestamptz, %s::timestam
 
 MESSAGE = "SELECT ctxwin.message(%s::uuid, %s::bigint) AS r"
 
+RETRACT = "SELECT ctxwin.retract(%s::uuid, %s::bigint) AS n"
+
 ANSWER_TOOL_CALL = "SELECT ctxwin.answer_tool_call(%s::uuid, %s::jsonb) AS r"
 
 RECORD_USAGE = "SELECT ctxwin.record_usage(%s::uuid, %s::jsonb, %s::bigint, %s::int) AS id"

@@ -335,6 +335,16 @@ class AsyncClient:
         r: dict[str, Any] = row["r"]
         return r
 
+    async def retract(self, session: SessionRef, from_id: int) -> int:
+        """Takes the session's messages from ``from_id`` on back
+        (``ctxwin.retract``): they leave every later window, summary, search
+        and count and stay stored, marked ``retracted_at`` (``message()``
+        still returns them); returns how many were retracted (0: none left
+        to take back).  A summary that covered one is never sent again."""
+        row = await self._one(_sql.RETRACT, (session_id(session), from_id))
+        assert row is not None
+        return int(row["n"])
+
     async def answer_tool_call(self, session: SessionRef, tool_call: Any) -> dict[str, Any]:
         """The tool message answering a model's call of ``conversation_search``
         (``ctxwin.answer_tool_call``): ``tool_call`` is an OpenAI tool call or
