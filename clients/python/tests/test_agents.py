@@ -347,3 +347,65 @@ def test_on_a_pool_as_psycopg_makes_it(dsn: str, db: psycopg.Connection[Any], mo
     asyncio.run(main())
     assert len(stored(db, sid)) == 4 and live(db, sid) == []
     assert not [r for r in caplog.records if "rolling back" in r.getMessage() or "INTRANS" in r.getMessage()]
+
+
+def _strings(x: Any) -> list[str]:
+    """Every string value in a JSON-like value (the texts of input items)."""
+    if isinstance(x, str):
+        return [x]
+    if isinstance(x, dict):
+        return [s for v in x.values() for s in _strings(v)]
+    if isinstance(x, list):
+        return [s for v in x for s in _strings(v)]
+    return []
+
+
+@pytest.mark.parametrize("summarizer", ["no worker", "slow model", "failing model"])
+def test_no_message_leaves_the_view_unsummarized(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
+                                                 summarizer: str) -> None:
+    """A small budget and a summary that lags (summarize="worker" with no
+    worker; the model writing it in the background slowly) or never comes
+    (the model fails): after every turn each stored message is covered by
+    the summary get_items gives or is in its items (the window widens to
+    keep them), and the run goes on; once the summary lands the window is
+    back within the budget.  Before, the window moved past them."""
+    sid = str(uuid.uuid4())
+    budget = 250
+    kw: dict[str, Any] = {"no worker": {"summarize": "worker"},
+                          "slow model": {"model": model(mockllm, "slow-1500"), "summarize_with": "model"},
+                          "failing model": {"model": model(mockllm, "fault-500"), "summarize_with": "model"}}[summarizer]
+    widened: list[int] = []
+
+    def check(items: list[Any], turn: int) -> None:
+        texts = _strings(items)
+        through = 0
+        for content, t in db.execute("SELECT content, through_id FROM ctxwin.summaries WHERE session_id = %s",
+                                     (uuid.UUID(sid),)).fetchall():
+            if any(content in s for s in texts):
+                through = max(through, int(t))
+        kept = [r for r in live(db, sid) if r[0] > through]
+        missing = [r[0] for r in kept if r[2] not in texts]
+        assert not missing, f"turn {turn}: messages {missing} neither in the summary (through {through}) nor shown"
+        if tokens_of(db, [{"role": "user", "content": r[2]} for r in kept]) > budget:
+            widened.append(turn)
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, min_size=1, max_size=3) as pool:
+            session = CtxwinSession(sid, pool, budget=budget, profile="small", **kw)
+            agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
+            for i in range(12):
+                result = await Runner.run(agent, question(i), session=session)
+                assert str(result.final_output)
+                check(await session.get_items(), i)
+            await session.aclose()
+            if summarizer == "slow model":     # the summary landed: the window moves on
+                await Runner.run(agent, question(12), session=session)
+                await session.aclose()
+                items = await session.get_items()
+                check(items, 12)
+                shown = [{"role": "user", "content": s} for s in _strings(items)]
+                assert tokens_of(db, shown) <= budget + 100
+
+    asyncio.run(main())
+    assert widened, "the budget never made the window leave anything out: the test shows nothing"
+    assert len(live(db, sid)) == 2 * (13 if summarizer == "slow model" else 12)

@@ -28,6 +28,27 @@ WINDOW = "window"
 
 RETRACT_ALL = "SELECT ctxwin.retract(%(s)s::uuid, 1) AS n"
 
+# A stored message as the histories read it back: its fields and the
+# Responses items it was appended from (an Agents SDK session's).
+ROW = "id, role, content, tool_calls, tool_call_id, name, metadata -> 'responses_items' AS items"
+
+LEFT_OUT = f"""
+SELECT {ROW} FROM ctxwin.messages
+WHERE session_id = %s::uuid AND id > %s::bigint AND id < %s::bigint AND retracted_at IS NULL ORDER BY id"""
+"""The messages (not retracted) between two ids, oldest first: those a
+window leaves out between its summary and its first stored message."""
+
+
+def gap(w: Window) -> tuple[int, int] | None:
+    """The ids (after, before) between the summary's last message and the
+    window's first stored one, when there are any: where a window can leave
+    out messages no summary covers (retracted ones are no messages of the
+    session any more; build_window's rows are never retracted ones)."""
+    first = w.first_id
+    if first is None or first <= w.summary_through_id + 1:
+        return None
+    return (w.summary_through_id, first)
+
 
 def params(sid: UUID, batch: list[Any], keys: list[str | None] | None, budget: int | None,
            profile: str | None, prompt: str | None) -> dict[str, Any]:
@@ -81,6 +102,13 @@ async def aone(client: AsyncClient, query: str, p: Any, atomic: bool = False) ->
             return await cur.fetchone()
 
 
+async def aleft_out(client: AsyncClient, session: UUID | str, w: Window) -> list[dict[str, Any]]:
+    """The stored messages the window leaves out that no summary covers,
+    oldest first (see :func:`gap`; none: no query)."""
+    g = gap(w)
+    return [] if g is None else await client._all(LEFT_OUT, (session, g[0], g[1]))
+
+
 # -- sync ----------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -104,6 +132,11 @@ def window(client: Client, first: str, p: dict[str, Any]) -> Window | None:
         return client.window(p["s"], messages, **kw)
     except SessionNotFound:
         return None
+
+
+def left_out(client: Client, session: UUID | str, w: Window) -> list[dict[str, Any]]:
+    g = gap(w)
+    return [] if g is None else client._all(LEFT_OUT, (session, g[0], g[1]))
 
 
 def one(client: Client, query: str, p: Any) -> dict[str, Any] | None:
