@@ -322,6 +322,43 @@ def test_pop_item_rewinds_a_turn(dsn: str, db: psycopg.Connection[Any], mockllm:
     assert retracted is not None and retracted[0] >= 5
 
 
+def test_pop_item_waits_for_a_clear_and_brings_nothing_back(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """pop_item retracts the newest message and appends again the other
+    items it held only when its own retract took it back: racing a
+    clear_session (in a caller's transaction, committed while the pop waits
+    for the session), it pops nothing and brings none of them back."""
+    sid = str(uuid.uuid4())
+    calls = [{"type": "function_call", "call_id": f"call_{i}", "name": "lookup", "arguments": f'{{"n": {i}}}',
+              "id": f"fc_{i}"} for i in range(3)]
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac, \
+                await psycopg.AsyncConnection.connect(dsn) as tx:
+            s = CtxwinSession(sid, ac)
+            await s.add_items([{"role": "user", "content": "look up three"}, *calls])
+            await tx.execute("SELECT 1")                        # the caller's transaction
+            await CtxwinSession(sid, tx).clear_session()        # holds the session until committed
+            pop = asyncio.get_running_loop().create_task(s.pop_item())
+            await asyncio.sleep(0.5)
+            assert not pop.done(), "the pop did not wait for the clear"
+            await tx.commit()
+            assert await asyncio.wait_for(pop, 10) is None
+            assert await s.get_items() == []
+            # in a caller's transaction, two pops of one message's items: each
+            # appends again what is left of the message it took back
+            await s.add_items([{"role": "user", "content": "look up three"}, *calls])
+            await tx.execute("SELECT 1")
+            t = CtxwinSession(sid, tx)
+            assert await t.pop_item() == calls[2]
+            assert await t.pop_item() == calls[1]
+            assert await t.get_items() == [{"role": "user", "content": "look up three"}, calls[0]]
+            await tx.commit()
+            assert await s.get_items() == [{"role": "user", "content": "look up three"}, calls[0]]
+
+    asyncio.run(main())
+    assert [r[1] for r in live(db, sid)] == ["user", "assistant"]
+
+
 def test_on_a_pool_as_psycopg_makes_it(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
                                        caplog: pytest.LogCaptureFixture) -> None:
     """On an AsyncConnectionPool of connections out of autocommit mode (the

@@ -72,14 +72,40 @@ def _owns(conn: Any) -> bool:
 # -- async ---------------------------------------------------------------------
 
 @contextlib.asynccontextmanager
-async def _aconn(client: AsyncClient, atomic: bool = False) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+async def _aconn(client: AsyncClient) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     try:
         async with client.connection() as conn:
-            if _owns(conn) or (atomic and conn.autocommit):
+            if _owns(conn):
                 async with conn.transaction():
                     yield conn
             else:
                 yield conn
+    except psycopg.Error as e:
+        if e.sqlstate is None:
+            raise
+        raise from_psycopg(e) from e
+
+
+async def apipeline(client: AsyncClient, statements: list[tuple[str, Any]]) -> list[dict[str, Any] | None]:
+    """The statements, in order, as one unit and in one round trip (a
+    pipeline): in the caller's transaction when one is open, else in a
+    transaction of their own, begun and committed in the same round trip
+    (in autocommit mode too); the first row of each."""
+    try:
+        async with client.connection() as conn:
+            own = _owns(conn) or conn.autocommit
+            curs = [conn.cursor(row_factory=dict_row) for _ in statements]
+
+            async def send() -> None:
+                for c, (q, p) in zip(curs, statements):
+                    await c.execute(q, p)
+            async with conn.pipeline():
+                if own:
+                    async with conn.transaction():
+                        await send()
+                else:
+                    await send()
+            return [await c.fetchone() for c in curs]
     except psycopg.Error as e:
         if e.sqlstate is None:
             raise
@@ -95,8 +121,8 @@ async def awindow(client: AsyncClient, first: str, p: dict[str, Any]) -> Window 
         return None
 
 
-async def aone(client: AsyncClient, query: str, p: Any, atomic: bool = False) -> dict[str, Any] | None:
-    async with _aconn(client, atomic) as conn:
+async def aone(client: AsyncClient, query: str, p: Any) -> dict[str, Any] | None:
+    async with _aconn(client) as conn:
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(query, p)
             return await cur.fetchone()

@@ -388,7 +388,8 @@ class CtxwinSession:
         holds the item (``ctxwin.retract``: it leaves every later window and
         summary, and stays stored, marked, for an audit); the other items the
         same message held (function calls of one reply) are stored again, in
-        the same statement."""
+        the same transaction and round trip (the caller's transaction when
+        one is open, else one of its own)."""
         while True:
             row = await _history.aone(self._client, _NEWEST_LIVE, (self.session_id,))
             if row is None:
@@ -396,9 +397,8 @@ class CtxwinSession:
             items = _items_of(row)
             rest, popped = items[:-1], items[-1] if items else None
             chat, keys = to_chat_messages(rest, [f"pop:{row['id']}:{i}" for i in range(len(rest))])
-            done = await _history.aone(self._client, _RETRACT_REAPPEND,
-                                       {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None,
-                                        "keys": keys}, atomic=True)
+            p = {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None, "keys": keys}
+            done, _ = await _history.apipeline(self._client, [(_RETRACT, p), (_REAPPEND, p)])
             if done is not None and int(done["n"]) > 0:
                 self._last_id = None
                 return popped  # type: ignore[return-value]
@@ -437,13 +437,22 @@ FROM ctxwin.messages
 WHERE session_id = %s::uuid AND retracted_at IS NULL
 ORDER BY id DESC LIMIT 1"""
 
-# retracts the message, then (the retract's count read first) appends what
-# else it held: one statement
-_RETRACT_REAPPEND = """
-WITH r AS (SELECT ctxwin.retract(%(s)s::uuid, %(id)s::bigint) AS n)
-SELECT n, CASE WHEN n > 0 AND %(chat)s::jsonb IS NOT NULL
-               THEN ctxwin.append_messages(%(s)s::uuid, %(chat)s::jsonb, %(keys)s::text[]) END AS ids
-FROM r"""
+# pop_item: the message retracted, then what else it held appended again
+# when (and only when) this retract took it back: two statements, sent
+# together in one transaction.  The first leaves its count, with the
+# message's id, in a setting local to the transaction (set_config's
+# argument is evaluated before it: the order is PostgreSQL's), which the
+# second reads: a pop that lost the race to another one (count 0), or a
+# setting left by an earlier pop of another message, appends nothing.
+_RETRACT = """
+SELECT split_part(set_config('ctxwin_client.popped',
+                             %(id)s::bigint || ':' || ctxwin.retract(%(s)s::uuid, %(id)s::bigint), true),
+                  ':', 2)::int AS n"""
+
+_REAPPEND = """
+SELECT ctxwin.append_messages(%(s)s::uuid, %(chat)s::jsonb, %(keys)s::text[]) AS ids
+WHERE %(chat)s::jsonb IS NOT NULL
+  AND current_setting('ctxwin_client.popped', true) ~ ('^' || %(id)s::bigint || ':[1-9]')"""
 
 
 def _items_of(row: dict[str, Any]) -> list[dict[str, Any]]:
