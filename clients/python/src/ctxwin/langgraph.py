@@ -41,10 +41,16 @@ A graph::
     node = SummarizationNode(max_tokens=4096, connection=pool)
     builder.add_node("summarize", node)
 
-or the prebuilt ReAct agent::
+before the model node of a tool-calling graph (the model node reads
+``state["summarized_messages"]``; the tools' results go back through the
+node)::
 
-    create_react_agent(model, tools, pre_model_hook=SummarizationNode(
-        max_tokens=4096, output_messages_key="llm_input_messages", connection=pool), ...)
+    builder.add_edge(START, "summarize")
+    builder.add_edge("summarize", "call_model")
+    builder.add_conditional_edges("call_model", tools_condition)    # a ToolNode named "tools"
+    builder.add_edge("tools", "summarize")
+
+(for ``create_agent``, see :mod:`ctxwin.middleware`).
 """
 
 from __future__ import annotations
