@@ -51,8 +51,9 @@ background task or the server has not written it, or the model failed),
 ``get_items`` keeps them in, between the summary and the window's messages,
 over the budget, until a summary covers them; the next ``add_items`` asks
 for that summary, even when no trigger is due (by the model in its task, or
-by the server when no worker serves the database; ``summarize="worker"``
-leaves it to the worker).
+by the server when no worker serves the database; where a worker serves it,
+or with ``summarize="worker"``, the worker writes it when the profile's
+trigger fires).
 
 The SDK's compaction-aware interface (``run_compaction``, for OpenAI's
 ``responses.compact``) is not implemented: ctxwin compacts the session
