@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from psycopg_pool import AsyncConnectionPool
 
 import ctxwin
-from ctxwin.agents import CtxwinSession
+from ctxwin.agents import CtxwinSession, window_items
 
 from .conftest import MockLLM, tokens_of
 
@@ -397,7 +397,7 @@ def _strings(x: Any) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("summarizer", ["no worker", "slow model", "failing model"])
+@pytest.mark.parametrize("summarizer", ["no worker", "slow model", "failing model", "no trigger due"])
 def test_no_message_leaves_the_view_unsummarized(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
                                                  summarizer: str) -> None:
     """A small budget and a summary that lags (summarize="worker" with no
@@ -405,13 +405,23 @@ def test_no_message_leaves_the_view_unsummarized(dsn: str, db: psycopg.Connectio
     (the model fails): after every turn each stored message is covered by
     the summary get_items gives or is in its items (the window widens to
     keep them), and the run goes on; once the summary lands the window is
-    back within the budget.  Before, the window moved past them."""
+    back within the budget.  Before, the window moved past them.  On a
+    profile whose trigger does not fire, the window widens, and the next
+    append has the server summarize (no worker serves the test database)
+    though no trigger is due."""
     sid = str(uuid.uuid4())
     budget = 250
     kw: dict[str, Any] = {"no worker": {"summarize": "worker"},
                           "slow model": {"model": model(mockllm, "slow-1500"), "summarize_with": "model"},
-                          "failing model": {"model": model(mockllm, "fault-500"), "summarize_with": "model"}}[summarizer]
+                          "failing model": {"model": model(mockllm, "fault-500"), "summarize_with": "model"},
+                          "no trigger due": {}}[summarizer]
     widened: list[int] = []
+    # a profile whose trigger never fires in this test: summaries after 1,000 messages
+    db.execute("""
+        INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
+                                     trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy,
+                                     window_policy)
+        VALUES ('late', 'gpt-4o', 1000, NULL, NULL, 2, 200, 'llm', 'sliding') ON CONFLICT (name) DO NOTHING""")
 
     def check(items: list[Any], turn: int) -> None:
         texts = _strings(items)
@@ -428,21 +438,22 @@ def test_no_message_leaves_the_view_unsummarized(dsn: str, db: psycopg.Connectio
 
     async def main() -> None:
         async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, min_size=1, max_size=3) as pool:
-            session = CtxwinSession(sid, pool, budget=budget, profile="small", **kw)
+            session = CtxwinSession(sid, pool, budget=budget,
+                                    profile="late" if summarizer == "no trigger due" else "small", **kw)
             agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
             for i in range(12):
                 result = await Runner.run(agent, question(i), session=session)
                 assert str(result.final_output)
                 check(await session.get_items(), i)
             await session.aclose()
-            if summarizer == "slow model":     # the summary landed: the window moves on
+            if summarizer in ("slow model", "no trigger due"):     # the summary landed: the window moves on
                 await Runner.run(agent, question(12), session=session)
                 await session.aclose()
                 items = await session.get_items()
                 check(items, 12)
-                shown = [{"role": "user", "content": s} for s in _strings(items)]
-                assert tokens_of(db, shown) <= budget + 100
+                # what the server's window holds within the budget, nothing widened
+                assert items == window_items(await session.client.window(sid, budget=budget))
 
     asyncio.run(main())
     assert widened, "the budget never made the window leave anything out: the test shows nothing"
-    assert len(live(db, sid)) == 2 * (13 if summarizer == "slow model" else 12)
+    assert len(live(db, sid)) == 2 * (13 if summarizer in ("slow model", "no trigger due") else 12)

@@ -53,7 +53,9 @@ over the budget, until a summary covers them; the next ``add_items`` asks
 for that summary, even when no trigger is due (by the model in its task, or
 by the server when no worker serves the database; where a worker serves it,
 or with ``summarize="worker"``, the worker writes it when the profile's
-trigger fires).
+trigger fires).  A summary keeps the profile's ``min_recent_messages`` out
+of it: a budget too small to hold them beside the summary keeps them over
+it.
 
 The SDK's compaction-aware interface (``run_compaction``, for OpenAI's
 ``responses.compact``) is not implemented: ctxwin compacts the session
