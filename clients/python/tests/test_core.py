@@ -275,6 +275,15 @@ def test_window_matches_stored_rows(client: ctxwin.Client) -> None:
     assert w.messages[0].message["role"] == "system" and w.first_id == 1
     w2 = client.window(s, [{"role": "user", "content": "three"}], budget=200)
     assert [m.id for m in w2.messages][-1] == 3 and all(m.intact for m in w2.messages)
+    # without the digests: the same window, rows and summary; nothing claims to be intact
+    w3 = client.window(s, [{"role": "assistant", "content": "four"}], budget=200, digests=False)
+    w4 = client.window(s, budget=200)
+    assert w3.ids == [4]
+    assert [(m.message, m.id, m.client_key) for m in w3.messages] == [(m.message, m.id, m.client_key)
+                                                                      for m in w4.messages]
+    assert (w3.summary_through_id, w3.summary_version, w3.queued) == (w4.summary_through_id, w4.summary_version,
+                                                                      w4.queued)
+    assert not any(m.intact for m in w3.messages if m.id is not None) and all(m.intact for m in w4.messages)
 
 
 def test_record_usage_from_sdk_responses(client: ctxwin.Client, db: psycopg.Connection[Any],

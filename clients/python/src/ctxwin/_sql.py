@@ -84,6 +84,10 @@ FROM ctxwin.sessions s,
      ctxwin.build_window(s.id, %(budget)s::int, 'openai', %(tools)s::jsonb, true) w(r)
 WHERE s.id = %(id)s::uuid"""
 
+# The same without the rows' digests and items (window(digests=False)).
+BUILD_WINDOW_LEAN = BUILD_WINDOW.replace(BUILD_WINDOW[BUILD_WINDOW.index(",\n       (SELECT jsonb_object_agg"):
+                                                      BUILD_WINDOW.index(" AS rows") + len(" AS rows")], "")
+
 SEARCH = """
 SELECT id, role, created_at, snippet, rank
 FROM ctxwin.search(%s::uuid, %s::text, %s::text[], %s::timestamptz, %s::timestamptz, %s::int)"""

@@ -271,6 +271,7 @@ class Client:
         profile: str | None = None,
         system_prompt: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        digests: bool = True,
     ) -> Window:
         """Appends the messages (if any) and returns the window in OpenAI's
         format with, for each message, the stored row it shows (id, client
@@ -278,16 +279,21 @@ class Client:
         one round trip.  ``create=True``: as for :meth:`append` (a window
         with no messages to append never creates a session: one that does
         not exist is :class:`~ctxwin.errors.SessionNotFound`, raised by the
-        client without an error in the server)."""
+        client without an error in the server).  ``digests=False`` leaves
+        out what tells a row shown whole from one cut or cleared and the
+        items it was appended from (each message's ``intact`` is then False
+        and its ``source`` None): a cheaper read for a caller that uses
+        neither."""
         body, ks, chat = _sql.prepare_messages(messages, keys)
         sid = session_id(session)
         params = {**_sql.creating(sid, profile, system_prompt, metadata), "messages": body, "keys": ks,
                   "budget": budget, "tools": _sql.tools(tools)}
+        read = _sql.BUILD_WINDOW if digests else _sql.BUILD_WINDOW_LEAN
 
         def go(conn: Conn) -> Window:
             if not chat:        # only reads: no lock, and a hot standby serves it
                 with conn.cursor(row_factory=dict_row) as cur:
-                    cur.execute(_sql.BUILD_WINDOW, params)
+                    cur.execute(read, params)
                     row = cur.fetchone()
                 if row is None:
                     raise _sql.not_found(sid)
@@ -300,7 +306,7 @@ class Client:
                 else:
                     c1.execute(_sql.APPEND, (sid, body, ks))
                 c2 = conn.cursor(row_factory=dict_row)
-                c2.execute(_sql.BUILD_WINDOW, params)
+                c2.execute(read, params)
             r1, r2 = c1.fetchone(), c2.fetchone()
             assert r1 is not None and r2 is not None
             return _sql.window_of(r2, [int(i) for i in r1["ids"] or []])

@@ -547,17 +547,17 @@ class SummarizationNode(RunnableCallable):
                 warnings.warn(f"ctxwin could not retract the messages of session {plan.session} from "
                               f"{plan.retract_from}: {e}", RuntimeWarning, stacklevel=2)
         try:
-            w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
+            w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools, digests=False)
         except SessionNotFound:         # deleted meanwhile: made again
             self._ready.pop(plan.session, None)
             self._setup(cl, plan)
-            w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
+            w = cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools, digests=False)
         for _ in range(SETTLE_ROUNDS):
             w, out = self._leaves_out(cl, plan, w)
             step = self._step(w, out, self._asks_worker(w, out) and cl.worker_running())
             if not step.summarize or not self._summarize_now(cl, plan, step.force):
                 break
-            w = cl.window(plan.session, budget=self.max_tokens, tools=self.tools)
+            w = cl.window(plan.session, budget=self.max_tokens, tools=self.tools, digests=False)
             if not step.force:
                 break
         w, out = self._leaves_out(cl, plan, w)
@@ -631,17 +631,17 @@ class SummarizationNode(RunnableCallable):
                 warnings.warn(f"ctxwin could not retract the messages of session {plan.session} from "
                               f"{plan.retract_from}: {e}", RuntimeWarning, stacklevel=2)
         try:
-            w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
+            w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools, digests=False)
         except SessionNotFound:
             self._ready.pop(plan.session, None)
             await self._asetup(cl, plan)
-            w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools)
+            w = await cl.window(plan.session, plan.new, budget=self.max_tokens, tools=self.tools, digests=False)
         for _ in range(SETTLE_ROUNDS):
             w, out = await self._aleaves_out(cl, plan, w)
             step = self._step(w, out, self._asks_worker(w, out) and await cl.worker_running())
             if not step.summarize or not await self._asummarize_now(cl, plan, step.force):
                 break
-            w = await cl.window(plan.session, budget=self.max_tokens, tools=self.tools)
+            w = await cl.window(plan.session, budget=self.max_tokens, tools=self.tools, digests=False)
             if not step.force:
                 break
         w, out = await self._aleaves_out(cl, plan, w)
