@@ -169,6 +169,25 @@ def _edit_settings(edits: Iterable[Any] | None) -> dict[str, Any]:
     return out
 
 
+class _Index:
+    """The state's messages by id, read from the newest back only as far as
+    a lookup needs (a window's messages are the state's newest)."""
+
+    def __init__(self, messages: Sequence[AnyMessage]) -> None:
+        self._messages = messages
+        self._next = len(messages) - 1
+        self._seen: dict[str | None, AnyMessage] = {}
+
+    def get(self, key: str | None) -> AnyMessage | None:
+        if key is None:
+            return None
+        while key not in self._seen and self._next >= 0:
+            m = self._messages[self._next]
+            self._seen.setdefault(m.id, m)
+            self._next -= 1
+        return self._seen.get(key)
+
+
 @dataclass
 class _Call:
     session: uuid.UUID
@@ -283,7 +302,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return {"set": Jsonb({**self.settings, "name": self.profile_name, "builtin": False}),
                 "base": self.base_profile}
 
-    def _session(self, config: RunnableConfig, messages: Sequence[AnyMessage]) -> uuid.UUID:
+    def _session(self, config: RunnableConfig, messages: Iterable[AnyMessage]) -> uuid.UUID:
         if self.session_id is not None:
             return uuid.UUID(str(self.session_id(config)))
         tid = (config.get("configurable") or {}).get("thread_id")
@@ -307,12 +326,18 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         while state and isinstance(state[0], SystemMessage) and not str(state[0].id or "").startswith(ID_PREFIX):
             system.append(_text(state[0]))
             state = state[1:]
-        for m in state:
+        if state and state[0].id is None and self.session_id is None:
+            state[0].id = str(uuid.uuid4())     # a session named after it, without a thread
+        sid = self._session(_config(), state)
+        new = self._new(sid, state)
+        # ids for the messages not stored yet (those before the mark were
+        # given one at an earlier call): the work of a call is its new
+        # messages and its window, never the whole state
+        for m in new:
             if m.id is None:
                 m.id = str(uuid.uuid4())
-        sid = self._session(_config(), state)
         return _Call(session=sid, system="\n\n".join(system) if system else None, messages=state,
-                     new=self._new(sid, state), tools=_tools(request.tools))
+                     new=new, tools=_tools(request.tools))
 
     def _new(self, sid: uuid.UUID, messages: list[AnyMessage]) -> list[AnyMessage]:
         mark = self._marks.get(sid)
@@ -332,7 +357,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _request(self, request: ModelRequest[Any], call: _Call, w: Window) -> ModelRequest[Any]:
         """The request with the window's messages: the state's own objects
         where ctxwin sends them as stored, else as ctxwin sends them."""
-        by_id = {m.id: m for m in call.messages}
+        by_id = _Index(call.messages)
         head: list[str] = []
         out: list[AnyMessage] = []
         for wm in w.messages:
@@ -340,7 +365,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             if wm.id is None and not out and m.get("role") == "system":
                 head.append(m.get("content") or "")
                 continue
-            orig = by_id.get(wm.client_key) if wm.client_key is not None else None
+            orig = by_id.get(wm.client_key)
             if orig is not None and wm.intact:
                 out.append(orig)
                 continue
@@ -485,7 +510,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = list(state.get("messages") or [])
         if not messages or self._client is None:
             return None
-        sid = self._session(_config(), [m for m in messages if not isinstance(m, SystemMessage)])
+        sid = self._session(_config(), (m for m in messages if not isinstance(m, SystemMessage)))
         if sid not in self._ready:
             return None          # no model call of this middleware on the session
         new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
@@ -559,7 +584,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = list(state.get("messages") or [])
         if not messages or self._aclient is None:
             return None
-        sid = self._session(_config(), [m for m in messages if not isinstance(m, SystemMessage)])
+        sid = self._session(_config(), (m for m in messages if not isinstance(m, SystemMessage)))
         if sid not in self._ready:
             return None
         new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
