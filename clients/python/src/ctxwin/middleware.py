@@ -47,8 +47,22 @@ differently is listed in the package's README.
   Given a ``model``, the model writes them where ctxwin's worker calls no
   LLM for the profile (``summary_strategy = 'app'``, or no LLM set up), or
   always with ``summarize_with="model"``: the middleware claims the summary
-  job, asks the model and completes the job (:mod:`ctxwin.jobs`), before
-  the call.
+  job, asks the model and completes the job (:mod:`ctxwin.jobs`).
+- The model's summary runs beside the model call, never waited for: in a
+  thread of the middleware's (``invoke``) or an asyncio task (``ainvoke``),
+  one at a time per session, when the connection is a pool
+  (``ConnectionPool`` / ``AsyncConnectionPool``): the job then borrows
+  connections of its own and never shares one with a turn or runs in a
+  transaction of the caller's.  A call waits only when its window would
+  leave out messages that no summary covers (the budget is full before the
+  summary lands): for the summary in flight, then for one written at once.
+  So no message ever leaves the model's view unsummarized.  A summary
+  that fails releases its job (``fail_summary``: nothing written, the
+  error on the session), is logged and kept in ``last_summary_error``, and
+  never reaches the turn.  ``wait_for_summaries()`` / ``await
+  await_summaries()`` wait for those in flight.  With
+  ``summarize="inline"``, or on a single connection, the summary is written
+  before the call that finds it due (the call waits for it).
 """
 
 from __future__ import annotations
@@ -250,14 +264,17 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             INSERT on ``ctxwin.profiles``), or ``base_profile`` itself when
             none is given.
         session_id: the session of a run's config (default: the thread's).
-        summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s.
+        summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s, and,
+            for the model's summaries, ``"auto"`` beside the call (on a
+            pool), ``"inline"`` before it.
         summarize_with: who writes the summaries: ``"auto"`` the model when
             one is given and ctxwin's worker calls no LLM for the profile
             (its ``summary_strategy`` is ``'app'``, or the server has no LLM
             set up), else the server; ``"model"`` always the model;
             ``"server"`` never the model.  The model's summary of a due
-            session is written before the model call (the call waits for
-            it, as for ``summarize="inline"``).
+            session runs beside the model call on a pool (``summarize=
+            "auto"``), before it with ``summarize="inline"`` or on a single
+            connection (see the module).
         """
         if summarize_with == "model" and model is None:
             raise ValueError("summarize_with='model' needs a model: CtxwinMiddleware(model=...)")
