@@ -2,8 +2,9 @@
 # Install what ctxwin needs, build it, and run every test on a throwaway
 # cluster: pg_regress (make installcheck), the pgTAP and TAP suites (prove;
 # the core's corpus checks are among them), then the window, summary and
-# bill suites again with ctxwin.messages hash-partitioned, then the tests
-# of the client packages (clients/python, clients/node).  Run as root or
+# bill suites again with ctxwin.messages hash-partitioned, and beside all
+# those the tests of the client packages (clients/python, clients/node),
+# whose output follows theirs.  Run as root or
 # with sudo, from wherever the tree is.  It ends with a line per stage and
 # the line "N passed, M failed"; the exit code is non-zero if anything failed.
 #
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--pg) major=$2; shift 2 ;;
 	--pg=*) major=${1#--pg=}; shift ;;
-	-h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) files+=("$1"); shift ;;
 	esac
 done
@@ -61,9 +62,17 @@ stage_done() {
 	stage=
 }
 testdir=
+clients_beside= # the client tests' process, while they run beside the others
+# kill_tree PID: a process and everything it started
+kill_tree() {
+	local c
+	for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+	kill "$1" 2>/dev/null
+}
 finish() {
 	local rc=$?
 	set +e
+	[ -n "$clients_beside" ] && { kill_tree "$clients_beside"; wait "$clients_beside"; }
 	[ -n "$stage" ] && stage_done "$stage" 0 1 "it stopped before its end, exit code $rc"
 	type ctxwin_cluster_stop >/dev/null 2>&1 && ctxwin_cluster_stop
 	[ -n "$testdir" ] && rm -rf "$testdir"
@@ -147,12 +156,66 @@ only_clients=
 [ ${#clients[@]} -gt 0 ] && [ ${#tap_files[@]} -eq 0 ] && only_clients=1
 
 verbose=-v # chosen files: every line of their output
+# The client packages, against this cluster (each test makes a database of
+# its own there), run as root from the tree: their tool chains (a virtualenv
+# and node_modules) are installed by their own runners, from pinned versions.
+# A runner that stops before its test runner's summary counts as failed.
+# run_client C: C's runner, its output into $testdir/C.out (slashes made
+# dashes) and its exit code into the .rc beside it.
+client_out() { echo "$testdir/${1//\//-}"; }
+# With a second argument, the output is also shown as it comes.
+run_client() {
+	local o
+	o=$(client_out "$1")
+	set +e
+	if [ -n "${2:-}" ]; then
+		bash "$tree/$1/run-tests.sh" 2>&1 | tee "$o.out"
+		echo "${PIPESTATUS[0]}" >"$o.rc"
+	else
+		bash "$tree/$1/run-tests.sh" >"$o.out" 2>&1
+		echo $? >"$o.rc"
+	fi
+	set -e
+}
+# client_done C: C's counts, from its output, as a stage.
+client_done() {
+	local c=$1 o line cp cf crc
+	o=$(client_out "$c")
+	crc=$(cat "$o.rc" 2>/dev/null || echo 1)
+	if [ "$c" = clients/python ]; then
+		# pytest's last line: "=== 35 passed, 7 warnings in 25.89s ===", "=== 1 failed, 34 passed ..."
+		line=$(grep -E '^=+ .*[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$o.out" | tail -n 1) || true
+		cp=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+') || cp=0
+		cf=$({ grep -oE '[0-9]+ (failed|errors?)' <<<"$line" || true; } | awk '{ n += $1 } END { print n + 0 }')
+	else
+		# node --test: "# pass 30", "# fail 0"
+		line=$(grep -E '^# (pass|fail) [0-9]+$' "$o.out" | paste -sd' ') || true
+		cp=$(grep -oE '# pass [0-9]+' <<<"$line" | grep -oE '[0-9]+') || cp=0
+		cf=$(grep -oE '# fail [0-9]+' <<<"$line" | grep -oE '[0-9]+') || cf=0
+	fi
+	if [ -z "$line" ]; then
+		stage_done "$c" 0 1 "its runner stopped before the tests' summary, exit code $crc"
+	elif [ "$crc" -ne 0 ] && [ "${cf:-0}" -eq 0 ]; then
+		stage_done "$c" "${cp:-0}" 1 "the runner exited $crc"
+	else
+		stage_done "$c" "${cp:-0}" "${cf:-0}"
+	fi
+}
+
+# A whole run runs the client packages' tests beside pg_regress, prove and
+# the partitioned pass (they make databases of their own in the cluster and
+# mostly wait: on their frameworks, the mock LLM, the worker), and shows
+# their output after those.
 if [ -n "$only_clients" ]; then
 	verbose=-v
 elif [ ${#tap_files[@]} -eq 0 ]; then
 	clients=(clients/python clients/node)
 	tap_files=(test/)
 	verbose=
+	ctxwin_node_deps
+	( for c in "${clients[@]}"; do run_client "$c"; done ) &
+	clients_beside=$!
+	echo "=== ${clients[*]}: their tests run beside the stages that follow; their output comes after them"
 	stage=pg_regress
 	set +e
 	make installcheck PG_CONFIG="$PG_CONFIG" 2>&1 | tee "$testdir/regress.out"
@@ -216,34 +279,22 @@ if [ "$verbose" = "" ] && [ -z "$only_clients" ]; then
 	fi
 fi
 
-# The client packages, against this cluster (each test makes a database of
-# its own there), run as root from the tree: their tool chains (a virtualenv
-# and node_modules) are installed by their own runners, from pinned versions.
-# A runner that stops before its test runner's summary counts as failed.
-for c in ${clients[@]+"${clients[@]}"}; do
-	stage=$c
-	echo "=== $c"
-	[ "$c" = clients/node ] && ctxwin_node_deps
-	set +e
-	bash "$tree/$c/run-tests.sh" 2>&1 | tee "$testdir/client.out"
-	crc=${PIPESTATUS[0]}
-	set -e
-	if [ "$c" = clients/python ]; then
-		# pytest's last line: "=== 35 passed, 7 warnings in 25.89s ===", "=== 1 failed, 34 passed ..."
-		line=$(grep -E '^=+ .*[0-9]+ (passed|failed|errors?)\b.* in [0-9.]+s' "$testdir/client.out" | tail -n 1) || true
-		cp=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+') || cp=0
-		cf=$({ grep -oE '[0-9]+ (failed|errors?)' <<<"$line" || true; } | awk '{ n += $1 } END { print n + 0 }')
-	else
-		# node --test: "# pass 30", "# fail 0"
-		line=$(grep -E '^# (pass|fail) [0-9]+$' "$testdir/client.out" | paste -sd' ') || true
-		cp=$(grep -oE '# pass [0-9]+' <<<"$line" | grep -oE '[0-9]+') || cp=0
-		cf=$(grep -oE '# fail [0-9]+' <<<"$line" | grep -oE '[0-9]+') || cf=0
-	fi
-	if [ -z "$line" ]; then
-		stage_done "$c" 0 1 "its runner stopped before the tests' summary, exit code $crc"
-	elif [ "$crc" -ne 0 ] && [ "${cf:-0}" -eq 0 ]; then
-		stage_done "$c" "${cp:-0}" 1 "the runner exited $crc"
-	else
-		stage_done "$c" "${cp:-0}" "${cf:-0}"
-	fi
-done
+if [ -n "$clients_beside" ]; then
+	# they ran beside prove (above): their output now, one after the other
+	stage=clients
+	wait "$clients_beside" || true
+	clients_beside=
+	for c in "${clients[@]}"; do
+		echo "=== $c (run beside the stages above)"
+		cat "$(client_out "$c").out"
+		client_done "$c"
+	done
+else
+	for c in ${clients[@]+"${clients[@]}"}; do
+		stage=$c
+		echo "=== $c"
+		[ "$c" = clients/node ] && ctxwin_node_deps
+		run_client "$c" show
+		client_done "$c"
+	done
+fi

@@ -3437,7 +3437,7 @@ CREATE TABLE ctxwin.summary_jobs (
     session_id uuid PRIMARY KEY REFERENCES ctxwin.sessions (id) ON DELETE CASCADE,
     token text NOT NULL,
     plan jsonb NOT NULL,
-    state text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'completed', 'failed')),
+    state text NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'completed', 'failed', 'released')),
     claimed_at timestamptz NOT NULL DEFAULT now(),
     expires_at timestamptz NOT NULL,
     finished_at timestamptz
@@ -4449,3 +4449,35 @@ CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
           OR OLD.summary_version IS DISTINCT FROM NEW.summary_version)
     EXECUTE FUNCTION ctxwin._sessions_maintain();
 
+-- release_summary: a claimed summary job given back with no summary and no
+-- failure (sql/install/70_summaries.sql)
+-- Gives a claimed summary job back without a summary and without a
+-- failure: the session is free for the next summarizer at once (a caller
+-- that claimed a job it will not do: shutting down, or the session was
+-- left to a later pass).  true when the token's job was claimed and is
+-- released; false when it no longer holds the session (completed, failed,
+-- released, expired or superseded), so a second call is harmless.
+CREATE FUNCTION ctxwin.release_summary(token text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    sid uuid;
+BEGIN
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF token !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{32}$' THEN
+        RAISE EXCEPTION 'summary job is stale: the token is unknown'
+            USING ERRCODE = 'CW001',
+                  DETAIL = 'A job''s token is its session''s id, a dot and 32 hexadecimal digits.',
+                  HINT = 'Pass the token of a job claim_summary or claim_next_summary returned.';
+    END IF;
+    sid := split_part(token, '.', 1)::uuid;
+    UPDATE ctxwin.summary_jobs x SET state = 'released', finished_at = clock_timestamp()
+    WHERE x.session_id OPERATOR(pg_catalog.=) sid AND x.token OPERATOR(pg_catalog.=) release_summary.token
+      AND x.state OPERATOR(pg_catalog.=) 'claimed' AND x.expires_at OPERATOR(pg_catalog.>) clock_timestamp();
+    RETURN FOUND;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.release_summary(text) IS
+'Gives a claimed summary job back, with no summary and no failure recorded: the session is free for the next summarizer at once; false when the token''s job no longer holds it';

@@ -2,7 +2,8 @@
 -- (claim_summary, claim_next_summary) gives the plan the worker would make
 -- (the range, the exact prompt, the previous summary) with a token and a
 -- lease; complete_summary writes the answer with the worker's code and
--- checks; fail_summary records a failure with the worker's backoff.  A
+-- checks; fail_summary records a failure with the worker's backoff,
+-- release_summary gives a job back with none.  A
 -- claim holds the session against every other summarizer until it ends;
 -- a stale token is CW001, an empty answer 22023, and neither writes
 -- anything.  The profile's summary_strategy 'app' leaves a session queued
@@ -153,8 +154,22 @@ SELECT throws_ok(format('SELECT ctxwin.fail_summary(%L, %L)', job ->> 'token', '
                  'summary job is stale: a newer claim of session 40000000-0000-4000-8000-00000000000a superseded it',
                  'the failed job''s token after a new claim: CW001, superseded') FROM jobs WHERE step = 'a2';
 
+-- --- given back -----------------------------------------------------------------
+SELECT compaction_failures AS failures_before, last_error AS error_before FROM ctxwin.sessions WHERE id = :a \gset
+SELECT is(ctxwin.release_summary(job ->> 'token'), true, 'release_summary gives a claimed job back') FROM jobs WHERE step = 'a3';
+SELECT is((SELECT row(compaction_failures, last_error)::text FROM ctxwin.sessions WHERE id = :a),
+          row(:failures_before, :'error_before')::text, '... recording no failure');
+SELECT is(ctxwin._summary_job_held(:a), NULL, '... and the session is held no more');
+SELECT is(ctxwin.release_summary(job ->> 'token'), false, 'releasing it again: false') FROM jobs WHERE step = 'a3';
+SELECT throws_ok(format('SELECT ctxwin.complete_summary(%L, %L)', job ->> 'token', 'late'), 'CW001',
+                 'summary job is stale: it was already released', 'completing a released job: CW001') FROM jobs WHERE step = 'a3';
+SELECT is(ctxwin.release_summary(job ->> 'token'), false, 'releasing a superseded job: false') FROM jobs WHERE step = 'a2';
+SELECT throws_ok($$SELECT ctxwin.release_summary('not a token')$$, 'CW001', 'summary job is stale: the token is unknown',
+                 'releasing with a malformed token: CW001');
+SELECT throws_ok($$SELECT ctxwin.release_summary(NULL)$$, '22004', 'token must not be null', 'releasing NULL: 22004');
+SELECT is(pg_temp.written(:a), 'v1 through 10, 1 summaries, 1 flush events', '... none of them wrote anything');
+
 -- --- expired -------------------------------------------------------------------
-SELECT ctxwin.fail_summary(job ->> 'token', 'released') FROM jobs WHERE step = 'a3';
 SET LOCAL ctxwin.summary_job_lease_ms = 100;
 INSERT INTO jobs VALUES ('a4', ctxwin.claim_summary(:a, true));
 SELECT pg_sleep(0.2);

@@ -94,9 +94,10 @@ TOOL_EVERY = 5             # turns 14, 19, 24, ... call the tool
 N_FACTS = 20
 FACT_TURNS = 10            # the facts are planted in turns 0..9, two a turn
 
-VARIANTS = ["select1", "ctxwin", "ctxwin-inline", "middleware", "pydantic-ai", "langmem", "pg-trim"]
+VARIANTS = ["select1", "store", "ctxwin", "ctxwin-inline", "middleware", "pydantic-ai", "langmem", "pg-trim"]
 LABELS = {
     "select1": "bare SELECT 1 in the hook (baseline)",
+    "store": "plain INSERT + SELECT of the newest 40 rows in the hook (second baseline)",
     "ctxwin": "ctxwin SummarizationNode (background worker)",
     "ctxwin-inline": "ctxwin SummarizationNode, no worker (for reference)",
     "middleware": "ctxwin CtxwinMiddleware in create_agent (background worker)",
@@ -324,6 +325,35 @@ def select1_hook(dsn: str, rec: Rec) -> tuple[Callable[..., dict[str, Any]], Any
     return hook, conn
 
 
+def store_hook(dsn: str, rec: Rec) -> tuple[Callable[..., dict[str, Any]], Any]:
+    """The second baseline: what any hook that stores the turn and reads a
+    window back costs at the least, with no ctxwin code: the new messages
+    inserted into a plain table (a primary key, no trigger, no other index)
+    and its newest 40 rows read back, in one round trip (a pipeline, one
+    commit); the model gets what select1's does."""
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_plain_messages (thread text, id bigserial, role text, "
+                 "content text, PRIMARY KEY (thread, id))")
+    stored: dict[str, int] = {}
+
+    def hook(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        thread = config["configurable"]["thread_id"]
+        msgs = state["messages"]
+        t0 = time.perf_counter()
+        new = [(thread, m.type, m.text) for m in msgs[stored.get(thread, 0):]]
+        with conn.pipeline():
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO bench_plain_messages (thread, role, content) VALUES (%s, %s, %s)", new)
+            rows = conn.execute("SELECT role, content FROM bench_plain_messages WHERE thread = %s "
+                                "ORDER BY id DESC LIMIT 40", (thread,))
+        rows.fetchall()
+        rec.add_db((time.perf_counter() - t0) * 1000.0)
+        stored[thread] = len(msgs)
+        last = max(i for i, m in enumerate(msgs) if isinstance(m, HumanMessage))
+        return {"llm_input_messages": [m for m in msgs[:last] if isinstance(m, SystemMessage)] + msgs[last:]}
+    return hook, conn
+
+
 def timed_client(client: Any, rec: Rec, is_async: bool = False) -> None:
     """Every round trip of a ctxwin client (its _run) timed as database
     time; its summarize (a summary made while the turn waits) counted."""
@@ -546,8 +576,8 @@ def run_variant(variant: str, args: argparse.Namespace, texts: list[str]) -> dic
         ref, wall, n_state = runner(args, texts, rec)       # type: ignore[operator]
         sid = session_for_thread(ref) if isinstance(ref, str) else ref
         return finish(variant, args, texts, rec, str(ref), sid, t_start, wall, n_state, closers)
-    if variant == "select1":
-        hook, conn = select1_hook(args.dsn_worker, rec)
+    if variant in ("select1", "store"):
+        hook, conn = (select1_hook if variant == "select1" else store_hook)(args.dsn_worker, rec)
         closers.append(conn)
     elif variant in ("ctxwin", "ctxwin-inline"):
         hook, conn = ctxwin_hook(args.dsn_worker if variant == "ctxwin" else args.dsn_inline, rec)
@@ -809,6 +839,9 @@ def main() -> None:
         if floor_ms:
             x = r["cm_p50_ms"] / floor_ms
             goals.append(f"p50 {r['cm_p50_ms']:.2f} ms = {x:.2f}x SELECT 1 ({'met' if x <= 1.5 else 'NOT met'})")
+        if "store" in by:
+            goals.append(f"{r['cm_p50_ms'] / by['store']['cm_p50_ms']:.2f}x the plain INSERT + SELECT hook's p50 "
+                         f"({by['store']['cm_p50_ms']:.2f} ms)")
         goals.append(f"{r['turns_waited']} turns waited ({'met' if r['turns_waited'] == 0 else 'NOT met'})")
         if lm:
             goals.append(f"facts {r['facts_kept']} against LangMem's {lm['facts_kept']} "

@@ -346,6 +346,11 @@ export declare class Ctxwin {
     completeSummary(token: string, summary: string, usage?: object | null): Promise<Summary>;
     /** ctxwin.fail_summary: releases a job the model could not do, recording the failure. */
     failSummary(token: string, error: string): Promise<void>;
+    /**
+     * ctxwin.release_summary: gives a claimed job back undone, with no summary
+     * and no failure recorded; false when the job no longer held its session.
+     */
+    releaseSummary(token: string): Promise<boolean>;
     /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
     hasSummaryJobs(): Promise<boolean>;
     /** Whether ctxwin's background worker serves this database now (ctxwin.worker_status). */

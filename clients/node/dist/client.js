@@ -255,6 +255,13 @@ export class Ctxwin {
     async failSummary(token, error) {
         await this.query("SELECT ctxwin.fail_summary($1::text, $2::text)", [token, error]);
     }
+    /**
+     * ctxwin.release_summary: gives a claimed job back undone, with no summary
+     * and no failure recorded; false when the job no longer held its session.
+     */
+    async releaseSummary(token) {
+        return (await this.one("SELECT ctxwin.release_summary($1::text) AS r", [token])) === true;
+    }
     /** Whether the database's ctxwin hands out summary jobs (ctxwin.claim_summary exists). */
     async hasSummaryJobs() {
         return (await this.one("SELECT to_regprocedure('ctxwin.claim_summary(uuid, boolean)') IS NOT NULL AS r", [])) === true;

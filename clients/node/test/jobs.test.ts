@@ -72,6 +72,22 @@ test("a job's token used twice is SummaryJobStale (CW001), nothing written", asy
   assert.equal((await cw.getSession(s.id))!.summaryVersion, version);
 });
 
+test("a job given back (releaseSummary) frees its session at once, recording no failure", async (t) => {
+  if (!jobs) { t.skip("this ctxwin has no ctxwin.claim_summary"); return; }
+  const s = await cw.createSession({ profile: "jobs" });
+  await cw.append(s.id, Array.from({ length: 6 }, (_, i) => ({ role: "user", content: `message ${i} about ORD-${i}` })));
+  const job = (await cw.claimSummary(s.id, { force: true }))!;
+  assert.equal(await cw.claimSummary(s.id, { force: true }), null, "held by the job");
+  assert.equal(await cw.releaseSummary(job.token), true);
+  assert.equal(await cw.releaseSummary(job.token), false, "a second release: it held nothing");
+  const again = await cw.claimSummary(s.id, { force: true });
+  assert.ok(again && again.token !== job.token, "claimed again at once, not after the lease");
+  await assert.rejects(cw.completeSummary(job.token, "late"), (e: unknown) => e instanceof SummaryJobStale);
+  const row = (await db.pool.query("SELECT compaction_failures, summary_version FROM ctxwin.sessions WHERE id = $1",
+    [s.id])).rows[0];
+  assert.deepEqual([row.compaction_failures, row.summary_version], [0, 0], "no failure and no summary recorded");
+});
+
 test("a model that answers longer than asked never stalls the summaries: each of its answers becomes one", async (t) => {
   if (!jobs) { t.skip("this ctxwin has no ctxwin.claim_summary"); return; }
   assert.ok(answered.length > 0);

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from psycopg_pool import AsyncConnectionPool
 
 import ctxwin
-from ctxwin.agents import CtxwinSession
+from ctxwin.agents import CtxwinSession, window_items
 
 from .conftest import MockLLM, tokens_of
 
@@ -322,6 +322,43 @@ def test_pop_item_rewinds_a_turn(dsn: str, db: psycopg.Connection[Any], mockllm:
     assert retracted is not None and retracted[0] >= 5
 
 
+def test_pop_item_waits_for_a_clear_and_brings_nothing_back(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """pop_item retracts the newest message and appends again the other
+    items it held only when its own retract took it back: racing a
+    clear_session (in a caller's transaction, committed while the pop waits
+    for the session), it pops nothing and brings none of them back."""
+    sid = str(uuid.uuid4())
+    calls = [{"type": "function_call", "call_id": f"call_{i}", "name": "lookup", "arguments": f'{{"n": {i}}}',
+              "id": f"fc_{i}"} for i in range(3)]
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac, \
+                await psycopg.AsyncConnection.connect(dsn) as tx:
+            s = CtxwinSession(sid, ac)
+            await s.add_items([{"role": "user", "content": "look up three"}, *calls])
+            await tx.execute("SELECT 1")                        # the caller's transaction
+            await CtxwinSession(sid, tx).clear_session()        # holds the session until committed
+            pop = asyncio.get_running_loop().create_task(s.pop_item())
+            await asyncio.sleep(0.5)
+            assert not pop.done(), "the pop did not wait for the clear"
+            await tx.commit()
+            assert await asyncio.wait_for(pop, 10) is None
+            assert await s.get_items() == []
+            # in a caller's transaction, two pops of one message's items: each
+            # appends again what is left of the message it took back
+            await s.add_items([{"role": "user", "content": "look up three"}, *calls])
+            await tx.execute("SELECT 1")
+            t = CtxwinSession(sid, tx)
+            assert await t.pop_item() == calls[2]
+            assert await t.pop_item() == calls[1]
+            assert await t.get_items() == [{"role": "user", "content": "look up three"}, calls[0]]
+            await tx.commit()
+            assert await s.get_items() == [{"role": "user", "content": "look up three"}, calls[0]]
+
+    asyncio.run(main())
+    assert [r[1] for r in live(db, sid)] == ["user", "assistant"]
+
+
 def test_on_a_pool_as_psycopg_makes_it(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
                                        caplog: pytest.LogCaptureFixture) -> None:
     """On an AsyncConnectionPool of connections out of autocommit mode (the
@@ -347,3 +384,76 @@ def test_on_a_pool_as_psycopg_makes_it(dsn: str, db: psycopg.Connection[Any], mo
     asyncio.run(main())
     assert len(stored(db, sid)) == 4 and live(db, sid) == []
     assert not [r for r in caplog.records if "rolling back" in r.getMessage() or "INTRANS" in r.getMessage()]
+
+
+def _strings(x: Any) -> list[str]:
+    """Every string value in a JSON-like value (the texts of input items)."""
+    if isinstance(x, str):
+        return [x]
+    if isinstance(x, dict):
+        return [s for v in x.values() for s in _strings(v)]
+    if isinstance(x, list):
+        return [s for v in x for s in _strings(v)]
+    return []
+
+
+@pytest.mark.parametrize("summarizer", ["no worker", "slow model", "failing model", "no trigger due"])
+def test_no_message_leaves_the_view_unsummarized(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM,
+                                                 summarizer: str) -> None:
+    """A small budget and a summary that lags (summarize="worker" with no
+    worker; the model writing it in the background slowly) or never comes
+    (the model fails): after every turn each stored message is covered by
+    the summary get_items gives or is in its items (the window widens to
+    keep them), and the run goes on; once the summary lands the window is
+    back within the budget.  Before, the window moved past them.  On a
+    profile whose trigger does not fire, the window widens, and the next
+    append has the server summarize (no worker serves the test database)
+    though no trigger is due."""
+    sid = str(uuid.uuid4())
+    budget = 250
+    kw: dict[str, Any] = {"no worker": {"summarize": "worker"},
+                          "slow model": {"model": model(mockllm, "slow-1500"), "summarize_with": "model"},
+                          "failing model": {"model": model(mockllm, "fault-500"), "summarize_with": "model"},
+                          "no trigger due": {}}[summarizer]
+    widened: list[int] = []
+    # a profile whose trigger never fires in this test: summaries after 1,000 messages
+    db.execute("""
+        INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, max_tokens_before_summary,
+                                     trigger_ratio, min_recent_messages, max_summary_tokens, summary_strategy,
+                                     window_policy)
+        VALUES ('late', 'gpt-4o', 1000, NULL, NULL, 2, 200, 'llm', 'sliding') ON CONFLICT (name) DO NOTHING""")
+
+    def check(items: list[Any], turn: int) -> None:
+        texts = _strings(items)
+        through = 0
+        for content, t in db.execute("SELECT content, through_id FROM ctxwin.summaries WHERE session_id = %s",
+                                     (uuid.UUID(sid),)).fetchall():
+            if any(content in s for s in texts):
+                through = max(through, int(t))
+        kept = [r for r in live(db, sid) if r[0] > through]
+        missing = [r[0] for r in kept if r[2] not in texts]
+        assert not missing, f"turn {turn}: messages {missing} neither in the summary (through {through}) nor shown"
+        if tokens_of(db, [{"role": "user", "content": r[2]} for r in kept]) > budget:
+            widened.append(turn)
+
+    async def main() -> None:
+        async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}, min_size=1, max_size=3) as pool:
+            session = CtxwinSession(sid, pool, budget=budget,
+                                    profile="late" if summarizer == "no trigger due" else "small", **kw)
+            agent = Agent(name="Parcels", instructions="You answer about parcels.", model=model(mockllm))
+            for i in range(12):
+                result = await Runner.run(agent, question(i), session=session)
+                assert str(result.final_output)
+                check(await session.get_items(), i)
+            await session.aclose()
+            if summarizer in ("slow model", "no trigger due"):     # the summary landed: the window moves on
+                await Runner.run(agent, question(12), session=session)
+                await session.aclose()
+                items = await session.get_items()
+                check(items, 12)
+                # what the server's window holds within the budget, nothing widened
+                assert items == window_items(await session.client.window(sid, budget=budget))
+
+    asyncio.run(main())
+    assert widened, "the budget never made the window leave anything out: the test shows nothing"
+    assert len(live(db, sid)) == 2 * (13 if summarizer in ("slow model", "no trigger due") else 12)

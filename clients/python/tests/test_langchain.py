@@ -1,5 +1,7 @@
-"""ctxwin.langchain.CtxwinChatMessageHistory in a real LangChain program:
-RunnableWithMessageHistory around a prompt and ChatOpenAI on the mock LLM,
+"""ctxwin.langchain.CtxwinChatMessageHistory in a real LangChain program: a
+prompt and ChatOpenAI on the mock LLM with the history read before each
+turn and the turn added after it (as langchain-core 1.x writes it:
+RunnableWithMessageHistory, which did the same, is deprecated since 1.3.3),
 the same program run on langchain-postgres's PostgresChatMessageHistory
 (the history it replaces), sync and async."""
 
@@ -12,8 +14,8 @@ from typing import Any, Callable
 import psycopg
 import pytest
 from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_openai import ChatOpenAI
 
 from ctxwin.langchain import CtxwinChatMessageHistory
@@ -28,12 +30,29 @@ def question(i: int) -> str:
     return f"Question {i}: where does the parcel for customer number {i} go on a weekday morning?"
 
 
-def chain(mockllm: MockLLM, history: Callable[[str], BaseChatMessageHistory]) -> RunnableWithMessageHistory:
-    prompt = ChatPromptTemplate.from_messages([("system", "You answer about parcels."),
-                                               MessagesPlaceholder("history"), ("human", "{question}")])
-    model = ChatOpenAI(model="mock", base_url=mockllm.base_url, api_key=mockllm.key, max_retries=0)  # type: ignore[arg-type]
-    return RunnableWithMessageHistory(prompt | model, history, input_messages_key="question",
-                                      history_messages_key="history")
+class Chat:
+    """A chat program on a chat message history: each turn reads the
+    history, asks the prompt and model with it, then adds the question and
+    the answer to it."""
+
+    def __init__(self, mockllm: MockLLM, history: Callable[[str], BaseChatMessageHistory]) -> None:
+        prompt = ChatPromptTemplate.from_messages([("system", "You answer about parcels."),
+                                                   MessagesPlaceholder("history"), ("human", "{question}")])
+        model = ChatOpenAI(model="mock", base_url=mockllm.base_url, api_key=mockllm.key, max_retries=0)  # type: ignore[arg-type]
+        self.chain = prompt | model
+        self.history = history
+
+    def invoke(self, question: str, session_id: str) -> BaseMessage:
+        h = self.history(session_id)
+        answer = self.chain.invoke({"history": h.messages, "question": question})
+        h.add_messages([HumanMessage(question), answer])
+        return answer
+
+    async def ainvoke(self, question: str, session_id: str) -> BaseMessage:
+        h = self.history(session_id)
+        answer = await self.chain.ainvoke({"history": await h.aget_messages(), "question": question})
+        await h.aadd_messages([HumanMessage(question), answer])
+        return answer
 
 
 def conversation(db: psycopg.Connection[Any], sid: uuid.UUID, live: bool = False) -> list[tuple[str, str]]:
@@ -43,17 +62,17 @@ def conversation(db: psycopg.Connection[Any], sid: uuid.UUID, live: bool = False
         "ORDER BY id", (sid, live)).fetchall()]
 
 
-def test_runnable_with_message_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+def test_chat_on_the_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
     sid = uuid.uuid4()
     with psycopg.connect(dsn, autocommit=True) as conn:
         def history(session_id: str) -> BaseChatMessageHistory:
             return CtxwinChatMessageHistory("chat_history", session_id, sync_connection=conn, budget=400,
                                             profile="small")
-        c = chain(mockllm, history)
+        c = Chat(mockllm, history)
         since = len(mockllm.requests())
         answers = []
         for i in range(20):
-            out = c.invoke({"question": question(i)}, {"configurable": {"session_id": str(sid)}})
+            out = c.invoke(question(i), str(sid))
             answers.append(out.content)
         got = conversation(db, sid)
         # each question and answer stored once, in order; nothing deleted
@@ -78,7 +97,7 @@ def test_runnable_with_message_history(dsn: str, db: psycopg.Connection[Any], mo
         h.clear()
         assert h.messages == [] and conversation(db, sid) == got
         assert conversation(db, sid, live=True) == []
-        c.invoke({"question": question(0)}, {"configurable": {"session_id": str(sid)}})
+        c.invoke(question(0), str(sid))
         assert len(conversation(db, sid, live=True)) == 2
         assert [m.content for m in h.messages] == [c for _, c in conversation(db, sid, live=True)]
         assert "Question 19" not in str(mockllm.chat_requests(since)[-1]["body"]), "a cleared message was sent"
@@ -96,9 +115,9 @@ def test_drop_in_for_postgres_chat_message_history(dsn: str, db: psycopg.Connect
         results = {}
         for cls in (PostgresChatMessageHistory, CtxwinChatMessageHistory):
             sid = str(uuid.uuid4())
-            c = chain(mockllm, lambda s, cls=cls: cls("chat_history", s, sync_connection=conn))  # type: ignore[misc]
+            c = Chat(mockllm, lambda s, cls=cls: cls("chat_history", s, sync_connection=conn))  # type: ignore[misc]
             for i in range(3):
-                c.invoke({"question": question(i)}, {"configurable": {"session_id": sid}})
+                c.invoke(question(i), sid)
             h = cls("chat_history", sid, sync_connection=conn)
             results[cls.__name__] = [(m.type, m.content) for m in h.messages]
         assert results["PostgresChatMessageHistory"] == results["CtxwinChatMessageHistory"]
@@ -112,10 +131,10 @@ def test_async_history(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) 
 
     async def main() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac:
-            c = chain(mockllm, lambda s: CtxwinChatMessageHistory("chat_history", s, async_connection=ac,
+            c = Chat(mockllm, lambda s: CtxwinChatMessageHistory("chat_history", s, async_connection=ac,
                                                                    profile="small"))
             for i in range(10):
-                await c.ainvoke({"question": question(i)}, {"configurable": {"session_id": str(sid)}})
+                await c.ainvoke(question(i), str(sid))
             h = CtxwinChatMessageHistory(str(sid), async_connection=ac)
             msgs = await h.aget_messages()
             assert msgs[-1].type == "ai" and msgs[-2].content == question(9)

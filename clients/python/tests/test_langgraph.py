@@ -1,7 +1,7 @@
 """ctxwin.langgraph.SummarizationNode in real LangGraph programs: a
-StateGraph with a checkpointer over many turns in both key modes, the
-prebuilt ReAct agent with tools (pre_model_hook), async, and a chat that
-outlives its process.  The chat model is ChatOpenAI on the mock LLM; ctxwin
+StateGraph with a checkpointer over many turns in both key modes, a
+tool-calling graph (the node before the model, a ToolNode), async, and a
+chat that outlives its process.  The chat model is ChatOpenAI on the mock LLM; ctxwin
 writes the summaries with the mock LLM too."""
 
 from __future__ import annotations
@@ -214,30 +214,37 @@ def test_window_within_budget_before_any_summary(dsn: str, db: psycopg.Connectio
         assert len(stored(db, sid)) == 39
 
 
-def test_prebuilt_react_agent_with_tools(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
-    from langgraph.prebuilt import create_react_agent
-    from langgraph.prebuilt.chat_agent_executor import AgentState
+def test_tool_calling_graph(dsn: str, db: psycopg.Connection[Any], mockllm: MockLLM) -> None:
+    """A tool-calling agent as a LangGraph graph (LangMem's node is used so:
+    the summarization node before the model, a model node, a ToolNode, the
+    tools' results back to the summarization node)."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
 
     @tool
     def search_history(query: str) -> str:
         """Searches the billing history."""
         return f"3 invoices about {query}: INV-1001 (12 USD), INV-1002 (40 USD), INV-1003 (7 USD)."
 
-    class State(AgentState):  # type: ignore[misc]
-        context: dict[str, Any]
-
-    def pick_model(state: Any, runtime: Any) -> Any:
+    def call_model(state: prog.State) -> dict[str, Any]:
         # the mock calls search_history when asked with fault-tool-calls: the
         # agent does so for each user message, then answers with mock
-        model = "fault-tool-calls" if isinstance(state["messages"][-1], HumanMessage) else "mock"
-        return prog.chat_model(mockllm.base_url, mockllm.key, model).bind_tools([search_history])
+        name = "fault-tool-calls" if isinstance(state["messages"][-1], HumanMessage) else "mock"
+        model = prog.chat_model(mockllm.base_url, mockllm.key, name).bind_tools([search_history])
+        return {"messages": [model.invoke(state["summarized_messages"])]}
 
     thread = f"agent-{uuid.uuid4()}"
     sid = session_for_thread(thread)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        hook = node(conn, output_messages_key="llm_input_messages")
-        agent = create_react_agent(pick_model, [search_history], pre_model_hook=hook, state_schema=State,
-                                   checkpointer=InMemorySaver())
+        g = StateGraph(prog.State)
+        g.add_node("summarize", node(conn))
+        g.add_node("call_model", call_model)
+        g.add_node("tools", ToolNode([search_history]))
+        g.add_edge(START, "summarize")
+        g.add_edge("summarize", "call_model")
+        g.add_conditional_edges("call_model", tools_condition)
+        g.add_edge("tools", "summarize")
+        agent = g.compile(checkpointer=InMemorySaver())
         cfg: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 20}
         since = len(mockllm.requests())
         for i in range(10):

@@ -66,6 +66,9 @@ FROM ctxwin.sessions s WHERE s.id = %s::uuid"""
 # keys, oldest first), and of each row what the client hands back beside
 # it: a digest of its content and its tool calls (to tell a row shown
 # whole from one cut or cleared), the Responses items it was appended from.
+# build_window is in FROM, so it runs once (a subquery in FROM would be
+# pulled up and the function run once per reference to its result), and
+# the rows are read by their ids, not by a scan of the session.
 BUILD_WINDOW = """
 SELECT w.r,
        (s.compaction_queued_at IS NOT NULL
@@ -76,9 +79,9 @@ SELECT w.r,
                                                         m.metadata -> 'responses_items'))
         FROM ctxwin.messages m
         WHERE m.session_id = s.id
-          AND m.id IN (SELECT (x ->> 'id')::bigint FROM jsonb_array_elements(w.r -> 'messages') x)) AS rows
+          AND m.id = ANY (ARRAY(SELECT (x ->> 'id')::bigint FROM jsonb_array_elements(w.r -> 'messages') x))) AS rows
 FROM ctxwin.sessions s,
-     LATERAL (SELECT ctxwin.build_window(s.id, %(budget)s::int, 'openai', %(tools)s::jsonb, true) AS r) w
+     ctxwin.build_window(s.id, %(budget)s::int, 'openai', %(tools)s::jsonb, true) w(r)
 WHERE s.id = %(id)s::uuid"""
 
 SEARCH = """

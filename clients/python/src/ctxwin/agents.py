@@ -45,6 +45,18 @@ reaches the run.  With ``summarize="inline"`` the summary is written before
 ``add_items`` returns, and ``get_items`` summarizes first the messages its
 window would otherwise leave out that no summary covers.
 
+No message leaves the model's view unsummarized, in every mode: when the
+window would leave out messages that no summary covers yet (the worker, the
+background task or the server has not written it, or the model failed),
+``get_items`` keeps them in, between the summary and the window's messages,
+over the budget, until a summary covers them; the next ``add_items`` asks
+for that summary, even when no trigger is due (by the model in its task, or
+by the server when no worker serves the database; where a worker serves it,
+or with ``summarize="worker"``, the worker writes it when the profile's
+trigger fires).  A summary keeps the profile's ``min_recent_messages`` out
+of it: a budget too small to hold them beside the summary keeps them over
+it.
+
 The SDK's compaction-aware interface (``run_compaction``, for OpenAI's
 ``responses.compact``) is not implemented: ctxwin compacts the session
 itself, by summaries, after the appends that call for one.
@@ -83,11 +95,19 @@ _SETTLE_ROUNDS = 4
 _log = logging.getLogger("ctxwin.agents")
 
 
-def window_items(w: Window) -> list[dict[str, Any]]:
+def window_items(w: Window, left_out: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A window as Responses input items: the items a message was appended
-    from while it is shown whole, else the message converted."""
+    from while it is shown whole, else the message converted; ``left_out``
+    (stored rows, oldest first: those the window leaves out that no summary
+    covers) between the system prompt and summary and the window's first
+    stored message."""
     out: list[dict[str, Any]] = []
+    rest = list(left_out or ())
     for m in w.messages:
+        if rest and m.id is not None:
+            for row in rest:
+                out.extend(_items_of(row))
+            rest = []
         if m.id is not None and m.intact and isinstance(m.source, list) and m.source:
             out.extend(dict(i) for i in m.source)
         else:
@@ -122,7 +142,9 @@ class CtxwinSession:
         server when no background worker serves the database; by the model
         in a task the turn does not wait for), ``"inline"`` in the append,
         and ``get_items`` summarizes first what its window would leave out
-        that no summary covers, ``"worker"`` never; record_usage: record
+        that no summary covers, ``"worker"`` never (in every mode what the
+        window would leave out that no summary covers stays in it until a
+        summary does); record_usage: record
         each model request's usage; session_settings: a ``SessionSettings`` or
         a dict of its fields (checked and converted as the SDK does), default
         ``SessionSettings()``; model: what writes the session's summaries when
@@ -156,6 +178,9 @@ class CtxwinSession:
             summarize_with == "model")
         self._task: asyncio.Task[None] | None = None
         self._again = False
+        self._behind = False
+        """The last window widened to keep messages no summary covers: the
+        next append asks for a summary, forced."""
         self.last_summary_error: str | None = None
         """What the model's last failed summary said (None: none failed)."""
 
@@ -172,34 +197,34 @@ class CtxwinSession:
 
         n = resolve_session_limit(limit, self.session_settings)
         w = await self._read()
-        if w is not None and self.summarize == "inline":
-            for _ in range(_SETTLE_ROUNDS):         # what the window leaves out unsummarized: summarized first
-                if w is None or not await self._leaves_out(w) or not await self._summarize_now(force=True):
-                    break
-                w = await self._read()
+        left: list[dict[str, Any]] = []
+        if w is not None:
+            left = await _history.aleft_out(self._client, self.session_id, w)
+            if left and self.summarize == "inline":
+                for _ in range(_SETTLE_ROUNDS):     # what the window leaves out unsummarized: summarized first
+                    if not await self._summarize_now(force=True):
+                        break
+                    w = await self._read()
+                    left = [] if w is None else await _history.aleft_out(self._client, self.session_id, w)
+                    if not left:
+                        break
         if w is None:
             self._window_first_id = None
             self._last_id = 0
             return []
-        self._window_first_id = w.first_id
+        # what is still left out that no summary covers stays in: the window
+        # widens until a summary covers it (the next append asks for one)
+        self._behind = bool(left)
+        self._window_first_id = int(left[0]["id"]) if left else w.first_id
         ids = [m.id for m in w.messages if m.id is not None]
         self._last_id = max(ids) if ids else await self._newest_id()
-        items: list[Any] = window_items(w)
+        items: list[Any] = window_items(w, left)
         if n is not None and n >= 0:
             items = items[-n:] if n > 0 else []
         return items
 
     async def _read(self) -> Window | None:
         return await _history.awindow(self._client, _history.WINDOW, {"s": self.session_id, "budget": self.budget})
-
-    async def _leaves_out(self, w: Window) -> int:
-        """How many stored messages (not retracted) the window leaves out that
-        no summary covers."""
-        first = w.first_id
-        if first is None or first <= w.summary_through_id + 1:
-            return 0
-        row = await _history.aone(self._client, _LIVE_BETWEEN, (self.session_id, w.summary_through_id, first))
-        return int(row["n"]) if row else 0
 
     async def _newest_id(self) -> int:
         """The id of the session's newest stored message (0: none): what the
@@ -256,13 +281,14 @@ class CtxwinSession:
     async def _maybe_summarize(self, w: Window) -> None:
         if self.summarize == "worker":
             return
+        force, self._behind = self._behind, False
         if await self._uses_model():
-            if not w.queued:
+            if not w.queued and not force:
                 return
             if self.summarize == "inline":
-                await self._summarize_now(force=False)
+                await self._summarize_now(force=force)
             elif self._task is None or self._task.done():
-                self._task = asyncio.get_running_loop().create_task(self._background())
+                self._task = asyncio.get_running_loop().create_task(self._background(force))
             else:
                 self._again = True      # the task in flight looks again before it ends
             return
@@ -271,20 +297,22 @@ class CtxwinSession:
             self._worker = (now, await self._client.worker_running())
         if self.summarize == "auto" and self._worker and self._worker[1]:
             return
-        if w.queued:
+        if w.queued or force:
             try:
-                await self._client.summarize(self._sid)
+                await self._client.summarize(self._sid, force=force)
             except CtxwinError as e:
                 warnings.warn(f"ctxwin could not summarize session {self._sid}: {e}", RuntimeWarning, stacklevel=3)
 
-    async def _background(self) -> None:
+    async def _background(self, force: bool = False) -> None:
         """The summaries due, by the model, one after another (the appends
-        made meanwhile queue the next one): never raises."""
+        made meanwhile queue the next one; ``force``: the first one even when
+        none is due, as when the window had to widen): never raises."""
         while True:
             self._again = False
             for _ in range(_SETTLE_ROUNDS):
-                if not await self._by_model(force=False):
+                if not await self._by_model(force=force):
                     break
+                force = False
             if not self._again:
                 return
 
@@ -363,7 +391,8 @@ class CtxwinSession:
         holds the item (``ctxwin.retract``: it leaves every later window and
         summary, and stays stored, marked, for an audit); the other items the
         same message held (function calls of one reply) are stored again, in
-        the same statement."""
+        the same transaction and round trip (the caller's transaction when
+        one is open, else one of its own)."""
         while True:
             row = await _history.aone(self._client, _NEWEST_LIVE, (self.session_id,))
             if row is None:
@@ -371,9 +400,8 @@ class CtxwinSession:
             items = _items_of(row)
             rest, popped = items[:-1], items[-1] if items else None
             chat, keys = to_chat_messages(rest, [f"pop:{row['id']}:{i}" for i in range(len(rest))])
-            done = await _history.aone(self._client, _RETRACT_REAPPEND,
-                                       {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None,
-                                        "keys": keys}, atomic=True)
+            p = {"s": self.session_id, "id": row["id"], "chat": Jsonb(chat) if chat else None, "keys": keys}
+            done, _ = await _history.apipeline(self._client, [(_RETRACT, p), (_REAPPEND, p)])
             if done is not None and int(done["n"]) > 0:
                 self._last_id = None
                 return popped  # type: ignore[return-value]
@@ -404,25 +432,30 @@ class CtxwinSession:
 
 _PROFILE = "SELECT coalesce(%s::text, (SELECT profile FROM ctxwin.sessions WHERE id = %s::uuid)) AS p"
 
-_LIVE_BETWEEN = """
-SELECT count(*) AS n FROM ctxwin.messages
-WHERE session_id = %s::uuid AND id > %s::bigint AND id < %s::bigint AND retracted_at IS NULL"""
-
 _NEWEST_ID = "SELECT coalesce(max(id), 0) AS id FROM ctxwin.messages WHERE session_id = %s::uuid"
 
-_NEWEST_LIVE = """
-SELECT id, role, content, tool_calls, tool_call_id, name, metadata -> 'responses_items' AS items
+_NEWEST_LIVE = f"""
+SELECT {_history.ROW}
 FROM ctxwin.messages
 WHERE session_id = %s::uuid AND retracted_at IS NULL
 ORDER BY id DESC LIMIT 1"""
 
-# retracts the message, then (the retract's count read first) appends what
-# else it held: one statement
-_RETRACT_REAPPEND = """
-WITH r AS (SELECT ctxwin.retract(%(s)s::uuid, %(id)s::bigint) AS n)
-SELECT n, CASE WHEN n > 0 AND %(chat)s::jsonb IS NOT NULL
-               THEN ctxwin.append_messages(%(s)s::uuid, %(chat)s::jsonb, %(keys)s::text[]) END AS ids
-FROM r"""
+# pop_item: the message retracted, then what else it held appended again
+# when (and only when) this retract took it back: two statements, sent
+# together in one transaction.  The first leaves its count, with the
+# message's id, in a setting local to the transaction (set_config's
+# argument is evaluated before it: the order is PostgreSQL's), which the
+# second reads: a pop that lost the race to another one (count 0), or a
+# setting left by an earlier pop of another message, appends nothing.
+_RETRACT = """
+SELECT split_part(set_config('ctxwin_client.popped',
+                             %(id)s::bigint || ':' || ctxwin.retract(%(s)s::uuid, %(id)s::bigint), true),
+                  ':', 2)::int AS n"""
+
+_REAPPEND = """
+SELECT ctxwin.append_messages(%(s)s::uuid, %(chat)s::jsonb, %(keys)s::text[]) AS ids
+WHERE %(chat)s::jsonb IS NOT NULL
+  AND current_setting('ctxwin_client.popped', true) ~ ('^' || %(id)s::bigint || ':[1-9]')"""
 
 
 def _items_of(row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -343,7 +343,8 @@ def worker(args: argparse.Namespace, out: TextIO) -> int:
                 continue
             pause = args.poll
             sid = str(job["session_id"])
-            if args.once and sid in failed_here:     # failed once in this run: left to the next one
+            if args.once and sid in failed_here:     # failed once in this run: left to the next one,
+                jobs.release(cl, job)                  # and free for it at once (not held for the lease)
                 break
             t0 = time.monotonic()
             try:

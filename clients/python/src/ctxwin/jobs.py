@@ -46,6 +46,7 @@ CLAIM = "SELECT ctxwin.claim_summary(%s::uuid, %s::boolean) AS j"
 CLAIM_NEXT = "SELECT ctxwin.claim_next_summary() AS j"
 COMPLETE = "SELECT (s).* FROM (SELECT ctxwin.complete_summary(%s::text, %s::text, %s::jsonb) AS s) x"
 FAIL = "SELECT ctxwin.fail_summary(%s::text, %s::text)"
+RELEASE = "SELECT ctxwin.release_summary(%s::text) AS released"
 # whether ctxwin's own worker would call an LLM for a profile's sessions:
 # the strategy as _summary_request reads it, and a provider set
 SERVER_LLM = """
@@ -180,9 +181,13 @@ def _from_ai(msg: Any) -> Answer:
         raise SummaryModelError(f"the model refused: {refusal}")
     if getattr(msg, "tool_calls", None):
         raise SummaryModelError("the model called a tool instead of summarizing")
-    text = msg.text if isinstance(getattr(msg, "text", None), str) else getattr(msg, "content", "")
-    if callable(text):              # langchain-core before 1.0: text() is a method
+    text = getattr(msg, "text", None)
+    if isinstance(text, str):       # langchain-core 1.x: a str (that may still be called, deprecated)
+        text = str(text)
+    elif callable(text):            # langchain-core before 1.0: text() is a method
         text = text()
+    else:
+        text = getattr(msg, "content", "")
     if not isinstance(text, str) or not text.strip():
         raise SummaryModelError("the model answered no text")
     usage: dict[str, Any] | None
@@ -250,6 +255,14 @@ def complete(client: Client, job: Mapping[str, Any], answer: Answer) -> Summary:
 
 def fail(client: Client, job: Mapping[str, Any], error: str) -> None:
     client._one(FAIL, (job["token"], error[:2000]))
+
+
+def release(client: Client, job: Mapping[str, Any]) -> bool:
+    """Gives a claimed job back undone (``ctxwin.release_summary``): no
+    summary and no failure recorded, the session free for the next
+    summarizer at once; False when the job no longer held it."""
+    row = client._one(RELEASE, (job["token"],))
+    return bool(row and row["released"])
 
 
 def _too_long(e: CtxwinError) -> bool:
@@ -332,6 +345,12 @@ async def afail(client: AsyncClient, job: Mapping[str, Any], error: str) -> None
     await client._one(FAIL, (job["token"], error[:2000]))
 
 
+async def arelease(client: AsyncClient, job: Mapping[str, Any]) -> bool:
+    """:func:`release` on an :class:`~ctxwin.AsyncClient`."""
+    row = await client._one(RELEASE, (job["token"],))
+    return bool(row and row["released"])
+
+
 async def arun(client: AsyncClient, job: Mapping[str, Any], model: Any, prompts: Prompts | None = None) -> Summary:
     """:func:`run` on an :class:`~ctxwin.AsyncClient`."""
     try:
@@ -376,4 +395,4 @@ async def ahas_jobs(client: AsyncClient) -> bool:
 
 
 __all__ = ["Answer", "OpenAIEndpoint", "Prompts", "SummaryModelError", "ask", "aask", "claim", "claim_next",
-           "complete", "fail", "run", "arun", "server_llm"]
+           "complete", "fail", "release", "arelease", "run", "arun", "server_llm"]

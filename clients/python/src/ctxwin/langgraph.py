@@ -41,10 +41,16 @@ A graph::
     node = SummarizationNode(max_tokens=4096, connection=pool)
     builder.add_node("summarize", node)
 
-or the prebuilt ReAct agent::
+before the model node of a tool-calling graph (the model node reads
+``state["summarized_messages"]``; the tools' results go back through the
+node)::
 
-    create_react_agent(model, tools, pre_model_hook=SummarizationNode(
-        max_tokens=4096, output_messages_key="llm_input_messages", connection=pool), ...)
+    builder.add_edge(START, "summarize")
+    builder.add_edge("summarize", "call_model")
+    builder.add_conditional_edges("call_model", tools_condition)    # a ToolNode named "tools"
+    builder.add_edge("tools", "summarize")
+
+(for ``create_agent``, see :mod:`ctxwin.middleware`).
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ except ImportError:  # pragma: no cover - langgraph before 0.6
     from langgraph.utils.runnable import RunnableCallable  # type: ignore[attr-defined]
 from pydantic import BaseModel
 
-from . import _sql, jobs
+from . import _history, _sql, jobs
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
@@ -164,11 +170,6 @@ LIVE_BEFORE = """
 SELECT id, client_key FROM ctxwin.messages
 WHERE session_id = %s::uuid AND id < %s::bigint AND retracted_at IS NULL ORDER BY id DESC LIMIT 200"""
 """The newest live messages before an id: where a turn taken back began."""
-
-LIVE_BETWEEN = """
-SELECT count(*) AS n FROM ctxwin.messages
-WHERE session_id = %s::uuid AND id > %s::bigint AND id < %s::bigint AND retracted_at IS NULL"""
-"""Messages (not retracted) between two ids: those a window leaves out."""
 
 SUMMARIZED_KEYS = """
 SELECT id, client_key FROM ctxwin.messages
@@ -411,15 +412,6 @@ class SummarizationNode(RunnableCallable):
                 {"name": self.profile_name, "before": self.trigger_tokens, "recent": MIN_RECENT,
                  "summary": self.max_summary_tokens, "base": self.base_profile})
 
-    @staticmethod
-    def _gap(w: Window) -> tuple[int, int] | None:
-        """The ids (after, before) between the summary's last message and the
-        window's first stored one, when there are any."""
-        first = w.first_id
-        if first is None or first <= w.summary_through_id + 1:
-            return None
-        return (w.summary_through_id, first)
-
     def _asks_worker(self, w: Window, leaves_out: int) -> bool:
         """Whether the turn must ask if a worker serves the database."""
         return not leaves_out and w.queued and self.summarize == "auto"
@@ -432,7 +424,7 @@ class SummarizationNode(RunnableCallable):
         return _Step()
 
     def _lost_warning(self, plan: _Plan, w: Window, n: int) -> None:
-        gap = self._gap(w)
+        gap = _history.gap(w)
         warnings.warn(f"the window of session {plan.session} leaves out {n} messages no summary covers (ids "
                       f"{gap[0] + 1 if gap else '?'} to {gap[1] - 1 if gap else '?'}): "
                       f"max_tokens={self.max_tokens} holds too little beside the system prompt, the "
@@ -524,11 +516,7 @@ class SummarizationNode(RunnableCallable):
         """The window and how many stored messages it leaves out that no
         summary covers (retracted ones are no messages of the thread any
         more; build_window's rows are never retracted ones)."""
-        gap = self._gap(w)
-        if gap is None:
-            return w, 0
-        row = cl._one(LIVE_BETWEEN, (plan.session, gap[0], gap[1]))
-        return w, int(row["n"]) if row else 0
+        return w, len(_history.left_out(cl, plan.session, w))
 
     def _summarize_now(self, cl: Client, plan: _Plan, force: bool) -> bool:
         """One summary of the session, by the model or the server; whether one was written."""
@@ -613,11 +601,7 @@ class SummarizationNode(RunnableCallable):
             self._ready[plan.session] = plan.system_prompt
 
     async def _aleaves_out(self, cl: AsyncClient, plan: _Plan, w: Window) -> tuple[Window, int]:
-        gap = self._gap(w)
-        if gap is None:
-            return w, 0
-        row = await cl._one(LIVE_BETWEEN, (plan.session, gap[0], gap[1]))
-        return w, int(row["n"]) if row else 0
+        return w, len(await _history.aleft_out(cl, plan.session, w))
 
     async def _asummarize_now(self, cl: AsyncClient, plan: _Plan, force: bool) -> bool:
         if self._use_model is None:

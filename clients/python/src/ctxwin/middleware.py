@@ -88,13 +88,13 @@ from langchain.agents.middleware.context_editing import ClearToolUsesEdit
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
-from . import _sql
+from . import _history, _sql
 from . import jobs
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
 from .errors import CtxwinError, PermissionDenied, from_psycopg
-from .langgraph import LIVE_BETWEEN, SETTLE_ROUNDS, session_for_thread
+from .langgraph import SETTLE_ROUNDS, session_for_thread
 from .types import Window
 
 if TYPE_CHECKING:
@@ -486,17 +486,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _leaves_out(self, cl: Client, sid: uuid.UUID, w: Window) -> int:
         """How many stored messages the window leaves out that no summary covers."""
-        gap = _gap(w)
-        if gap is None:
-            return 0
-        row = cl._one(LIVE_BETWEEN, (sid, gap[0], gap[1]))
-        return int(row["n"]) if row else 0
+        return len(_history.left_out(cl, sid, w))
 
     def _settle(self, cl: Client, call: _Call, w: Window) -> Window:
         """The window after the summaries this call makes or starts (see the module)."""
         if self.summarize == "worker":
             return w
-        if self._use_model is None and (self._due(w) or _gap(w) is not None):
+        if self._use_model is None and (self._due(w) or _history.gap(w) is not None):
             self._use_model = jobs.has_jobs(cl) and not jobs.server_llm(cl, self.profile_name)
         if not self._use_model:
             # the server's summary (summarize_session), when no worker writes it
@@ -595,16 +591,12 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return await cl.summarize(session) is not None
 
     async def _aleaves_out(self, cl: AsyncClient, sid: uuid.UUID, w: Window) -> int:
-        gap = _gap(w)
-        if gap is None:
-            return 0
-        row = await cl._one(LIVE_BETWEEN, (sid, gap[0], gap[1]))
-        return int(row["n"]) if row else 0
+        return len(await _history.aleft_out(cl, sid, w))
 
     async def _asettle(self, cl: AsyncClient, call: _Call, w: Window) -> Window:
         if self.summarize == "worker":
             return w
-        if self._use_model is None and (self._due(w) or _gap(w) is not None):
+        if self._use_model is None and (self._due(w) or _history.gap(w) is not None):
             self._use_model = await jobs.ahas_jobs(cl) and not await jobs.aserver_llm(cl, self.profile_name)
         if not self._use_model:
             if self._due(w) and await self._asummarizes(cl):
@@ -829,15 +821,6 @@ class ContextEditingMiddleware(CtxwinMiddleware):
         super().__init__(edits=list(edits) if edits is not None else [ClearToolUsesEdit()], **ctxwin)
         self.token_count_method = token_count_method
         self.token_counter = token_counter
-
-
-def _gap(w: Window) -> tuple[int, int] | None:
-    """The ids (after, before) between the summary's last message and the
-    window's first stored one, when there are any."""
-    first = w.first_id
-    if first is None or first <= w.summary_through_id + 1:
-        return None
-    return (w.summary_through_id, first)
 
 
 def _pooled(cl: Client) -> bool:
