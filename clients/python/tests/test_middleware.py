@@ -68,8 +68,8 @@ def request_tokens(db: psycopg.Connection[Any], body: dict[str, Any]) -> int:
     for m in body["messages"]:
         n += db.execute("SELECT ctxwin.count_message_tokens(%s::jsonb, 'o200k_base')",
                         (json.dumps(m),)).fetchone()[0]  # type: ignore[index]
-    if body.get("tools"):
-        n += db.execute("SELECT ctxwin.count_tokens(%s, 'o200k_base')",
+    if body.get("tools"):           # as ctxwin counts a request's tool definitions
+        n += db.execute("SELECT ctxwin.count_tool_tokens(%s::jsonb, 'o200k_base')",
                         (json.dumps(body["tools"]),)).fetchone()[0]  # type: ignore[index]
     return n
 
@@ -313,3 +313,196 @@ def test_model_writes_the_summaries_where_the_server_has_no_llm(mockllm: MockLLM
 def test_summarize_with_model_needs_a_model() -> None:
     with pytest.raises(ValueError, match="needs a model"):
         CtxwinMiddleware(summarize_with="model")
+
+
+def _app_profile(db: psycopg.Connection[Any]) -> None:
+    """A profile whose summaries are the application's: ctxwin's worker never writes them."""
+    db.execute("INSERT INTO ctxwin.profiles SELECT (jsonb_populate_record(p, "
+               "'{\"name\": \"mw-app\", \"builtin\": false, \"summary_strategy\": \"app\"}')).* "
+               "FROM ctxwin.profiles p WHERE p.name = 'small' ON CONFLICT (name) DO NOTHING")
+
+
+def _summaries(db: psycopg.Connection[Any], sid: uuid.UUID) -> int:
+    return int(db.execute("SELECT count(*) FROM ctxwin.summaries WHERE session_id = %s",
+                          (str(sid),)).fetchone()[0])  # type: ignore[index]
+
+
+def test_model_summary_runs_beside_the_call(mockllm: MockLLM, dsn: str, db: psycopg.Connection[Any]) -> None:
+    """On a pool, the model's summary is written in a thread of the
+    middleware's: the turn that starts it returns while the model is still
+    held (a gate in front of it, opened by the test afterwards); then the
+    summary lands, the next turns carry it, and no message ever left the
+    model's view unsummarized."""
+    import threading
+
+    from langchain_core.runnables import RunnableLambda
+    from psycopg_pool import ConnectionPool
+
+    _app_profile(db)
+    asked, gate, done = threading.Event(), threading.Event(), threading.Event()
+
+    def gated(messages: Any) -> Any:
+        asked.set()
+        try:
+            if not gate.wait(30):
+                raise TimeoutError("the test never opened the gate")
+            return messages
+        finally:
+            done.set()
+    summarizer = RunnableLambda(gated) | ChatOpenAI(model="slow-10", base_url=mockllm.base_url,  # type: ignore[arg-type]
+                                                    api_key=mockllm.key, max_retries=0)
+    thread = f"mw-bg-{uuid.uuid4()}"
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    sid = session_for_thread(thread)
+    with ConnectionPool(dsn, min_size=1, max_size=4) as pool:
+        mw = CtxwinMiddleware(summarizer, max_tokens=BUDGET, trigger=("tokens", 600), keep=("messages", 6),
+                              max_summary_tokens=120, connection=pool, base_profile="mw-app")
+        agent = create_agent(chat_model(mockllm), [conversation_search], system_prompt=SYSTEM,
+                             middleware=[mw], checkpointer=InMemorySaver())
+        mark = len(mockllm.requests())
+        turns = 0
+        while not asked.is_set():
+            assert turns < 8, "no summary was asked for"
+            out = agent.invoke({"messages": [HumanMessage(f"Where is order {5500 + turns}?")]}, cfg)
+            turns += 1
+        # the turn that started the summary has returned, its answer in the
+        # state and stored, while the summarizer is still held: it did not wait
+        assert not done.is_set()
+        assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content
+        assert stored(db, sid)[-1][2] == out["messages"][-1].id
+        assert _summaries(db, sid) == 0
+        assert not mockllm.summary_requests(mark)
+        gate.set()
+        mw.wait_for_summaries(60)
+        assert done.is_set() and mw.last_summary_error is None
+        assert _summaries(db, sid) >= 1, "the summary did not land"
+        assert {r["model"] for r in mockllm.summary_requests(mark)} == {"slow-10"}
+        for i in range(6):
+            out = agent.invoke({"messages": [HumanMessage(f"Where is order {5600 + i}?")]}, cfg)
+        mw.wait_for_summaries(60)
+    state = out["messages"]
+    assert len(state) == 4 * (turns + 6)
+    seen = check_windows(db, sid, [r["body"] for r in mockllm.chat_requests(mark)], state)
+    assert seen["summarized"] > 0 and seen["dropped"] > 0, seen
+
+
+def test_model_summary_inline_when_asked(mockllm: MockLLM, dsn: str, db: psycopg.Connection[Any]) -> None:
+    """summarize='inline' on a pool: the summary is written before the model
+    call that finds it due, so it is there when that turn returns."""
+    from psycopg_pool import ConnectionPool
+
+    _app_profile(db)
+    thread = f"mw-inline-{uuid.uuid4()}"
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    sid = session_for_thread(thread)
+    summarizer = ChatOpenAI(model="slow-10", base_url=mockllm.base_url, api_key=mockllm.key,  # type: ignore[arg-type]
+                            max_retries=0)
+    with ConnectionPool(dsn, min_size=1, max_size=4) as pool:
+        mw = CtxwinMiddleware(summarizer, max_tokens=BUDGET, trigger=("tokens", 600), keep=("messages", 6),
+                              max_summary_tokens=120, connection=pool, base_profile="mw-app", summarize="inline")
+        agent = create_agent(chat_model(mockllm), [conversation_search], system_prompt=SYSTEM,
+                             middleware=[mw], checkpointer=InMemorySaver())
+        mark = len(mockllm.requests())
+        for i in range(8):
+            n = len(mockllm.summary_requests(mark))
+            agent.invoke({"messages": [HumanMessage(f"Where is order {5700 + i}?")]}, cfg)
+            if len(mockllm.summary_requests(mark)) > n:
+                break           # this turn asked for a summary: it is written by its end
+        else:
+            raise AssertionError("no summary was asked for")
+        assert _summaries(db, sid) >= 1
+        assert not mw._threads
+
+
+def test_failing_model_summary_loses_nothing(mockllm: MockLLM, dsn: str, db: psycopg.Connection[Any]) -> None:
+    """A summarizer that fails (HTTP 500) in the background: every turn
+    returns its answer, every message is stored, nothing is summarized, the
+    job is failed (recorded on the session), and the window never left a
+    message out that no summary covers."""
+    from psycopg_pool import ConnectionPool
+
+    _app_profile(db)
+    thread = f"mw-fail-{uuid.uuid4()}"
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    sid = session_for_thread(thread)
+    summarizer = ChatOpenAI(model="fault-500", base_url=mockllm.base_url, api_key=mockllm.key,  # type: ignore[arg-type]
+                            max_retries=0)
+    with ConnectionPool(dsn, min_size=1, max_size=4) as pool:
+        mw = CtxwinMiddleware(summarizer, max_tokens=BUDGET, trigger=("tokens", 600), keep=("messages", 6),
+                              max_summary_tokens=120, connection=pool, base_profile="mw-app")
+        agent = create_agent(chat_model(mockllm), [conversation_search], system_prompt=SYSTEM,
+                             middleware=[mw], checkpointer=InMemorySaver())
+        mark = len(mockllm.requests())
+        turns = 0
+        while not mockllm.summary_requests(mark):
+            assert turns < 8, "no summary was asked for"
+            out = agent.invoke({"messages": [HumanMessage(f"Where is order {5800 + turns}?")]}, cfg)
+            turns += 1
+            assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content
+            mw.wait_for_summaries(60)
+    assert mw.last_summary_error is not None and "500" in mw.last_summary_error
+    state = out["messages"]
+    assert len(state) == 4 * turns
+    assert [r[2] for r in stored(db, sid)] == [m.id for m in state]
+    assert _summaries(db, sid) == 0
+    error = db.execute("SELECT last_error FROM ctxwin.sessions WHERE id = %s",
+                       (str(sid),)).fetchone()[0]  # type: ignore[index]
+    assert error and "500" in error, error     # the job failed: recorded on the session
+    assert db.execute("SELECT state FROM ctxwin.summary_jobs WHERE session_id = %s",
+                      (str(sid),)).fetchone() == ("failed",), "the job left claimed"
+    check_windows(db, sid, [r["body"] for r in mockllm.chat_requests(mark)], state)
+
+
+@pytest.mark.asyncio
+async def test_async_model_summary_runs_beside_the_call(mockllm: MockLLM, dsn: str,
+                                                        db: psycopg.Connection[Any]) -> None:
+    """The async path on an AsyncConnectionPool: the summary is an asyncio
+    task; the turn that starts it returns while the summarizer is held."""
+    import asyncio
+
+    from langchain_core.runnables import RunnableLambda
+    from psycopg_pool import AsyncConnectionPool
+
+    _app_profile(db)
+    asked, gate, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def gated(messages: Any) -> Any:
+        asked.set()
+        try:
+            await asyncio.wait_for(gate.wait(), 30)
+            return messages
+        finally:
+            done.set()
+    summarizer = RunnableLambda(gated) | ChatOpenAI(model="slow-10", base_url=mockllm.base_url,  # type: ignore[arg-type]
+                                                    api_key=mockllm.key, max_retries=0, timeout=58.5)
+    thread = f"amw-bg-{uuid.uuid4()}"
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    sid = session_for_thread(thread)
+    pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False)
+    await pool.open()
+    try:
+        mw = CtxwinMiddleware(summarizer, max_tokens=BUDGET, trigger=("tokens", 600), keep=("messages", 6),
+                              max_summary_tokens=120, async_connection=pool, base_profile="mw-app")
+        agent = create_agent(chat_model(mockllm, timeout=59.0), [aconversation_search], system_prompt=SYSTEM,
+                             middleware=[mw], checkpointer=InMemorySaver())
+        mark = len(mockllm.requests())
+        turns = 0
+        while not asked.is_set():
+            assert turns < 8, "no summary was asked for"
+            out = await agent.ainvoke({"messages": [HumanMessage(f"Where is order {5900 + turns}?")]}, cfg)
+            turns += 1
+        assert not done.is_set()
+        assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content
+        assert _summaries(db, sid) == 0
+        gate.set()
+        await mw.await_summaries()
+        assert done.is_set() and mw.last_summary_error is None
+        assert _summaries(db, sid) >= 1, "the summary did not land"
+        for i in range(4):
+            out = await agent.ainvoke({"messages": [HumanMessage(f"Where is order {6000 + i}?")]}, cfg)
+        await mw.await_summaries()
+    finally:
+        await pool.close()
+    state = out["messages"]
+    seen = check_windows(db, sid, [r["body"] for r in mockllm.chat_requests(mark)], state)
+    assert seen["summarized"] > 0, seen

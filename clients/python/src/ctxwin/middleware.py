@@ -47,17 +47,35 @@ differently is listed in the package's README.
   Given a ``model``, the model writes them where ctxwin's worker calls no
   LLM for the profile (``summary_strategy = 'app'``, or no LLM set up), or
   always with ``summarize_with="model"``: the middleware claims the summary
-  job, asks the model and completes the job (:mod:`ctxwin.jobs`), before
-  the call.
+  job, asks the model and completes the job (:mod:`ctxwin.jobs`).
+- The model's summary runs beside the model call, never waited for: in a
+  thread of the middleware's (``invoke``) or an asyncio task (``ainvoke``),
+  one at a time per session, when the connection is a pool
+  (``ConnectionPool`` / ``AsyncConnectionPool``): the job then borrows
+  connections of its own and never shares one with a turn or runs in a
+  transaction of the caller's.  A call waits only when its window would
+  leave out messages that no summary covers (the budget is full before the
+  summary lands): for the summary in flight, then for one written at once.
+  So no message ever leaves the model's view unsummarized.  A summary
+  that fails releases its job (``fail_summary``: nothing written, the
+  error on the session), is logged and kept in ``last_summary_error``, and
+  never reaches the turn.  ``wait_for_summaries()`` / ``await
+  await_summaries()`` wait for those in flight.  With
+  ``summarize="inline"``, or on a single connection, the summary is written
+  before the call that finds it due (the call waits for it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
 import json
+import logging
+import threading
 import uuid
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence, Union
@@ -70,13 +88,13 @@ from langchain.agents.middleware.context_editing import ClearToolUsesEdit
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
-from . import _sql
+from . import _history, _sql
 from . import jobs
 from .aio import AsyncClient
 from .client import Client
 from .convert import to_langchain
 from .errors import CtxwinError, PermissionDenied, from_psycopg
-from .langgraph import session_for_thread
+from .langgraph import SETTLE_ROUNDS, session_for_thread
 from .types import Window
 
 if TYPE_CHECKING:
@@ -95,6 +113,8 @@ does not hold, shown as ctxwin stored it)."""
 _NAMESPACE = uuid.UUID("5d0f6a53-2f55-4f3e-a2bb-0c1a3e4b7f21")
 _MARKS = 10000
 """Sessions whose newest stored message this middleware remembers."""
+
+_log = logging.getLogger("ctxwin.middleware")
 
 _WINDOWED: contextvars.ContextVar[str | None] = contextvars.ContextVar("ctxwin_windowed", default=None)
 
@@ -169,6 +189,25 @@ def _edit_settings(edits: Iterable[Any] | None) -> dict[str, Any]:
     return out
 
 
+class _Index:
+    """The state's messages by id, read from the newest back only as far as
+    a lookup needs (a window's messages are the state's newest)."""
+
+    def __init__(self, messages: Sequence[AnyMessage]) -> None:
+        self._messages = messages
+        self._next = len(messages) - 1
+        self._seen: dict[str | None, AnyMessage] = {}
+
+    def get(self, key: str | None) -> AnyMessage | None:
+        if key is None:
+            return None
+        while key not in self._seen and self._next >= 0:
+            m = self._messages[self._next]
+            self._seen.setdefault(m.id, m)
+            self._next -= 1
+        return self._seen.get(key)
+
+
 @dataclass
 class _Call:
     session: uuid.UUID
@@ -225,14 +264,17 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             INSERT on ``ctxwin.profiles``), or ``base_profile`` itself when
             none is given.
         session_id: the session of a run's config (default: the thread's).
-        summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s.
+        summarize: as :class:`ctxwin.langgraph.SummarizationNode`'s, and,
+            for the model's summaries, ``"auto"`` beside the call (on a
+            pool), ``"inline"`` before it.
         summarize_with: who writes the summaries: ``"auto"`` the model when
             one is given and ctxwin's worker calls no LLM for the profile
             (its ``summary_strategy`` is ``'app'``, or the server has no LLM
             set up), else the server; ``"model"`` always the model;
             ``"server"`` never the model.  The model's summary of a due
-            session is written before the model call (the call waits for
-            it, as for ``summarize="inline"``).
+            session runs beside the model call on a pool (``summarize=
+            "auto"``), before it with ``summarize="inline"`` or on a single
+            connection (see the module).
         """
         if summarize_with == "model" and model is None:
             raise ValueError("summarize_with='model' needs a model: CtxwinMiddleware(model=...)")
@@ -266,6 +308,13 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._marks: OrderedDict[uuid.UUID, str] = OrderedDict()  # session -> id of its newest stored message
         # session -> usage of the responses not recorded yet, each with its window's first id
         self._pending: dict[uuid.UUID, list[tuple[dict[str, Any], int | None]]] = {}
+        # the model's summaries in flight, per session: threads (sync), tasks (async)
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._threads: dict[uuid.UUID, Future[None]] = {}
+        self._tasks: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self.last_summary_error: str | None = None
+        """The last failure of a summary by the model in the background (None since one succeeded)."""
 
     # -- what both paths share --------------------------------------------
 
@@ -283,7 +332,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return {"set": Jsonb({**self.settings, "name": self.profile_name, "builtin": False}),
                 "base": self.base_profile}
 
-    def _session(self, config: RunnableConfig, messages: Sequence[AnyMessage]) -> uuid.UUID:
+    def _session(self, config: RunnableConfig, messages: Iterable[AnyMessage]) -> uuid.UUID:
         if self.session_id is not None:
             return uuid.UUID(str(self.session_id(config)))
         tid = (config.get("configurable") or {}).get("thread_id")
@@ -307,12 +356,18 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         while state and isinstance(state[0], SystemMessage) and not str(state[0].id or "").startswith(ID_PREFIX):
             system.append(_text(state[0]))
             state = state[1:]
-        for m in state:
+        if state and state[0].id is None and self.session_id is None:
+            state[0].id = str(uuid.uuid4())     # a session named after it, without a thread
+        sid = self._session(_config(), state)
+        new = self._new(sid, state)
+        # ids for the messages not stored yet (those before the mark were
+        # given one at an earlier call): the work of a call is its new
+        # messages and its window, never the whole state
+        for m in new:
             if m.id is None:
                 m.id = str(uuid.uuid4())
-        sid = self._session(_config(), state)
         return _Call(session=sid, system="\n\n".join(system) if system else None, messages=state,
-                     new=self._new(sid, state), tools=_tools(request.tools))
+                     new=new, tools=_tools(request.tools))
 
     def _new(self, sid: uuid.UUID, messages: list[AnyMessage]) -> list[AnyMessage]:
         mark = self._marks.get(sid)
@@ -332,7 +387,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _request(self, request: ModelRequest[Any], call: _Call, w: Window) -> ModelRequest[Any]:
         """The request with the window's messages: the state's own objects
         where ctxwin sends them as stored, else as ctxwin sends them."""
-        by_id = {m.id: m for m in call.messages}
+        by_id = _Index(call.messages)
         head: list[str] = []
         out: list[AnyMessage] = []
         for wm in w.messages:
@@ -340,7 +395,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             if wm.id is None and not out and m.get("role") == "system":
                 head.append(m.get("content") or "")
                 continue
-            orig = by_id.get(wm.client_key) if wm.client_key is not None else None
+            orig = by_id.get(wm.client_key)
             if orig is not None and wm.intact:
                 out.append(orig)
                 continue
@@ -414,39 +469,198 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             self._use_model = jobs.has_jobs(cl) and not jobs.server_llm(cl, self.profile_name)
         return self._use_model or not (self.summarize == "auto" and cl.worker_running())
 
-    def _summarize_now(self, cl: Client, session: uuid.UUID) -> bool:
+    def _summarize_now(self, cl: Client, session: uuid.UUID, force: bool = False) -> bool:
         """One summary of the session, by the model or the server; whether one was written."""
         if self._use_model:
-            job = jobs.claim(cl, session)
-            if job is None:
-                return False
             try:
+                job = jobs.claim(cl, session, force=force)
+                if job is None:
+                    return False
                 jobs.run(cl, job, self.model)
-            except jobs.SummaryModelError as e:     # the job is failed (recorded); the window still fits
+            except (jobs.SummaryModelError, CtxwinError) as e:  # the job is failed (recorded); the window still fits
                 warnings.warn(f"ctxwin: the model could not summarize session {session}: {e}", RuntimeWarning,
                               stacklevel=3)
                 return False
             return True
         return cl.summarize(session) is not None
 
+    def _leaves_out(self, cl: Client, sid: uuid.UUID, w: Window) -> int:
+        """How many stored messages the window leaves out that no summary covers."""
+        return len(_history.left_out(cl, sid, w))
+
+    def _settle(self, cl: Client, call: _Call, w: Window) -> Window:
+        """The window after the summaries this call makes or starts (see the module)."""
+        if self.summarize == "worker":
+            return w
+        if self._use_model is None and (self._due(w) or _history.gap(w) is not None):
+            self._use_model = jobs.has_jobs(cl) and not jobs.server_llm(cl, self.profile_name)
+        if not self._use_model:
+            # the server's summary (summarize_session), when no worker writes it
+            if self._due(w) and self._summarizes(cl):
+                try:
+                    if self._summarize_now(cl, call.session):
+                        w = cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+                except CtxwinError as e:    # recorded on the session; the window still fits
+                    warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
+                                  stacklevel=3)
+            return w
+        background = self.summarize == "auto" and _pooled(cl)
+        if not background and self._due(w) and self._summarize_now(cl, call.session):
+            w = cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+        # the call waits only when its window would leave out messages that
+        # no summary covers: for the summary in flight, else for one written now
+        for _ in range(SETTLE_ROUNDS):
+            if not self._leaves_out(cl, call.session, w):
+                break
+            if not self._wait_for(call.session) and not self._summarize_now(cl, call.session, force=True):
+                break
+            w = cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+        if background and w.queued:
+            self._start(cl, call.session)
+        return w
+
+    def _start(self, cl: Client, sid: uuid.UUID) -> None:
+        """The session's due summary by the model, in a thread of this
+        middleware's (one at a time per session), on connections of the pool."""
+        with self._lock:
+            f = self._threads.get(sid)
+            if f is not None and not f.done():
+                return
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctxwin-summary")
+            self._threads[sid] = self._executor.submit(self._background, cl, sid)
+
+    def _background(self, cl: Client, sid: uuid.UUID) -> None:
+        """The summaries due, one after another: never raises (a failure is
+        recorded on the session, the job failed, and logged)."""
+        try:
+            for _ in range(SETTLE_ROUNDS):
+                job = jobs.claim(cl, sid)
+                if job is None:
+                    break
+                jobs.run(cl, job, self.model)
+                self.last_summary_error = None
+        except Exception as e:      # the model's, or ctxwin's refusal: the turns go on
+            self._failed(sid, e)
+
+    def _failed(self, sid: uuid.UUID, e: BaseException) -> None:
+        self.last_summary_error = f"{type(e).__name__}: {e}"
+        _log.warning("ctxwin could not summarize session %s with the model: %s", sid, self.last_summary_error)
+
+    def _wait_for(self, sid: uuid.UUID) -> bool:
+        """Waits for the session's summary in flight in a thread; whether there was one."""
+        with self._lock:
+            f = self._threads.get(sid)
+        if f is None:
+            return False
+        f.result()
+        with self._lock:
+            if self._threads.get(sid) is f:
+                del self._threads[sid]
+        return True
+
+    def wait_for_summaries(self, timeout: float | None = None) -> None:
+        """Waits for the summaries the model is writing in the background
+        (threads of the sync path), at most ``timeout`` seconds."""
+        with self._lock:
+            pending = list(self._threads.values())
+        for f in pending:
+            f.result(timeout)
+        with self._lock:
+            for k, f in list(self._threads.items()):
+                if f.done():
+                    del self._threads[k]
+
     async def _asummarizes(self, cl: AsyncClient) -> bool:
         if self._use_model is None:
             self._use_model = await jobs.ahas_jobs(cl) and not await jobs.aserver_llm(cl, self.profile_name)
         return self._use_model or not (self.summarize == "auto" and await cl.worker_running())
 
-    async def _asummarize_now(self, cl: AsyncClient, session: uuid.UUID) -> bool:
+    async def _asummarize_now(self, cl: AsyncClient, session: uuid.UUID, force: bool = False) -> bool:
         if self._use_model:
-            job = await jobs.aclaim(cl, session)
-            if job is None:
-                return False
             try:
+                job = await jobs.aclaim(cl, session, force=force)
+                if job is None:
+                    return False
                 await jobs.arun(cl, job, self.model)
-            except jobs.SummaryModelError as e:
+            except (jobs.SummaryModelError, CtxwinError) as e:
                 warnings.warn(f"ctxwin: the model could not summarize session {session}: {e}", RuntimeWarning,
                               stacklevel=3)
                 return False
             return True
         return await cl.summarize(session) is not None
+
+    async def _aleaves_out(self, cl: AsyncClient, sid: uuid.UUID, w: Window) -> int:
+        return len(await _history.aleft_out(cl, sid, w))
+
+    async def _asettle(self, cl: AsyncClient, call: _Call, w: Window) -> Window:
+        if self.summarize == "worker":
+            return w
+        if self._use_model is None and (self._due(w) or _history.gap(w) is not None):
+            self._use_model = await jobs.ahas_jobs(cl) and not await jobs.aserver_llm(cl, self.profile_name)
+        if not self._use_model:
+            if self._due(w) and await self._asummarizes(cl):
+                try:
+                    if await self._asummarize_now(cl, call.session):
+                        w = await cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+                except CtxwinError as e:
+                    warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
+                                  stacklevel=3)
+            return w
+        background = self.summarize == "auto" and _apooled(cl)
+        if not background and self._due(w) and await self._asummarize_now(cl, call.session):
+            w = await cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+        for _ in range(SETTLE_ROUNDS):
+            if not await self._aleaves_out(cl, call.session, w):
+                break
+            if not await self._await_for(call.session) and not await self._asummarize_now(cl, call.session,
+                                                                                          force=True):
+                break
+            w = await cl.window(call.session, budget=self.max_tokens, tools=call.tools)
+        if background and w.queued:
+            self._astart(cl, call.session)
+        return w
+
+    def _astart(self, cl: AsyncClient, sid: uuid.UUID) -> None:
+        """The session's due summary by the model, in an asyncio task (one
+        at a time per session), on connections of the pool."""
+        t = self._tasks.get(sid)
+        if t is not None and not t.done():
+            return
+        self._tasks[sid] = asyncio.get_running_loop().create_task(self._abackground(cl, sid))
+
+    async def _abackground(self, cl: AsyncClient, sid: uuid.UUID) -> None:
+        try:
+            for _ in range(SETTLE_ROUNDS):
+                job = await jobs.aclaim(cl, sid)
+                if job is None:
+                    break
+                await jobs.arun(cl, job, self.model)
+                self.last_summary_error = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._failed(sid, e)
+
+    async def _await_for(self, sid: uuid.UUID) -> bool:
+        t = self._tasks.get(sid)
+        if t is None or t is asyncio.current_task():
+            return False
+        if t.get_loop() is asyncio.get_running_loop():
+            await asyncio.shield(t)
+        if self._tasks.get(sid) is t:
+            del self._tasks[sid]
+        return True
+
+    async def await_summaries(self) -> None:
+        """Waits for the summaries the model is writing in the background
+        (asyncio tasks of the async path, on this event loop)."""
+        loop = asyncio.get_running_loop()
+        for sid, t in list(self._tasks.items()):
+            if t.get_loop() is loop:
+                await asyncio.shield(t)
+            if t.done() and self._tasks.get(sid) is t:
+                del self._tasks[sid]
 
     def wrap_model_call(
         self,
@@ -465,13 +679,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise
         assert w is not None
         self._marked(call.session, call.messages)
-        if self._due(w) and self._summarizes(cl):
-            try:
-                if self._summarize_now(cl, call.session):
-                    w = cl.window(call.session, budget=self.max_tokens, tools=call.tools)
-            except CtxwinError as e:    # recorded on the session; the window still fits
-                warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
-                              stacklevel=2)
+        w = self._settle(cl, call, w)
         token = _WINDOWED.set(self.name)
         try:
             response = handler(self._request(request, call, w))
@@ -485,7 +693,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = list(state.get("messages") or [])
         if not messages or self._client is None:
             return None
-        sid = self._session(_config(), [m for m in messages if not isinstance(m, SystemMessage)])
+        sid = self._session(_config(), (m for m in messages if not isinstance(m, SystemMessage)))
         if sid not in self._ready:
             return None          # no model call of this middleware on the session
         new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
@@ -539,13 +747,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise
         assert w is not None
         self._marked(call.session, call.messages)
-        if self._due(w) and await self._asummarizes(cl):
-            try:
-                if await self._asummarize_now(cl, call.session):
-                    w = await cl.window(call.session, budget=self.max_tokens, tools=call.tools)
-            except CtxwinError as e:
-                warnings.warn(f"ctxwin could not summarize session {call.session}: {e}", RuntimeWarning,
-                              stacklevel=2)
+        w = await self._asettle(cl, call, w)
         token = _WINDOWED.set(self.name)
         try:
             response = await handler(self._request(request, call, w))
@@ -559,7 +761,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = list(state.get("messages") or [])
         if not messages or self._aclient is None:
             return None
-        sid = self._session(_config(), [m for m in messages if not isinstance(m, SystemMessage)])
+        sid = self._session(_config(), (m for m in messages if not isinstance(m, SystemMessage)))
         if sid not in self._ready:
             return None
         new = [m for m in self._new(sid, messages) if not isinstance(m, SystemMessage)]
@@ -619,6 +821,17 @@ class ContextEditingMiddleware(CtxwinMiddleware):
         super().__init__(edits=list(edits) if edits is not None else [ClearToolUsesEdit()], **ctxwin)
         self.token_count_method = token_count_method
         self.token_counter = token_counter
+
+
+def _pooled(cl: Client) -> bool:
+    """Whether each call of the client borrows a connection of its own (a
+    pool): a summary in a thread then never shares one with the turns, nor
+    runs inside a transaction of the caller's."""
+    return not isinstance(cl._source, psycopg.Connection)
+
+
+def _apooled(cl: AsyncClient) -> bool:
+    return not isinstance(cl._source, psycopg.AsyncConnection)
 
 
 def _tools(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
