@@ -456,7 +456,7 @@ def run_middleware(args: argparse.Namespace, texts: list[str], rec: Rec) -> tupl
     for i, text in enumerate(texts):
         rec.turn, rec.text, rec.tool_called = i, text, False
         t0 = time.perf_counter()
-        out = agent.invoke({"messages": [HumanMessage(text)]}, cfg)
+        out = agent.invoke({"messages": [HumanMessage(text)]}, cfg, **durability(args))
         wall.append((time.perf_counter() - t0) * 1000.0)
         check_turn("middleware", i, text, out["messages"])
         progress(args, "middleware", i)
@@ -608,12 +608,19 @@ def run_variant(variant: str, args: argparse.Namespace, texts: list[str]) -> dic
         msgs: list[Any] = [SystemMessage(SYSTEM_PROMPT)] if i == 0 else []
         msgs.append(HumanMessage(text))
         t0 = time.perf_counter()
-        out = agent.invoke({"messages": msgs}, cfg)
+        out = agent.invoke({"messages": msgs}, cfg, **durability(args))
         wall.append((time.perf_counter() - t0) * 1000.0)
         check_turn(variant, i, text, out["messages"])
         progress(args, variant, i)
     return finish(variant, args, texts, rec, thread, session_for_thread(thread), t_start, wall,
                   len(out["messages"]), closers)
+
+
+def durability(args: argparse.Namespace) -> dict[str, Any]:
+    """invoke's durability= for the LangGraph agents (none given: LangGraph's
+    default, "async": the checkpoint written by a thread while the next node
+    runs, which holds the GIL while a hook waits on its socket)."""
+    return {"durability": args.durability} if args.durability else {}
 
 
 def finish(variant: str, args: argparse.Namespace, texts: list[str], rec: Rec, thread: str, sid: uuid.UUID,
@@ -725,6 +732,8 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=50)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--durability", choices=("async", "sync", "exit"), default=None,
+                    help="the LangGraph agents' invoke(durability=...) (default: LangGraph's, async)")
     ap.add_argument("--summary-keep", type=int, default=0, help="the mock's --summary-keep (for the report)")
     args = ap.parse_args()
     if args.turns <= FACT_TURNS:
