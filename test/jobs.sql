@@ -176,6 +176,9 @@ SELECT pg_sleep(0.2);
 SELECT throws_ok(format('SELECT ctxwin.complete_summary(%L, %L)', job ->> 'token', 'too late'), 'CW001', NULL,
                  'completing after the lease: CW001') FROM jobs WHERE step = 'a4';
 SELECT is(pg_temp.written(:a), 'v1 through 10, 1 summaries, 1 flush events', '... nothing written');
+-- a lease long enough for the checks below on a slow server (valgrind),
+-- short enough to wait out before claim_next_summary's (below)
+SET LOCAL ctxwin.summary_job_lease_ms = 1500;
 INSERT INTO jobs VALUES ('a5', ctxwin.claim_summary(:a, true));
 SELECT isnt(job, NULL, 'an expired job''s session is claimed again') FROM jobs WHERE step = 'a5';
 RESET ctxwin.summary_job_lease_ms;
@@ -221,7 +224,9 @@ SELECT isnt((SELECT compaction_queued_at FROM ctxwin.sessions WHERE id = '400000
             'the app session stays queued');
 SELECT matches((ctxwin.context_status('40000000-0000-4000-8000-00000000000d')).note,
                'written by the application''s own model \(summary_strategy ''app''\)', 'context_status says it waits for the application');
-SELECT pg_sleep(0.15);   -- the job of step a5 (a 100 ms lease) has expired
+-- the job of step a5 (a 1.5 s lease) expired
+SELECT pg_sleep(greatest(0, extract(epoch FROM (job ->> 'expires_at')::timestamptz - clock_timestamp())) + 0.05)
+FROM jobs WHERE step = 'a5';
 INSERT INTO jobs VALUES ('n1', ctxwin.claim_next_summary());
 INSERT INTO jobs VALUES ('n2', ctxwin.claim_next_summary());
 INSERT INTO jobs VALUES ('n3', ctxwin.claim_next_summary());
