@@ -88,6 +88,26 @@ WHERE s.id = %(id)s::uuid"""
 BUILD_WINDOW_LEAN = BUILD_WINDOW.replace(BUILD_WINDOW[BUILD_WINDOW.index(",\n       (SELECT jsonb_object_agg"):
                                                       BUILD_WINDOW.index(" AS rows") + len(" AS rows")], "")
 
+# A profile made from another (base): every column of the base's, the
+# ones in `set` (a JSON object of columns: name, builtin, triggers, ...)
+# replaced, and with `recent` min_recent_messages at most that; one that
+# exists already is left as it is.  The LangGraph node's and the LangChain
+# middleware's own profiles.
+DERIVE_PROFILE = """
+INSERT INTO ctxwin.profiles
+SELECT (jsonb_populate_record(p, %(set)s::jsonb
+        || CASE WHEN %(recent)s::int IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('min_recent_messages', least(p.min_recent_messages, %(recent)s::int)) END)).*
+FROM ctxwin.profiles p WHERE p.name = %(base)s
+ON CONFLICT (name) DO NOTHING"""
+
+
+def derived_profile(name: str, base: str, settings: Mapping[str, Any],
+                    recent: int | None = None) -> dict[str, Any]:
+    """The parameters of DERIVE_PROFILE."""
+    return {"set": Jsonb({**settings, "name": name, "builtin": False}), "base": base, "recent": recent}
+
+
 SEARCH = """
 SELECT id, role, created_at, snippet, rank
 FROM ctxwin.search(%s::uuid, %s::text, %s::text[], %s::timestamptz, %s::timestamptz, %s::int)"""

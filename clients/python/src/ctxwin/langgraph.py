@@ -397,20 +397,13 @@ class SummarizationNode(RunnableCallable):
         return first
 
     def _profile_sql(self) -> tuple[str, dict[str, Any]]:
-        return ("""
-            INSERT INTO ctxwin.profiles (name, model, context_window, trigger_ratio, max_messages_before_summary,
-                max_tokens_before_summary, min_recent_messages, response_reserve, max_summary_tokens,
-                summary_strategy, summary_model, summary_prompt, summary_placement, window_policy,
-                window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens, clear_tool_inputs,
-                exclude_tools, clear_at_least)
-            SELECT %(name)s, model, context_window, NULL, NULL, %(before)s, least(min_recent_messages, %(recent)s),
-                response_reserve, %(summary)s, summary_strategy, summary_model, summary_prompt, summary_placement,
-                window_policy, window_low_water, cache_ttl, keep_tool_results, tool_result_max_tokens,
-                clear_tool_inputs, exclude_tools, clear_at_least
-            FROM ctxwin.profiles WHERE name = %(base)s
-            ON CONFLICT (name) DO NOTHING""",
-                {"name": self.profile_name, "before": self.trigger_tokens, "recent": MIN_RECENT,
-                 "summary": self.max_summary_tokens, "base": self.base_profile})
+        """The node's profile: the base's, its triggers the node's, at most
+        MIN_RECENT recent messages kept out of a summary."""
+        return _sql.DERIVE_PROFILE, _sql.derived_profile(
+            self.profile_name, self.base_profile,
+            {"trigger_ratio": None, "max_messages_before_summary": None,
+             "max_tokens_before_summary": self.trigger_tokens, "max_summary_tokens": self.max_summary_tokens},
+            recent=MIN_RECENT)
 
     def _asks_worker(self, w: Window, leaves_out: int) -> bool:
         """Whether the turn must ask if a worker serves the database."""

@@ -118,10 +118,7 @@ _log = logging.getLogger("ctxwin.middleware")
 
 _WINDOWED: contextvars.ContextVar[str | None] = contextvars.ContextVar("ctxwin_windowed", default=None)
 
-_CREATE_PROFILE = """
-INSERT INTO ctxwin.profiles
-SELECT (jsonb_populate_record(p, %(set)s::jsonb)).* FROM ctxwin.profiles p WHERE p.name = %(base)s
-ON CONFLICT (name) DO NOTHING"""
+_CREATE_PROFILE = _sql.DERIVE_PROFILE
 
 _SET_SYSTEM_PROMPT = "UPDATE ctxwin.sessions SET system_prompt = %s WHERE id = %s::uuid"
 
@@ -329,8 +326,7 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return f"langchain-{self.base_profile}-{digest.hexdigest()[:12]}"
 
     def _profile_params(self) -> dict[str, Any]:
-        return {"set": Jsonb({**self.settings, "name": self.profile_name, "builtin": False}),
-                "base": self.base_profile}
+        return _sql.derived_profile(self.profile_name, self.base_profile, self.settings)
 
     def _session(self, config: RunnableConfig, messages: Iterable[AnyMessage]) -> uuid.UUID:
         if self.session_id is not None:
