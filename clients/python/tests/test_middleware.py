@@ -334,6 +334,7 @@ def test_model_summary_runs_beside_the_call(mockllm: MockLLM, dsn: str, db: psyc
     summary lands, the next turns carry it, and no message ever left the
     model's view unsummarized."""
     import threading
+    import time
 
     from langchain_core.runnables import RunnableLambda
     from psycopg_pool import ConnectionPool
@@ -373,6 +374,14 @@ def test_model_summary_runs_beside_the_call(mockllm: MockLLM, dsn: str, db: psyc
         assert _summaries(db, sid) == 0
         assert not mockllm.summary_requests(mark)
         gate.set()
+        in_flight = mw._threads.get(sid)
+        assert in_flight is not None
+        in_flight.result(60)
+        for _ in range(100):        # its done-callback runs in the summary's thread, just after
+            if sid not in mw._threads:
+                break
+            time.sleep(0.01)
+        assert sid not in mw._threads, "a finished summary stays in the middleware's table"
         mw.wait_for_summaries(60)
         assert done.is_set() and mw.last_summary_error is None
         assert _summaries(db, sid) >= 1, "the summary did not land"
@@ -495,6 +504,11 @@ async def test_async_model_summary_runs_beside_the_call(mockllm: MockLLM, dsn: s
         assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content
         assert _summaries(db, sid) == 0
         gate.set()
+        in_flight = mw._tasks.get(sid)
+        assert in_flight is not None
+        await asyncio.shield(in_flight)
+        await asyncio.sleep(0)      # its done-callback, scheduled on the loop
+        assert sid not in mw._tasks, "a finished summary stays in the middleware's table"
         await mw.await_summaries()
         assert done.is_set() and mw.last_summary_error is None
         assert _summaries(db, sid) >= 1, "the summary did not land"

@@ -524,7 +524,15 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 return
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ctxwin-summary")
-            self._threads[sid] = self._executor.submit(self._background, cl, sid)
+            f = self._threads[sid] = self._executor.submit(self._background, cl, sid)
+        f.add_done_callback(lambda done: self._forget(sid, done))
+
+    def _forget(self, sid: uuid.UUID, f: Future[None]) -> None:
+        """A finished summary's entry dropped (one per session would
+        otherwise stay for the middleware's life)."""
+        with self._lock:
+            if self._threads.get(sid) is f:
+                del self._threads[sid]
 
     def _background(self, cl: Client, sid: uuid.UUID) -> None:
         """The summaries due, one after another: never raises (a failure is
@@ -623,7 +631,8 @@ class CtxwinMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         t = self._tasks.get(sid)
         if t is not None and not t.done():
             return
-        self._tasks[sid] = asyncio.get_running_loop().create_task(self._abackground(cl, sid))
+        t = self._tasks[sid] = asyncio.get_running_loop().create_task(self._abackground(cl, sid))
+        t.add_done_callback(lambda done: self._tasks.pop(sid) if self._tasks.get(sid) is done else None)
 
     async def _abackground(self, cl: AsyncClient, sid: uuid.UUID) -> None:
         try:
