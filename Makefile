@@ -39,6 +39,7 @@ OBJS = \
 	src/summary/retract.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
+	src/worker/indexes.o \
 	src/worker/loop.o \
 	src/worker/jobs.o \
 	src/worker/transfer.o \

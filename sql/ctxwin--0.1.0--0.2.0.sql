@@ -26,6 +26,42 @@ COMMENT ON FUNCTION ctxwin._require_library(text) IS
 
 SELECT ctxwin._require_library('0.2.0');
 
+-- The tables this update changes, locked before it changes anything, all at
+-- once, in the order an insert takes them (a message, then its session).
+-- An update holds every lock it takes until it commits: taken one by one as
+-- the statements below come to them, they would meet the application's
+-- transactions, which take them in another order, and PostgreSQL would end
+-- one side as a deadlock, sometimes the application's insert.  Each attempt
+-- waits at most 100 ms (well under deadlock_timeout, so that the update is
+-- always the one that gives way, releasing what it took), then tries again,
+-- for up to a minute.  Once it holds them the update takes some 50 ms: that
+-- is how long an insert waits for it.  What is proportional to the data (the
+-- search index) is left to build after it (pending_indexes() below).
+DO $$
+DECLARE
+    tries int := 0;
+    timeout text := current_setting('lock_timeout');
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            LOCK TABLE ctxwin.messages, ctxwin.sessions, ctxwin.summaries, ctxwin.flush_events,
+                       ctxwin.profiles, ctxwin.models IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available THEN
+            tries := tries + 1;
+            IF tries >= 500 THEN
+                RAISE EXCEPTION 'could not lock ctxwin''s tables for the update'
+                    USING ERRCODE = 'lock_not_available',
+                          DETAIL = format('%s attempts of 100 ms each found one of them held by another transaction.', tries),
+                          HINT = 'Look for long transactions in pg_stat_activity, end them, and run ALTER EXTENSION ctxwin UPDATE again.';
+            END IF;
+            PERFORM pg_sleep(0.01 + 0.05 * random());
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', timeout, true);
+END $$;
+
 -- The C functions carry the ctxwin_ prefix (the library's symbols are
 -- global in the server); the old names stay in the library for databases
 -- still at 0.1.0 (src/compat/symbols_0_1.c).
@@ -1697,8 +1733,18 @@ COMMENT ON VIEW ctxwin.usage IS
 ALTER TABLE ctxwin.messages ADD COLUMN client_key text;
 COMMENT ON COLUMN ctxwin.messages.client_key IS
 'The key the application gave the message (append_messages), unique in its session; NULL: none';
-CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
-    WHERE client_key IS NOT NULL;
+-- Built here on a partitioned table or one of at most 10,000 rows; on a
+-- larger plain table after the update, concurrently (the ctxwin.search
+-- section below, ctxwin.pending_indexes()).
+DO $$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass) = 'r'
+       AND EXISTS (SELECT FROM ctxwin.messages OFFSET 10000) THEN
+        RETURN;
+    END IF;
+    CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
+        WHERE client_key IS NOT NULL;
+END $$;
 
 /*
  * Appends chat messages (a JSON array in OpenAI's chat shape: role,
@@ -2885,9 +2931,27 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
 -- fills a pending list merges it into the index (with 64 kB: inserts'
 -- p99.9 23 ms, against 6 ms without the list, at the same rate with
 -- synchronous_commit on; bench/recall/RESULTS.md).
-CREATE INDEX messages_search ON ctxwin.messages
-    USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-    WITH (fastupdate = off);
+--
+-- On a plain ctxwin.messages of more than 10,000 rows the update does not
+-- build it (nor messages_client_key above): a build holds off every insert
+-- until it ends (84 s on 1.2 million messages), and the update holds its
+-- locks until it commits.  The database's worker builds both concurrently
+-- after the update (src/worker/indexes.c); without a worker, run the
+-- statements of ctxwin.pending_indexes() (defined below).  Searches answer
+-- correctly meanwhile, by reading the session's messages.
+DO $$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass) = 'r'
+       AND EXISTS (SELECT FROM ctxwin.messages OFFSET 10000) THEN
+        RAISE WARNING 'the indexes messages_search and messages_client_key of ctxwin.messages are built after this update, concurrently'
+            USING DETAIL = 'ctxwin.messages holds more than 10,000 rows: building them in the update would hold off every insert until it ends.',
+                  HINT = 'The database''s ctxwin worker builds them. Without a worker, run at top level: SELECT statement FROM ctxwin.pending_indexes() WHERE state <> ''building'' \gexec';
+        RETURN;
+    END IF;
+    CREATE INDEX messages_search ON ctxwin.messages
+        USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
+        WITH (fastupdate = off);
+END $$;
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery
@@ -4481,3 +4545,142 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.release_summary(text) IS
 'Gives a claimed summary job back, with no summary and no failure recorded: the session is free for the next summarizer at once; false when the token''s job no longer holds it';
+
+-- ==== Indexes an update leaves to build after it, concurrently ====
+
+/*
+ * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
+ * but this database does not have valid yet.  A fresh install creates them
+ * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
+ * transaction on a table of more than 10,000 rows (building them there
+ * would stop every insert for as long as the build takes), and they are
+ * built afterwards, concurrently: by the background worker of the database
+ * (ctxwin.databases), or by running the statements yourself at top level,
+ * e.g. in psql:
+ *
+ *     SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \gexec
+ *
+ * state: 'missing' (never built), 'building' (a build runs: phase and the
+ * blocks done and to do are PostgreSQL's pg_stat_progress_create_index),
+ * 'invalid' (a build that stopped: its statement is a REINDEX CONCURRENTLY).
+ * Meanwhile searches answer as they would with the index, by reading the
+ * session's messages (slower, never wrong).  Only for a ctxwin.messages that
+ * is a plain table: the update builds a partitioned one's indexes in its
+ * transaction.
+ */
+CREATE FUNCTION ctxwin.pending_indexes()
+RETURNS TABLE (index_name text, state text, statement text,
+               phase text, blocks_done bigint, blocks_total bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.name,
+           CASE WHEN c.oid IS NULL THEN 'missing' WHEN p.pid IS NOT NULL THEN 'building' ELSE 'invalid' END,
+           CASE WHEN c.oid IS NULL THEN d.ddl ELSE format('REINDEX INDEX CONCURRENTLY ctxwin.%I', d.name) END,
+           p.phase, p.blocks_done, p.blocks_total
+    FROM (VALUES
+            (1, 'messages_client_key',
+             'CREATE UNIQUE INDEX CONCURRENTLY messages_client_key ON ctxwin.messages (session_id, client_key) '
+             'WHERE client_key IS NOT NULL'),
+            (2, 'messages_search',
+             'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off)')
+         ) AS d(ord, name, ddl)
+    JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
+    LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace
+    LEFT JOIN pg_index i ON i.indexrelid = c.oid
+    LEFT JOIN pg_stat_progress_create_index p ON p.index_relid = c.oid AND c.oid IS NOT NULL
+    WHERE c.oid IS NULL OR NOT i.indisvalid
+    ORDER BY d.ord
+$$;
+
+COMMENT ON FUNCTION ctxwin.pending_indexes() IS
+'The indexes of ctxwin.messages an update left to build after it, concurrently (by the worker, or by running each statement at top level): name, state (missing, building, invalid), the statement that builds it, and a running build''s phase and blocks';
+
+-- ==== Where a summary may end: one ordered scan, not a lateral per message ====
+
+-- The message ids after p_after, up to p_through, where a summary may end:
+-- not inside a tool group (_summary_may_end, which reads the role of the
+-- next message).  One ordered scan of the session's rows, the next role
+-- read with lead(): a lateral "next message" per row made a plan of
+-- O(n^2) before the table's first ANALYZE (22 s for 12,000 messages,
+-- holding the rows of the sessions the worker had claimed with it).
+CREATE FUNCTION ctxwin._summary_ends(p_session uuid, p_after bigint, p_through bigint)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT x.id
+    FROM (SELECT r.id, r.calls, lead(r.role) OVER (ORDER BY r.id) AS next_role
+          FROM (SELECT m.id, m.tool_calls IS NOT NULL AS calls, m.role FROM ctxwin.messages m
+                WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+                  AND m.retracted_at IS NULL
+                UNION ALL
+                (SELECT n.id, n.tool_calls IS NOT NULL, n.role FROM ctxwin.messages n
+                 WHERE n.session_id = p_session AND n.id > p_through AND n.retracted_at IS NULL
+                 ORDER BY n.id LIMIT 1)) r) x
+    WHERE x.id <= p_through AND ctxwin._summary_may_end(x.calls, x.next_role)
+$$;
+
+COMMENT ON FUNCTION ctxwin._summary_ends(uuid, bigint, bigint) IS
+'The message ids of a session after one id and up to another where a summary may end without splitting a tool group';
+
+-- The newest message id a summary may end at: at most target, after the
+-- current summary point, and not inside a tool group (_summary_ends).
+CREATE OR REPLACE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT max(e) FROM ctxwin._summary_ends(p_session, p_after, p_target) e);
+END $$;
+
+COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
+'The last message id at or before a target where a summary may end without splitting a tool group';
+
+-- the first place a summary may end, from _summary_ends
+CREATE OR REPLACE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    through bigint := p_through;
+    first_cut bigint;
+    guess bigint;
+    t text;
+BEGIN
+    IF p_room < 1 THEN
+        RAISE EXCEPTION 'the summary request leaves no room for messages'
+            USING ERRCODE = 'program_limit_exceeded',
+                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
+                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
+    END IF;
+    -- the first place a summary may end: the end of the first whole tool group
+    SELECT min(e) INTO first_cut FROM ctxwin._summary_ends(p_session, p_after, p_through) e;
+    IF first_cut IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- a first guess from the stored token counts, then halve until it fits
+    SELECT max(x.id) INTO guess
+    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
+          FROM ctxwin.messages m
+          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
+            AND m.retracted_at IS NULL) x
+    WHERE x.running <= p_room::bigint;
+    IF guess IS NULL OR guess < through THEN
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
+                            first_cut);
+    END IF;
+    LOOP
+        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
+        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
+            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
+        END IF;
+        IF through <= first_cut THEN
+            RETURN jsonb_build_object('through', first_cut, 'cut', true,
+                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
+        END IF;
+        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
+                                                         p_after + (through - p_after) / 2::bigint), first_cut),
+                            first_cut);
+    END LOOP;
+END $$;
+

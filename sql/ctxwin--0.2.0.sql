@@ -1839,20 +1839,39 @@ RETURN format('HTTP %s: %s', r ->> 'status',
 COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
 'Status and message of an LLM error answer, for errors and last_error';
 
+-- The message ids after p_after, up to p_through, where a summary may end:
+-- not inside a tool group (_summary_may_end, which reads the role of the
+-- next message).  One ordered scan of the session's rows, the next role
+-- read with lead(): a lateral "next message" per row made a plan of
+-- O(n^2) before the table's first ANALYZE (22 s for 12,000 messages,
+-- holding the rows of the sessions the worker had claimed with it).
+CREATE FUNCTION ctxwin._summary_ends(p_session uuid, p_after bigint, p_through bigint)
+RETURNS SETOF bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT x.id
+    FROM (SELECT r.id, r.calls, lead(r.role) OVER (ORDER BY r.id) AS next_role
+          FROM (SELECT m.id, m.tool_calls IS NOT NULL AS calls, m.role FROM ctxwin.messages m
+                WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+                  AND m.retracted_at IS NULL
+                UNION ALL
+                (SELECT n.id, n.tool_calls IS NOT NULL, n.role FROM ctxwin.messages n
+                 WHERE n.session_id = p_session AND n.id > p_through AND n.retracted_at IS NULL
+                 ORDER BY n.id LIMIT 1)) r) x
+    WHERE x.id <= p_through AND ctxwin._summary_may_end(x.calls, x.next_role)
+$$;
+
+COMMENT ON FUNCTION ctxwin._summary_ends(uuid, bigint, bigint) IS
+'The message ids of a session after one id and up to another where a summary may end without splitting a tool group';
+
 -- The newest message id a summary may end at: at most target, after the
--- current summary point, and not inside a tool group (_summary_may_end).
+-- current summary point, and not inside a tool group (_summary_ends).
 CREATE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN (
-        SELECT max(m.id) FROM ctxwin.messages m
-        LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
-                           WHERE n.session_id = m.session_id AND n.id > m.id AND n.retracted_at IS NULL
-                           ORDER BY n.id LIMIT 1) nx ON true
-        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_target AND m.retracted_at IS NULL
-          AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role));
+    RETURN (SELECT max(e) FROM ctxwin._summary_ends(p_session, p_after, p_target) e);
 END $$;
 
 COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
@@ -1912,14 +1931,7 @@ BEGIN
                   HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
     END IF;
     -- the first place a summary may end: the end of the first whole tool group
-    SELECT min(m.id) INTO first_cut FROM ctxwin.messages m
-    LEFT JOIN LATERAL (SELECT n.role FROM ctxwin.messages n
-                       WHERE n.session_id OPERATOR(pg_catalog.=) m.session_id AND n.id > m.id
-                         AND n.retracted_at IS NULL
-                       ORDER BY n.id LIMIT 1) nx ON true
-    WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
-      AND m.retracted_at IS NULL
-      AND ctxwin._summary_may_end(m.tool_calls IS NOT NULL, nx.role);
+    SELECT min(e) INTO first_cut FROM ctxwin._summary_ends(p_session, p_after, p_through) e;
     IF first_cut IS NULL THEN
         RETURN NULL;
     END IF;
@@ -3189,6 +3201,54 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.answer_tool_call(uuid, jsonb) IS
 'The tool message ({"role": "tool", "tool_call_id", "name", "content"}) answering a conversation_search call (an OpenAI tool call or an Anthropic tool_use block) of a session: the search''s results, one line each with the message''s id, role, time and snippet';
+
+/*
+ * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
+ * but this database does not have valid yet.  A fresh install creates them
+ * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
+ * transaction on a table of more than 10,000 rows (building them there
+ * would stop every insert for as long as the build takes), and they are
+ * built afterwards, concurrently: by the background worker of the database
+ * (ctxwin.databases), or by running the statements yourself at top level,
+ * e.g. in psql:
+ *
+ *     SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \gexec
+ *
+ * state: 'missing' (never built), 'building' (a build runs: phase and the
+ * blocks done and to do are PostgreSQL's pg_stat_progress_create_index),
+ * 'invalid' (a build that stopped: its statement is a REINDEX CONCURRENTLY).
+ * Meanwhile searches answer as they would with the index, by reading the
+ * session's messages (slower, never wrong).  Only for a ctxwin.messages that
+ * is a plain table: the update builds a partitioned one's indexes in its
+ * transaction.
+ */
+CREATE FUNCTION ctxwin.pending_indexes()
+RETURNS TABLE (index_name text, state text, statement text,
+               phase text, blocks_done bigint, blocks_total bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.name,
+           CASE WHEN c.oid IS NULL THEN 'missing' WHEN p.pid IS NOT NULL THEN 'building' ELSE 'invalid' END,
+           CASE WHEN c.oid IS NULL THEN d.ddl ELSE format('REINDEX INDEX CONCURRENTLY ctxwin.%I', d.name) END,
+           p.phase, p.blocks_done, p.blocks_total
+    FROM (VALUES
+            (1, 'messages_client_key',
+             'CREATE UNIQUE INDEX CONCURRENTLY messages_client_key ON ctxwin.messages (session_id, client_key) '
+             'WHERE client_key IS NOT NULL'),
+            (2, 'messages_search',
+             'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off)')
+         ) AS d(ord, name, ddl)
+    JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
+    LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace
+    LEFT JOIN pg_index i ON i.indexrelid = c.oid
+    LEFT JOIN pg_stat_progress_create_index p ON p.index_relid = c.oid AND c.oid IS NOT NULL
+    WHERE c.oid IS NULL OR NOT i.indisvalid
+    ORDER BY d.ord
+$$;
+
+COMMENT ON FUNCTION ctxwin.pending_indexes() IS
+'The indexes of ctxwin.messages an update left to build after it, concurrently (by the worker, or by running each statement at top level): name, state (missing, building, invalid), the statement that builds it, and a running build''s phase and blocks';
 -- ==== sql/install/90_usage.sql ====
 
 ------------------------------------------------------------------------------

@@ -394,3 +394,51 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.answer_tool_call(uuid, jsonb) IS
 'The tool message ({"role": "tool", "tool_call_id", "name", "content"}) answering a conversation_search call (an OpenAI tool call or an Anthropic tool_use block) of a session: the search''s results, one line each with the message''s id, role, time and snippet';
+
+/*
+ * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
+ * but this database does not have valid yet.  A fresh install creates them
+ * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
+ * transaction on a table of more than 10,000 rows (building them there
+ * would stop every insert for as long as the build takes), and they are
+ * built afterwards, concurrently: by the background worker of the database
+ * (ctxwin.databases), or by running the statements yourself at top level,
+ * e.g. in psql:
+ *
+ *     SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \gexec
+ *
+ * state: 'missing' (never built), 'building' (a build runs: phase and the
+ * blocks done and to do are PostgreSQL's pg_stat_progress_create_index),
+ * 'invalid' (a build that stopped: its statement is a REINDEX CONCURRENTLY).
+ * Meanwhile searches answer as they would with the index, by reading the
+ * session's messages (slower, never wrong).  Only for a ctxwin.messages that
+ * is a plain table: the update builds a partitioned one's indexes in its
+ * transaction.
+ */
+CREATE FUNCTION ctxwin.pending_indexes()
+RETURNS TABLE (index_name text, state text, statement text,
+               phase text, blocks_done bigint, blocks_total bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.name,
+           CASE WHEN c.oid IS NULL THEN 'missing' WHEN p.pid IS NOT NULL THEN 'building' ELSE 'invalid' END,
+           CASE WHEN c.oid IS NULL THEN d.ddl ELSE format('REINDEX INDEX CONCURRENTLY ctxwin.%I', d.name) END,
+           p.phase, p.blocks_done, p.blocks_total
+    FROM (VALUES
+            (1, 'messages_client_key',
+             'CREATE UNIQUE INDEX CONCURRENTLY messages_client_key ON ctxwin.messages (session_id, client_key) '
+             'WHERE client_key IS NOT NULL'),
+            (2, 'messages_search',
+             'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off)')
+         ) AS d(ord, name, ddl)
+    JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
+    LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace
+    LEFT JOIN pg_index i ON i.indexrelid = c.oid
+    LEFT JOIN pg_stat_progress_create_index p ON p.index_relid = c.oid AND c.oid IS NOT NULL
+    WHERE c.oid IS NULL OR NOT i.indisvalid
+    ORDER BY d.ord
+$$;
+
+COMMENT ON FUNCTION ctxwin.pending_indexes() IS
+'The indexes of ctxwin.messages an update left to build after it, concurrently (by the worker, or by running each statement at top level): name, state (missing, building, invalid), the statement that builds it, and a running build''s phase and blocks';

@@ -362,7 +362,16 @@ CountSummaryWritten(TimestampTz queued_at, TimestampTz now)
 	SlotRecordMs(MySlot->lag_ms, &MySlot->lag_count, (now - queued_at) / 1000);
 }
 
-/* Makes an extractive summary (no network) at once, and commits it on its own. */
+/*
+ * Makes an extractive summary (no network) at once, and commits it on its
+ * own.  The transaction that claimed it is committed first: making the
+ * summary takes time in proportion to the messages it covers (seconds for
+ * a backlog of thousands), and that transaction holds the rows of every
+ * session the claim locked, which the application's inserts into those
+ * sessions would wait for.  The claim itself (a session-level lock) stays,
+ * and _summary_finish writes only if the session's summary did not move
+ * since the plan.
+ */
 static void
 MakeExtractiveSummary(const Candidate *c, Datum plan)
 {
@@ -370,10 +379,15 @@ MakeExtractiveSummary(const Candidate *c, Datum plan)
 		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, NULL)).version",
 		1, {TEXTOID}, .once = true
 	};
-	Datum		values[1] = {plan};
+	char	   *plan_text = MemoryContextStrdup(LoopContext, TextDatumGetCString(plan));
+	Datum		values[1];
 	char	   *err = NULL;
 	int			code = 0;
 
+	EndWork();
+	FreeDeadJobs();
+	BeginWork("ctxwin: compacting sessions");
+	values[0] = CStringGetTextDatum(plan_text);
 	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
 		CountSummaryWritten(c->queued_at, GetCurrentTimestamp());
 	else if (!NotAFailure(code))

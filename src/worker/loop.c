@@ -277,7 +277,7 @@ WorkerInit(int slotno)
 	/* it runs as a superuser: resolve no name through a schema users can write */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	/* never wait long on a row an application transaction holds: the others wait too */
-	SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&MySlot->mutex);
 	MySlot->dboid = MyDatabaseId;
@@ -522,6 +522,9 @@ ctxwin_worker_main(Datum arg)
 		MemoryContextSwitchTo(LoopContext);
 
 		ext = WorkRound(GetCurrentTimestamp());
+		/* what an update left to build, while no request of ours waits on it */
+		if (ext == WS_IDLE && NumWorkerJobs == 0)
+			(void) BuildPendingIndexes(GetCurrentTimestamp());
 		if (RetryWakeAt < next_sweep)
 			next_sweep = RetryWakeAt;
 		RetryWakeAt = PG_INT64_MAX;

@@ -187,12 +187,18 @@ extern void DisarmStatementTimeout(void);
 extern bool RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
 extern bool SubxactQueryRow(CtxwinQuery *q, Datum *values, int ncols, Datum *result,
 							bool *isnull, char **err, int *sqlstate);
+/* the worker's lock_timeout: never wait long on a row an application holds */
+#define WORKER_LOCK_TIMEOUT "2s"
+
 extern void BeginWork(const char *activity);
 extern void EndWork(void);
 
 /* jobs.c */
 extern dlist_head WorkerJobs;
 extern int	NumWorkerJobs;
+
+/* indexes.c */
+extern bool BuildPendingIndexes(TimestampTz now);
 extern int	ClaimSessions(int room, int *progressed);
 extern bool QueueHasHeldSessions(void);
 extern bool JobDueToWrite(Job *j, TimestampTz now);

@@ -1,0 +1,165 @@
+# ALTER EXTENSION ctxwin UPDATE from 0.1.0 on a database that holds more
+# than 10,000 messages, with writers inserting the whole time:
+#
+#  - no insert fails (pgbench's clients stop at their first error), and
+#    every message a writer committed is there after the update;
+#  - the update leaves the two indexes of ctxwin.messages whose build is
+#    proportional to the table (the search index, the client keys) out of
+#    its transaction and says so in a WARNING (an extension script shows nothing less); ctxwin.pending_indexes()
+#    lists them, each with the statement that builds it concurrently;
+#  - a search answers exactly as it does once the index is built (found by
+#    reading the session's messages meanwhile);
+#  - without a worker, the statements run at top level (psql's \gexec) build
+#    them; in a database the worker serves, the worker builds them by
+#    itself and says so in the log; either way the indexes are the ones a
+#    fresh install makes (pg_get_indexdef), valid, and the list is empty.
+#
+# The longest insert's latency during the update is printed (a figure, not
+# a check: bench/upgrade measures it on a million messages).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use CtxwinTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $node = ctxwin_node(
+	'online',
+	preload => 1,
+	conf => {
+		'ctxwin.databases' => 'served',
+		'ctxwin.naptime_ms' => '200',
+		'ctxwin.llm_provider' => 'extractive',
+		'log_lock_waits' => 'on',
+	});
+my $tmp = PostgreSQL::Test::Utils::tempdir();
+my $pgbench = $node->config_data('--bindir') . '/pgbench';
+
+sub sq { return sql($node, @_); }
+
+# 21 sessions at 0.1.0: one of 12,000 messages, with needles to search for
+# spread over it, and 20 the writers add to
+for my $db (qw(manual served fresh))
+{
+	sql_do($node, 'postgres', "CREATE DATABASE $db");
+}
+sql_do($node, 'fresh', 'CREATE EXTENSION ctxwin');
+for my $db (qw(manual served))
+{
+	sql_do($node, $db, "CREATE EXTENSION ctxwin VERSION '0.1.0'");
+	sql_do(
+		$node, $db, q{
+INSERT INTO ctxwin.sessions (id)
+SELECT ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid FROM generate_series(0, 20) i;
+INSERT INTO ctxwin.messages (session_id, role, content)
+SELECT '00000000-0000-4000-8000-000000000000', CASE WHEN i % 2 = 0 THEN 'user' ELSE 'assistant' END,
+       CASE WHEN i % 997 = 0 THEN format('order ORD-%s was refunded, ticket zebracorn %s', i, i)
+            ELSE format('message %s about the weather and the rounding of totals', i) END
+FROM generate_series(1, 12000) i;
+});
+}
+is(sq('manual', 'SELECT count(*) FROM ctxwin.messages'), '12000', 'a 0.1.0 database with 12,000 messages');
+
+my $search = "SELECT string_agg(id::text, ',' ORDER BY id) FROM ctxwin.search("
+  . "'00000000-0000-4000-8000-000000000000', 'zebracorn', max_results => 50)";
+
+# writers: pgbench, 2 clients, one message a transaction into one of the 20
+# sessions, logging every transaction's latency
+append_to_file("$tmp/insert.sql", <<'EOF');
+\set s random(1, 20)
+INSERT INTO ctxwin.messages (session_id, role, content)
+VALUES (('00000000-0000-4000-8000-' || lpad(:s::text, 12, '0'))::uuid, 'user', 'a writer''s message ' || :client_id);
+EOF
+
+# update(DB): the update while the writers insert; returns its output
+sub update
+{
+	my ($db) = @_;
+	my ($out, $err) = ('', '');
+	my $offset = log_offset($node);
+	my $before = sq($db, 'SELECT count(*) FROM ctxwin.messages');
+	my $bench = IPC::Run::start(
+		[
+			$pgbench, '-n', '-c', '2', '-j', '2', '-T', '6', '-f', "$tmp/insert.sql",
+			'-l', '--log-prefix', "$tmp/$db", '-h', $node->host, '-p', $node->port, $db
+		],
+		'>', \$out, '2>', \$err);
+	usleep(1_500_000);
+	my $t0 = now_ms();
+	my ($text, $rc) = sql($node, $db, 'ALTER EXTENSION ctxwin UPDATE');
+	my $took = elapsed_ms($t0);
+	$bench->finish;
+	my $bench_rc = $? >> 8;
+	is($rc, 0, "$db: ALTER EXTENSION ctxwin UPDATE succeeds while two writers insert") or diag($text);
+	is($bench_rc, 0, "$db: ... and no insert fails") or diag("$out\n$err");
+	unlike($err, qr/aborted|ERROR/, "$db: ... pgbench reports no error") or diag($err);
+	like($out, qr/^number of failed transactions: 0 /m, "$db: ... and no failed transaction") or diag($out);
+	my ($n, $max) = (0, 0);
+	for my $f (glob("$tmp/$db.*"))
+	{
+		for (split /\n/, slurp_file($f))
+		{
+			my @c = split / /;
+			$n++;
+			$max = $c[2] if $c[2] > $max;
+		}
+	}
+	ok($n > 0, "$db: the writers committed inserts ($n)");
+	is(sq($db, 'SELECT count(*) FROM ctxwin.messages') - $before, $n,
+		"$db: ... every one of them is stored");
+	my @waits = grep { /still waiting|acquired|deadlock/ } split /\n/, log_since($node, $offset);
+	diag(join("\n", "$db: waits over deadlock_timeout:", @waits)) if @waits;
+	diag(sprintf('%s: the update took %d ms; the longest of %d inserts around it %.1f ms',
+			$db, $took, $n, $max / 1000));
+	return $text;
+}
+
+# --- without a worker ----------------------------------------------------------
+my $text = update('manual');
+like($text, qr/WARNING:  the indexes messages_search and messages_client_key of ctxwin\.messages are built after this update, concurrently/,
+	'the update says that it leaves the indexes to build after it');
+like($text, qr/HINT:  The database's ctxwin worker builds them\. Without a worker, run at top level: SELECT statement FROM ctxwin\.pending_indexes\(\)/,
+	'... and how they are built without a worker');
+is(sq('manual', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
+	ctxwin_version(), 'the database is at the new version');
+is( sq('manual', "SELECT string_agg(index_name || ' ' || state, ', ') FROM ctxwin.pending_indexes()"),
+	'messages_client_key missing, messages_search missing',
+	'pending_indexes() lists the two indexes, missing');
+like(sq('manual', "SELECT statement FROM ctxwin.pending_indexes() WHERE index_name = 'messages_search'"),
+	qr/^CREATE INDEX CONCURRENTLY messages_search ON ctxwin\.messages USING gin/,
+	'... with the statement that builds each concurrently');
+my $found = sq('manual', $search);
+is($found, join(',', map { $_ * 997 } 1 .. 12),
+	'a search without the index finds every matching message, newest first');
+like(sq('manual', "EXPLAIN (COSTS OFF) SELECT * FROM ctxwin.messages m WHERE ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls) OPERATOR(ctxwin.\@\@) ctxwin._search_query('00000000-0000-4000-8000-000000000000', 3, 0, 'zebracorn', false)"),
+	qr/^(?!.*messages_search)/s, '... which no index serves yet');
+
+my ($out, $rc) = sql($node, 'manual',
+	"SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \\gexec");
+is($rc, 0, 'running the statements at top level (psql \\gexec) builds them') or diag($out);
+is(sq('manual', 'SELECT count(*) FROM ctxwin.pending_indexes()'), '0', '... and the list is empty');
+is(sq('manual', $search), $found, 'the search answers the same with the index');
+
+my $defs = "SELECT string_agg(pg_get_indexdef(i.indexrelid) || ' ' || i.indisvalid, E'\\n' ORDER BY c.relname) "
+  . "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'ctxwin.messages'::regclass";
+my $fresh = sq('fresh', $defs);
+like($fresh, qr/messages_search.*true/, 'a fresh install has the search index');
+is(sq('manual', $defs), $fresh, 'the indexes of ctxwin.messages are those of a fresh install, valid');
+
+# --- with the worker -------------------------------------------------------------
+my $offset = log_offset($node);
+update('served');
+ok( wait_for($node, 'served', 'SELECT count(*) = 0 FROM ctxwin.pending_indexes()', 60),
+	'the worker builds the indexes the update left, by itself');
+is(sq('served', $defs), $fresh, '... the indexes of a fresh install, valid');
+my $log = log_since($node, $offset);
+like($log, qr/LOG:  ctxwin worker is building the index ctxwin\.messages_search concurrently/,
+	'... saying so in the log');
+like($log, qr/LOG:  ctxwin worker built the index ctxwin\.messages_search/, '... and when it is built');
+is(sq('served', $search), $found, 'the search answers the same there');
+
+$node->stop;
+done_testing();
