@@ -2931,27 +2931,8 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
 -- fills a pending list merges it into the index (with 64 kB: inserts'
 -- p99.9 23 ms, against 6 ms without the list, at the same rate with
 -- synchronous_commit on; bench/recall/RESULTS.md).
---
--- On a plain ctxwin.messages of more than 10,000 rows the update does not
--- build it (nor messages_client_key above): a build holds off every insert
--- until it ends (84 s on 1.2 million messages), and the update holds its
--- locks until it commits.  The database's worker builds both concurrently
--- after the update (src/worker/indexes.c); without a worker, run the
--- statements of ctxwin.pending_indexes() (defined below).  Searches answer
--- correctly meanwhile, by reading the session's messages.
-DO $$
-BEGIN
-    IF (SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass) = 'r'
-       AND EXISTS (SELECT FROM ctxwin.messages OFFSET 10000) THEN
-        RAISE WARNING 'the indexes messages_search and messages_client_key of ctxwin.messages are built after this update, concurrently'
-            USING DETAIL = 'ctxwin.messages holds more than 10,000 rows: building them in the update would hold off every insert until it ends.',
-                  HINT = 'The database''s ctxwin worker builds them. Without a worker, run at top level: SELECT statement FROM ctxwin.pending_indexes() WHERE state <> ''building'' \gexec';
-        RETURN;
-    END IF;
-    CREATE INDEX messages_search ON ctxwin.messages
-        USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-        WITH (fastupdate = off);
-END $$;
+-- (The index itself is made at the end of this script, once ctxwin.messages
+-- has the column searchable its predicate reads.)
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery
@@ -4546,56 +4527,6 @@ END $$;
 COMMENT ON FUNCTION ctxwin.release_summary(text) IS
 'Gives a claimed summary job back, with no summary and no failure recorded: the session is free for the next summarizer at once; false when the token''s job no longer holds it';
 
--- ==== Indexes an update leaves to build after it, concurrently ====
-
-/*
- * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
- * but this database does not have valid yet.  A fresh install creates them
- * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
- * transaction on a table of more than 10,000 rows (building them there
- * would stop every insert for as long as the build takes), and they are
- * built afterwards, concurrently: by the background worker of the database
- * (ctxwin.databases), or by running the statements yourself at top level,
- * e.g. in psql:
- *
- *     SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \gexec
- *
- * state: 'missing' (never built), 'building' (a build runs: phase and the
- * blocks done and to do are PostgreSQL's pg_stat_progress_create_index),
- * 'invalid' (a build that stopped: its statement is a REINDEX CONCURRENTLY).
- * Meanwhile searches answer as they would with the index, by reading the
- * session's messages (slower, never wrong).  Only for a ctxwin.messages that
- * is a plain table: the update builds a partitioned one's indexes in its
- * transaction.
- */
-CREATE FUNCTION ctxwin.pending_indexes()
-RETURNS TABLE (index_name text, state text, statement text,
-               phase text, blocks_done bigint, blocks_total bigint)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp AS $$
-    SELECT d.name,
-           CASE WHEN c.oid IS NULL THEN 'missing' WHEN p.pid IS NOT NULL THEN 'building' ELSE 'invalid' END,
-           CASE WHEN c.oid IS NULL THEN d.ddl ELSE format('REINDEX INDEX CONCURRENTLY ctxwin.%I', d.name) END,
-           p.phase, p.blocks_done, p.blocks_total
-    FROM (VALUES
-            (1, 'messages_client_key',
-             'CREATE UNIQUE INDEX CONCURRENTLY messages_client_key ON ctxwin.messages (session_id, client_key) '
-             'WHERE client_key IS NOT NULL'),
-            (2, 'messages_search',
-             'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
-             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off)')
-         ) AS d(ord, name, ddl)
-    JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
-    LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace
-    LEFT JOIN pg_index i ON i.indexrelid = c.oid
-    LEFT JOIN pg_stat_progress_create_index p ON p.index_relid = c.oid AND c.oid IS NOT NULL
-    WHERE c.oid IS NULL OR NOT i.indisvalid
-    ORDER BY d.ord
-$$;
-
-COMMENT ON FUNCTION ctxwin.pending_indexes() IS
-'The indexes of ctxwin.messages an update left to build after it, concurrently (by the worker, or by running each statement at top level): name, state (missing, building, invalid), the statement that builds it, and a running build''s phase and blocks';
-
 -- ==== Where a summary may end: one ordered scan, not a lateral per message ====
 
 -- The message ids after p_after, up to p_through, where a summary may end:
@@ -4684,3 +4615,202 @@ BEGIN
     END LOOP;
 END $$;
 
+-- ==== Search per profile: off, a message costs the search index nothing ====
+
+-- Both columns with a constant default: a change of the catalog, no
+-- rewrite of the table.
+ALTER TABLE ctxwin.messages ADD COLUMN searchable boolean NOT NULL DEFAULT true;
+COMMENT ON COLUMN ctxwin.messages.searchable IS
+'Whether the search index holds the message: its profile''s search setting when it was stored (set by ctxwin)';
+ALTER TABLE ctxwin.profiles ADD COLUMN search boolean NOT NULL DEFAULT true;
+COMMENT ON COLUMN ctxwin.profiles.search IS
+'Whether the messages of its sessions go into the search index (ctxwin.search, conversation_search). Off: they cost an insert no index entries, and a search of such a session is an error; a change applies to the messages stored after it';
+
+-- The search index (partial: WHERE searchable), with the rule of its build
+-- on a large table.
+--
+-- On a plain ctxwin.messages of more than 10,000 rows the update does not
+-- build it (nor messages_client_key above): a build holds off every insert
+-- until it ends (84 s on 1.2 million messages), and the update holds its
+-- locks until it commits.  The database's worker builds both concurrently
+-- after the update (src/worker/indexes.c); without a worker, run the
+-- statements of ctxwin.pending_indexes() (defined below).  Searches answer
+-- correctly meanwhile, by reading the session's messages.
+DO $$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass) = 'r'
+       AND EXISTS (SELECT FROM ctxwin.messages OFFSET 10000) THEN
+        RAISE WARNING 'the indexes messages_search and messages_client_key of ctxwin.messages are built after this update, concurrently'
+            USING DETAIL = 'ctxwin.messages holds more than 10,000 rows: building them in the update would hold off every insert until it ends.',
+                  HINT = 'The database''s ctxwin worker builds them. Without a worker, run at top level: SELECT statement FROM ctxwin.pending_indexes() WHERE state <> ''building'' \gexec';
+        RETURN;
+    END IF;
+    CREATE INDEX messages_search ON ctxwin.messages
+        USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
+        WITH (fastupdate = off) WHERE searchable;
+END $$;
+
+CREATE OR REPLACE FUNCTION ctxwin.search(session uuid, query text, roles text[] DEFAULT NULL,
+                              since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL,
+                              max_results int DEFAULT 10)
+RETURNS TABLE (id bigint, role text, created_at timestamptz, snippet text, rank real)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+DECLARE
+    top bigint;
+    terms int;
+    want int;
+    ids bigint[];
+    ranks real[];
+    got_ids bigint[];
+    got_ranks real[];
+    below bigint;
+    lvl int;
+    probes int;
+    hits bigint;
+    density float8;
+    any_term boolean := false;
+    bad text;
+    profile_name text;
+    search_on boolean;
+BEGIN
+    IF session IS NULL THEN
+        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF query IS NULL THEN
+        RAISE EXCEPTION 'search query must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF max_results IS NULL OR max_results < 1 OR max_results > 100 THEN
+        RAISE EXCEPTION 'max_results must be between 1 and 100'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('It is %s.', coalesce(max_results::text, 'NULL'));
+    END IF;
+    SELECT string_agg(coalesce(quote_literal(r), 'NULL'), ', ') INTO bad FROM unnest(roles) r
+    WHERE r IS NULL OR r NOT IN ('system', 'user', 'assistant', 'tool');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'roles has a value that is not a message role: %', bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The roles are system, user, assistant and tool.';
+    END IF;
+    SELECT s.message_count, p.name, p.search INTO top, profile_name, search_on
+    FROM ctxwin.sessions s LEFT JOIN ctxwin.profiles p ON p.name = s.profile WHERE s.id = session;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % does not exist', session USING ERRCODE = 'no_data_found';
+    END IF;
+    IF NOT search_on THEN
+        RAISE EXCEPTION 'search is off for the profile % of session %', quote_literal(profile_name), session
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The messages of its sessions are not in the search index.',
+                  HINT = format('Turn it on with UPDATE ctxwin.profiles SET search = true WHERE name = %L; it applies to the messages stored after it.', profile_name);
+    END IF;
+    terms := ctxwin._search_terms(query);
+    want := least(greatest(5 * max_results, 50), 500);
+
+    LOOP
+        ids := '{}';
+        ranks := '{}';
+        below := top + 1;
+        lvl := 1;
+        probes := 0;
+        hits := 0;
+        WHILE below > 1 AND cardinality(ids) < want AND probes < 16 LOOP
+            -- the matches of a bucket (lvl 1, 2) or the rest of the session
+            -- (3) below the messages searched, newest first
+            SELECT coalesce(array_agg(x.id ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}'),
+                   coalesce(array_agg(x.rank ORDER BY x.id DESC) FILTER (WHERE x.rank > 0), '{}')
+            INTO got_ids, got_ranks
+            FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
+                  FROM ctxwin.messages m
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL AND m.searchable
+                    AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
+                        OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
+                    AND (roles IS NULL OR m.role = ANY (roles))
+                    AND (since IS NULL OR m.created_at >= since) AND (until IS NULL OR m.created_at < until)
+                  LIMIT 4 * want) x;
+            ids := ids || got_ids[1 : want - cardinality(ids)];
+            ranks := ranks || got_ranks[1 : want - cardinality(ranks)];
+            hits := hits + cardinality(got_ids);
+            EXIT WHEN lvl = 3;
+            below := ctxwin._search_bucket_start(lvl, below - 1);
+            probes := probes + 1;
+            -- the next probe, by the matches per message so far: a bucket
+            -- of 1024 if 4 of them would hold the matches still wanted, or
+            -- if one of 32768 would hold more than a probe reads; else one
+            -- of 32768 (also after none in the newest 1024), unless 4 of
+            -- those would not hold them (or one held none): then the rest
+            -- of the session
+            density := hits::float8 / (top + 1 - greatest(below, 1));
+            IF hits = 0 AND lvl = 1 THEN
+                lvl := 2;
+            ELSIF density * 32768 * 4 < want - cardinality(ids) THEN
+                lvl := 3;
+            ELSIF density * 1024 * 4 >= want - cardinality(ids) OR density * 32768 > 4 * want THEN
+                lvl := 1;
+            ELSE
+                lvl := 2;
+            END IF;
+        END LOOP;
+
+        RETURN QUERY
+        SELECT m.id, m.role, m.created_at, ctxwin._search_snippet(m.content, m.tool_calls, query), c.rank
+        FROM (SELECT u.id, u.rank FROM unnest(ids, ranks) AS u(id, rank)
+              ORDER BY u.rank DESC, u.id DESC LIMIT max_results) c
+        JOIN ctxwin.messages m ON m.session_id = session AND m.id = c.id
+        ORDER BY c.rank DESC, c.id DESC;
+        -- no message has every term: those with some of them
+        EXIT WHEN FOUND OR any_term OR terms < 2;
+        any_term := true;
+    END LOOP;
+END $$;
+
+
+/*
+ * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
+ * but this database does not have valid yet.  A fresh install creates them
+ * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
+ * transaction on a table of more than 10,000 rows (building them there
+ * would stop every insert for as long as the build takes), and they are
+ * built afterwards, concurrently: by the background worker of the database
+ * (ctxwin.databases), or by running the statements yourself at top level,
+ * e.g. in psql:
+ *
+ *     SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \gexec
+ *
+ * state: 'missing' (never built), 'building' (a build runs: phase and the
+ * blocks done and to do are PostgreSQL's pg_stat_progress_create_index),
+ * 'invalid' (a build that stopped: its statement is a REINDEX CONCURRENTLY).
+ * Meanwhile searches answer as they would with the index, by reading the
+ * session's messages (slower, never wrong).  Only for a ctxwin.messages that
+ * is a plain table: the update builds a partitioned one's indexes in its
+ * transaction.
+ */
+CREATE FUNCTION ctxwin.pending_indexes()
+RETURNS TABLE (index_name text, state text, statement text,
+               phase text, blocks_done bigint, blocks_total bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.name,
+           CASE WHEN c.oid IS NULL THEN 'missing' WHEN p.pid IS NOT NULL THEN 'building' ELSE 'invalid' END,
+           CASE WHEN c.oid IS NULL THEN d.ddl ELSE format('REINDEX INDEX CONCURRENTLY ctxwin.%I', d.name) END,
+           p.phase, p.blocks_done, p.blocks_total
+    FROM (VALUES
+            (1, 'messages_client_key',
+             'CREATE UNIQUE INDEX CONCURRENTLY messages_client_key ON ctxwin.messages (session_id, client_key) '
+             'WHERE client_key IS NOT NULL'),
+            (2, 'messages_search',
+             'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off) '
+             'WHERE searchable')
+         ) AS d(ord, name, ddl)
+    JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
+    LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace
+    LEFT JOIN pg_index i ON i.indexrelid = c.oid
+    LEFT JOIN pg_stat_progress_create_index p ON p.index_relid = c.oid AND c.oid IS NOT NULL
+    WHERE c.oid IS NULL OR NOT i.indisvalid
+    ORDER BY d.ord
+$$;
+
+COMMENT ON FUNCTION ctxwin.pending_indexes() IS
+'The indexes of ctxwin.messages an update left to build after it, concurrently (by the worker, or by running each statement at top level): name, state (missing, building, invalid), the statement that builds it, and a running build''s phase and blocks';

@@ -221,7 +221,8 @@ CREATE TABLE ctxwin.profiles (
     tool_result_max_tokens int CHECK (tool_result_max_tokens > 0),
     clear_tool_inputs boolean,
     exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
-    clear_at_least int CHECK (clear_at_least >= 0)
+    clear_at_least int CHECK (clear_at_least >= 0),
+    search boolean NOT NULL DEFAULT true
 );
 
 COMMENT ON TABLE ctxwin.profiles IS
@@ -242,6 +243,8 @@ COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
 'Tools whose results are never cleared nor cut';
 COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
 'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
+COMMENT ON COLUMN ctxwin.profiles.search IS
+'Whether the messages of its sessions go into the search index (ctxwin.search, conversation_search). Off: they cost an insert no index entries, and a search of such a session is an error; a change applies to the messages stored after it';
 
 CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -463,6 +466,7 @@ CREATE TABLE ctxwin.messages (
     client_key text,
     content_parts jsonb,
     retracted_at timestamptz,
+    searchable boolean NOT NULL DEFAULT true,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -482,6 +486,8 @@ COMMENT ON COLUMN ctxwin.messages.content_parts IS
 'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
 COMMENT ON COLUMN ctxwin.messages.retracted_at IS
 'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
+COMMENT ON COLUMN ctxwin.messages.searchable IS
+'Whether the search index holds the message: its profile''s search setting when it was stored (set by ctxwin)';
 -- a client's own key of a message (a framework's message id, a hash of a
 -- retried request's message): stored once per session
 CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
@@ -2862,9 +2868,11 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
 -- fills a pending list merges it into the index (with 64 kB: inserts'
 -- p99.9 23 ms, against 6 ms without the list, at the same rate with
 -- synchronous_commit on; bench/recall/RESULTS.md).
+-- Partial: a message of a profile with search off (searchable false, set by
+-- the insert trigger) has no entries, and costs an insert nothing here.
 CREATE INDEX messages_search ON ctxwin.messages
     USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-    WITH (fastupdate = off);
+    WITH (fastupdate = off) WHERE searchable;
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery
@@ -2957,6 +2965,8 @@ DECLARE
     density float8;
     any_term boolean := false;
     bad text;
+    profile_name text;
+    search_on boolean;
 BEGIN
     IF session IS NULL THEN
         RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -2976,9 +2986,16 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'The roles are system, user, assistant and tool.';
     END IF;
-    SELECT s.message_count INTO top FROM ctxwin.sessions s WHERE s.id = session;
+    SELECT s.message_count, p.name, p.search INTO top, profile_name, search_on
+    FROM ctxwin.sessions s LEFT JOIN ctxwin.profiles p ON p.name = s.profile WHERE s.id = session;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'session % does not exist', session USING ERRCODE = 'no_data_found';
+    END IF;
+    IF NOT search_on THEN
+        RAISE EXCEPTION 'search is off for the profile % of session %', quote_literal(profile_name), session
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The messages of its sessions are not in the search index.',
+                  HINT = format('Turn it on with UPDATE ctxwin.profiles SET search = true WHERE name = %L; it applies to the messages stored after it.', profile_name);
     END IF;
     terms := ctxwin._search_terms(query);
     want := least(greatest(5 * max_results, 50), 500);
@@ -2998,7 +3015,7 @@ BEGIN
             INTO got_ids, got_ranks
             FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
                   FROM ctxwin.messages m
-                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL AND m.searchable
                     AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
                         OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
                     AND (roles IS NULL OR m.role = ANY (roles))
@@ -3237,7 +3254,8 @@ SET search_path = pg_catalog, pg_temp AS $$
              'WHERE client_key IS NOT NULL'),
             (2, 'messages_search',
              'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
-             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off)')
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off) '
+             'WHERE searchable')
          ) AS d(ord, name, ddl)
     JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
     LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace

@@ -136,7 +136,7 @@ DECLARE
     p text := '';
 BEGIN
     FOR l IN EXECUTE format('EXPLAIN SELECT m.id FROM ctxwin.messages m WHERE m.session_id = %L '
-                            'AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls) '
+                            'AND m.searchable AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls) '
                             'OPERATOR(ctxwin.@@) ctxwin._search_query(%L, 3, NULL, %L, false)',
                             'a0000000-0000-4000-8000-000000000004', 'a0000000-0000-4000-8000-000000000004', q) LOOP
         p := p || l || E'\n';
@@ -311,6 +311,31 @@ SELECT is(ctxwin.extractive_summary(E'Earlier: The user likes tea.\nAnd short an
                                     '[{"role": "user", "content": "Book the table for 8pm on Friday.", "id": 40}]', 300),
           E'Goal and state:\n- Book the table for 8pm on Friday.\nLookup hints:\n- Messages #40\nEarlier: The user likes tea.\nAnd short answers.',
           'a previous summary of another kind is kept whole as Earlier, after the sections');
+
+-- search off for a profile (profiles.search): its messages are stored
+-- unsearchable (whatever an insert says), have no entries in the index, and
+-- a search of its session is a clear error; turned on, it applies to the
+-- messages stored after it
+INSERT INTO ctxwin.profiles (name, search) VALUES ('quiet', false);
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('a0000000-0000-4000-8000-000000000009', 'quiet');
+INSERT INTO ctxwin.messages (session_id, role, content, searchable)
+VALUES ('a0000000-0000-4000-8000-000000000009', 'user', 'the quokka ticket ORD-99120', true),
+       ('a0000000-0000-4000-8000-000000000009', 'assistant', 'quokka noted', DEFAULT);
+SELECT is((SELECT array_agg(searchable ORDER BY id) FROM ctxwin.messages
+           WHERE session_id = 'a0000000-0000-4000-8000-000000000009'),
+          ARRAY[false, false], 'search off: the messages are stored unsearchable, even one that said otherwise');
+SELECT throws_ok($$SELECT * FROM ctxwin.search('a0000000-0000-4000-8000-000000000009', 'quokka')$$, '55000',
+                 'search is off for the profile ''quiet'' of session a0000000-0000-4000-8000-000000000009',
+                 '... and a search of its session is an error that names the profile');
+SELECT is((SELECT count(*) FROM ctxwin.messages m
+           WHERE m.searchable AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
+                 OPERATOR(ctxwin.@@) ctxwin._search_query('a0000000-0000-4000-8000-000000000009', 3, NULL, 'quokka', false)),
+          0::bigint, '... and the search index has no entries for them');
+UPDATE ctxwin.profiles SET search = true WHERE name = 'quiet';
+INSERT INTO ctxwin.messages (session_id, role, content)
+VALUES ('a0000000-0000-4000-8000-000000000009', 'user', 'another quokka');
+SELECT is((SELECT array_agg(x.id ORDER BY x.id) FROM ctxwin.search('a0000000-0000-4000-8000-000000000009', 'quokka') x),
+          ARRAY[3]::bigint[], 'turned on: the messages stored after it are found, those before are not');
 
 -- without the index (an application that never searches may drop it), the
 -- same answers, by a scan of the session

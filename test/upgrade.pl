@@ -158,11 +158,11 @@ my $contexts_sql = "SELECT id, ctxwin.build_context(id), ctxwin.build_context(id
   . "WHERE id <> '00000000-0000-4000-8000-000000000003' ORDER BY id";    # the worker compacts it
 my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', to_jsonb(s) - 'summary_segments'), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key' - 'content_parts' - 'retracted_at'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
+       (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key' - 'content_parts' - 'retracted_at' - 'searchable'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
        (SELECT string_agg(format('%s', to_jsonb(x) - 'segments' - 'retracted_at'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl',
                                                              'keep_tool_results', 'tool_result_max_tokens', 'clear_tool_inputs',
-                                                             'exclude_tools', 'clear_at_least']), E'\n' ORDER BY p.name)
+                                                             'exclude_tools', 'clear_at_least', 'search']), E'\n' ORDER BY p.name)
         FROM ctxwin.profiles p),
        (SELECT string_agg(format('%s', (o.name, o.encoding, o.context_window, o.provider, o.builtin)), E'\n' ORDER BY o.name)
         FROM ctxwin.models o)
@@ -189,6 +189,8 @@ is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
 is(q_up("SELECT count(*) FILTER (WHERE content_parts IS NULL) || '/' || count(*) FROM ctxwin.messages"),
 	q_up("SELECT count(*) || '/' || count(*) FROM ctxwin.messages"), 'the messages of before have no content parts');
+is(q_up("SELECT bool_and(searchable) FROM ctxwin.messages") . ' ' . q_up("SELECT bool_and(search) FROM ctxwin.profiles"),
+	't t', '... every one is searchable, and every profile has search on');
 # A message with content parts in the updated database: its text in
 # content, its image counted by OpenAI's rule (the model's provider, acme,
 # is neither openai nor anthropic: GPT-4o's prices), sent as parts.

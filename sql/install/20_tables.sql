@@ -56,7 +56,8 @@ CREATE TABLE ctxwin.profiles (
     tool_result_max_tokens int CHECK (tool_result_max_tokens > 0),
     clear_tool_inputs boolean,
     exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
-    clear_at_least int CHECK (clear_at_least >= 0)
+    clear_at_least int CHECK (clear_at_least >= 0),
+    search boolean NOT NULL DEFAULT true
 );
 
 COMMENT ON TABLE ctxwin.profiles IS
@@ -77,6 +78,8 @@ COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
 'Tools whose results are never cleared nor cut';
 COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
 'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
+COMMENT ON COLUMN ctxwin.profiles.search IS
+'Whether the messages of its sessions go into the search index (ctxwin.search, conversation_search). Off: they cost an insert no index entries, and a search of such a session is an error; a change applies to the messages stored after it';
 
 CREATE FUNCTION ctxwin._builtin_row_replace() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -298,6 +301,7 @@ CREATE TABLE ctxwin.messages (
     client_key text,
     content_parts jsonb,
     retracted_at timestamptz,
+    searchable boolean NOT NULL DEFAULT true,
     PRIMARY KEY (session_id, id)
 )$sql$ || CASE WHEN n > 0 THEN ' PARTITION BY HASH (session_id)' ELSE '' END;
     FOR i IN 0 .. n - 1 LOOP
@@ -317,6 +321,8 @@ COMMENT ON COLUMN ctxwin.messages.content_parts IS
 'The content as an array of parts (text and images, OpenAI''s or Anthropic''s shape), as given; content then holds the text of its text parts, joined by a blank line. NULL: a plain text';
 COMMENT ON COLUMN ctxwin.messages.retracted_at IS
 'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
+COMMENT ON COLUMN ctxwin.messages.searchable IS
+'Whether the search index holds the message: its profile''s search setting when it was stored (set by ctxwin)';
 -- a client's own key of a message (a framework's message id, a hash of a
 -- retried request's message): stored once per session
 CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)

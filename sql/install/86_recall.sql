@@ -55,9 +55,11 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
 -- fills a pending list merges it into the index (with 64 kB: inserts'
 -- p99.9 23 ms, against 6 ms without the list, at the same rate with
 -- synchronous_commit on; bench/recall/RESULTS.md).
+-- Partial: a message of a profile with search off (searchable false, set by
+-- the insert trigger) has no entries, and costs an insert nothing here.
 CREATE INDEX messages_search ON ctxwin.messages
     USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-    WITH (fastupdate = off);
+    WITH (fastupdate = off) WHERE searchable;
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery
@@ -150,6 +152,8 @@ DECLARE
     density float8;
     any_term boolean := false;
     bad text;
+    profile_name text;
+    search_on boolean;
 BEGIN
     IF session IS NULL THEN
         RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -169,9 +173,16 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'The roles are system, user, assistant and tool.';
     END IF;
-    SELECT s.message_count INTO top FROM ctxwin.sessions s WHERE s.id = session;
+    SELECT s.message_count, p.name, p.search INTO top, profile_name, search_on
+    FROM ctxwin.sessions s LEFT JOIN ctxwin.profiles p ON p.name = s.profile WHERE s.id = session;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'session % does not exist', session USING ERRCODE = 'no_data_found';
+    END IF;
+    IF NOT search_on THEN
+        RAISE EXCEPTION 'search is off for the profile % of session %', quote_literal(profile_name), session
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The messages of its sessions are not in the search index.',
+                  HINT = format('Turn it on with UPDATE ctxwin.profiles SET search = true WHERE name = %L; it applies to the messages stored after it.', profile_name);
     END IF;
     terms := ctxwin._search_terms(query);
     want := least(greatest(5 * max_results, 50), 500);
@@ -191,7 +202,7 @@ BEGIN
             INTO got_ids, got_ranks
             FROM (SELECT m.id, ctxwin._search_rank(m.content, m.tool_calls, query, any_term) AS rank
                   FROM ctxwin.messages m
-                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL
+                  WHERE m.session_id = session AND m.id < below AND m.retracted_at IS NULL AND m.searchable
                     AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
                         OPERATOR(ctxwin.@@) ctxwin._search_query(session, lvl, below, query, any_term)
                     AND (roles IS NULL OR m.role = ANY (roles))
@@ -430,7 +441,8 @@ SET search_path = pg_catalog, pg_temp AS $$
              'WHERE client_key IS NOT NULL'),
             (2, 'messages_search',
              'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
-             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off)')
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off) '
+             'WHERE searchable')
          ) AS d(ord, name, ddl)
     JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'
     LEFT JOIN pg_class c ON c.relname = d.name AND c.relnamespace = t.relnamespace

@@ -62,6 +62,7 @@ typedef struct MessageColumns
 	int			token_encoding;
 	int			content_parts;	/* 0: none (a database still at 0.1.0) */
 	int			retracted_at;	/* 0: none (a database still at 0.1.0) */
+	int			searchable;		/* 0: none (a database still at 0.1.0) */
 } MessageColumns;
 
 /* A new message as its row gives it; NULL pointers are SQL NULLs. */
@@ -95,6 +96,7 @@ typedef struct MessageCount
 	int64		unsummarized_tokens;
 	int32		prompt_tokens;
 	bool		queue;			/* a summary trigger fires */
+	bool		searchable;		/* its profile's search is on */
 } MessageCount;
 
 /* a + b, or the error bigint addition gives. */
@@ -266,6 +268,7 @@ MessageColumnsOf(TupleDesc desc, MessageColumns *cols)
 	cols->token_encoding = MessageColumn(desc, "token_encoding");
 	cols->content_parts = Max(SPI_fnumber(desc, "content_parts"), 0);
 	cols->retracted_at = Max(SPI_fnumber(desc, "retracted_at"), 0);
+	cols->searchable = Max(SPI_fnumber(desc, "searchable"), 0);
 }
 
 /* A text column of a row, or NULL. */
@@ -571,26 +574,38 @@ AdvanceCounters(PendingSession *e, const MessageCount *mc)
 }
 
 /*
- * The new row with its id, token count and encoding (and its content, from
- * its parts), in memory context cxt.
+ * The new row with its id, token count and encoding, whether the search
+ * index takes it (and its content, from its parts), in memory context cxt.
  */
 static HeapTuple
 NumberedRow(HeapTuple tup, TupleDesc desc, const MessageColumns *cols, const MessageCount *mc,
 			MemoryContext cxt)
 {
-	int			attnos[4] = {cols->id, cols->token_count, cols->token_encoding, cols->content};
-	Datum		vals[4];
-	bool		nulls[4] = {false, false, false, false};
+	int			attnos[5];
+	Datum		vals[5];
+	bool		nulls[5] = {false, false, false, false, false};
+	int			n = 0;
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 
-	vals[0] = Int64GetDatum(mc->id);
-	vals[1] = Int32GetDatum(mc->tokens);
-	vals[2] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->encoding),
-													   VARSIZE_ANY_EXHDR(mc->encoding)));
+	attnos[n] = cols->id;
+	vals[n++] = Int64GetDatum(mc->id);
+	attnos[n] = cols->token_count;
+	vals[n++] = Int32GetDatum(mc->tokens);
+	attnos[n] = cols->token_encoding;
+	vals[n++] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->encoding),
+														 VARSIZE_ANY_EXHDR(mc->encoding)));
 	if (mc->content != NULL)
-		vals[3] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->content),
-														   VARSIZE_ANY_EXHDR(mc->content)));
-	tup = heap_modify_tuple_by_cols(tup, desc, mc->content != NULL ? 4 : 3, attnos, vals, nulls);
+	{
+		attnos[n] = cols->content;
+		vals[n++] = PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(mc->content),
+															 VARSIZE_ANY_EXHDR(mc->content)));
+	}
+	if (cols->searchable > 0)
+	{
+		attnos[n] = cols->searchable;
+		vals[n++] = BoolGetDatum(mc->searchable);
+	}
+	tup = heap_modify_tuple_by_cols(tup, desc, n, attnos, vals, nulls);
 	MemoryContextSwitchTo(old);
 	return tup;
 }
@@ -656,6 +671,7 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 					 errhint("Insert it, then call ctxwin.retract(session, id).")));
 
 		CountMessage(&m, e, &st, &mc);
+		mc.searchable = st.search;
 
 		/*
 		 * Wake the worker (at commit) when the session enters the queue, or

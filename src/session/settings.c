@@ -89,6 +89,7 @@ typedef enum SettingsColumn
 	PS_CLEAR_TOOL_INPUTS,
 	PS_EXCLUDE_TOOLS,
 	PS_CLEAR_AT_LEAST,
+	PS_SEARCH,
 	PS_ENCODING,
 	PS_MODEL_WINDOW,
 	PS_CALIBRATION_ENCODING,
@@ -127,6 +128,7 @@ static const struct
 	[PS_CLEAR_TOOL_INPUTS] = {"clear_tool_inputs", ST_PROFILES, "bool", FOR_SESSION, true},
 	[PS_EXCLUDE_TOOLS] = {"exclude_tools", ST_PROFILES, "_text", FOR_SESSION, true},
 	[PS_CLEAR_AT_LEAST] = {"clear_at_least", ST_PROFILES, "int4", FOR_SESSION, true},
+	[PS_SEARCH] = {"search", ST_PROFILES, "bool", FOR_ALL, true},
 	[PS_ENCODING] = {"encoding", ST_MODELS, "text", FOR_ALL},
 	[PS_MODEL_WINDOW] = {"context_window", ST_MODELS, "int4", FOR_ALL},
 	[PS_CALIBRATION_ENCODING] = {"encoding", ST_CALIBRATION, "text", FOR_SESSION},
@@ -399,6 +401,8 @@ SettingsFrom(text *profile, const Datum *v, const bool *n, ProfileSettings *ps)
 	ps->clearing.inputs = !n[PS_CLEAR_TOOL_INPUTS] && DatumGetBool(v[PS_CLEAR_TOOL_INPUTS]);
 	ps->clearing.exclude = n[PS_EXCLUDE_TOOLS] ? NULL : DatumGetArrayTypeP(v[PS_EXCLUDE_TOOLS]);
 	ps->clearing.at_least = n[PS_CLEAR_AT_LEAST] ? 0 : DatumGetInt32(v[PS_CLEAR_AT_LEAST]);
+	/* the search index: on unless turned off (NULL: a database at 0.1.0, which has none) */
+	ps->search = n[PS_SEARCH] || DatumGetBool(v[PS_SEARCH]);
 	/* the margin where the calibration is in the model's encoding now */
 	ps->budget_margin = 1.0f;
 	if (!n[PS_MARGIN] && !n[PS_CALIBRATION_ENCODING] &&

@@ -49,6 +49,7 @@ typedef struct ProfileSettings
 								 * read) */
 	ToolClearing clearing;		/* tool results in the window (not read by
 								 * the insert trigger) */
+	bool		search;			/* messages go into the search index */
 } ProfileSettings;
 
 /*
