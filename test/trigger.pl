@@ -130,7 +130,7 @@ sql_do($node, $db, "GRANT SELECT (name, model, context_window, trigger_ratio, ma
 	max_tokens_before_summary, min_recent_messages) ON ctxwin.profiles TO $role;
 	GRANT SELECT ON ctxwin.models TO $role;");
 like(ins('two'), qr/permission denied for table profiles/, 'nor without SELECT on profiles.summary_placement');
-sql_do($node, $db, "GRANT SELECT (summary_placement, response_reserve, window_policy, window_low_water) ON ctxwin.profiles TO $role;
+sql_do($node, $db, "GRANT SELECT (summary_placement, response_reserve, window_policy, window_low_water, search) ON ctxwin.profiles TO $role;
 	REVOKE SELECT ON ctxwin.models FROM $role;
 	GRANT SELECT (name, context_window) ON ctxwin.models TO $role;");
 like(ins('three'), qr/permission denied for table models/, 'nor without SELECT on models.encoding');
