@@ -201,13 +201,20 @@ ctxwin_pg_use() {
 		return 1
 		;;
 	esac
-	local prefix
+	ctxwin_pg_server "$major" || return 1
+	export PERL5LIB=$(ctxwin_pg_perl "$major")${PERL5LIB:+:$PERL5LIB}
+}
+
+# ctxwin_pg_server MAJOR: PG_CONFIG and PATH of an installed server (or of
+# its private copy, with CTXWIN_PG_COPY), without the test modules: what
+# scripts/demo.sh needs.
+ctxwin_pg_server() {
+	local major=$1 prefix
 	prefix=$(ctxwin_pg_prefix "$major")
 	if [ -n "${CTXWIN_PG_COPY:-}" ]; then
 		prefix=$(_ctxwin_pg_copy "$prefix" "$CTXWIN_PG_COPY/pg$major") || return 1
 	fi
 	export PG_CONFIG=$prefix/bin/pg_config
 	export PATH=$prefix/bin:$PATH
-	export PERL5LIB=$(ctxwin_pg_perl "$major")${PERL5LIB:+:$PERL5LIB}
 	export CTXWIN_PG_MAJOR=$major
 }
