@@ -13,13 +13,16 @@ cd "$(dirname "$0")/.."
 
 log=$(mktemp /tmp/ctxwin-demo-setup.XXXXXX.log)
 setup_ok=
+exec 3>&1 # the terminal, for what the trap says while the setup's output goes to the log
 finish() {
 	local rc=$?
 	set +e
-	ctxwin_cluster_stop
+	ctxwin_cluster_stop >>"$log" 2>&1
 	if [ -z "$setup_ok" ]; then
-		echo "failed (exit code $rc). The last lines of the setup's log, $log:"
-		tail -n 25 "$log"
+		{
+			echo "failed (exit code $rc). The last lines of the setup's log, $log:"
+			tail -n 25 "$log"
+		} >&3
 	else
 		rm -f "$log"
 	fi
