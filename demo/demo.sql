@@ -22,7 +22,7 @@ FROM (VALUES ('hello world'),
              (E'def add(a, b):\n    return a + b'),
              ('<|endoftext|> is ordinary text here')) AS v(t);
 
-\echo 'The token ids of a text, and the text they stand for:'
+\echo 'The token ids of a text (cl100k_base), and the text they stand for:'
 SELECT ctxwin.tokenize('ctxwin counts tokens exactly') AS ids,
        ctxwin.detokenize(ctxwin.tokenize('ctxwin counts tokens exactly'), 'cl100k_base') AS text;
 

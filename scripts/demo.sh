@@ -37,7 +37,7 @@ ctxwin gives back before each model call.  It installs PostgreSQL 15 and the
 build tools if they are missing, builds and installs ctxwin, and starts a
 throwaway cluster (removed at the end).  Then, offline, with no LLM:
   1. token counts, exact as OpenAI's tiktoken counts them, checked against
-     tiktoken's own counts on 3,000 texts;
+     tiktoken's own counts on more than 3,000 texts;
   2. a chat of 30 turns stored as plain rows, and the window that fits a
      budget of 400 tokens;
   3. a summary of the oldest messages (extractive: sentences chosen from

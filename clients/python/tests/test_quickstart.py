@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -58,6 +59,21 @@ def test_quickstart_blocks_are_marked() -> None:
     assert [b[2] is None for b in blocks] == [True, False] + [True] * (len(blocks) - 2), \
         "only the server block (the second) is not run"
     assert len(blocks) >= 6
+
+
+def test_quickstart_server_block_names_what_is_installed() -> None:
+    """The server block is not run (it would install into the machine's
+    PostgreSQL): its commands exist here, where scripts/deps.sh installed the
+    same packages, and pg_conftool and pg_ctlcluster know its cluster's form."""
+    server = [b for b in sh_blocks(QUICKSTART) if b[2] is not None][0][1]
+    for line in server.splitlines():
+        cmd = line.removeprefix("$sudo ").split()[0]
+        assert shutil.which(cmd), f"{cmd} is not installed"
+    assert "pg_conftool 15 main set shared_preload_libraries ctxwin" in server
+    assert "pg_ctlcluster 15 main restart" in server
+    for pkg in re.search(r"apt-get install -y (.*)", server).group(1).split():  # type: ignore[union-attr]
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
+        assert r.stdout == "install ok installed", f"{pkg}: {r.stdout or r.stderr}"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs as root, as scripts/test.sh runs the client tests")
