@@ -2,7 +2,8 @@
 bash (``set -euo pipefail``), from the top of the repository, as root (the
 way scripts/test.sh runs this test; ``$sudo`` is then empty), with HOME a
 directory of the test, on the tests' cluster (libpq's PGHOST and PGPORT
-name it; the server block, what scripts/test.sh itself did, is marked
+name it; no PGUSER or PGDATABASE: the role is the OS user's, which the page
+makes; the server block, what scripts/test.sh itself did, is marked
 ``<!-- not run: ... -->``).  Then: the role and the database ``app`` the
 page creates exist and have ctxwin, the psql, Python and TypeScript
 blocks printed what the page says, each of the two programs stored its
@@ -94,6 +95,11 @@ def test_quickstart_runs() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "npm_"))}
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if "py-venv" not in p and "ctxwin-py-site" not in p)
     env["HOME"] = str(home)
+    # a reader's shell names no role or database: psql, psycopg and node-postgres
+    # connect as the OS user, to the role the page makes (PGHOST and PGPORT stay:
+    # the tests' cluster stands for the server's default socket)
+    for k in ("PGUSER", "PGDATABASE", "PGPASSWORD", "PGSERVICE", "PGOPTIONS"):
+        env.pop(k, None)
     untracked_before = _untracked()
     try:
         r = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
