@@ -109,6 +109,8 @@ def test_quickstart_runs() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "npm_"))}
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if "py-venv" not in p and "ctxwin-py-site" not in p)
     env["HOME"] = str(home)
+    env["TMPDIR"] = str(home / "tmp")   # tsx's cache, and others', go with the test's directory
+    (home / "tmp").mkdir()
     # the downloads of the reader's pip and npm kept where the caller's are
     env["PIP_CACHE_DIR"] = str(Path.home() / ".cache" / "pip")
     env["npm_config_cache"] = str(Path.home() / ".npm")
