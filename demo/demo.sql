@@ -1,10 +1,18 @@
--- ctxwin demo: exact token counting.
+-- ctxwin demo (run by scripts/demo.sh; test/demo.pl checks what it shows).
+-- Each step says what it does, then shows the result.
 \set QUIET 1
+\set ON_ERROR_STOP 1
 \pset footer off
 CREATE EXTENSION IF NOT EXISTS ctxwin;
+SELECT current_database() AS demo_db \gset
 \echo
-\echo '== Token counts, cl100k_base (GPT-4, GPT-3.5) and o200k_base (GPT-4o, GPT-4.1)'
+\echo '== 1. Token counts'
+\echo 'ctxwin counts tokens in the server, exactly as OpenAI''s tiktoken does: cl100k_base is the'
+\echo 'vocabulary of GPT-4 and GPT-3.5, o200k_base that of GPT-4o and GPT-4.1. chars4 is no tokenizer:'
+\echo 'it is the rule of thumb "characters / 4" that apps use when they have none (ctxwin offers it for'
+\echo 'a model whose tokenizer is unknown). It is shown beside the exact counts to see how far off it is.'
 SELECT t AS text,
+       char_length(t) AS chars,
        ctxwin.count_tokens(t, 'cl100k_base') AS cl100k,
        ctxwin.count_tokens(t, 'o200k_base') AS o200k,
        ctxwin.count_tokens(t, 'chars4') AS chars4
@@ -14,11 +22,12 @@ FROM (VALUES ('hello world'),
              (E'def add(a, b):\n    return a + b'),
              ('<|endoftext|> is ordinary text here')) AS v(t);
 
-\echo '== Token ids, and back'
+\echo 'The token ids of a text (cl100k_base), and the text they stand for:'
 SELECT ctxwin.tokenize('ctxwin counts tokens exactly') AS ids,
        ctxwin.detokenize(ctxwin.tokenize('ctxwin counts tokens exactly'), 'cl100k_base') AS text;
 
-\echo '== Against tiktoken: corpus records and the counts tiktoken itself produced'
+\echo 'Checked against tiktoken: the texts of the test corpus (code, prose, many languages), ctxwin''s'
+\echo 'count beside the count tiktoken itself produced for it (a sample, then the whole corpus):'
 CREATE TEMP TABLE raw_text (n bigserial, line text);
 CREATE TEMP TABLE raw_counts (n bigserial, line text);
 \copy raw_text (line) FROM 'test/corpus/dev.jsonl' WITH (FORMAT csv, QUOTE E'\x01', DELIMITER E'\x02')
@@ -35,14 +44,16 @@ SELECT left(regexp_replace(txt, '\s+', ' ', 'g'), 40) AS sample,
        ctxwin.count_tokens(txt, 'o200k_base') AS ctxwin_o200k, tiktoken_o200k
 FROM corpus WHERE n IN (1, 200, 900, 1500, 2100, 2600, 3000) ORDER BY n;
 
-SELECT count(*) AS records,
-       pg_size_pretty(sum(octet_length(txt))) AS text,
+SELECT count(*) AS texts,
+       pg_size_pretty(sum(octet_length(txt))) AS size,
        count(*) FILTER (WHERE ctxwin.count_tokens(txt, 'cl100k_base') = tiktoken_cl100k) AS exact_cl100k,
        count(*) FILTER (WHERE ctxwin.count_tokens(txt, 'o200k_base') = tiktoken_o200k) AS exact_o200k
 FROM corpus;
 
 \echo
-\echo '== A chat session: the app inserts messages with plain INSERTs'
+\echo '== 2. A chat, and the window to send'
+\echo 'The app stores each message with a plain INSERT into ctxwin.messages: here a debugging chat of'
+\echo '30 turns with tool calls, under a profile for gpt-4o that asks for a summary after 40 messages.'
 INSERT INTO ctxwin.profiles (name, model, max_messages_before_summary, response_reserve, max_summary_tokens)
 VALUES ('demo', 'gpt-4o', 40, 2000, 400)
 ON CONFLICT (name) DO NOTHING;
@@ -107,57 +118,115 @@ BEGIN
     END LOOP;
 END $$;
 
+\echo 'The insert trigger counted each message''s tokens and queued the session for a summary:'
 SELECT message_count, token_count, unsummarized_messages AS unsummarized,
        compaction_queued_at IS NOT NULL AS queued_for_summary
 FROM ctxwin.sessions WHERE id = 'd0000000-0000-0000-0000-000000000001';
 
-\echo '== build_context with a 400-token budget: the newest messages that fit, tool groups whole'
+\echo 'Before a model call the app asks for the window: build_context(session, 400) returns the system'
+\echo 'prompt and the newest messages that fit 400 tokens, a tool call and its result kept together:'
 SELECT n, m ->> 'role' AS role,
        left(coalesce(m ->> 'content', 'tool call: ' || (m -> 'tool_calls' -> 0 -> 'function' ->> 'name')), 90) AS content
 FROM jsonb_array_elements(ctxwin.build_context('d0000000-0000-0000-0000-000000000001', 400)) WITH ORDINALITY AS w(m, n);
+\echo 'What that window costs, counted as OpenAI bills a request (o200k_base, 3 tokens for the list):'
 SELECT ctxwin.messages_tokens(ctxwin.build_context('d0000000-0000-0000-0000-000000000001', 400), 'o200k_base') + 3
        AS tokens_sent, 400 AS budget;
 
-\echo '== context_report: where the session stands'
+\echo 'context_report says where the session stands:'
 \pset format unaligned
 \pset tuples_only on
 SELECT ctxwin.context_report('d0000000-0000-0000-0000-000000000001');
 \pset format aligned
 \pset tuples_only off
 
-\echo '== Summarize offline (extractive strategy, no LLM): the oldest messages become a running summary'
-SELECT version, from_id, through_id, token_count, strategy, latency_ms
+\echo
+\echo '== 3. A summary'
+\echo 'The messages before: their number and ids, to compare after summarizing.'
+SELECT count(*) AS rows_before, min(id) AS first_id, max(id) AS last_id,
+       string_agg(id::text, ',' ORDER BY id) AS ids_before
+FROM ctxwin.messages WHERE session_id = 'd0000000-0000-0000-0000-000000000001' \gset
+\echo :rows_before 'message rows, ids' :first_id 'to' :last_id
+\echo 'summarize_session writes a running summary of the oldest messages. Here with the extractive'
+\echo 'strategy: the sentences that matter, chosen from the chat itself, offline, without an LLM'
+\echo '(with one configured, the llm strategy asks the model to write it):'
+SELECT version, from_id, through_id, token_count, strategy
 FROM ctxwin.summarize_session('d0000000-0000-0000-0000-000000000001');
 \pset format unaligned
 \pset tuples_only on
 SELECT conversation_summary FROM ctxwin.sessions WHERE id = 'd0000000-0000-0000-0000-000000000001';
-\echo
+\pset format aligned
+\pset tuples_only off
+\echo 'The window now starts with that summary, then the newest messages; the summarized messages stay'
+\echo 'in ctxwin.messages (search and the app still read them), they are only left out of the window:'
+\pset format unaligned
+\pset tuples_only on
 SELECT ctxwin.context_report('d0000000-0000-0000-0000-000000000001');
 \pset format aligned
 \pset tuples_only off
-\echo '== The flush outbox: the range each summary newly covered, for long-term memory extraction'
+\echo 'Each summary also writes a row of the flush outbox, the range it newly covered (for an app that'
+\echo 'extracts long-term memories from it):'
 SELECT session_id, id, from_id, through_id FROM ctxwin.flush_events;
 
-\echo '== The background worker (ctxwin in shared_preload_libraries, ctxwin.databases = ctxwin_demo_worker)'
-\echo '   A session crosses its trigger; the commit wakes the worker, which summarizes it: nobody calls anything.'
+\echo
+\echo '== 4. The background worker'
+\echo 'With ctxwin in shared_preload_libraries, a worker serves the databases of ctxwin.databases (here'
+\echo 'ctxwin_demo_worker). A session crosses its trigger; the commit wakes the worker, which summarizes'
+\echo 'it: the app calls nothing and never waits.'
 CREATE DATABASE ctxwin_demo_worker;
 \c ctxwin_demo_worker
 CREATE EXTENSION ctxwin;
-\echo '   (Its profile uses a sliding window here, so the summary is written at once. Under the default stable'
-\echo '   window a due summary waits until the window nears its budget or the chat is idle for cache_ttl, 5 minutes,'
-\echo '   so that it does not change the beginning of requests the provider has cached.)'
+\echo '(Its profile uses a sliding window here, so the summary is written at once. Under the default'
+\echo 'stable window a due summary waits until the window nears its budget or the chat is idle for'
+\echo 'cache_ttl, 5 minutes, so that it does not change the beginning of requests the provider has cached.)'
 UPDATE ctxwin.profiles SET window_policy = 'sliding' WHERE name = 'default';
 INSERT INTO ctxwin.sessions (id, system_prompt)
 VALUES ('d0000000-0000-0000-0000-000000000002', 'You help with deployments.');
-INSERT INTO ctxwin.messages (session_id, role, content)
-SELECT 'd0000000-0000-0000-0000-000000000002',
-       CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
-       CASE WHEN g % 2 = 1 THEN 'Step ' || g || ': deploy billing-api v2.' || g || ' to /srv/billing and check error E' || (4000 + g) || '.'
-            ELSE 'Done: billing-api v2.' || (g - 1) || ' is live; E' || (3999 + g) || ' is gone.' END
-FROM generate_series(1, 30) g;
-SELECT pg_sleep(1);
+WITH ins AS (
+    INSERT INTO ctxwin.messages (session_id, role, content)
+    SELECT 'd0000000-0000-0000-0000-000000000002',
+           CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END,
+           CASE WHEN g % 2 = 1 THEN 'Step ' || g || ': deploy billing-api v2.' || g || ' to /srv/billing and check error E' || (4000 + g) || '.'
+                ELSE 'Done: billing-api v2.' || (g - 1) || ' is live; E' || (3999 + g) || ' is gone.' END
+    FROM generate_series(1, 30) g
+    RETURNING id)
+SELECT count(*) AS w_rows_before, string_agg(id::text, ',' ORDER BY id) AS w_ids_before FROM ins \gset
+\echo :w_rows_before 'messages inserted. The session as the worker left it (waited for here, at most 30 s):'
+DO $$
+BEGIN
+    FOR i IN 1 .. 300 LOOP
+        EXIT WHEN (SELECT summary_version > 0 FROM ctxwin.sessions WHERE id = 'd0000000-0000-0000-0000-000000000002');
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END $$;
 SELECT summary_through_id, summary_version, compaction_queued_at IS NULL AS left_the_queue,
        left(conversation_summary, 120) || '...' AS summary
 FROM ctxwin.sessions;
 SELECT database, state, done, failed, in_flight, lag_p50_ms AS queued_to_summary_ms
 FROM ctxwin.worker_status;
+SELECT count(*) AS w_rows_after, string_agg(id::text, ',' ORDER BY id) = :'w_ids_before' AS w_same_ids
+FROM ctxwin.messages WHERE session_id = 'd0000000-0000-0000-0000-000000000002' \gset
+
+\echo
+\echo '== 5. The proof: summarizing deleted no message'
+\echo 'The message rows of both sessions, counted before their summaries and now, and their ids compared:'
+\c :demo_db
+-- the demo stops with an error if a message row went missing
+CREATE FUNCTION pg_temp.kept(before bigint, after bigint, same_ids bool) RETURNS bool LANGUAGE plpgsql AS $$
+BEGIN
+    IF after <> before OR NOT same_ids THEN
+        RAISE EXCEPTION 'message rows were lost: % before summarizing, % after', before, after;
+    END IF;
+    RETURN true;
+END $$;
+SELECT count(*) AS rows_after, string_agg(id::text, ',' ORDER BY id) = :'ids_before' AS same_ids
+FROM ctxwin.messages WHERE session_id = 'd0000000-0000-0000-0000-000000000001' \gset
+\pset format unaligned
+\pset tuples_only on
+SELECT format('summarized by summarize_session: %s message rows before, %s after, %s ids (%s to %s)',
+              :rows_before, :rows_after, CASE WHEN :'same_ids' THEN 'the same' ELSE 'NOT the same' END,
+              :first_id, :last_id);
+SELECT format('summarized by the worker: %s message rows before, %s after, %s ids (1 to %s)',
+              :w_rows_before, :w_rows_after, CASE WHEN :'w_same_ids' THEN 'the same' ELSE 'NOT the same' END,
+              :w_rows_before);
+SELECT pg_temp.kept(:rows_before, :rows_after, :'same_ids') AND pg_temp.kept(:w_rows_before, :w_rows_after, :'w_same_ids') AS kept \gset
+\echo 'Every message row is still there: a summary only changes which messages the window sends.'

@@ -3,8 +3,12 @@
 # own, so several can run side by side on one machine.  The server runs as
 # the OS user postgres when started by root (initdb refuses root).
 #
-#   ctxwin_cluster_start   initdb and start; exports PGHOST, PGPORT, PGUSER,
-#                          PGDATABASE for the commands that follow
+#   ctxwin_cluster_start [SETTING ...]
+#                          initdb (UTF8, locale C.UTF-8, whatever the
+#                          caller's LANG) and start, with the settings given
+#                          ("name = value" lines for postgresql.conf);
+#                          exports PGHOST, PGPORT, PGUSER, PGDATABASE for the
+#                          commands that follow
 #   ctxwin_cluster_stop    stop it and remove its directory (kept, to read its
 #                          log, with CTXWIN_KEEP_CLUSTER=1)
 # Uses initdb and pg_ctl from PATH (scripts/pg.sh's ctxwin_pg_use).
@@ -43,6 +47,8 @@ max_connections = 100
 logging_collector = on
 log_directory = 'log'
 CONF
+	local setting
+	for setting in "$@"; do echo "$setting" >>"$d/data/postgresql.conf"; done
 	ctxwin_as_pg pg_ctl -D "$d/data" -l "$d/server.log" -w -t 60 start >/dev/null ||
 		{ cat "$d/server.log"; return 1; }
 	export PGHOST=$d PGPORT=$port PGUSER=postgres PGDATABASE=postgres

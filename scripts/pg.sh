@@ -63,7 +63,7 @@ _ctxwin_orig() {
 	_ctxwin_root mkdir -p "$src"
 	_ctxwin_deb_src "$suite" >&2
 	local tmp
-	tmp=$(mktemp -d)
+	tmp=$(mktemp -d /tmp/ctxwin-src.XXXXXX)
 	chmod 755 "$tmp" # apt downloads as its own user
 	if ! (cd "$tmp" && apt-get source --download-only -qq "$pkg/$suite" >&2); then
 		echo "apt-get source $pkg/$suite failed; fetching $pkg $pinned from the pool" >&2
@@ -81,7 +81,7 @@ _ctxwin_orig() {
 		fi
 	fi
 	f=$(ls "$tmp/$pkg"_*.orig.tar.* | head -1)
-	_ctxwin_root mv "$f" "$src/"
+	_ctxwin_root mv "$f" "$src/" || { rm -rf "$tmp"; return 1; }
 	rm -rf "$tmp"
 	echo "$src/$(basename "$f")"
 }
@@ -147,10 +147,10 @@ _ctxwin_pg15_perl() {
 	read -r pin sum <<<"$(ctxwin_pg_pinned 15)"
 	orig=$(_ctxwin_orig postgresql-15 "$(ctxwin_pg_suite 15)" "$pin" "$sum") || return 1
 	local tmp
-	tmp=$(mktemp -d)
-	tar -xf "$orig" -C "$tmp" --strip-components=1 --wildcards '*/src/test/perl/*'
-	_ctxwin_root mkdir -p "$dir"
-	_ctxwin_root cp -r "$tmp/src/test/perl/." "$dir/"
+	tmp=$(mktemp -d /tmp/ctxwin-pg15-perl.XXXXXX)
+	tar -xf "$orig" -C "$tmp" --strip-components=1 --wildcards '*/src/test/perl/*' &&
+		_ctxwin_root mkdir -p "$dir" &&
+		_ctxwin_root cp -r "$tmp/src/test/perl/." "$dir/" || { rm -rf "$tmp"; return 1; }
 	rm -rf "$tmp"
 }
 
@@ -201,13 +201,20 @@ ctxwin_pg_use() {
 		return 1
 		;;
 	esac
-	local prefix
+	ctxwin_pg_server "$major" || return 1
+	export PERL5LIB=$(ctxwin_pg_perl "$major")${PERL5LIB:+:$PERL5LIB}
+}
+
+# ctxwin_pg_server MAJOR: PG_CONFIG and PATH of an installed server (or of
+# its private copy, with CTXWIN_PG_COPY), without the test modules: what
+# scripts/demo.sh needs.
+ctxwin_pg_server() {
+	local major=$1 prefix
 	prefix=$(ctxwin_pg_prefix "$major")
 	if [ -n "${CTXWIN_PG_COPY:-}" ]; then
 		prefix=$(_ctxwin_pg_copy "$prefix" "$CTXWIN_PG_COPY/pg$major") || return 1
 	fi
 	export PG_CONFIG=$prefix/bin/pg_config
 	export PATH=$prefix/bin:$PATH
-	export PERL5LIB=$(ctxwin_pg_perl "$major")${PERL5LIB:+:$PERL5LIB}
 	export CTXWIN_PG_MAJOR=$major
 }

@@ -24,7 +24,7 @@ port=54329
 log="$work/valgrind.%p.log"
 as_pg() { runuser -u postgres -- "$@"; }
 
-as_pg "$bindir/initdb" -D "$work/data" -A trust >/dev/null
+as_pg "$bindir/initdb" -D "$work/data" -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
 as_pg valgrind --quiet --trace-children=yes --track-origins=yes --num-callers=30 \
 	--error-limit=no --log-file="$log" \
 	"$bindir/postgres" -D "$work/data" -p $port -k "$work" -c fsync=off \
@@ -122,7 +122,7 @@ if [[ " $* " == *" --with-citus "* ]]; then
 		echo "--with-citus: the citus extension is not installed for this server; skipped"
 	else
 		for n in 0 1; do
-			as_pg "$bindir/initdb" -D "$work/citus$n" -A trust >/dev/null
+			as_pg "$bindir/initdb" -D "$work/citus$n" -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
 			as_pg valgrind --quiet --trace-children=yes --track-origins=yes --num-callers=30 \
 				--error-limit=no --log-file="$log" \
 				"$bindir/postgres" -D "$work/citus$n" -p $((port + 1 + n)) -k "$work" -c fsync=off \

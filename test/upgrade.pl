@@ -58,7 +58,9 @@ my $lib = "$root$dir{pkglibdir}/ctxwin.so";
   or BAIL_OUT("ctxwin is not installed in $dir{sharedir} and $dir{pkglibdir}");
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade', install_path => $install);
-$node->init;
+# UTF8 and a UTF-8 locale whatever the caller's LANG (without one, initdb
+# would make a SQL_ASCII cluster, where search finds no non-ASCII word)
+$node->init(extra => [ '-E', 'UTF8', '--locale=C.UTF-8' ]);
 $node->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'ctxwin'
@@ -69,6 +71,9 @@ ctxwin.llm_provider = 'extractive'
 $node->start;
 is( $node->safe_psql('postgres', 'SHOW data_directory'),
 	$node->data_dir, 'the server of the private installation runs');
+is( $node->safe_psql(
+		'postgres', "SELECT pg_encoding_to_char(encoding) || ' ' || datctype FROM pg_database WHERE datname = 'template1'"),
+	'UTF8 C.UTF-8', 'its cluster is UTF8 with the C.UTF-8 locale, whatever the locale of the caller');
 
 sub q_up { return $node->safe_psql('up', $_[0]); }
 # add_turns(SESSION-NUMBER, N, FORMAT): N messages, user and assistant by

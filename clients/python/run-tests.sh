@@ -58,4 +58,5 @@ echo "run-tests.sh: mypy --strict"
 
 echo "run-tests.sh: pytest"
 cd "$here"
-"$venv/bin/python" -m pytest -p no:cacheprovider -o console_output_style=classic "$@"
+# pytest's tmp_path directories in this run's directory, removed with it
+"$venv/bin/python" -m pytest -p no:cacheprovider -o console_output_style=classic --basetemp "$site/pytest" "$@"

@@ -84,6 +84,7 @@ def mockllm() -> Iterator[MockLLM]:
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager

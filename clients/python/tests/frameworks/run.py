@@ -136,6 +136,7 @@ def run(name: str, version: str, pytest_args: list[str]) -> tuple[bool, str]:
         print(f"=== {name} {version}: pytest {' '.join(spec['run'])}", flush=True)
         subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
                         "--rootdir", str(work), "-c", str(work / "pytest.ini"),
+                        "--basetemp", str(work / "pytest-tmp"),   # removed with work, not left in /tmp
                         *spec["run"], *pytest_args], cwd=work, env=env)
         outcomes: dict[str, str] = json.loads(report.read_text()) if report.exists() else {}
     counts: dict[str, int] = {}
