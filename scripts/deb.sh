@@ -96,10 +96,11 @@ if [ "$build" = 1 ]; then
 	for v in $versions; do
 		deb=$(ls "$out"/postgresql-"$v"-ctxwin_"$debversion"_*.deb 2>/dev/null) || die "no package postgresql-$v-ctxwin was built"
 		# what a PostgreSQL user's server needs, where it looks for it
+		dpkg-deb -c "$deb" >"$scratch/contents"
 		for f in /usr/lib/postgresql/$v/lib/ctxwin.so /usr/share/postgresql/$v/extension/ctxwin.control \
 			/usr/share/postgresql/$v/extension/ctxwin--$version.sql \
 			/usr/share/postgresql/$v/extension/ctxwin--0.1.0--$version.sql; do
-			dpkg-deb -c "$deb" | grep -q " \.$f\$" || die "$(basename "$deb") lacks $f"
+			grep -q " \.$f\$" "$scratch/contents" || die "$(basename "$deb") lacks $f"
 		done
 		echo "built $(basename "$deb") ($(du -h "$deb" | cut -f1)): $(dpkg-deb -f "$deb" Depends)"
 	done
