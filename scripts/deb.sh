@@ -12,7 +12,9 @@
 #   scripts/deb.sh --test-only   test the packages already in dist/deb/
 #
 # The test: mmdebstrap makes a minimal root of the package's Debian suite
-# from deb.debian.org, apt installs the .deb there (with the server it
+# from deb.debian.org (with its security updates: pg_buildext makes the
+# package depend on the server's newest minor version,
+# /etc/postgresql-common/minor_versions), apt installs the .deb there (with the server it
 # depends on), and debian/tests/installcheck, the package's autopkgtest,
 # runs `pg_buildext installcheck` in the unpacked source: make installcheck
 # (pg_regress's tests and the pgTAP suites) in a throwaway cluster
@@ -140,7 +142,8 @@ for deb in "${debs[@]}"; do
 		--customize-hook="copy-in $scratch/testsrc /root" \
 		--customize-hook="chroot \"\$1\" sh -c 'dpkg-query -W $pkg && dpkg -S /usr/lib/postgresql/$v/lib/ctxwin.so && test ! -e /root/testsrc/ctxwin.so'" \
 		--customize-hook="chroot \"\$1\" sh -c 'cd /root/testsrc && debian/tests/installcheck'" \
-		"$suite" "$r" http://deb.debian.org/debian >"$log" 2>&1; then
+		"$suite" "$r" "deb http://deb.debian.org/debian $suite main" \
+		"deb http://deb.debian.org/debian-security $suite-security main" >"$log" 2>&1; then
 		grep -E 'All [0-9]+ tests passed|^Files=|^Result' "$log" | sed 's/^/  /'
 		echo "$pkg: installcheck passed against the installed package ($((SECONDS - t0)) s; log: $log)"
 	else
