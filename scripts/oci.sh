@@ -238,9 +238,9 @@ sleep 1
 # CREATE EXTENSION finds the control file and the scripts in the image, and
 # the library a backend loads for its functions is the image's (the
 # backend's own memory map says which file)
-loaded=$(psql -X -At -v ON_ERROR_STOP=1 -c "CREATE EXTENSION ctxwin" \
+loaded=$(psql -X -q -At -v ON_ERROR_STOP=1 -c "CREATE EXTENSION ctxwin" \
 	-c "SELECT ctxwin.count_tokens('hello world')" \
-	-c "SELECT DISTINCT regexp_replace(l, '^.* ', '') FROM regexp_split_to_table(pg_read_file('/proc/self/maps'), E'\\n') l WHERE l LIKE '%ctxwin%'" \
+	-c "SELECT DISTINCT regexp_replace(l, '^.* ', '') FROM regexp_split_to_table(pg_read_file('/proc/self/maps'), E'\\n') l WHERE l LIKE '%/ctxwin.so'" \
 	-c "DROP EXTENSION ctxwin")
 echo "a backend's ctxwin: $(echo $loaded)"
 [ "$(sed -n 2p <<<"$loaded")" = "$unpacked/lib/ctxwin.so" ] || die "the library loaded is not the image's: $loaded"
