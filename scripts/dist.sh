@@ -61,7 +61,7 @@ die() {
 # pinned: the build frontend and the backend pyproject.toml asks for
 PY_BUILD_PINS="build==1.2.2.post1 setuptools==80.9.0 wheel==0.45.1"
 clients_dist() {
-	local version commit scratch py node venv out=dist
+	local version commit py node venv out=dist
 	version=$(git show "$ref:ctxwin.control" | sed -n "s/^default_version = '\(.*\)'/\1/p")
 	commit=$(git rev-parse --verify "$ref^{commit}")
 	scratch=$(mktemp -d /tmp/ctxwin-dist.XXXXXX)
@@ -81,7 +81,8 @@ clients_dist() {
 	fi
 	"$venv/bin/python" -m build --no-isolation --outdir "$scratch/py-out" "$py" >"$scratch/py-build.log" 2>&1 ||
 		{ cat "$scratch/py-build.log" >&2; die "python -m build failed"; }
-	grep -i 'warning' "$scratch/py-build.log" | sort -u | sed 's/^/python -m build: /' >&2 || true
+	grep -i 'warning' "$scratch/py-build.log" | grep -v 'byte-compiling is disabled' | sort -u |
+		sed 's/^/python -m build: /' >&2 || true
 	local whl sdist
 	whl=$scratch/py-out/ctxwin-$version-py3-none-any.whl
 	sdist=$scratch/py-out/ctxwin-$version.tar.gz
