@@ -1,41 +1,50 @@
 #!/usr/bin/env bash
 # Debian packages of ctxwin, built as PostgreSQL's Debian repository
 # (apt.postgresql.org) builds extensions: debian/ with pg_buildext, one binary
-# package postgresql-NN-ctxwin for each PostgreSQL version NN of
-# debian/pgversions whose Debian packages (postgresql-server-dev-NN) are
-# installed.  The source is HEAD's (git archive, as scripts/dist.sh makes
-# the PGXN archive); the packages, the .dsc and the build log go to dist/deb/.
+# package postgresql-NN-ctxwin for each PostgreSQL version NN.  The source is
+# HEAD's (git archive, as scripts/dist.sh makes the PGXN archive); the
+# packages, the .dsc and the build logs go to dist/deb/.
 #
-#   scripts/deb.sh           build the source and binary packages
-#   scripts/deb.sh --test    build them, then test each binary package in a
-#                            clean Debian root (below); slow: about N min
+#   scripts/deb.sh               build the source package and the binary
+#                                packages for PostgreSQL 15, 17 and 18
+#   scripts/deb.sh --pg "15 18"  for those versions only
+#   scripts/deb.sh --test        build them, then test each binary package
+#                                in a clean Debian root (below)
 #   scripts/deb.sh --test-only   test the packages already in dist/deb/
 #
-# The test: mmdebstrap makes a minimal root of the package's Debian suite
-# from deb.debian.org (with its security updates: pg_buildext makes the
-# package depend on the server's newest minor version,
-# /etc/postgresql-common/minor_versions), apt installs the .deb there (with the server it
-# depends on), and debian/tests/installcheck, the package's autopkgtest,
-# runs `pg_buildext installcheck` in the unpacked source: make installcheck
-# (pg_regress's tests and the pgTAP suites) in a throwaway cluster
-# (pg_virtualenv) against the installed package, the build tree nowhere.
+# A version whose Debian packages are installed here (15, Debian 12's own:
+# postgresql-server-dev-15) is built here, with the source package.  17 and
+# 18 exist here only as servers built from source into /var/cache/ctxwin
+# (scripts/pg.sh): not Debian packages, under their own prefix, so
+# pg_buildext does not see them (it looks for /usr/lib/postgresql/NN), and a
+# package built against them would install under /var/cache and depend on
+# no server package.  Their packages are built where Debian ships those
+# servers, in a build root of trixie (17) or sid (18) made by mmdebstrap
+# from deb.debian.org, from the same source with the same debian/:
+# packages for those suites (Debian 12 cannot install trixie's or sid's
+# PostgreSQL: their libc is newer).
 #
-# Only PostgreSQL 15 has Debian packages on Debian 12.  17 and 18 exist here
-# as servers built from source into /var/cache/ctxwin (scripts/pg.sh): not
-# packages, with their own prefix, so pg_buildext does not see them and a
-# package built against them would install under /var/cache.
-# postgresql-17-ctxwin and postgresql-18-ctxwin are built where Debian ships
-# those servers (trixie, sid) or on apt.postgresql.org's build daemons from
-# this same debian/ directory.
+# The test: for each package, mmdebstrap makes a minimal root of its suite
+# (with the suite's security updates: pg_buildext makes the package depend
+# on the server's newest minor version, /etc/postgresql-common/minor_versions),
+# apt installs the .deb there with the server it depends on, and
+# debian/tests/installcheck, the package's autopkgtest, runs
+# `pg_buildext installcheck` in the unpacked source package: make
+# installcheck (pg_regress's tests and the pgTAP suites) in a throwaway
+# cluster (pg_virtualenv) against the installed package, no build tree
+# anywhere in the root.  The packages the roots download are kept in
+# $CTXWIN_CACHE/deb-apt/ for the next run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=$(pwd -P)
-build=1 test=0
+build=1 test=0 pg_list="15 17 18"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--test) test=1; shift ;;
 	--test-only) build=0 test=1; shift ;;
-	-h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
+	--pg) pg_list=$2; shift 2 ;;
+	--pg=*) pg_list=${1#--pg=}; shift ;;
+	-h | --help) sed -n '2,37s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) echo "deb.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -48,15 +57,7 @@ debversion=$(dpkg-parsechangelog -S Version)
 	die "debian/changelog is at $debversion, ctxwin.control at $version"
 scratch=$(mktemp -d /tmp/ctxwin-deb.XXXXXX)
 chmod 755 "$scratch" # the build-time tests' server (user postgres) reads it
-cleanup() {
-	local d
-	for d in "$scratch"/root-*; do
-		[ -d "$d" ] || continue
-		# a root left by a test that stopped: its mounts first
-		grep -o " $d/[^ ]*" /proc/mounts | sort -r | while read -r m; do root umount -l "$m" || true; done
-	done
-	root rm -rf "$scratch"
-}
+cleanup() { root rm -rf "$scratch"; }
 trap cleanup EXIT
 
 need() {
@@ -70,32 +71,83 @@ need() {
 	DEBIAN_FRONTEND=noninteractive root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The Debian suite whose own packages carry PostgreSQL MAJOR (scripts/pg.sh
+# builds 17 and 18 from these suites' source packages).
+suite_of() { ctxwin_pg_suite "$1"; }
+. scripts/pg.sh
+# mirrors MAJOR: the suite's sources, with its security updates where it has some
+mirrors() {
+	local suite=$1
+	echo "deb http://deb.debian.org/debian $suite main"
+	[ "$suite" = sid ] || echo "deb http://deb.debian.org/debian-security $suite-security main"
+}
+
+# apt_cache_for SUITE: mmdebstrap options that keep the packages a root
+# downloads in $CTXWIN_CACHE/deb-apt/SUITE for the next one (apt_cache)
+apt_cache_for() {
+	local c=$CTXWIN_CACHE/deb-apt/$1
+	root mkdir -p "$c"
+	apt_cache=(--skip=essential/unlink
+		--setup-hook="mkdir -p \"\$1/var/cache/apt/archives/\""
+		--setup-hook="sync-in $c /var/cache/apt/archives/"
+		--customize-hook="sync-out /var/cache/apt/archives $c")
+}
+
 if [ "$build" = 1 ]; then
 	t0=$SECONDS
 	need build-essential debhelper dpkg-dev postgresql-all postgresql-server-dev-all libcurl4-openssl-dev git
 	[ -z "$(git status --porcelain --untracked-files=no)" ] ||
 		echo "deb.sh: warning: uncommitted changes are not in the packages (they are built from HEAD)" >&2
-	versions=$(PG_SUPPORTED_VERSIONS=installed pg_buildext supported-versions)
-	[ -n "$versions" ] || die "no PostgreSQL version of debian/pgversions ($(cat debian/pgversions)) has its postgresql-server-dev installed"
-	echo "building postgresql-NN-ctxwin $debversion for PostgreSQL $(echo $versions) from $(git rev-parse --short HEAD)"
+	# versions with Debian's packages here, built here; the others in a root
+	host_versions=$(PG_SUPPORTED_VERSIONS=installed pg_buildext supported-versions | paste -sd' ')
+	root_versions=
+	for v in $pg_list; do
+		case " $host_versions " in *" $v "*) continue ;; esac
+		[ -n "$(suite_of "$v")" ] || die "no Debian suite known for PostgreSQL $v"
+		root_versions="$root_versions $v"
+	done
+	[ -n "$host_versions" ] || die "no PostgreSQL version of debian/pgversions ($(cat debian/pgversions)) has its postgresql-server-dev installed"
+	echo "building postgresql-NN-ctxwin $debversion from $(git rev-parse --short HEAD): PostgreSQL $host_versions here${root_versions:+, and$root_versions each in a root of its Debian suite}"
 	git archive --format tar.gz --prefix "ctxwin-$version/" -o "$scratch/ctxwin_$version.orig.tar.gz" HEAD
 	tar -xzf "$scratch/ctxwin_$version.orig.tar.gz" -C "$scratch"
 	src=$scratch/ctxwin-$version
-	# debian/control for the versions installed (pg_buildext's checkcontrol
+	# debian/control for the versions built (pg_buildext's checkcontrol
 	# fails a build whose control file lists others)
-	(cd "$src" && PG_SUPPORTED_VERSIONS=installed pg_buildext updatecontrol)
+	(cd "$src" && PG_SUPPORTED_VERSIONS="$host_versions" pg_buildext updatecontrol)
 	mkdir -p "$out"
-	if ! (cd "$src" && PG_SUPPORTED_VERSIONS=installed dpkg-buildpackage -us -uc >"$scratch/build.log" 2>&1); then
-		cp "$scratch/build.log" "$out/build.log"
-		tail -n 40 "$scratch/build.log" >&2
+	rm -f "$out"/*
+	# the source package and the binary packages of the versions here
+	if ! (cd "$src" && PG_SUPPORTED_VERSIONS="$host_versions" dpkg-buildpackage -us -uc >"$out/build.log" 2>&1); then
+		tail -n 40 "$out/build.log" >&2
 		die "dpkg-buildpackage failed (the whole log: $out/build.log)"
 	fi
-	rm -f "$out"/*
-	cp "$scratch/build.log" "$out/build.log"
-	cp "$scratch"/*.deb "$scratch"/*.dsc "$scratch"/*.tar.* "$scratch"/*.changes "$scratch"/*.buildinfo "$out/"
 	# the build-time tests (pg_regress's, against debian/postgresql-NN-ctxwin)
-	grep -E 'tests passed|tests failed' "$scratch/build.log" || die "the build ran no pg_regress test"
-	for v in $versions; do
+	grep -E 'tests passed|tests failed' "$out/build.log" || die "the build ran no pg_regress test"
+	cp "$scratch"/*.deb "$scratch"/*.dsc "$scratch"/*.tar.* "$scratch"/*.changes "$scratch"/*.buildinfo "$out/"
+	# the others: the same source, in a build root of the suite that ships
+	# postgresql-server-dev-NN (binary packages only)
+	for v in $root_versions; do
+		t1=$SECONDS suite=$(suite_of "$v")
+		need mmdebstrap
+		mapfile -t mirror_lines < <(mirrors "$suite")
+		apt_cache_for "$suite"
+		echo "building postgresql-$v-ctxwin in a $suite build root (mmdebstrap)"
+		rm -rf "$scratch/out-$v"
+		mkdir "$scratch/out-$v"
+		if ! root mmdebstrap --variant=buildd --mode=root --quiet \
+			--include="debhelper,libcurl4-openssl-dev,postgresql-server-dev-all,postgresql-server-dev-$v,postgresql-$v" \
+			--customize-hook="copy-in $scratch/ctxwin_$version.orig.tar.gz /build" \
+			--customize-hook="chroot \"\$1\" sh -c 'cd /build && tar -xzf ctxwin_$version.orig.tar.gz && cd ctxwin-$version && PG_SUPPORTED_VERSIONS=$v pg_buildext updatecontrol && PG_SUPPORTED_VERSIONS=$v dpkg-buildpackage -b -d -us -uc'" \
+			--customize-hook="sync-out /build $scratch/out-$v" \
+			"${apt_cache[@]}" "$suite" /dev/null "${mirror_lines[@]}" >"$out/build-$v.log" 2>&1; then
+			tail -n 40 "$out/build-$v.log" >&2
+			die "building postgresql-$v-ctxwin in $suite failed (the whole log: $out/build-$v.log)"
+		fi
+		grep -E 'tests passed|tests failed' "$out/build-$v.log" || die "the $suite build ran no pg_regress test"
+		cp "$scratch/out-$v"/*.deb "$out/"
+		echo "(postgresql-$v-ctxwin built in $((SECONDS - t1)) s)"
+	done
+	for v in $host_versions $root_versions; do
 		deb=$(ls "$out"/postgresql-"$v"-ctxwin_"$debversion"_*.deb 2>/dev/null) || die "no package postgresql-$v-ctxwin was built"
 		# what a PostgreSQL user's server needs, where it looks for it
 		dpkg-deb -c "$deb" >"$scratch/contents"
@@ -123,11 +175,9 @@ for deb in "${debs[@]}"; do
 	t0=$SECONDS
 	pkg=$(dpkg-deb -f "$deb" Package)
 	v=$(sed 's/^postgresql-\([0-9]*\)-ctxwin$/\1/' <<<"$pkg")
-	case $v in
-	15) suite=bookworm ;;
-	*) echo "$pkg: no Debian suite known for PostgreSQL $v here" >&2; failed=1; continue ;;
-	esac
-	r=$scratch/root-$v
+	case " $pg_list " in *" $v "*) ;; *) continue ;; esac
+	suite=$(suite_of "$v")
+	[ -n "$suite" ] || { echo "$pkg: no Debian suite known for PostgreSQL $v" >&2; failed=1; continue; }
 	echo "=== $pkg: a clean $suite root, the package installed with apt, its autopkgtest (make installcheck)"
 	cp "$deb" "$scratch/"
 	# the autopkgtest's dependencies (debian/tests/control), then the
@@ -135,15 +185,16 @@ for deb in "${debs[@]}"; do
 	deps=$(sed -n '/^Depends:/,/^[A-Z]/p' "$scratch/testsrc/debian/tests/control" | grep -E '^ [a-z]' |
 		tr -d ' ,' | grep -v '^@$' | sed "s/PGVERSION/$v/" | paste -sd,)
 	log=$out/test-$pkg.log
-	if root mmdebstrap --variant=minbase --mode=root --quiet \
+	mapfile -t mirror_lines < <(mirrors "$suite")
+	apt_cache_for "$suite"
+	if root mmdebstrap --variant=minbase --mode=root --quiet "${apt_cache[@]}" \
 		--include="ca-certificates,$deps" \
 		--customize-hook="copy-in $scratch/$(basename "$deb") /tmp" \
 		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /tmp/$(basename "$deb")" \
 		--customize-hook="copy-in $scratch/testsrc /root" \
 		--customize-hook="chroot \"\$1\" sh -c 'dpkg-query -W $pkg && dpkg -S /usr/lib/postgresql/$v/lib/ctxwin.so && test ! -e /root/testsrc/ctxwin.so'" \
 		--customize-hook="chroot \"\$1\" sh -c 'cd /root/testsrc && debian/tests/installcheck'" \
-		"$suite" "$r" "deb http://deb.debian.org/debian $suite main" \
-		"deb http://deb.debian.org/debian-security $suite-security main" >"$log" 2>&1; then
+		"$suite" /dev/null "${mirror_lines[@]}" >"$log" 2>&1; then
 		grep -E 'All [0-9]+ tests passed|^Files=|^Result' "$log" | sed 's/^/  /'
 		echo "$pkg: installcheck passed against the installed package ($((SECONDS - t0)) s; log: $log)"
 	else
@@ -151,6 +202,5 @@ for deb in "${debs[@]}"; do
 		echo "$pkg: FAILED (log: $log)" >&2
 		failed=1
 	fi
-	root rm -rf "$r"
 done
 exit $failed
