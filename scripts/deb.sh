@@ -136,6 +136,7 @@ if [ "$build" = 1 ]; then
 		mkdir "$scratch/out-$v"
 		if ! root mmdebstrap --variant=buildd --mode=root --quiet \
 			--include="debhelper,libcurl4-openssl-dev,postgresql-server-dev-all,postgresql-server-dev-$v,postgresql-$v" \
+			--customize-hook='mkdir -p "$1/build"' \
 			--customize-hook="copy-in $scratch/ctxwin_$version.orig.tar.gz /build" \
 			--customize-hook="chroot \"\$1\" sh -c 'cd /build && tar -xzf ctxwin_$version.orig.tar.gz && cd ctxwin-$version && PG_SUPPORTED_VERSIONS=$v pg_buildext updatecontrol && PG_SUPPORTED_VERSIONS=$v dpkg-buildpackage -b -d -us -uc'" \
 			--customize-hook="sync-out /build $scratch/out-$v" \
