@@ -134,7 +134,7 @@ if [ "$build" = 1 ]; then
 		echo "building postgresql-$v-ctxwin in a $suite build root (mmdebstrap)"
 		rm -rf "$scratch/out-$v"
 		mkdir "$scratch/out-$v"
-		if ! root mmdebstrap --variant=buildd --mode=root --quiet \
+		if ! root mmdebstrap --variant=buildd --mode=root \
 			--include="debhelper,libcurl4-openssl-dev,postgresql-server-dev-all,postgresql-server-dev-$v,postgresql-$v" \
 			--customize-hook='mkdir -p "$1/build"' \
 			--customize-hook="copy-in $scratch/ctxwin_$version.orig.tar.gz /build" \
@@ -188,7 +188,7 @@ for deb in "${debs[@]}"; do
 	log=$out/test-$pkg.log
 	mapfile -t mirror_lines < <(mirrors "$suite")
 	apt_cache_for "$suite"
-	if root mmdebstrap --variant=minbase --mode=root --quiet "${apt_cache[@]}" \
+	if root mmdebstrap --variant=minbase --mode=root "${apt_cache[@]}" \
 		--include="ca-certificates,$deps" \
 		--customize-hook="copy-in $scratch/$(basename "$deb") /tmp" \
 		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /tmp/$(basename "$deb")" \
