@@ -82,6 +82,14 @@ mirrors() {
 	[ "$suite" = sid ] || echo "deb http://deb.debian.org/debian-security $suite-security main"
 }
 
+# The roots' apt takes the host's word on the mirror's dates: a host whose
+# apt accepts Release files past their Valid-Until (a mirror that lags, as
+# sid's week-long validity makes likely) has its roots accept them too.
+aptopts=()
+eval "$(apt-config shell cvu Acquire::Check-Valid-Until cdate Acquire::Check-Date)"
+[ "${cvu:-}" = false ] && aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
+[ "${cdate:-}" = false ] && aptopts+=(--aptopt='Acquire::Check-Date "false"')
+
 # apt_cache_for SUITE: mmdebstrap options that keep the packages a root
 # downloads in $CTXWIN_CACHE/deb-apt/SUITE for the next one (apt_cache)
 apt_cache_for() {
@@ -134,7 +142,7 @@ if [ "$build" = 1 ]; then
 		echo "building postgresql-$v-ctxwin in a $suite build root (mmdebstrap)"
 		rm -rf "$scratch/out-$v"
 		mkdir "$scratch/out-$v"
-		if ! root mmdebstrap --variant=buildd --mode=root \
+		if ! root mmdebstrap --variant=buildd --mode=root "${aptopts[@]}" \
 			--include="debhelper,libcurl4-openssl-dev,postgresql-server-dev-all,postgresql-server-dev-$v,postgresql-$v" \
 			--customize-hook='mkdir -p "$1/build"' \
 			--customize-hook="copy-in $scratch/ctxwin_$version.orig.tar.gz /build" \
@@ -188,7 +196,7 @@ for deb in "${debs[@]}"; do
 	log=$out/test-$pkg.log
 	mapfile -t mirror_lines < <(mirrors "$suite")
 	apt_cache_for "$suite"
-	if root mmdebstrap --variant=minbase --mode=root "${apt_cache[@]}" \
+	if root mmdebstrap --variant=minbase --mode=root "${aptopts[@]}" "${apt_cache[@]}" \
 		--include="ca-certificates,$deps" \
 		--customize-hook="copy-in $scratch/$(basename "$deb") /tmp" \
 		--customize-hook="chroot \"\$1\" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /tmp/$(basename "$deb")" \
