@@ -189,9 +189,10 @@ for deb in "${debs[@]}"; do
 	[ -n "$suite" ] || { echo "$pkg: no Debian suite known for PostgreSQL $v" >&2; failed=1; continue; }
 	echo "=== $pkg: a clean $suite root, the package installed with apt, its autopkgtest (make installcheck)"
 	cp "$deb" "$scratch/"
-	# the autopkgtest's dependencies (debian/tests/control), then the
+	# the autopkgtest's dependencies (debian/tests/control.in, for this
+	# version: the control file is made for the versions built here), then the
 	# package by its file: apt brings the server it depends on
-	deps=$(sed -n '/^Depends:/,/^[A-Z]/p' "$scratch/testsrc/debian/tests/control" | grep -E '^ [a-z]' |
+	deps=$(sed -n '/^Depends:/,/^[A-Z]/p' "$scratch/testsrc/debian/tests/control.in" | grep -E '^ [a-z]' |
 		tr -d ' ,' | grep -v '^@$' | sed "s/PGVERSION/$v/" | paste -sd,)
 	log=$out/test-$pkg.log
 	mapfile -t mirror_lines < <(mirrors "$suite")
