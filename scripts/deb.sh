@@ -52,7 +52,7 @@ die() { echo "deb.sh: $*" >&2; exit 1; }
 root() { if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi; }
 out=$tree/dist/deb
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" ctxwin.control)
-debversion=$(dpkg-parsechangelog -S Version)
+debversion=$(sed -n "1s/^ctxwin (\([^)]*\)).*/\1/p" debian/changelog)
 [ "${debversion%-*}" = "$version" ] ||
 	die "debian/changelog is at $debversion, ctxwin.control at $version"
 scratch=$(mktemp -d /tmp/ctxwin-deb.XXXXXX)
@@ -75,7 +75,7 @@ need() {
 # builds 17 and 18 from these suites' source packages).
 suite_of() { ctxwin_pg_suite "$1"; }
 . scripts/pg.sh
-# mirrors MAJOR: the suite's sources, with its security updates where it has some
+# mirrors SUITE: the suite's sources, with its security updates where it has some
 mirrors() {
 	local suite=$1
 	echo "deb http://deb.debian.org/debian $suite main"
