@@ -1,4 +1,4 @@
-# ctxwin: PGXS build.  make && make install; make installcheck runs pg_regress.
+# ctxwin: PGXS build.  make && make install; make installcheck runs pg_regress and the pgTAP suites.
 EXTENSION = ctxwin
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" ctxwin.control)
 
@@ -62,6 +62,17 @@ DATA = $(sort $(wildcard sql/ctxwin--*.sql) $(SQL_INSTALL))
 # file of sql/ or expected/ there may bear a test's name.)
 REGRESS = tokenizer window
 REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+# make installcheck runs them, then every pgTAP suite (test/*.sql) with
+# pg_prove, each in one transaction it rolls back, in a database of their
+# own (PGTAP_DB, made afresh, UTF-8), against the installed ctxwin on the
+# server libpq's environment names (PGHOST, PGPORT, PGUSER: a superuser).
+# The suites need pgTAP in that server and pg_prove (Debian:
+# postgresql-NN-pgtap and libtap-parser-sourcehandler-pgtap-perl), nothing
+# else: no preloading, no setting.  PGTAP=no runs pg_regress's tests only.
+NO_INSTALLCHECK = 1
+PGTAP_SUITES = $(sort $(wildcard test/*.sql))
+PGTAP_DB = ctxwin_installcheck
+PGTAP ?= yes
 
 VOCABS = cl100k_base o200k_base
 EXTRA_CLEAN = src/tokenizer/vocab_*.c tools/gen_vocab tools/rules_check tools/image_check tools/corpus_check tools/corpus_check_heap tools/corpus_check_huge \
@@ -161,6 +172,19 @@ check-core: tools/rules_check tools/image_check tools/corpus_check tools/corpus_
 	tools/corpus_check_huge test/corpus
 
 .PHONY: check-core
+
+# (PGXS's own installcheck is off: NO_INSTALLCHECK, above)
+installcheck:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+ifneq ($(PGTAP),no)
+	@command -v pg_prove >/dev/null || { echo "pg_prove not found: install pgTAP's pg_prove (Debian: libtap-parser-sourcehandler-pgtap-perl), or run make installcheck PGTAP=no for pg_regress's tests only" >&2; exit 1; }
+	'$(bindir)/psql' -X -q -d postgres -v ON_ERROR_STOP=1 \
+		-c 'DROP DATABASE IF EXISTS $(PGTAP_DB)' \
+		-c "CREATE DATABASE $(PGTAP_DB) TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
+	pg_prove --psql-bin '$(bindir)/psql' --dbname $(PGTAP_DB) $(PGTAP_SUITES)
+endif
+
+.PHONY: installcheck
 
 # The PGXN release archive ctxwin-VERSION.zip, from git's HEAD (export-ignore
 # in .gitattributes leaves files out), checked by building it in a scratch

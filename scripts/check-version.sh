@@ -82,9 +82,11 @@ sub check_path {
 		&& !grep({ $_ eq '.' || $_ eq '..' } split m{/}, $v =~ s{^\./}{}r)
 		or fail("META.json: $where must be a relative Unix path inside the distribution");
 }
+# URI: a scheme and an authority (PGXN::Meta::Validator's url: "scheme://host...").
 sub check_uri {
 	my ($where, $v) = @_;
-	is_str($v) && $v =~ /^[A-Za-z][A-Za-z0-9+.-]*:[^\s]+$/ or fail("META.json: $where must be a URI");
+	is_str($v) && $v =~ m{^[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]+[^\s]*$}
+		or fail("META.json: $where must be a URL with a scheme and a host (scheme://host/...)");
 }
 sub check_keys {
 	my ($where, $obj, @allowed) = @_;
@@ -181,13 +183,12 @@ if (is_obj($provides)) {
 			fail("META.json: \"provides\" \"$name\" must be an object");
 			next;
 		}
-		check_keys("\"provides\" \"$name\"", $e, qw(file version abstract docfile docpath));
+		check_keys("\"provides\" \"$name\"", $e, qw(file version abstract docfile));
 		exists $e->{$_} or fail("META.json: \"provides\" \"$name\" lacks the required \"$_\"") for qw(file version);
 		check_path("\"provides\" \"$name\" \"file\"", $e->{file}) if exists $e->{file};
 		check_version("\"provides\" \"$name\" \"version\"", $e->{version}) if exists $e->{version};
 		check_text("\"provides\" \"$name\" \"abstract\"", $e->{abstract}) if exists $e->{abstract};
 		check_path("\"provides\" \"$name\" \"docfile\"", $e->{docfile}) if exists $e->{docfile};
-		check_text("\"provides\" \"$name\" \"docpath\"", $e->{docpath}) if exists $e->{docpath};
 	}
 } elsif (defined $provides) {
 	fail('META.json: "provides" must be an object');

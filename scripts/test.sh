@@ -218,7 +218,8 @@ elif [ ${#tap_files[@]} -eq 0 ]; then
 	echo "=== ${clients[*]}: their tests run beside the stages that follow; their output comes after them"
 	stage=pg_regress
 	set +e
-	make installcheck PG_CONFIG="$PG_CONFIG" 2>&1 | tee "$testdir/regress.out"
+	# pg_regress only: the pgTAP suites make installcheck would run too are prove's, below
+	make installcheck PG_CONFIG="$PG_CONFIG" PGTAP=no 2>&1 | tee "$testdir/regress.out"
 	rrc=${PIPESTATUS[0]}
 	set -e
 	[ "$rrc" -ne 0 ] && cat regression.diffs 2>/dev/null

@@ -49,8 +49,16 @@ fi
 # run of another tree beside this one would replace it mid-run
 site=$(mktemp -d /tmp/ctxwin-py-site.XXXXXX)
 trap 'rm -rf "$site"' EXIT
-"$venv/bin/python" -m pip install -q --no-deps --no-compile --target "$site" "$here" >/dev/null
+# (CTXWIN_PY_PACKAGE=a wheel or sdist: that package instead, as scripts/dist.sh
+# --clients made it)
+pkg=${CTXWIN_PY_PACKAGE:-$here}
+[ -e "$pkg" ] || { echo "run-tests.sh: no package $pkg" >&2; exit 1; }
+[ "$pkg" = "$here" ] || echo "run-tests.sh: the client from $pkg"
+"$venv/bin/python" -m pip install -q --no-deps --no-compile --target "$site" "$(realpath "$pkg")" >/dev/null
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# the tests import the package just installed, never the tree's src/
+(cd / && "$venv/bin/python" -c 'import ctxwin, sys; sys.exit(not ctxwin.__file__.startswith(sys.argv[1] + "/"))' "$site") ||
+	{ echo "run-tests.sh: ctxwin is not imported from $site" >&2; exit 1; }
 export PATH=$site/bin:$venv/bin:$PATH
 
 echo "run-tests.sh: mypy --strict"
