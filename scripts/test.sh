@@ -4,7 +4,8 @@
 # the core's corpus checks are among them), then the window, summary and
 # bill suites again with ctxwin.messages hash-partitioned, and beside all
 # those the tests of the client packages (clients/python, clients/node),
-# whose output follows theirs.  Run as root or
+# whose output follows theirs; last, the packages (on 15 the client
+# packages from their files, on 18 the extension image).  Run as root or
 # with sudo, from wherever the tree is.  It ends with a line per stage and
 # the line "N passed, M failed"; the exit code is non-zero if anything failed.
 #
@@ -299,3 +300,28 @@ else
 		client_done "$c"
 	done
 fi
+
+# The packages, built and tested once, in a full run: on PostgreSQL 18 the
+# extension image loaded through extension_control_path (scripts/oci.sh
+# --test), on 15 the client packages installed from their files
+# (scripts/dist.sh --clients).  Each counts as one test.  The Debian
+# packages' test builds Debian roots and takes longer: scripts/deb.sh
+# --test, run on its own.
+if [ ${#files[@]} -eq 0 ]; then
+	pkg=
+	case $major in
+	18) pkg="scripts/oci.sh --test" ;;
+	15) pkg="scripts/dist.sh --clients" ;;
+	esac
+	if [ -n "$pkg" ]; then
+		stage=packages
+		echo "=== $pkg"
+		if bash $pkg; then
+			stage_done "$pkg" 1 0
+		else
+			stage_done "$pkg" 0 1
+		fi
+		stage=
+	fi
+fi
+
