@@ -660,7 +660,8 @@ END $$;
 COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
 'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
 
--- the sessions trigger runs when a retract moves the summary version on
+-- The sessions trigger fires on a change of the summary's segments too,
+-- and when a retract moves the summary version on.
 DROP TRIGGER sessions_maintain_update ON ctxwin.sessions;
 CREATE TRIGGER sessions_maintain_update BEFORE UPDATE ON ctxwin.sessions
     FOR EACH ROW
@@ -2779,7 +2780,22 @@ COMMENT ON FUNCTION ctxwin.pending_indexes() IS
 'The indexes of ctxwin.messages an update left to build after it, concurrently (by the worker, or by running each statement at top level): name, state (missing, building, invalid), the statement that builds it, and a running build''s phase and blocks';
 
 ------------------------------------------------------------------------------
--- The bill: usage, costs and calibration (sql/install/90_usage.sql)
+-- The bill: what the provider counted and charged, and calibration (sql/install/90_usage.sql)
+--
+-- An application passes the provider's usage object of each LLM answer to
+-- record_usage(session, usage), which normalizes it (OpenAI Chat
+-- Completions, OpenAI Responses, Anthropic Messages) into ctxwin.usage_log
+-- with the window the request sent.  The summaries the worker and
+-- summarize_session make keep their usage in ctxwin.summaries; the ledger
+-- view puts both together, and the usage views sum them per session and per
+-- profile, with costs at the prices of ctxwin.models.
+--
+-- Calibration: a model counted with another tokenizer than its own (Claude,
+-- Gemini, any model not OpenAI's) may count fewer tokens than its provider
+-- does.  Over the newest 50 requests of a model that carry the window they
+-- sent, provider input tokens / window tokens is the model's budget margin,
+-- kept between 1 and 1.5 in ctxwin.calibration; build_context's default
+-- budget is the context window less the response reserve, divided by it.
 ------------------------------------------------------------------------------
 
 -- One count of a usage object: the number at path, NULL if it is absent or
@@ -3296,6 +3312,20 @@ GRANT SELECT ON ctxwin.usage_ledger, ctxwin.usage, ctxwin.profile_usage TO PUBLI
 
 ------------------------------------------------------------------------------
 -- Scaling out on Citus (sql/install/95_citus.sql)
+--
+-- ctxwin.distribute() turns the tables of a Citus coordinator's ctxwin into
+-- Citus tables: sessions and the tables of each session's rows (messages,
+-- summaries, flush_events, usage_log, summary_jobs) distributed by session id and
+-- co-located, so a session and all its rows live on one node; models,
+-- profiles and calibration reference tables, copied to every node.  The
+-- functions that take one session are delegated to the node that holds it.
+--
+-- The foreign keys are dropped and added back around the conversion: with
+-- them in place Citus would first turn the tables into Citus local tables,
+-- which drops and recreates the views on them, and the extension's views
+-- cannot be dropped.  The worker nodes' copies of ctxwin's tables (each
+-- node has the extension) hold the same keys and lose them first, or Citus
+-- could not add them back there.
 ------------------------------------------------------------------------------
 
 -- The conversion itself, without Citus's notices of each table copied.
