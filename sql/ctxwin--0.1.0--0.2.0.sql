@@ -1,3 +1,5 @@
+
+
 -- ctxwin 0.1.0 to 0.2.0.
 \echo Use "ALTER EXTENSION ctxwin UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -195,25 +197,19 @@ ALTER TABLE ctxwin.models
 
 COMMENT ON TABLE ctxwin.models IS
 'LLM models: the encoding their tokens are counted with, their context window and their prices';
-
 COMMENT ON COLUMN ctxwin.models.input_price IS
 'Price per million input tokens that are neither cache reads nor cache writes (NULL: unknown)';
-
 COMMENT ON COLUMN ctxwin.models.cached_input_price IS
 'Price per million input tokens read from the provider''s prompt cache (NULL: unknown)';
-
 COMMENT ON COLUMN ctxwin.models.cache_write_price IS
 'Price per million input tokens written to the provider''s prompt cache (Anthropic''s 5-minute cache writes; NULL: unknown)';
-
 COMMENT ON COLUMN ctxwin.models.output_price IS
 'Price per million output tokens, reasoning tokens included (NULL: unknown)';
 
 -- The built-in rows get their prices and stay built-in (the triggers would
 -- make them the user's and requeue sessions); rows a user changed are theirs.
 ALTER TABLE ctxwin.models DISABLE TRIGGER builtin_row_replace;
-
 ALTER TABLE ctxwin.models DISABLE TRIGGER models_requeue;
-
 UPDATE ctxwin.models m
 SET input_price = p.input_price, cached_input_price = p.cached_input_price,
     cache_write_price = p.cache_write_price, output_price = p.output_price
@@ -244,9 +240,7 @@ FROM (VALUES
     ('claude-3-5-haiku',   0.80,  0.08,     1,     4)
 ) p(name, input_price, cached_input_price, cache_write_price, output_price)
 WHERE m.name = p.name AND m.builtin;
-
 ALTER TABLE ctxwin.models ENABLE TRIGGER models_requeue;
-
 ALTER TABLE ctxwin.models ENABLE TRIGGER builtin_row_replace;
 
 -- Cache-stable windows: a profile's window policy, its low-water mark and
@@ -258,15 +252,11 @@ ALTER TABLE ctxwin.profiles
     ADD COLUMN window_low_water real NOT NULL DEFAULT 0.6
         CHECK (window_low_water > 0::real AND window_low_water < 1::real),
     ADD COLUMN cache_ttl interval NOT NULL DEFAULT '00:05:00' CHECK (cache_ttl >= '00:00:00'::interval);
-
 ALTER TABLE ctxwin.profiles ALTER COLUMN window_policy SET DEFAULT 'stable';
-
 COMMENT ON COLUMN ctxwin.profiles.window_policy IS
 'stable: the window keeps its first message while the messages fit, then jumps to window_low_water of the budget (prompt caches hit); sliding: the newest messages that fit';
-
 COMMENT ON COLUMN ctxwin.profiles.window_low_water IS
 'Share of the budget a stable window fills after a jump';
-
 COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
 'How long the provider keeps a prompt cache: a summary due under a stable window waits for a jump, or for the session to be idle this long';
 
@@ -279,33 +269,26 @@ ALTER TABLE ctxwin.profiles
     ADD COLUMN clear_tool_inputs boolean,
     ADD COLUMN exclude_tools text[] CHECK (array_position(exclude_tools, NULL) IS NULL),
     ADD COLUMN clear_at_least int CHECK (clear_at_least >= 0);
-
 COMMENT ON COLUMN ctxwin.profiles.keep_tool_results IS
 'The newest tool results a window sends whole; older ones are sent as a placeholder naming the tool, the call and the message (NULL: none cleared)';
-
 COMMENT ON COLUMN ctxwin.profiles.tool_result_max_tokens IS
 'A tool result longer than this is sent cut in the middle (NULL: never cut)';
-
 COMMENT ON COLUMN ctxwin.profiles.clear_tool_inputs IS
 'Whether the arguments of the calls whose results are cleared are sent as {} too';
-
 COMMENT ON COLUMN ctxwin.profiles.exclude_tools IS
 'Tools whose results are never cleared nor cut';
-
 COMMENT ON COLUMN ctxwin.profiles.clear_at_least IS
 'Tool results are cleared in batches of at least this many tokens (NULL or 0: as soon as they are older than keep_tool_results)';
 
 -- The summary strategy app: summaries written by the application's own
 -- model (summary jobs, sql/install/70_summaries.sql).
 ALTER TABLE ctxwin.profiles DROP CONSTRAINT profiles_summary_strategy_check;
-
 ALTER TABLE ctxwin.profiles ADD CONSTRAINT profiles_summary_strategy_check
     CHECK (summary_strategy IN ('llm', 'hybrid', 'extractive', 'app'));
 
 -- Search per profile: off, its sessions' messages cost the search index
 -- nothing.
 ALTER TABLE ctxwin.profiles ADD COLUMN search boolean NOT NULL DEFAULT true;
-
 COMMENT ON COLUMN ctxwin.profiles.search IS
 'Whether the messages of its sessions go into the search index (ctxwin.search, conversation_search). Off: they cost an insert no index entries, and a search of such a session is an error; a change applies to the messages stored after it';
 
@@ -365,10 +348,10 @@ END $$;
 -- A summary of before is one segment (summary_segments NULL), the first of
 -- those the next compactions append; the summaries of before keep NULL.
 ALTER TABLE ctxwin.sessions ADD COLUMN summary_segments int[];
-
 COMMENT ON COLUMN ctxwin.sessions.summary_segments IS
 'The length in characters of each segment of conversation_summary, oldest first, when it has more than one (joined by a blank line); NULL: one segment, or no summary';
 
+-- A session's message count includes its retracted messages.
 COMMENT ON COLUMN ctxwin.sessions.message_count IS
 'Messages in the session, which is also the id of the newest one (retracted messages included: ids are never reused)';
 
@@ -387,7 +370,6 @@ LANGUAGE C;
 -- The key the application gives a message: append_messages appends a
 -- message at most once per key (the index messages_client_key, below).
 ALTER TABLE ctxwin.messages ADD COLUMN client_key text;
-
 COMMENT ON COLUMN ctxwin.messages.client_key IS
 'The key the application gave the message (append_messages), unique in its session; NULL: none';
 
@@ -409,13 +391,11 @@ COMMENT ON COLUMN ctxwin.messages.content_parts IS
 -- retracted_at.  No index is added (the readers filter the rows they read
 -- anyway).
 ALTER TABLE ctxwin.messages ADD COLUMN retracted_at timestamptz;
-
 COMMENT ON COLUMN ctxwin.messages.retracted_at IS
 'When ctxwin.retract() took the message back: it stays stored, but leaves every later window, summary, search and count. NULL: not retracted';
 
 -- Search per profile: off, a message costs the search index nothing.
 ALTER TABLE ctxwin.messages ADD COLUMN searchable boolean NOT NULL DEFAULT true;
-
 COMMENT ON COLUMN ctxwin.messages.searchable IS
 'Whether the search index holds the message: its profile''s search setting when it was stored (set by ctxwin)';
 
@@ -434,13 +414,11 @@ END $$;
 
 -- A summary's segments, as the session's summary_segments holds them.
 ALTER TABLE ctxwin.summaries ADD COLUMN segments int[];
-
 COMMENT ON COLUMN ctxwin.summaries.segments IS
 'The segments of content as the session''s summary_segments holds them (NULL: one); its newest segment, the last, is what this summary newly wrote';
 
 -- A summary that covers a retracted message is never sent again.
 ALTER TABLE ctxwin.summaries ADD COLUMN retracted_at timestamptz;
-
 COMMENT ON COLUMN ctxwin.summaries.retracted_at IS
 'When a retract took back a message this summary covers: it is never sent again. NULL: in effect';
 
@@ -3019,34 +2997,24 @@ CREATE INDEX usage_log_calibration ON ctxwin.usage_log (model, created_at)
 
 COMMENT ON TABLE ctxwin.usage_log IS
 'One row per LLM request an application recorded with record_usage: the provider''s usage, normalized and as it came, and the window the request sent';
-
 COMMENT ON COLUMN ctxwin.usage_log.id IS
 'Position of the request in its session (1, 2, 3 ...)';
-
 COMMENT ON COLUMN ctxwin.usage_log.provider IS
 'Shape of the usage object: openai (Chat Completions or Responses) or anthropic (Messages)';
-
 COMMENT ON COLUMN ctxwin.usage_log.model IS
 'The model of the session''s profile when the usage was recorded';
-
 COMMENT ON COLUMN ctxwin.usage_log.input_tokens IS
 'Every prompt token the provider counted: uncached, cache reads and cache writes';
-
 COMMENT ON COLUMN ctxwin.usage_log.cached_tokens IS
 'Prompt tokens read from the provider''s cache';
-
 COMMENT ON COLUMN ctxwin.usage_log.cache_write_tokens IS
 'Prompt tokens written to the provider''s cache (Anthropic)';
-
 COMMENT ON COLUMN ctxwin.usage_log.output_tokens IS
 'Tokens of the answer, reasoning tokens included';
-
 COMMENT ON COLUMN ctxwin.usage_log.usage IS
 'The usage object as the provider returned it';
-
 COMMENT ON COLUMN ctxwin.usage_log.window_first_id IS
 'Id of the oldest message of the window the request sent (NULL: none, or not known)';
-
 COMMENT ON COLUMN ctxwin.usage_log.window_tokens IS
 'Tokens of the window the request sent, as ctxwin counted them in window_encoding';
 
@@ -3064,15 +3032,12 @@ CREATE TABLE ctxwin.calibration (
 
 COMMENT ON TABLE ctxwin.calibration IS
 'Per model, over its newest 50 recorded requests with a window: the provider''s input tokens against ctxwin''s count, and the budget margin (1 to 1.5) build_context''s default budget is divided by; kept by record_usage';
-
 COMMENT ON COLUMN ctxwin.calibration.encoding IS
 'The encoding the windows were counted in; the margin applies while the model is counted in it';
-
 COMMENT ON COLUMN ctxwin.calibration.margin IS
 'provider_tokens / counted_tokens, at least 1 and at most 1.5; 1 for a model counted with its own tokenizer (an OpenAI model in cl100k_base or o200k_base)';
 
 SELECT pg_catalog.pg_extension_config_dump('ctxwin.usage_log', '');
-
 SELECT pg_catalog.pg_extension_config_dump('ctxwin.calibration', '');
 
 -- build_context reads a session's margin as its caller: every role may
