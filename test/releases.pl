@@ -5,6 +5,9 @@
 # update scripts from it to the control file's default version, and
 # installing it then running ALTER EXTENSION ctxwin UPDATE ends at that
 # version.  Adding a version without its update script fails here.
+# An update script defines each function once, with its final text: a
+# CREATE [OR REPLACE] FUNCTION of the same name and argument types twice in
+# one script fails here (a later block redefining what an earlier one wrote).
 # On a cluster of its own, with the ctxwin installed for this server.
 use strict;
 use warnings;
@@ -54,6 +57,50 @@ for my $v (@released)
 	is( sql($node, 'releases', "ALTER EXTENSION ctxwin UPDATE;
 	                            SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 		$current, "ALTER EXTENSION ctxwin UPDATE from $v ends at $current");
+}
+
+# The argument types of a function's parameter list: OUT parameters, names
+# and defaults left out, blanks made one.
+sub arg_types
+{
+	my ($list) = @_;
+	my (@types, $depth, $cur);
+	$depth = 0;
+	$cur = '';
+	for my $c (split //, $list . ',')
+	{
+		$depth++ if $c eq '(';
+		$depth-- if $c eq ')';
+		if ($c eq ',' && $depth == 0)
+		{
+			my $p = lc($cur) =~ s/\s+/ /gr =~ s/^ | $//gr;
+			$cur = '';
+			next if $p eq '';
+			$p =~ s/ (default\b|=).*//s;
+			my @w = split / /, $p;
+			my $mode = $w[0] =~ /^(in|out|inout|variadic)$/ ? shift @w : 'in';
+			next if $mode eq 'out';
+			shift @w if @w > 1;
+			push @types, join(' ', @w);
+			next;
+		}
+		$cur .= $c;
+	}
+	return join(',', @types);
+}
+for my $f (sort glob("$root/sql/ctxwin--*--*.sql"))
+{
+	my $text = slurp_file($f) =~ s/--[^\n]*//gr;
+	my %seen;
+	while ($text =~ /\bCREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+([\w.]+)\s*(\((?:[^()]++|(?2))*\))/gi)
+	{
+		my $sig = lc($1) . '(' . arg_types(substr($2, 1, -1)) . ')';
+		$seen{$sig}++;
+	}
+	my $name = $f =~ s{.*/}{}r;
+	cmp_ok(scalar(keys %seen), '>', 0, "sql/$name defines functions");
+	is_deeply([ sort grep { $seen{$_} > 1 } keys %seen ], [],
+		"sql/$name defines each function once");
 }
 
 done_testing();

@@ -292,6 +292,14 @@ my $schema_fresh = schema_of('fresh');
 cmp_ok(scalar(keys %$schema_fresh), '>', 1000, 'the dump lists the extension\'s objects');
 is_deeply(only_in($schema_up, $schema_fresh), [], "the updated schema has nothing a fresh $current install lacks");
 is_deeply(only_in($schema_fresh, $schema_up), [], '... and lacks nothing it has');
+# The dump's lines are compared as a set: the order of the columns, which
+# ALTER TABLE ... ADD COLUMN in the update script decides, is compared here.
+my $columns_sql = "SELECT string_agg(format('%s.%s', c.relname, a.attname), ' ' ORDER BY c.relname, a.attnum) "
+  . "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+  . "WHERE c.relnamespace = 'ctxwin'::regnamespace AND c.relkind IN ('r', 'p', 'v') "
+  . "AND a.attnum > 0 AND NOT a.attisdropped";
+is(q_up($columns_sql), $node->safe_psql('fresh', $columns_sql),
+	'... and its tables and views have their columns in a fresh install\'s order');
 
 # --- a summary of 0.1.0 becomes the first segment ------------------------------
 # The sessions and summaries of before have one segment each (NULL); under a
