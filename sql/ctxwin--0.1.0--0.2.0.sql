@@ -2360,7 +2360,7 @@ BEGIN
     END IF;
     CREATE INDEX messages_search ON ctxwin.messages
         USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-        WITH (fastupdate = off) WHERE searchable;
+        WITH (fastupdate = on, gin_pending_list_limit = 1024) WHERE searchable;
 END $$;
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
@@ -2743,7 +2743,7 @@ SET search_path = pg_catalog, pg_temp AS $$
              'WHERE client_key IS NOT NULL'),
             (2, 'messages_search',
              'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
-             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off) '
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = on, gin_pending_list_limit = 1024) '
              'WHERE searchable')
          ) AS d(ord, name, ddl)
     JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'

@@ -12,7 +12,9 @@
 #  - without a worker, the statements run at top level (psql's \gexec) build
 #    them; in a database the worker serves, the worker builds them by
 #    itself and says so in the log; either way the indexes are the ones a
-#    fresh install makes (pg_get_indexdef), valid, and the list is empty.
+#    fresh install makes (pg_get_indexdef), valid, and the list is empty;
+#  - the search index's pending list: filled by inserts, merged into the
+#    index by the worker where one serves the database.
 #
 # The longest insert's latency during the update is printed (a figure, not
 # a check: bench/upgrade measures it on a million messages).
@@ -160,6 +162,31 @@ like($log, qr/LOG:  ctxwin worker is building the index ctxwin\.messages_search 
 	'... saying so in the log');
 like($log, qr/LOG:  ctxwin worker built the index ctxwin\.messages_search/, '... and when it is built');
 is(sq('served', $search), $found, 'the search answers the same there');
+
+# The search index's pending list (fastupdate on): an insert appends its
+# entries to it, and the worker merges it into the index every second; in
+# a database no worker serves, it stays until an insert fills it (1 MB)
+my $pending = "SELECT pending_pages || ' ' || pending_tuples FROM pgstatginindex('ctxwin.messages_search')";
+my $fill = "INSERT INTO ctxwin.messages (session_id, role, content) "
+  . "SELECT ('00000000-0000-4000-8000-' || lpad((1 + i % 20)::text, 12, '0'))::uuid, 'user', "
+  . "format('pending %s: order ORD-%s shipped to web-%s.shop.internal', i, i, i % 7) FROM generate_series(1, 300) i";
+for my $db (qw(manual served))
+{
+	sql_do($node, $db, 'CREATE EXTENSION pgstattuple');
+	is( sq($db, "SELECT array_to_string(reloptions, ', ') FROM pg_class WHERE oid = 'ctxwin.messages_search'::regclass"),
+		'fastupdate=on, gin_pending_list_limit=1024', "$db: the search index has a pending list of 1 MB");
+}
+sql_do($node, 'manual', $fill);
+like(sq('manual', $pending), qr/^[1-9]\d* [1-9]\d*$/, 'an insert appends its entries to the pending list');
+is(sq('manual', "SELECT count(*) FROM ctxwin.search('00000000-0000-4000-8000-000000000003', 'ORD-42')"), '1',
+	'... where a search finds them');
+sql_do($node, 'served', $fill);
+ok(wait_for($node, 'served', "SELECT pending_pages = 0 AND pending_tuples = 0 FROM pgstatginindex('ctxwin.messages_search')", 30),
+	'the worker merges the pending list into the index');
+is(sq('served', "SELECT count(*) FROM ctxwin.search('00000000-0000-4000-8000-000000000003', 'ORD-42')"), '1',
+	'... where a search finds them as before');
+usleep(2_500_000);
+like(sq('manual', $pending), qr/^[1-9]\d* [1-9]\d*$/, 'in a database no worker serves, the list stays until an insert fills it');
 
 $node->stop;
 done_testing();

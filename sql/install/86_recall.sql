@@ -50,16 +50,21 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
 
 -- One index for every session's search (on each partition of a
 -- partitioned ctxwin.messages, and each shard under Citus).  fastupdate
--- off: every scan of a GIN index reads all of its pending list (GIN's 4 MB
--- made a search of a rare word 4.6 times slower), and the insert that
--- fills a pending list merges it into the index (with 64 kB: inserts'
--- p99.9 23 ms, against 6 ms without the list, at the same rate with
--- synchronous_commit on; bench/recall/RESULTS.md).
+-- on: an insert appends its entries to the index's pending list, which
+-- costs about a third of inserting each into the tree (the search index
+-- made an insert 4-8 times as costly as one into a plain table with
+-- fastupdate off, bench/upgrade/RESULTS.md), and the database's worker
+-- merges the list into the tree every second (src/worker/indexes.c), so
+-- that a search reads a short list (every scan of a GIN index reads all of
+-- it: GIN's 4 MB made a search of a rare word 4.6 times slower,
+-- bench/recall/RESULTS.md).  The list's limit, 1 MB, bounds what a search
+-- reads and what the insert that fills it merges where no worker serves
+-- the database (autovacuum merges it too).
 -- Partial: a message of a profile with search off (searchable false, set by
 -- the insert trigger) has no entries, and costs an insert nothing here.
 CREATE INDEX messages_search ON ctxwin.messages
     USING gin (ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops)
-    WITH (fastupdate = off) WHERE searchable;
+    WITH (fastupdate = on, gin_pending_list_limit = 1024) WHERE searchable;
 
 CREATE FUNCTION ctxwin._search_query(session uuid, level int, below bigint, query text, any_term boolean)
 RETURNS tsquery
@@ -441,7 +446,7 @@ SET search_path = pg_catalog, pg_temp AS $$
              'WHERE client_key IS NOT NULL'),
             (2, 'messages_search',
              'CREATE INDEX CONCURRENTLY messages_search ON ctxwin.messages USING gin '
-             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = off) '
+             '(ctxwin._search_vector(session_id, id, content, tool_calls) ctxwin.search_ops) WITH (fastupdate = on, gin_pending_list_limit = 1024) '
              'WHERE searchable')
          ) AS d(ord, name, ddl)
     JOIN pg_class t ON t.oid = 'ctxwin.messages'::regclass AND t.relkind = 'r'

@@ -14,6 +14,12 @@
  * statement runs only at top level, outside a transaction block, so it runs
  * here as postgres.c runs a query, not through SPI.  A build that fails is
  * logged and tried again after RETRY_MS.
+ *
+ * It also merges the search index's pending list (MergeSearchPending): the
+ * index is built with fastupdate on, so an insert appends its entries to a
+ * list that costs a third of inserting each into the tree, and the worker
+ * moves the list into the tree every MERGE_MS, so that a search reads a
+ * short list and no insert is the one that finds it full.
  */
 #include "postgres.h"
 
@@ -35,8 +41,10 @@
 
 #define LOOK_MS		60000		/* how often to look for indexes to build */
 #define RETRY_MS	600000		/* after a build that failed */
+#define MERGE_MS	1000		/* how often to merge the search index's pending list */
 
 static TimestampTz next_look = 0;
+static TimestampTz next_merge = 0;
 
 /* The statements of pending_indexes() to run, as "name\0statement" pairs. */
 static List *
@@ -178,3 +186,41 @@ BuildPendingIndexes(TimestampTz now)
 		next_look = GetCurrentTimestamp() + (TimestampTz) RETRY_MS * 1000;
 	return true;
 }
+
+/*
+ * Merges the pending lists of the GIN indexes of ctxwin.messages (of each
+ * partition's, where it is partitioned) into their trees, every MERGE_MS;
+ * in a transaction BeginWork began.  A failure (a lock it could not get in
+ * the worker's lock_timeout) is left for the next time: the list is then
+ * merged by the insert that fills it, as GIN does without a worker.
+ */
+void
+MergeSearchPending(TimestampTz now)
+{
+	static CtxwinQuery merge_q = {
+		"SELECT pg_catalog.count(pg_catalog.gin_clean_pending_list(i.indexrelid)) "
+		"FROM pg_catalog.pg_index i "
+		"JOIN pg_catalog.pg_class c ON c.oid " OP("=") " i.indexrelid "
+		"JOIN pg_catalog.pg_am a ON a.oid " OP("=") " c.relam "
+		"WHERE a.amname " OP("=") " 'gin' AND c.relkind " OP("=") " 'i' AND i.indisvalid "
+		"AND i.indrelid IN (SELECT 'ctxwin.messages'::pg_catalog.regclass UNION ALL "
+		"SELECT h.inhrelid FROM pg_catalog.pg_inherits h "
+		"WHERE h.inhparent " OP("=") " 'ctxwin.messages'::pg_catalog.regclass)",
+		.once = true
+	};
+	char	   *err = NULL;
+
+	if (now < next_merge)
+		return;
+	next_merge = now + (TimestampTz) MERGE_MS * 1000;
+	if (!SubxactQueryRow(&merge_q, NULL, 0, NULL, NULL, &err, NULL))
+		elog(DEBUG1, "ctxwin worker could not merge the search index's pending list: %s", err);
+}
+
+/* When MergeSearchPending wants to run next. */
+TimestampTz
+NextMerge(void)
+{
+	return next_merge;
+}
+

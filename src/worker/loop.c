@@ -48,6 +48,9 @@ static TimestampTz next_sweep = 0;
 /* The last claim may have left queued sessions: claim again at once. */
 static bool claim_more = false;
 
+/* The database has ctxwin at this library's version (the last look said so). */
+static bool serving = false;
+
 /* Rows held by others: looked at again after 1, 2, 4 ... s (up to naptime). */
 static int	held_relook_ms = 0;
 static TimestampTz held_relook_at = 0;
@@ -412,7 +415,8 @@ DropAllJobs(void)
 
 /*
  * The round's work in the database, if there is any: a claim (woken, or a
- * sweep due, with room), answers to write, requests to send.  Returns what
+ * sweep due, with room), answers to write, requests to send, the search
+ * index's pending list to merge (MergeSearchPending).  Returns what
  * ExtensionState said, or WS_STARTING if it did not look.
  */
 static WorkerState
@@ -421,17 +425,20 @@ WorkRound(TimestampTz now)
 	bool		claim;
 	bool		to_write;
 	bool		to_send;
+	bool		merge;
 	WorkerState ext;
 
 	if (pg_atomic_exchange_u32(&MySlot->wake, 0) != 0)
 		claim_more = true;
 	claim = (claim_more || now >= next_sweep) && HaveRoom();
 	JobsDue(now, &to_write, &to_send);
-	if (!claim && !to_write && !to_send)
+	merge = serving && now >= NextMerge();
+	if (!claim && !to_write && !to_send && !merge)
 		return WS_STARTING;
 
 	BeginWork("ctxwin: compacting sessions");
 	ext = ExtensionState();
+	serving = ext == WS_IDLE;
 	if (ext != WS_IDLE)
 	{
 		/* not (or no longer) installed here, or not at our version: drop what we hold */
@@ -440,7 +447,11 @@ WorkRound(TimestampTz now)
 		claim_more = false;
 	}
 	else
-		ServeQueue(now, claim, to_write);
+	{
+		if (claim || to_write || to_send)
+			ServeQueue(now, claim, to_write);
+		MergeSearchPending(GetCurrentTimestamp());
+	}
 	EndWork();
 	FreeDeadJobs();
 	return ext;
@@ -448,14 +459,17 @@ WorkRound(TimestampTz now)
 
 /*
  * When to look again: the next sweep, unless the job table is full (a
- * sweep could claim nothing: waking for it would spin), and the next job
- * to send or write.
+ * sweep could claim nothing: waking for it would spin), the next job
+ * to send or write, and the next merge of the search index's pending list.
  */
 static TimestampTz
 NextWake(void)
 {
 	TimestampTz next_wake = HaveRoom() ? next_sweep : PG_INT64_MAX;
 	dlist_iter	it;
+
+	if (serving && NextMerge() < next_wake)
+		next_wake = NextMerge();
 
 	dlist_foreach(it, &WorkerJobs)
 	{

@@ -199,6 +199,8 @@ extern int	NumWorkerJobs;
 
 /* indexes.c */
 extern bool BuildPendingIndexes(TimestampTz now);
+extern void MergeSearchPending(TimestampTz now);
+extern TimestampTz NextMerge(void);
 extern int	ClaimSessions(int room, int *progressed);
 extern bool QueueHasHeldSessions(void);
 extern bool JobDueToWrite(Job *j, TimestampTz now);
