@@ -689,6 +689,8 @@ MessageRow(TriggerData *trigdata, MemoryContext callcxt)
 	}
 	if (wake)
 		CtxwinWorkerWake();
+	if (mc.searchable && cols.searchable > 0)
+		CtxwinSearchInserted();
 	if (!CtxwinFrameIsOpen())
 		CtxwinCountersWrite(e);
 

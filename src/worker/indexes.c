@@ -18,8 +18,10 @@
  * It also merges the search index's pending list (MergeSearchPending): the
  * index is built with fastupdate on, so an insert appends its entries to a
  * list that costs a third of inserting each into the tree, and the worker
- * moves the list into the tree every MERGE_MS, so that a search reads a
- * short list and no insert is the one that finds it full.
+ * moves the list into the tree at most every MERGE_MS, once a commit told
+ * it that the list grew (CtxwinSearchInserted), so that a search reads a
+ * short list, no insert is the one that finds it full, and an idle
+ * database's worker does nothing.
  */
 #include "postgres.h"
 
@@ -189,8 +191,9 @@ BuildPendingIndexes(TimestampTz now)
 
 /*
  * Merges the pending lists of the GIN indexes of ctxwin.messages (of each
- * partition's, where it is partitioned) into their trees, every MERGE_MS;
- * in a transaction BeginWork began.  A failure (a lock it could not get in
+ * partition's, where it is partitioned) into their trees, if a commit
+ * added to them and the last merge is MERGE_MS ago; in a transaction
+ * BeginWork began.  A failure (a lock it could not get in
  * the worker's lock_timeout) is left for the next time: the list is then
  * merged by the insert that fills it, as GIN does without a worker.
  */
@@ -210,17 +213,26 @@ MergeSearchPending(TimestampTz now)
 	};
 	char	   *err = NULL;
 
-	if (now < next_merge)
+	if (!SearchMergeDue(now))
 		return;
 	next_merge = now + (TimestampTz) MERGE_MS * 1000;
+	/* cleared first: a commit while the list is merged marks it again */
+	pg_atomic_write_u32(&MySlot->search_pending, 0);
 	if (!SubxactQueryRow(&merge_q, NULL, 0, NULL, NULL, &err, NULL))
 		elog(DEBUG1, "ctxwin worker could not merge the search index's pending list: %s", err);
 }
 
-/* When MergeSearchPending wants to run next. */
+/* Whether a commit added to the pending list since the last merge, a second ago or more. */
+bool
+SearchMergeDue(TimestampTz now)
+{
+	return pg_atomic_read_u32(&MySlot->search_pending) != 0 && now >= next_merge;
+}
+
+/* When MergeSearchPending wants to run next: PG_INT64_MAX while nothing was added. */
 TimestampTz
 NextMerge(void)
 {
-	return next_merge;
+	return pg_atomic_read_u32(&MySlot->search_pending) != 0 ? next_merge : PG_INT64_MAX;
 }
 

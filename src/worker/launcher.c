@@ -171,6 +171,7 @@ AssignSlot(int slotno, const char *name)
 	memset(((char *) slot) + offsetof(WorkerSlot, dbname), 0,
 		   sizeof(WorkerSlot) - offsetof(WorkerSlot, dbname));
 	pg_atomic_init_u32(&slot->wake, 0);
+	pg_atomic_init_u32(&slot->search_pending, 0);
 	SpinLockAcquire(&slot->mutex);
 	strlcpy(slot->dbname, name, NAMEDATALEN);
 	slot->pid = pid;

@@ -432,7 +432,7 @@ WorkRound(TimestampTz now)
 		claim_more = true;
 	claim = (claim_more || now >= next_sweep) && HaveRoom();
 	JobsDue(now, &to_write, &to_send);
-	merge = serving && now >= NextMerge();
+	merge = serving && SearchMergeDue(now);
 	if (!claim && !to_write && !to_send && !merge)
 		return WS_STARTING;
 

@@ -45,6 +45,9 @@ static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
 /* This backend's transaction queued a session: wake the worker at commit. */
 static bool wake_at_commit = false;
+
+/* This transaction added entries to the search index's pending list. */
+static bool search_at_commit = false;
 static bool xact_callback_registered = false;
 
 /* A database was created, dropped or renamed in this transaction. */
@@ -81,6 +84,7 @@ WorkerShmemStartup(void)
 		{
 			SpinLockInit(&WorkerShmem->slots[i].mutex);
 			pg_atomic_init_u32(&WorkerShmem->slots[i].wake, 0);
+			pg_atomic_init_u32(&WorkerShmem->slots[i].search_pending, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -118,6 +122,33 @@ WakeDatabaseWorker(Oid dboid)
 		}
 	}
 	return woke;
+}
+
+/*
+ * After a commit that added entries to the search index's pending list:
+ * marks it in the database's worker slot, and wakes the worker if the
+ * mark was not there (once per merge: the worker merges the list a second
+ * after its last merge, and clears the mark first).  An idle database's
+ * worker is never woken for it.
+ */
+static void
+NoteSearchInserts(Oid dboid)
+{
+	int			i;
+
+	for (i = 0; i < MAX_DATABASES; i++)
+	{
+		WorkerSlot *slot = &WorkerShmem->slots[i];
+		int			procno = -1;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && slot->dboid == dboid && slot->pid != 0)
+			procno = slot->procno;
+		SpinLockRelease(&slot->mutex);
+		if (procno >= 0 && pg_atomic_read_u32(&slot->search_pending) == 0 &&
+			pg_atomic_exchange_u32(&slot->search_pending, 1) == 0)
+			SetProcLatch(procno);
+	}
 }
 
 /* Has the launcher look at ctxwin.databases' databases again. */
@@ -164,6 +195,9 @@ WakeXactCallback(XactEvent event, void *arg)
 	if (WorkerShmem != NULL && commit && wake_at_commit)
 		WakeDatabaseWorker(MyDatabaseId);
 	wake_at_commit = false;
+	if (WorkerShmem != NULL && commit && search_at_commit)
+		NoteSearchInserts(MyDatabaseId);
+	search_at_commit = false;
 	if (WorkerShmem != NULL && launcher_wake_at_end)
 	{
 		/* DROP DATABASE done (or failed): the launcher may look again */
@@ -197,6 +231,21 @@ CtxwinWorkerWake(void)
 		return;
 	EnsureXactCallback();
 	wake_at_commit = true;
+}
+
+/*
+ * A message went into the search index's pending list in this
+ * transaction: tell the database's worker when (if) it commits, so that it
+ * merges the list (MergeSearchPending).  Without the worker loaded,
+ * nothing to do: the insert that fills the list merges it.
+ */
+void
+CtxwinSearchInserted(void)
+{
+	if (WorkerShmem == NULL || search_at_commit)
+		return;
+	EnsureXactCallback();
+	search_at_commit = true;
 }
 
 /* _wake_worker(): CtxwinWorkerWake for the PL/pgSQL triggers. */

@@ -105,6 +105,9 @@ typedef struct WorkerSlot
 	pid_t		pid;			/* the worker's, 0 when none runs */
 	int			procno;			/* its PGPROC number, for SetLatch */
 	pg_atomic_uint32 wake;		/* a commit queued a session */
+	pg_atomic_uint32 search_pending;	/* a commit added entries to the search
+										 * index's pending list since the
+										 * last merge */
 	TimestampTz paused_until;	/* no restart before (DROP DATABASE) */
 	TimestampTz started_at;
 	int			restarts;
@@ -172,6 +175,7 @@ extern WorkerShared *WorkerShmem;
 /* shmem.c: wakes this database's worker when the transaction commits
  * (call when a session enters the compaction queue) */
 extern void CtxwinWorkerWake(void);
+extern void CtxwinSearchInserted(void);
 extern void WorkerHooksInstall(void);
 /* launcher.c: registers the launcher (from _PG_init, when preloaded) */
 extern void CtxwinWorkerRegister(void);
@@ -201,6 +205,7 @@ extern int	NumWorkerJobs;
 extern bool BuildPendingIndexes(TimestampTz now);
 extern void MergeSearchPending(TimestampTz now);
 extern TimestampTz NextMerge(void);
+extern bool SearchMergeDue(TimestampTz now);
 extern int	ClaimSessions(int room, int *progressed);
 extern bool QueueHasHeldSessions(void);
 extern bool JobDueToWrite(Job *j, TimestampTz now);
