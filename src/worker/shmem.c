@@ -98,6 +98,23 @@ SetProcLatch(int procno)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
+/*
+ * The PGPROC number of the running worker of slot i if it serves database
+ * dboid, else -1.
+ */
+static int
+WorkerProcnoOf(int i, Oid dboid)
+{
+	WorkerSlot *slot = &WorkerShmem->slots[i];
+	int			procno = -1;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->in_use && slot->dboid == dboid && slot->pid != 0)
+		procno = slot->procno;
+	SpinLockRelease(&slot->mutex);
+	return procno;
+}
+
 /* Wakes a database's worker; true if one runs. */
 static bool
 WakeDatabaseWorker(Oid dboid)
@@ -107,16 +124,11 @@ WakeDatabaseWorker(Oid dboid)
 
 	for (i = 0; i < MAX_DATABASES; i++)
 	{
-		WorkerSlot *slot = &WorkerShmem->slots[i];
-		int			procno = -1;
+		int			procno = WorkerProcnoOf(i, dboid);
 
-		SpinLockAcquire(&slot->mutex);
-		if (slot->in_use && slot->dboid == dboid && slot->pid != 0)
-			procno = slot->procno;
-		SpinLockRelease(&slot->mutex);
 		if (procno >= 0)
 		{
-			pg_atomic_write_u32(&slot->wake, 1);
+			pg_atomic_write_u32(&WorkerShmem->slots[i].wake, 1);
 			SetProcLatch(procno);
 			woke = true;
 		}
@@ -138,15 +150,10 @@ NoteSearchInserts(Oid dboid)
 
 	for (i = 0; i < MAX_DATABASES; i++)
 	{
-		WorkerSlot *slot = &WorkerShmem->slots[i];
-		int			procno = -1;
+		pg_atomic_uint32 *mark = &WorkerShmem->slots[i].search_pending;
+		int			procno = WorkerProcnoOf(i, dboid);
 
-		SpinLockAcquire(&slot->mutex);
-		if (slot->in_use && slot->dboid == dboid && slot->pid != 0)
-			procno = slot->procno;
-		SpinLockRelease(&slot->mutex);
-		if (procno >= 0 && pg_atomic_read_u32(&slot->search_pending) == 0 &&
-			pg_atomic_exchange_u32(&slot->search_pending, 1) == 0)
+		if (procno >= 0 && pg_atomic_read_u32(mark) == 0 && pg_atomic_exchange_u32(mark, 1) == 0)
 			SetProcLatch(procno);
 	}
 }
