@@ -1,5 +1,3 @@
-
-
 -- ctxwin 0.1.0 to 0.2.0.
 \echo Use "ALTER EXTENSION ctxwin UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -28,34 +26,40 @@ COMMENT ON FUNCTION ctxwin._require_library(text) IS
 
 SELECT ctxwin._require_library('0.2.0');
 
--- The tables this update changes, locked before it changes anything, all at
--- once, in the order an insert takes them (a message, then its session).
--- An update holds every lock it takes until it commits: taken one by one as
--- the statements below come to them, they would meet the application's
--- transactions, which take them in another order, and PostgreSQL would end
--- one side as a deadlock, sometimes the application's insert.  Each attempt
--- waits at most 100 ms (well under deadlock_timeout, so that the update is
--- always the one that gives way, releasing what it took), then tries again,
--- for up to a minute.  Once it holds them the update takes some 50 ms: that
--- is how long an insert waits for it.  What is proportional to the data (the
--- search index) is left to build after it (pending_indexes() below).
+-- The tables this update changes, and the view it replaces, locked before it
+-- changes anything, all at once.  An update holds every lock it takes until
+-- it commits: taken one by one as the statements below come to them, they
+-- would meet the application's transactions, which take them in another
+-- order, and PostgreSQL would end one side as a deadlock, sometimes the
+-- application's insert.  Each lock waits at most 100 ms (and at most half
+-- of deadlock_timeout, so that the update is always the one that gives way,
+-- releasing what it took), then the whole attempt starts again, for up to a
+-- minute.  The tables an insert only reads (models, profiles) and those the
+-- worker writes come first: a long reader of one of them (a report, pg_dump)
+-- makes the attempts wait while they hold nothing an insert needs.  Then the
+-- messages and their sessions, in the order an insert takes them, and last
+-- the view session_settings (whose tables are locked by then).  Once it holds
+-- them the update takes about 0.1 s: that is how long an insert waits for it.
+-- What is proportional to the data (the search index) is left to build after
+-- it (pending_indexes() below).
 DO $$
 DECLARE
     tries int := 0;
     timeout text := current_setting('lock_timeout');
+    wait_ms int := least(100, greatest(1, (extract(epoch FROM current_setting('deadlock_timeout')::interval) * 500)::int));
 BEGIN
     LOOP
         BEGIN
-            PERFORM set_config('lock_timeout', '100ms', true);
-            LOCK TABLE ctxwin.messages, ctxwin.sessions, ctxwin.summaries, ctxwin.flush_events,
-                       ctxwin.profiles, ctxwin.models IN ACCESS EXCLUSIVE MODE;
+            PERFORM set_config('lock_timeout', wait_ms || 'ms', true);
+            LOCK TABLE ctxwin.models, ctxwin.profiles, ctxwin.summaries, ctxwin.flush_events,
+                       ctxwin.messages, ctxwin.sessions, ctxwin.session_settings IN ACCESS EXCLUSIVE MODE;
             EXIT;
         EXCEPTION WHEN lock_not_available THEN
             tries := tries + 1;
             IF tries >= 500 THEN
                 RAISE EXCEPTION 'could not lock ctxwin''s tables for the update'
                     USING ERRCODE = 'lock_not_available',
-                          DETAIL = format('%s attempts of 100 ms each found one of them held by another transaction.', tries),
+                          DETAIL = format('%s attempts found one of them held by another transaction.', tries),
                           HINT = 'Look for long transactions in pg_stat_activity, end them, and run ALTER EXTENSION ctxwin UPDATE again.';
             END IF;
             PERFORM pg_sleep(0.01 + 0.05 * random());
@@ -260,6 +264,14 @@ COMMENT ON COLUMN ctxwin.profiles.window_low_water IS
 COMMENT ON COLUMN ctxwin.profiles.cache_ttl IS
 'How long the provider keeps a prompt cache: a summary due under a stable window waits for a jump, or for the session to be idle this long';
 
+-- The built-in profile keeps its sliding window too, which makes it the
+-- database's own row, as a change by the user would: pg_dump leaves
+-- built-in rows out, and a restore would have given it a fresh install's
+-- stable window.  (Its sessions' settings are unchanged: no requeue.)
+ALTER TABLE ctxwin.profiles DISABLE TRIGGER profiles_requeue;
+UPDATE ctxwin.profiles SET builtin = false WHERE builtin;
+ALTER TABLE ctxwin.profiles ENABLE TRIGGER profiles_requeue;
+
 -- Tool results in the window (src/window/clear.c): profile columns, NULL
 -- (the profiles a database has) is off, so an update changes nothing that
 -- is sent.  The view and the built-in rows' trigger take them too.
@@ -399,13 +411,16 @@ ALTER TABLE ctxwin.messages ADD COLUMN searchable boolean NOT NULL DEFAULT true;
 COMMENT ON COLUMN ctxwin.messages.searchable IS
 'Whether the search index holds the message: its profile''s search setting when it was stored (set by ctxwin)';
 
--- Built here on a partitioned table or one of at most 10,000 rows; on a
--- larger plain table after the update, concurrently (the ctxwin.search
--- section below, ctxwin.pending_indexes()).
+-- Built here on a table of at most 10,000 rows and 16 MB, in a fraction
+-- of a second; on a larger one after the update, concurrently (the search
+-- index's block in the Recall section below says how; the same test
+-- decides for both indexes).  (An updated ctxwin.messages is a plain
+-- table: 0.1.0 had no partitions.)
 DO $$
 BEGIN
     IF (SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass) = 'r'
-       AND EXISTS (SELECT FROM ctxwin.messages OFFSET 10000) THEN
+       AND (pg_relation_size('ctxwin.messages') > 16 * 1024 * 1024
+            OR EXISTS (SELECT FROM ctxwin.messages OFFSET 10000)) THEN
         RETURN;
     END IF;
     CREATE UNIQUE INDEX messages_client_key ON ctxwin.messages (session_id, client_key)
@@ -1778,7 +1793,7 @@ COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
 'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
 
 ------------------------------------------------------------------------------
--- Summary jobs: summaries made by the application's own model
+-- Summary jobs: summaries made by the application's own model (sql/install/70_summaries.sql)
 ------------------------------------------------------------------------------
 
 -- A session's summary job, claimed by claim_summary or claim_next_summary:
@@ -2342,19 +2357,20 @@ CREATE OPERATOR CLASS ctxwin.search_ops FOR TYPE tsvector USING gin AS
 -- The search index (partial: WHERE searchable), with the rule of its build
 -- on a large table.
 --
--- On a plain ctxwin.messages of more than 10,000 rows the update does not
--- build it (nor messages_client_key above): a build holds off every insert
--- until it ends (84 s on 1.2 million messages), and the update holds its
--- locks until it commits.  The database's worker builds both concurrently
+-- On a ctxwin.messages of more than 10,000 rows or 16 MB the update does
+-- not build it (nor messages_client_key above): a build holds off every
+-- insert until it ends (84 s on 1.2 million messages), and the update holds
+-- its locks until it commits.  The database's worker builds both concurrently
 -- after the update (src/worker/indexes.c); without a worker, run the
 -- statements of ctxwin.pending_indexes() (defined below).  Searches answer
 -- correctly meanwhile, by reading the session's messages.
 DO $$
 BEGIN
     IF (SELECT relkind FROM pg_class WHERE oid = 'ctxwin.messages'::regclass) = 'r'
-       AND EXISTS (SELECT FROM ctxwin.messages OFFSET 10000) THEN
+       AND (pg_relation_size('ctxwin.messages') > 16 * 1024 * 1024
+            OR EXISTS (SELECT FROM ctxwin.messages OFFSET 10000)) THEN
         RAISE WARNING 'the indexes messages_search and messages_client_key of ctxwin.messages are built after this update, concurrently'
-            USING DETAIL = 'ctxwin.messages holds more than 10,000 rows: building them in the update would hold off every insert until it ends.',
+            USING DETAIL = 'ctxwin.messages holds more than 10,000 rows or 16 MB: building them in the update would hold off every insert until it ends.',
                   HINT = 'The database''s ctxwin worker builds them. Without a worker, run at top level: SELECT statement FROM ctxwin.pending_indexes() WHERE state <> ''building'' \gexec';
         RETURN;
     END IF;
@@ -2712,7 +2728,7 @@ COMMENT ON FUNCTION ctxwin.answer_tool_call(uuid, jsonb) IS
  * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
  * but this database does not have valid yet.  A fresh install creates them
  * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
- * transaction on a table of more than 10,000 rows (building them there
+ * transaction on a table of more than 10,000 rows or 16 MB (building them there
  * would stop every insert for as long as the build takes), and they are
  * built afterwards, concurrently: by the background worker of the database
  * (ctxwin.databases), or by running the statements yourself at top level,

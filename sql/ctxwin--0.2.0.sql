@@ -3228,7 +3228,7 @@ COMMENT ON FUNCTION ctxwin.answer_tool_call(uuid, jsonb) IS
  * pending_indexes(): the indexes of ctxwin.messages that ctxwin's schema has
  * but this database does not have valid yet.  A fresh install creates them
  * with the table; ALTER EXTENSION ctxwin UPDATE leaves them out of its
- * transaction on a table of more than 10,000 rows (building them there
+ * transaction on a table of more than 10,000 rows or 16 MB (building them there
  * would stop every insert for as long as the build takes), and they are
  * built afterwards, concurrently: by the background worker of the database
  * (ctxwin.databases), or by running the statements yourself at top level,

@@ -165,7 +165,7 @@ my $state_sql = <<'SQL';
 SELECT (SELECT string_agg(format('%s', to_jsonb(s) - 'summary_segments'), E'\n' ORDER BY s.id) FROM ctxwin.sessions s WHERE s.id <> '00000000-0000-4000-8000-000000000003'),
        (SELECT string_agg(format('%s', to_jsonb(m) - 'client_key' - 'content_parts' - 'retracted_at' - 'searchable'), E'\n' ORDER BY m.session_id, m.id) FROM ctxwin.messages m),
        (SELECT string_agg(format('%s', to_jsonb(x) - 'segments' - 'retracted_at'), E'\n' ORDER BY x.session_id, x.version) FROM ctxwin.summaries x WHERE x.session_id <> '00000000-0000-4000-8000-000000000003'),
-       (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['window_policy', 'window_low_water', 'cache_ttl',
+       (SELECT string_agg(format('%s', to_jsonb(p) - ARRAY['builtin', 'window_policy', 'window_low_water', 'cache_ttl',
                                                              'keep_tool_results', 'tool_result_max_tokens', 'clear_tool_inputs',
                                                              'exclude_tools', 'clear_at_least', 'search']), E'\n' ORDER BY p.name)
         FROM ctxwin.profiles p),
@@ -192,6 +192,20 @@ is(q_up($filenodes_sql), $filenodes_before,
 	'the update rewrote neither ctxwin.messages nor ctxwin.summaries (retracted_at added without a default)');
 is(q_up($state_sql), $state_before,
 	'sessions, counters, messages, summaries, profiles and models are as before the update');
+# The built-in profile keeps its sliding window, which makes it the
+# database's own row (builtin false), so that pg_dump keeps it: restored,
+# every profile's window is as it was, not a fresh install's stable one.
+is(q_up("SELECT format('%s %s', builtin, window_policy) FROM ctxwin.profiles WHERE name = 'default'"),
+	'f sliding', 'the built-in profile keeps its sliding window, as the database\'s own row');
+$node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr('up'), '-f', "$root/up.dump" ],
+	'pg_dump -Fc of the updated database');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), "$root/up.dump" ],
+	'... restored into a new database');
+my $windows_sql = "SELECT string_agg(format('%s %s %s', name, window_policy, search), ', ' ORDER BY name) FROM ctxwin.profiles";
+is($node->safe_psql('restored', $windows_sql), q_up($windows_sql),
+	'... every profile\'s window as it was in the updated database');
+$node->safe_psql('postgres', 'DROP DATABASE restored');
 is(q_up("SELECT count(*) FILTER (WHERE content_parts IS NULL) || '/' || count(*) FROM ctxwin.messages"),
 	q_up("SELECT count(*) || '/' || count(*) FROM ctxwin.messages"), 'the messages of before have no content parts');
 is(q_up("SELECT bool_and(searchable) FROM ctxwin.messages") . ' ' . q_up("SELECT bool_and(search) FROM ctxwin.profiles"),
