@@ -43,6 +43,18 @@ for my $f (@scripts)
 	my $got = -f "$root/sql/$f" ? Digest::SHA->new(256)->addfile("$root/sql/$f")->hexdigest : '(no such file)';
 	ok($got eq $sha{$f}, "sql/$f is the released script (sha256)");
 }
+# A released version has a dated section in each changelog: the
+# extension's and its client packages' (whose version is the extension's).
+for my $log ('CHANGELOG.md', 'clients/python/CHANGELOG.md', 'clients/node/CHANGELOG.md')
+{
+	my $text = slurp_file("$root/$log");
+	for my $v (@released)
+	{
+		ok($text =~ /^## \[?\Q$v\E\]? (?:- |\()\d{4}-\d\d-\d\d\)?$/m
+			  || ($log ne 'CHANGELOG.md' && $v eq '0.1.0'),
+			"$log dates the release of $v");
+	}
+}
 for my $v (@released)
 {
 	my $path = sql($node, 'postgres',
@@ -54,7 +66,8 @@ for my $v (@released)
 	is( sql($node, 'releases', "CREATE EXTENSION ctxwin VERSION '$v';
 	                            SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 		$v, "CREATE EXTENSION ctxwin VERSION '$v'");
-	is( sql($node, 'releases', "ALTER EXTENSION ctxwin UPDATE;
+	# (client_min_messages: the current version's update is a no-op, with a NOTICE)
+	is( sql($node, 'releases', "SET client_min_messages = warning; ALTER EXTENSION ctxwin UPDATE;
 	                            SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"),
 		$current, "ALTER EXTENSION ctxwin UPDATE from $v ends at $current");
 }
