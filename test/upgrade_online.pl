@@ -139,9 +139,26 @@ is($found, join(',', map { $_ * 997 } 1 .. 12),
 like(sq('manual', "EXPLAIN (COSTS OFF) SELECT * FROM ctxwin.messages m WHERE ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls) OPERATOR(ctxwin.\@\@) ctxwin._search_query('00000000-0000-4000-8000-000000000000', 3, 0, 'zebracorn', false)"),
 	qr/^(?!.*messages_search)/s, '... which no index serves yet');
 
+# Until the unique index of client keys is built, an INSERT of the
+# application's own can repeat a key (append_messages would not): the
+# index's build then fails and leaves it invalid, pending_indexes() says so,
+# and once one of the two messages has another key (or none) its statement
+# builds it (docs/upgrading.md).
+my $s3 = '00000000-0000-4000-8000-000000000003';
+sq('manual', "INSERT INTO ctxwin.messages (session_id, role, content, client_key)
+              VALUES ('$s3', 'user', 'a key given twice', 'twice'), ('$s3', 'user', 'a key given twice, again', 'twice')");
 my ($out, $rc) = sql($node, 'manual',
+	"SELECT statement FROM ctxwin.pending_indexes() WHERE index_name = 'messages_client_key' \\gexec");
+isnt($rc, 0, 'a client key stored twice before the index exists makes its build fail');
+like($out, qr/could not create unique index "messages_client_key"/, '... as a duplicate key') or diag($out);
+is( sq('manual', "SELECT string_agg(index_name || ' ' || state, ', ') FROM ctxwin.pending_indexes()"),
+	'messages_client_key invalid, messages_search missing',
+	'... which pending_indexes() lists as invalid');
+sq('manual', "UPDATE ctxwin.messages SET client_key = NULL WHERE session_id = '$s3' AND content = 'a key given twice, again'");
+
+($out, $rc) = sql($node, 'manual',
 	"SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \\gexec");
-is($rc, 0, 'running the statements at top level (psql \\gexec) builds them') or diag($out);
+is($rc, 0, 'with the key given once, running the statements at top level (psql \\gexec) builds them') or diag($out);
 is(sq('manual', 'SELECT count(*) FROM ctxwin.pending_indexes()'), '0', '... and the list is empty');
 is(sq('manual', $search), $found, 'the search answers the same with the index');
 
