@@ -205,5 +205,32 @@ is(sq('served', "SELECT count(*) FROM ctxwin.search('00000000-0000-4000-8000-000
 usleep(2_500_000);
 like(sq('manual', $pending), qr/^[1-9]\d* [1-9]\d*$/, 'in a database no worker serves, the list stays until an insert fills it');
 
+# --- an update that cannot get its locks -----------------------------------------
+# A transaction holds one of ctxwin's tables the whole time (a long report on
+# the models, say): each attempt of the update gives way at once, and after
+# 500 it fails with SQLSTATE 55P03 and a hint, having changed nothing.  Each
+# lock waits at most half of deadlock_timeout, here 2 ms, which keeps this
+# check to some 20 s (at the default, 100 ms: about a minute).  Once the
+# holder is gone the update goes through.
+sql_do($node, 'postgres', 'CREATE DATABASE giveup');
+sql_do($node, 'giveup', "CREATE EXTENSION ctxwin VERSION '0.1.0'");
+my $holder = bg_sql($node, 'giveup', { appname => 'holder' },
+	'BEGIN; LOCK TABLE ctxwin.models IN ACCESS SHARE MODE; SELECT pg_sleep(300); COMMIT');
+ok(wait_for($node, 'giveup', "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'ctxwin.models'::regclass AND granted", 30),
+	'(a transaction holds ctxwin.models)');
+my $started = now_ms();
+($out, $rc) = sql($node, 'giveup', "\\set VERBOSITY verbose\nSET deadlock_timeout = '2ms';\nALTER EXTENSION ctxwin UPDATE;");
+my $took = elapsed_ms($started);
+isnt($rc, 0, 'an update that cannot lock the tables fails');
+like($out, qr/ERROR:  55P03: could not lock ctxwin's tables for the update\n.*DETAIL:  500 attempts found one of them held by another transaction\.\n.*HINT:  Look for long transactions in pg_stat_activity/s,
+	'... with SQLSTATE 55P03, how many attempts it made and what to look for') or diag($out);
+note("the update gave up after $took ms");
+is(sq('giveup', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), '0.1.0', '... and changes nothing');
+sq('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'");
+bg_done($holder);
+($out, $rc) = sql($node, 'giveup', 'ALTER EXTENSION ctxwin UPDATE');
+is($rc, 0, 'without the holder, the update goes through') or diag($out);
+is(sq('giveup', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), ctxwin_version(), '... to the new version');
+
 $node->stop;
 done_testing();
