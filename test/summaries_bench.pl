@@ -50,6 +50,21 @@ for my $c (@$corpus)
 	  grep { !$kinds{$_} } qw(recall artifact continuation decision answered open identifier number);
 }
 is_deeply(\@lacking, [], 'each has probes of every kind, an answered and an open question, identifiers and numbers');
+my @no_long;
+for my $c (grep { $_->{kind} eq 'agent' } @$corpus)
+{
+	my @msgs = @{ $c->{messages} };
+	# a recall probe's value in one tool result longer than the 4,000 characters
+	# the extractive strategy reads of one, and in no other message
+	my $only = grep {
+		my $v = $_->{value};
+		my @in = grep { index($_->{content} // '', $v) >= 0
+				  || grep({ index($_->{function}{arguments}, $v) >= 0 } @{ $_->{tool_calls} // [] }) } @msgs;
+		@in == 1 && ($in[0]{role} eq 'tool') && length($in[0]{content}) > 4000
+	} grep { $_->{kind} eq 'recall' } @{ $c->{probes} };
+	push @no_long, $c->{id} unless $only;
+}
+is_deeply(\@no_long, [], 'each agent session has a fact only in a long tool result');
 is(py("$bench/corpus.py", '--check'), '', "every probe's fact is in the messages summarized, none in the tail");
 
 # the check finds a probe that could not be answered

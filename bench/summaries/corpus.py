@@ -19,6 +19,11 @@ tool_call_id and name) and its probes:
   question      a question the user asked, by a key phrase, and whether it
                 was answered later
 
+Each agent session also has one long tool result (150 lines,
+6 to 9 kB) with one planted identifier in it and nowhere else: at its start, in its
+middle or at its end, as a durations list, a query's rows, a journal or a
+CI log would have it.
+
 Every conversation ends with TAIL messages of small talk that hold no
 planted fact, at least min_recent_messages (6, the profile's default): the
 summary covers the messages before them, where every probe's fact is
@@ -135,6 +140,31 @@ def host(rng, role):
 
 def pick(rng, xs):
     return rng.choice(xs)
+
+
+LOG_LINES = {
+    "pytest": ["%.2fs call tests/unit/test_case_%d.py::test_step", "%.2fs setup tests/unit/test_case_%d.py::test_step"],
+    "journal": ["postgres[%d]: LOG:  checkpoint starting: time, %d buffers", "postgres[%d]: LOG:  automatic vacuum of table done, pages %d"],
+    "rows": ["CUS-%06d | customer%d@example.net | active", "CUS-%06d | customer%d@example.net | inactive"],
+    "ci": ["npm http fetch GET 200 registry package %d (%d ms)", "npm timing reify:unpack step %d done in %d ms"],
+    "orders": ["SO-%06d | delivered | %d items", "SO-%06d | delivered | %d items, gift wrap"],
+}
+
+
+def long_output(rng, kind, planted, where, n=150):
+    """A tool result of n lines (6 to 9 kB: longer than the 4,000
+    characters the extractive strategy reads of a tool result and than the
+    400 tokens the LLM's transcript keeps of one), its one planted line at
+    the start, in the middle or at the end."""
+    lines = []
+    for i in range(n):
+        t = rng.choice(LOG_LINES[kind])
+        a = rng.randint(100000, 999999) if kind in ("rows", "orders") else (
+            rng.uniform(0.01, 2.0) if kind == "pytest" else rng.randint(1000, 9999))
+        lines.append(t % (a, rng.randint(2, 400)))
+    at = {"start": 1, "middle": n // 2, "end": n - 1}[where]
+    lines.insert(at, planted)
+    return "\n".join(lines)
 
 
 # --- the chats ----------------------------------------------------------------
@@ -382,6 +412,9 @@ def agent_rounding(c):
     c.tool("edit_file", {"path": src, "change": "replace float rounding with Decimal quantize"}, "ok: %s updated, 4 lines changed" % src, "I replaced the float rounding with Decimal quantize in %s." % src)
     c.artifact(src, "Decimal quantize")
     c.slot()
+    slow = c.recall("tests/test_pdf_render.py", "identifier", "path at the start of a long tool result")
+    c.tool("run_command", {"cmd": "pytest -q --durations=0"},
+           long_output(r, "pytest", "41.71s call %s::test_big_invoice" % slow, "start"), "The durations are long but nothing fails.")
     c.tool("run_command", {"cmd": "pytest -q"}, "%s in 14.2s" % n, "All tests pass; the sample order now totals %s as expected." % amt)
     c.user("Should we backfill the totals of invoices already sent?")
     c.question("backfill the totals", False)
@@ -417,6 +450,11 @@ def agent_disk(c):
     c.goals("replica lag", "free disk space", "monitor the lag")
     c.tool("query_db", {"host": h, "sql": "SELECT slot_name, active FROM pg_replication_slots"}, "%s | f" % slot, "An inactive slot, %s, holds old WAL files: yes, they are kept by a replication slot." % slot)
     c.slot()
+    seg = c.recall("00000001%08X000000%02X" % (r.randint(0x100, 0xFFF), r.randint(0x10, 0xFF)), "identifier",
+                   "WAL segment at the end of a long tool result")
+    c.tool("run_command", {"host": h, "cmd": "journalctl -u postgresql --since today"},
+           long_output(r, "journal", "postgres[%d]: LOG:  archive command failed for WAL file %s" % (r.randint(1000, 9999), seg), "end"),
+           "The journal is long; I will come back to it after the lag.")
     c.tool("query_db", {"host": rep, "sql": "SELECT pg_wal_lsn_diff(...)"}, "lag: %s" % lag, "The replica is %s behind." % lag)
     c.assistant("We decided to drop the inactive slot %s, because the analytics job that used it was retired." % slot)
     c.decision("drop the inactive slot", "was retired")
@@ -457,6 +495,10 @@ def agent_customers(c):
     c.goals("refund batch", "deduplicate the customer records", "batch summary to finance")
     c.tool("query_db", {"sql": "SELECT count(*), sum(amount) FROM refunds WHERE batch = '%s'" % batch}, "%s | %s" % (count, total), "The batch holds %s totalling %s." % (count, total))
     c.slot()
+    cb = c.recall("CB-%d" % r.randint(20000, 29999), "identifier", "chargeback id in the middle of a long tool result")
+    c.tool("query_db", {"sql": "SELECT id, email, status FROM customers ORDER BY created_at"},
+           long_output(r, "rows", "%s | ana@example.org | chargeback %s open" % (dup, cb), "middle"),
+           "That is the full customer list; both records of the email are in it.")
     c.tool("lookup_orders", {"customer": cust}, "37 orders", "%s has the order history; the other record has none." % cust)
     c.assistant("We decided to keep %s as the surviving record, because it has the order history." % cust)
     c.decision("surviving record", "because it has the order history")
@@ -494,6 +536,11 @@ def agent_ci(c):
     c.slot()
     c.user("New plan: the release can't wait. Tag the release %s from the last green commit today, and fix the build afterwards." % ver)
     c.goals("Tag the release", "build green again", "publish the release notes")
+    pkg = c.recall("@acme/ui-kit@4.%d.0-beta.%d" % (r.randint(1, 9), r.randint(1, 9)), "identifier",
+                   "package at the end of a long tool result")
+    c.tool("ci_logs", {"job": job, "full": True},
+           long_output(r, "ci", "npm ERR! notarget No matching version found for %s" % pkg, "end"),
+           "The full log is long; the install step is where it stops.")
     c.tool("ci_logs", {"job": "last-green"}, "runner: ubuntu-24.04\nok", "The last green build ran on the upgraded runner too, so the failure did not start with the runner upgrade.")
     c.slot()
     c.assistant("We decided to pin the left-pad version in %s, because the newer release broke the peer range." % lock)
@@ -533,6 +580,11 @@ def agent_address(c):
     c.assistant("I will look at the courier's rules.")
     c.slot()
     c.user("The customer called again: she no longer wants it at all. Please cancel the order and refund her instead of changing the address.")
+    label = c.recall("LBL-%d-%s" % (r.randint(10000, 99999), r.choice("ABCD")), "identifier",
+                     "label in the middle of a long tool result")
+    c.tool("order_history", {"customer_of": order},
+           long_output(r, "orders", "SO-%06d | returned | label %s" % (r.randint(100000, 299999), label), "middle"),
+           "She is a long-standing customer with many delivered orders.")
     c.tool("courier_rules", {"status": "packed"}, "reroute: allowed until dispatch", "The courier can still reroute a packed order, but that no longer matters.")
     c.slot()
     c.assistant("We decided to cancel before dispatch instead of a return, because a return would cost her the shipping fee.")

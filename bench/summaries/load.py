@@ -8,7 +8,9 @@ messages (ctxwin.append_messages, OpenAI's shape), then the summaries.
 CONFIG: extractive (summary_strategy 'extractive', every other setting the
 profile's default: a stable window, max_summary_tokens 1024, of which a
 first summary takes at most half), extractive-sliding (the same with
-window_policy 'sliding': a summary takes all 1024).  The last statement summarizes
+window_policy 'sliding': a summary takes all 1024), llm-request (strategy
+'llm', the profile's other defaults, against the server's LLM: the run
+scores the request the model is given, not its answer).  The last statement summarizes
 every session (summarize_session(id, force => true)) and prints one JSON
 line per session: config, conv, covered (messages the summary covers),
 tokens, summary.
@@ -20,6 +22,7 @@ PROFILES = {
     "extractive": "INSERT INTO ctxwin.profiles (name, summary_strategy) VALUES ('bench-extractive', 'extractive');",
     "extractive-sliding": "INSERT INTO ctxwin.profiles (name, summary_strategy, window_policy) "
                           "VALUES ('bench-extractive-sliding', 'extractive', 'sliding');",
+    "llm-request": "INSERT INTO ctxwin.profiles (name, summary_strategy) VALUES ('bench-llm-request', 'llm');",
 }
 TAG = "$ctxwin_bench$"
 

@@ -171,6 +171,24 @@ def meets(t):
             "no_answered_open": t["answered_listed_open"] == 0}
 
 
+def request_report(by_kind, tot):
+    """What a request to the model carries (its system prompt and
+    transcript, scored as a summary would be): the facts a model could keep.
+    Sections, goals' order and open questions say nothing of a transcript."""
+    out = ["What the request gives the model (system prompt and transcript), scored as a summary: "
+           "an upper bound of what a model can keep, not what one keeps.\n",
+           "| carried in the request | chats | agent sessions | all |", "|---|---:|---:|---:|"]
+    kinds = [by_kind.get("chat", {}), by_kind.get("agent", {}), tot]
+    for label, n, d in [("identifiers and numbers", lambda t: t["ids_kept"] + t["numbers_kept"], lambda t: t["ids"] + t["numbers"]),
+                        ("latest goal's phrase", lambda t: t["goal_anywhere"], lambda t: t["convs"]),
+                        ("next step's phrase", lambda t: t["next_step_kept"], lambda t: t["convs"]),
+                        ("decisions with their reason on one line", lambda t: t["decisions_with_reason"], lambda t: t["decisions"]),
+                        ("artifacts with their change on one line", lambda t: t["artifacts_with_change"], lambda t: t["artifacts"])]:
+        out.append("| %s | %s |" % (label, " | ".join("%s (%s)" % (pct(n(t), d(t)), frac(n(t), d(t))) if t else "-" for t in kinds)))
+    out.append("")
+    return out
+
+
 def report(corpus, rows):
     """Markdown: per configuration, totals by kind and a line per conversation."""
     convs = {c["id"]: c for c in corpus}
@@ -197,6 +215,9 @@ def report(corpus, rows):
                                         "summary_tokens": r.get("tokens")} for c, r, t, res, s in per]}
         m = meets(tot)
         out.append("## %s\n" % cfg)
+        if cfg.endswith("-request"):
+            out += request_report(by_kind, tot)
+            continue
         out.append("| | chats | agent sessions | all | target |")
         out.append("|---|---:|---:|---:|---|")
         kinds = [by_kind.get("chat", {}), by_kind.get("agent", {}), tot]
