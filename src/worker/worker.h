@@ -17,9 +17,10 @@
  *	indexes.c		the indexes an update left to build, the search index's merges
  *	loop.c			a database's worker: its main and its loop
  *
- * Each file uses only those listed before it.  A database's worker keeps
- * its state in one Worker, made by loop.c and passed by pointer to the
- * others; none of them keeps any of it in a global.
+ * Each file uses only those listed before it: `make layers` fails on a
+ * cycle between them, as between folders.  A database's worker keeps its
+ * state in one Worker, made by loop.c and passed by pointer to the others;
+ * none of them keeps any of it in a global.
  *
  * With ctxwin in shared_preload_libraries, the postmaster starts the ctxwin
  * launcher.  It connects to no database; for each database named in
