@@ -22,6 +22,13 @@ file_of() {
 	echo "${f:-(not found)}"
 }
 
+# the area file of sql/install/ that defines a SQL function (ctxwin.f(...))
+sql_file_of() {
+	local name=${1%%(*} f
+	f=$(grep -l -E "^CREATE (OR REPLACE )?FUNCTION ${name//./\\.}\\(" sql/install/*.sql | head -1 || true)
+	echo "${f:-(not found)}"
+}
+
 # the first paragraph of a source file's header comment, on one line
 summary_of() {
 	awk 'NR == 1 { next } NR == 2 { next } /^ \*\/?$/ || /^ \*\// { exit }
@@ -61,7 +68,7 @@ cat <<'HEAD'
 ## Functions
 
 A `c` function runs the C symbol named, defined in the file named; a `sql`
-or `plpgsql` function is written in the install script's area files
+or `plpgsql` function is written in the install script's area file named
 (`sql/install/`).
 
 | function | language | C symbol | file |
@@ -78,7 +85,7 @@ q "SELECT p.oid::regprocedure::text, l.lanname, CASE WHEN l.lanname = 'c' THEN p
 		if [ "$lang" = c ]; then
 			echo "| \`$fn\` | c | \`$sym\` | \`$(file_of "$sym")\` |"
 		else
-			echo "| \`$fn\` | $lang | | |"
+			echo "| \`$fn\` | $lang | | \`$(sql_file_of "$fn")\` |"
 		fi
 	done
 cat <<'HEAD'

@@ -47,7 +47,10 @@ $map =~ s/\n*\z/\n/;    # as the shell's $(...) and echo give it
 $diff = differs('src/MAP.md', $map);
 ok($diff eq '', 'src/MAP.md is the map of the installed extension (scripts/sql-map.sh)') or show($diff);
 
-is(scalar(() = $map =~ /\(not found\)/g), 0, 'every C symbol of the map is defined in src/');
+is(scalar(() = $map =~ /\(not found\)/g), 0,
+	'every C symbol of the map is defined in src/, every SQL function in an area file of sql/install/');
+my @unplaced = $map =~ /^\| `([^`]*)` \| (?:sql|plpgsql) \| \| (?!`sql\/install\/\w+\.sql`)/mg;
+is("@unplaced", '', 'every SQL or PL/pgSQL function of the map names its file');
 # and every symbol the library exports to SQL carries the ctxwin_ prefix
 my @unprefixed = grep { !/^ctxwin_/ } $map =~ /^\| `[^`]*` \| c \| `([^`]*)`/mg;
 is("@unprefixed", '', 'every C symbol called from SQL carries the ctxwin_ prefix');

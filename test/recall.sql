@@ -327,6 +327,17 @@ SELECT is((SELECT array_agg(searchable ORDER BY id) FROM ctxwin.messages
 SELECT throws_ok($$SELECT * FROM ctxwin.search('a0000000-0000-4000-8000-000000000009', 'quokka')$$, '55000',
                  'search is off for the profile ''quiet'' of session a0000000-0000-4000-8000-000000000009',
                  '... and a search of its session is an error that names the profile');
+SELECT throws_ok($$SELECT ctxwin.build_request('a0000000-0000-4000-8000-000000000009', recall => true)$$, '55000',
+                 'search is off for the profile "quiet" of session a0000000-0000-4000-8000-000000000009, and recall needs it',
+                 '... build_request refuses recall for it up front, rather than offer a tool whose every call fails');
+SELECT throws_ok($$SELECT ctxwin.append_and_build('a0000000-0000-4000-8000-000000000009',
+                                                  '[{"role": "user", "content": "anything about quokkas?"}]',
+                                                  request => true, recall => true)$$, '55000', NULL,
+                 '... and so does append_and_build with request and recall');
+SELECT is((SELECT count(*) FROM ctxwin.messages WHERE session_id = 'a0000000-0000-4000-8000-000000000009'),
+          2::bigint, '... storing nothing');
+SELECT ok(ctxwin.build_request('a0000000-0000-4000-8000-000000000009') ? 'messages',
+          '... while a request without recall is built');
 SELECT is((SELECT count(*) FROM ctxwin.messages m
            WHERE m.searchable AND ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls)
                  OPERATOR(ctxwin.@@) ctxwin._search_query('a0000000-0000-4000-8000-000000000009', 3, NULL, 'quokka', false)),

@@ -139,9 +139,26 @@ is($found, join(',', map { $_ * 997 } 1 .. 12),
 like(sq('manual', "EXPLAIN (COSTS OFF) SELECT * FROM ctxwin.messages m WHERE ctxwin._search_vector(m.session_id, m.id, m.content, m.tool_calls) OPERATOR(ctxwin.\@\@) ctxwin._search_query('00000000-0000-4000-8000-000000000000', 3, 0, 'zebracorn', false)"),
 	qr/^(?!.*messages_search)/s, '... which no index serves yet');
 
+# Until the unique index of client keys is built, an INSERT of the
+# application's own can repeat a key (append_messages would not): the
+# index's build then fails and leaves it invalid, pending_indexes() says so,
+# and once one of the two messages has another key (or none) its statement
+# builds it (docs/upgrading.md).
+my $s3 = '00000000-0000-4000-8000-000000000003';
+sq('manual', "INSERT INTO ctxwin.messages (session_id, role, content, client_key)
+              VALUES ('$s3', 'user', 'a key given twice', 'twice'), ('$s3', 'user', 'a key given twice, again', 'twice')");
 my ($out, $rc) = sql($node, 'manual',
+	"SELECT statement FROM ctxwin.pending_indexes() WHERE index_name = 'messages_client_key' \\gexec");
+isnt($rc, 0, 'a client key stored twice before the index exists makes its build fail');
+like($out, qr/could not create unique index "messages_client_key"/, '... as a duplicate key') or diag($out);
+is( sq('manual', "SELECT string_agg(index_name || ' ' || state, ', ') FROM ctxwin.pending_indexes()"),
+	'messages_client_key invalid, messages_search missing',
+	'... which pending_indexes() lists as invalid');
+sq('manual', "UPDATE ctxwin.messages SET client_key = NULL WHERE session_id = '$s3' AND content = 'a key given twice, again'");
+
+($out, $rc) = sql($node, 'manual',
 	"SELECT statement FROM ctxwin.pending_indexes() WHERE state <> 'building' \\gexec");
-is($rc, 0, 'running the statements at top level (psql \\gexec) builds them') or diag($out);
+is($rc, 0, 'with the key given once, running the statements at top level (psql \\gexec) builds them') or diag($out);
 is(sq('manual', 'SELECT count(*) FROM ctxwin.pending_indexes()'), '0', '... and the list is empty');
 is(sq('manual', $search), $found, 'the search answers the same with the index');
 
@@ -187,6 +204,33 @@ is(sq('served', "SELECT count(*) FROM ctxwin.search('00000000-0000-4000-8000-000
 	'... where a search finds them as before');
 usleep(2_500_000);
 like(sq('manual', $pending), qr/^[1-9]\d* [1-9]\d*$/, 'in a database no worker serves, the list stays until an insert fills it');
+
+# --- an update that cannot get its locks -----------------------------------------
+# A transaction holds one of ctxwin's tables the whole time (a long report on
+# the models, say): each attempt of the update gives way at once, and after
+# 500 it fails with SQLSTATE 55P03 and a hint, having changed nothing.  Each
+# lock waits at most half of deadlock_timeout, here 2 ms, which keeps this
+# check to some 20 s (at the default, 100 ms: about a minute).  Once the
+# holder is gone the update goes through.
+sql_do($node, 'postgres', 'CREATE DATABASE giveup');
+sql_do($node, 'giveup', "CREATE EXTENSION ctxwin VERSION '0.1.0'");
+my $holder = bg_sql($node, 'giveup', { appname => 'holder' },
+	'BEGIN; LOCK TABLE ctxwin.models IN ACCESS SHARE MODE; SELECT pg_sleep(300); COMMIT');
+ok(wait_for($node, 'giveup', "SELECT count(*) > 0 FROM pg_locks WHERE relation = 'ctxwin.models'::regclass AND granted", 30),
+	'(a transaction holds ctxwin.models)');
+my $started = now_ms();
+($out, $rc) = sql($node, 'giveup', "\\set VERBOSITY verbose\nSET deadlock_timeout = '2ms';\nALTER EXTENSION ctxwin UPDATE;");
+my $took = elapsed_ms($started);
+isnt($rc, 0, 'an update that cannot lock the tables fails');
+like($out, qr/ERROR:  55P03: could not lock ctxwin's tables for the update\n.*DETAIL:  500 attempts found one of them held by another transaction\.\n.*HINT:  Look for long transactions in pg_stat_activity/s,
+	'... with SQLSTATE 55P03, how many attempts it made and what to look for') or diag($out);
+note("the update gave up after $took ms");
+is(sq('giveup', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), '0.1.0', '... and changes nothing');
+sq('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'");
+bg_done($holder);
+($out, $rc) = sql($node, 'giveup', 'ALTER EXTENSION ctxwin UPDATE');
+is($rc, 0, 'without the holder, the update goes through') or diag($out);
+is(sq('giveup', "SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), ctxwin_version(), '... to the new version');
 
 $node->stop;
 done_testing();

@@ -39,7 +39,9 @@ PG_FUNCTION_INFO_V1(ctxwin_request_window);
  *
  * With recall (argument 5; false when the function's SQL declaration has no
  * such argument), the tools have ctxwin's conversation_search after them
- * (recall/tool.c), counted and converted as the others are.
+ * (recall/tool.c), counted and converted as the others are; a profile with
+ * search off refuses it (55000), as ctxwin.search does, rather than offer
+ * the model a tool whose every call fails.
  *
  * With keys, the body comes with the rows its window shows
  * (_request_window, below).
@@ -62,6 +64,14 @@ RequestOfCall(FunctionCallInfo fcinfo, bool keys)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	CtxwinWindowOfArgs(fcinfo, tools, keys, &sv, &w, &provider);
+	if (recall && !sv.st.search)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("search is off for the profile \"%s\" of session %s, and recall needs it",
+						sv.profile, CtxwinUuidText(sv.id)),
+				 errdetail("The conversation_search tool would answer every call with an error: the messages of the profile's sessions are not in the search index."),
+				 errhint("Build the request without recall, or turn search on with UPDATE ctxwin.profiles SET search = true WHERE name = %s; it applies to the messages stored after it.",
+						 quote_literal_cstr(sv.profile))));
 	if (anthropic && sv.st.response_reserve < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
