@@ -39,11 +39,14 @@ OBJS = \
 	src/summary/retract.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
+	src/worker/xact.o \
+	src/worker/status.o \
+	src/worker/transfer.o \
+	src/worker/jobs.o \
+	src/worker/queue.o \
+	src/worker/outcome.o \
 	src/worker/indexes.o \
 	src/worker/loop.o \
-	src/worker/jobs.o \
-	src/worker/transfer.o \
-	src/worker/status.o \
 	src/ingest/trigger.o \
 	src/ingest/counters.o \
 	src/ingest/session_read.o \

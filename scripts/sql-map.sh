@@ -46,7 +46,8 @@ ctxwin; `test/layout.pl` fails when it no longer matches.
 `src/` is in folders by layer.  The graph below is read from the objects'
 symbols by `make layers` (`scripts/layers.sh`), which fails on a cycle: a
 folder uses only folders listed before it.  `src/ctxwin.c` (the module's
-`_PG_init`) is `(module)`.
+`_PG_init`) is `(module)`.  The files of `src/worker/` are held to the same
+rule among themselves: their graph follows the folders'.
 
 ```
 HEAD

@@ -1,7 +1,8 @@
 # The build's own promises, checked on the objects scripts/test.sh just
 # built (no server needed):
 #  - src/'s folders form an acyclic graph (make layers), and a cycle
-#    between two folders is caught;
+#    between two folders is caught; so do the files of src/worker/, and a
+#    cycle between two of them is caught too;
 #  - touching a header rebuilds exactly the objects whose sources include
 #    it, directly or through another of ctxwin's headers (the truth taken
 #    from the #include lines of the sources, the answer from make -n -W).
@@ -30,7 +31,7 @@ is("@missing", '', 'every object is built (scripts/test.sh builds before it runs
   or BAIL_OUT('build first');
 
 # --- the folder graph -----------------------------------------------------
-ok(run([@make, 'layers'], '>', \$out, '2>', \$err), 'make layers: the graph of the folders has no cycle')
+ok(run([@make, 'layers'], '>', \$out, '2>', \$err), 'make layers: the graph of the folders, and that of the files of src/worker/, has no cycle')
   or diag("$out$err");
 my @folders = map { m{^src/([^/]+)/} ? $1 : () } @objs;
 my %seen;
@@ -38,6 +39,13 @@ my %seen;
 for my $f (@folders)
 {
 	like($out, qr/^\s+\Q$f\E\s+->/m, "make layers shows the folder $f");
+}
+my ($files_graph) = $out =~ m{^src/worker/ files[^\n]*\n((?:  [^\n]*\n)+)}m;
+ok(defined $files_graph, 'make layers shows the graph of the files of src/worker/');
+for my $o (grep { m{^src/worker/} } @objs)
+{
+	(my $c = $o) =~ s{^src/worker/(.*)\.o$}{$1.c};
+	like($files_graph // '', qr/^\s+\Q$c\E\s+->/m, "make layers shows the file $c of src/worker/");
 }
 
 # a cycle: a/x.o uses b/y.o's symbol and b/y.o uses a/x.o's
@@ -59,6 +67,26 @@ my $rc = run(["$top/scripts/layers.sh", "$tmp/src/a/x.o", "$tmp/src/b/y.o"], '>'
 ok(!$rc, 'scripts/layers.sh fails on two folders that use each other');
 like($err, qr/cycle between the folders: .*\ba\b.*\bb\b|cycle between the folders: .*\bb\b.*\ba\b/,
 	'and names them');
+
+# a cycle inside a folder: src/worker/p.o uses q.o's symbol and q.o uses p.o's
+mkdir "$tmp/src/worker";
+open my $fp, '>', "$tmp/src/worker/p.c" or die;
+print $fp "int q(void);\nint p(void) { return q(); }\n";
+close $fp;
+open my $fq, '>', "$tmp/src/worker/q.c" or die;
+print $fq "int p(void);\nint q(void) { return p() + 1; }\n";
+close $fq;
+for my $c ('p', 'q')
+{
+	run(['cc', '-c', '-o', "$tmp/src/worker/$c.o", "$tmp/src/worker/$c.c"]) or BAIL_OUT("cc $c.c");
+}
+$rc = run(["$top/scripts/layers.sh", "$tmp/src/worker/p.o", "$tmp/src/worker/q.o"], '>', \$out, '2>', \$err);
+ok(!$rc, 'scripts/layers.sh fails on two files of src/worker/ that use each other');
+like($err, qr{cycle between the files of src/worker/: .*\bp\.c\b.*\bq\.c\b|cycle between the files of src/worker/: .*\bq\.c\b.*\bp\.c\b},
+	'and names them');
+# one of them alone is no cycle
+ok(run(["$top/scripts/layers.sh", "$tmp/src/worker/p.o"], '>', \$out, '2>', \$err),
+	'scripts/layers.sh passes src/worker/ files that use no file in a circle');
 
 # --- header dependencies --------------------------------------------------
 # ctxwin's own headers each source includes, closed over the headers'

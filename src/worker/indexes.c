@@ -45,12 +45,9 @@
 #define RETRY_MS	600000		/* after a build that failed */
 #define MERGE_MS	1000		/* how often to merge the search index's pending list */
 
-static TimestampTz next_look = 0;
-static TimestampTz next_merge = 0;
-
-/* The statements of pending_indexes() to run, as "name\0statement" pairs. */
+/* The statements of pending_indexes() to run, as (name, statement) lists in cxt. */
 static List *
-PendingStatements(void)
+PendingStatements(MemoryContext cxt)
 {
 	List	   *out = NIL;
 	uint64		i;
@@ -62,7 +59,7 @@ PendingStatements(void)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		char	   *stmt = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		MemoryContext old = MemoryContextSwitchTo(LoopContext);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
 
 		out = lappend(out, list_make2(pstrdup(name), pstrdup(stmt)));
 		MemoryContextSwitchTo(old);
@@ -154,18 +151,18 @@ BuildOne(const char *name, const char *sql)
  * ran a build (the round took long: the caller looks at the clock again).
  */
 bool
-BuildPendingIndexes(TimestampTz now)
+BuildPendingIndexes(Worker *w, TimestampTz now)
 {
 	List	   *todo;
 	ListCell   *lc;
 	bool		failed = false;
 
-	if (now < next_look)
+	if (now < w->next_index_look)
 		return false;
-	next_look = now + (TimestampTz) LOOK_MS * 1000;
+	w->next_index_look = now + (TimestampTz) LOOK_MS * 1000;
 
 	BeginWork("ctxwin: looking for indexes to build");
-	todo = PendingStatements();
+	todo = PendingStatements(w->round_cxt);
 	EndWork();
 	if (todo == NIL)
 		return false;
@@ -185,7 +182,7 @@ BuildPendingIndexes(TimestampTz now)
 	}
 	SetConfigOption("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 	if (failed)
-		next_look = GetCurrentTimestamp() + (TimestampTz) RETRY_MS * 1000;
+		w->next_index_look = GetCurrentTimestamp() + (TimestampTz) RETRY_MS * 1000;
 	return true;
 }
 
@@ -198,7 +195,7 @@ BuildPendingIndexes(TimestampTz now)
  * merged by the insert that fills it, as GIN does without a worker.
  */
 void
-MergeSearchPending(TimestampTz now)
+MergeSearchPending(Worker *w, TimestampTz now)
 {
 	static CtxwinQuery merge_q = {
 		"SELECT pg_catalog.count(pg_catalog.gin_clean_pending_list(i.indexrelid)) "
@@ -213,26 +210,26 @@ MergeSearchPending(TimestampTz now)
 	};
 	char	   *err = NULL;
 
-	if (!SearchMergeDue(now))
+	if (!SearchMergeDue(w, now))
 		return;
-	next_merge = now + (TimestampTz) MERGE_MS * 1000;
+	w->next_merge = now + (TimestampTz) MERGE_MS * 1000;
 	/* cleared first: a commit while the list is merged marks it again */
-	pg_atomic_write_u32(&MySlot->search_pending, 0);
+	pg_atomic_write_u32(&w->slot->search_pending, 0);
 	if (!SubxactQueryRow(&merge_q, NULL, 0, NULL, NULL, &err, NULL))
 		elog(DEBUG1, "ctxwin worker could not merge the search index's pending list: %s", err);
 }
 
 /* Whether a commit added to the pending list since the last merge, a second ago or more. */
 bool
-SearchMergeDue(TimestampTz now)
+SearchMergeDue(Worker *w, TimestampTz now)
 {
-	return pg_atomic_read_u32(&MySlot->search_pending) != 0 && now >= next_merge;
+	return pg_atomic_read_u32(&w->slot->search_pending) != 0 && now >= w->next_merge;
 }
 
 /* When MergeSearchPending wants to run next: PG_INT64_MAX while nothing was added. */
 TimestampTz
-NextMerge(void)
+NextMerge(Worker *w)
 {
-	return pg_atomic_read_u32(&MySlot->search_pending) != 0 ? next_merge : PG_INT64_MAX;
+	return pg_atomic_read_u32(&w->slot->search_pending) != 0 ? w->next_merge : PG_INT64_MAX;
 }
 

@@ -1,7 +1,8 @@
 /*
  * loop.c
- *		A database's worker: its main, its loop, and the transactions and
- *		statements it runs.
+ *		A database's worker: its main and its loop.  It owns the worker's
+ *		state (a Worker, made by WorkerInit) and passes it to the files that
+ *		act for it.
  *
  * Each round of the loop writes what came back (a transaction per session),
  * then in one transaction claims more and sets up their requests, which go
@@ -12,9 +13,7 @@
 
 #include <signal.h>
 
-#include "access/xact.h"
 #include "commands/dbcommands.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -26,114 +25,9 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "worker/worker.h"
-
-WorkerSlot *MySlot = NULL;
-MemoryContext WorkerContext = NULL;
-MemoryContext LoopContext = NULL;	/* one round of the main loop */
-
-/* The earliest time this worker has to look at the queue again for. */
-TimestampTz RetryWakeAt = PG_INT64_MAX;
-
-/* The queue's figures for worker_status are to be counted again. */
-bool		QueueRecountPending = false;
-
-/* The next sweep of the queue (also brought forward by retries due). */
-static TimestampTz next_sweep = 0;
-
-/* The last claim may have left queued sessions: claim again at once. */
-static bool claim_more = false;
-
-/* The database has ctxwin at this library's version (the last look said so). */
-static bool serving = false;
-
-/* Rows held by others: looked at again after 1, 2, 4 ... s (up to naptime). */
-static int	held_relook_ms = 0;
-static TimestampTz held_relook_at = 0;
-
-/*
- * The worker's statements run under ctxwin.worker_statement_timeout (the
- * timer is not armed for a background worker's SQL otherwise), so a slow
- * statement (a quadratic summarizer, a user's trigger) cannot wedge it.
- */
-void
-ArmStatementTimeout(void)
-{
-	if (ctxwin_worker_statement_timeout > 0)
-		enable_timeout_after(STATEMENT_TIMEOUT, ctxwin_worker_statement_timeout);
-}
-
-/* Stops the statement timer, forgetting a cancel it sent too late to matter. */
-void
-DisarmStatementTimeout(void)
-{
-	disable_timeout(STATEMENT_TIMEOUT, false);
-	/* it fired after the statement's last look at interrupts: that is over */
-	if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
-		QueryCancelPending = false;
-}
-
-/*
- * Runs fn(arg) in a subtransaction (CtxwinInSubxact), under the worker's
- * statement timeout; on an error, rolls it back and returns false with the
- * message in *err (palloc'd in the caller's context) and its SQLSTATE in
- * *sqlstate (if not NULL).  A cancel is such an error too: the statement
- * timeout cancels.
- */
-bool
-RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate)
-{
-	ErrorData  *e;
-
-	ArmStatementTimeout();
-	e = CtxwinInSubxact(fn, arg, DisarmStatementTimeout, 0);
-	if (e == NULL)
-		return true;
-	*err = pstrdup(e->message ? e->message : "unknown error");
-	if (sqlstate)
-		*sqlstate = e->sqlerrcode;
-	FreeErrorData(e);
-	return false;
-}
-
-/* A query for SubxactQueryRun, and where its first row goes. */
-typedef struct SubxactQueryArgs
-{
-	CtxwinQuery *q;
-	Datum	   *values;
-	Datum	   *result;
-	bool	   *isnull;
-	int			ncols;
-} SubxactQueryArgs;
-
-/* Runs the query, its first row's first ncols columns copied out (CtxwinQueryRow). */
-static void
-SubxactQueryRun(void *arg)
-{
-	SubxactQueryArgs *a = (SubxactQueryArgs *) arg;
-
-	(void) CtxwinQueryRow(a->q, a->values, NULL, a->result, a->isnull, a->ncols);
-}
-
-/*
- * Runs q with non-null arguments in a subtransaction (RunInSubxact).
- * Returns true and the first ncols columns of its first row in result[]
- * (copied into the caller's context; isnull[] true for SQL NULL or no
- * row); on an error, false with the message in *err and its SQLSTATE in
- * *sqlstate.
- */
-bool
-SubxactQueryRow(CtxwinQuery *q, Datum *values, int ncols, Datum *result, bool *isnull,
-				char **err, int *sqlstate)
-{
-	SubxactQueryArgs a = {q, values, result, isnull, ncols};
-
-	return RunInSubxact(SubxactQueryRun, &a, err, sqlstate);
-}
 
 /*
  * Whether this database is a Citus worker node.  Under Citus the worker
@@ -218,51 +112,32 @@ ExtensionState(void)
 	return WS_VERSION_MISMATCH;
 }
 
-/* Starts a transaction with SPI connected and a snapshot, shown as activity. */
-void
-BeginWork(const char *activity)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, activity);
-}
-
-/* Commits what BeginWork started, and reports the worker idle. */
-void
-EndWork(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
 /* At the worker's exit: no longer wakeable; what was in flight is planned again next time. */
 static void
 WorkerShutdown(int code, Datum arg)
 {
-	TransfersShutdown();
-	if (MySlot)
-	{
-		SpinLockAcquire(&MySlot->mutex);
-		MySlot->pid = 0;
-		MySlot->procno = -1;
-		MySlot->in_flight = 0;
-		if (MySlot->state != WS_PAUSED)
-			MySlot->state = WS_STOPPED;
-		SpinLockRelease(&MySlot->mutex);
-	}
+	Worker	   *w = (Worker *) DatumGetPointer(arg);
+	WorkerSlot *slot = w->slot;
+
+	TransfersShutdown(w);
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = 0;
+	slot->procno = -1;
+	slot->in_flight = 0;
+	if (slot->state != WS_PAUSED)
+		slot->state = WS_STOPPED;
+	SpinLockRelease(&slot->mutex);
 }
 
-/* Signals, the connection to slot slotno's database, the slot, and the multi handle. */
-static void
+/*
+ * Signals, the connection to slot slotno's database, the slot, and the
+ * multi handle; returns the worker's state, which lives as long as it runs.
+ */
+static Worker *
 WorkerInit(int slotno)
 {
 	char		dbname[NAMEDATALEN];
+	Worker	   *w;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -270,10 +145,13 @@ WorkerInit(int slotno)
 
 	if (slotno < 0 || slotno >= MAX_DATABASES)
 		proc_exit(1);
-	MySlot = &WorkerShmem->slots[slotno];
-	SpinLockAcquire(&MySlot->mutex);
-	strlcpy(dbname, MySlot->dbname, NAMEDATALEN);
-	SpinLockRelease(&MySlot->mutex);
+	w = MemoryContextAllocZero(TopMemoryContext, sizeof(Worker));
+	w->slot = &WorkerShmem->slots[slotno];
+	dlist_init(&w->jobs);
+	w->retry_wake_at = PG_INT64_MAX;
+	SpinLockAcquire(&w->slot->mutex);
+	strlcpy(dbname, w->slot->dbname, NAMEDATALEN);
+	SpinLockRelease(&w->slot->mutex);
 
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
 	pgstat_report_appname("ctxwin worker");
@@ -282,25 +160,26 @@ WorkerInit(int slotno)
 	/* never wait long on a row an application transaction holds: the others wait too */
 	SetConfigOption("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 
-	SpinLockAcquire(&MySlot->mutex);
-	MySlot->dboid = MyDatabaseId;
-	MySlot->pid = MyProcPid;
-	MySlot->procno = MyProcNumber;
-	MySlot->started_at = GetCurrentTimestamp();
-	MySlot->state = WS_IDLE;
-	SpinLockRelease(&MySlot->mutex);
-	before_shmem_exit(WorkerShutdown, (Datum) 0);
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->dboid = MyDatabaseId;
+	w->slot->pid = MyProcPid;
+	w->slot->procno = MyProcNumber;
+	w->slot->started_at = GetCurrentTimestamp();
+	w->slot->state = WS_IDLE;
+	SpinLockRelease(&w->slot->mutex);
+	before_shmem_exit(WorkerShutdown, PointerGetDatum(w));
 
-	WorkerContext = AllocSetContextCreate(TopMemoryContext, "ctxwin worker", ALLOCSET_DEFAULT_SIZES);
-	TransfersInit();
+	w->cxt = AllocSetContextCreate(TopMemoryContext, "ctxwin worker", ALLOCSET_DEFAULT_SIZES);
+	TransfersInit(w);
 	ereport(LOG, (errmsg("ctxwin worker started for database \"%s\"", dbname)));
+	return w;
 }
 
 /* Whether the job table has room for another claim. */
 static bool
-HaveRoom(void)
+HaveRoom(Worker *w)
 {
-	return NumWorkerJobs < ctxwin_max_concurrent_requests;
+	return w->njobs < ctxwin_max_concurrent_requests;
 }
 
 /*
@@ -309,56 +188,56 @@ HaveRoom(void)
  * looks, not in claims.  With none held, the count starts over.
  */
 static void
-ScheduleHeldRowsRelook(TimestampTz now)
+ScheduleHeldRowsRelook(Worker *w, TimestampTz now)
 {
-	if (!QueueHasHeldSessions())
+	if (!QueueHasHeldSessions(w))
 	{
-		held_relook_ms = 0;
-		held_relook_at = 0;
+		w->held_relook_ms = 0;
+		w->held_relook_at = 0;
 		return;
 	}
-	if (held_relook_at <= now)
+	if (w->held_relook_at <= now)
 	{
-		held_relook_ms = held_relook_ms == 0 ? 1000 :
-			Min(held_relook_ms * 2, ctxwin_naptime_ms);
-		held_relook_at = now + (TimestampTz) held_relook_ms * 1000;
+		w->held_relook_ms = w->held_relook_ms == 0 ? 1000 :
+			Min(w->held_relook_ms * 2, ctxwin_naptime_ms);
+		w->held_relook_at = now + (TimestampTz) w->held_relook_ms * 1000;
 	}
-	RetryWakeAt = Min(RetryWakeAt, held_relook_at);
+	w->retry_wake_at = Min(w->retry_wake_at, w->held_relook_at);
 }
 
 /* Claims as many queued sessions as the job table has room for (a sweep if due). */
 static void
-ClaimRound(TimestampTz now)
+ClaimRound(Worker *w, TimestampTz now)
 {
-	bool		sweep = now >= next_sweep;
-	int			room = ctxwin_max_concurrent_requests - NumWorkerJobs;
+	bool		sweep = now >= w->next_sweep;
+	int			room = ctxwin_max_concurrent_requests - w->njobs;
 	int			progressed = 0;
 	int			offered;
 
 	if (sweep)
-		next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
-	offered = ClaimSessions(room, &progressed);
+		w->next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
+	offered = ClaimSessions(w, room, &progressed);
 	/* claim again at once only if that was not all */
-	claim_more = offered >= room && progressed > 0;
+	w->claim_more = offered >= room && progressed > 0;
 	if (offered < room)
-		ScheduleHeldRowsRelook(now);
+		ScheduleHeldRowsRelook(w, now);
 	/* at sweeps, and when drained, so the status says so */
 	if (sweep || offered < room)
-		QueueRecountPending = true;
+		w->recount_pending = true;
 }
 
 /* Counts the queue for worker_status if asked to, bringing the sweep forward to a retry due. */
 static void
-RecountQueueIfPending(void)
+RecountQueueIfPending(Worker *w)
 {
 	TimestampTz next_retry = PG_INT64_MAX;
 
-	if (!QueueRecountPending)
+	if (!w->recount_pending)
 		return;
-	CountQueueForStatus(&next_retry);
-	if (next_retry < next_sweep)
-		next_sweep = next_retry;
-	QueueRecountPending = false;
+	CountQueueForStatus(w, &next_retry);
+	if (next_retry < w->next_sweep)
+		w->next_sweep = next_retry;
+	w->recount_pending = false;
 }
 
 /*
@@ -367,32 +246,32 @@ RecountQueueIfPending(void)
  * and sets up the requests due.
  */
 static void
-ServeQueue(TimestampTz now, bool claim, bool to_write)
+ServeQueue(Worker *w, TimestampTz now, bool claim, bool to_write)
 {
 	if (to_write)
 	{
 		EndWork();
-		FreeDeadJobs();
-		WriteFinishedJobs();
+		FreeDeadJobs(w);
+		WriteFinishedJobs(w);
 		BeginWork("ctxwin: compacting sessions");
 		/* there may be room again */
-		claim_more = claim = HaveRoom();
+		w->claim_more = claim = HaveRoom(w);
 	}
-	if (claim && HaveRoom())
-		ClaimRound(now);
-	RecountQueueIfPending();
-	StartTransfers(GetCurrentTimestamp());
+	if (claim && HaveRoom(w))
+		ClaimRound(w, now);
+	RecountQueueIfPending(w);
+	StartTransfers(w, GetCurrentTimestamp());
 }
 
 /* Whether a job has an outcome to write now, or a request to send. */
 static void
-JobsDue(TimestampTz now, bool *to_write, bool *to_send)
+JobsDue(Worker *w, TimestampTz now, bool *to_write, bool *to_send)
 {
 	dlist_iter	it;
 
 	*to_write = false;
 	*to_send = false;
-	dlist_foreach(it, &WorkerJobs)
+	dlist_foreach(it, &w->jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
@@ -405,11 +284,11 @@ JobsDue(TimestampTz now, bool *to_write, bool *to_send)
 
 /* Marks every job dead: the extension is gone, or not at our version. */
 static void
-DropAllJobs(void)
+DropAllJobs(Worker *w)
 {
 	dlist_iter	it;
 
-	dlist_foreach(it, &WorkerJobs)
+	dlist_foreach(it, &w->jobs)
 		MarkJobDead(dlist_container(Job, node, it.cur));
 }
 
@@ -420,7 +299,7 @@ DropAllJobs(void)
  * ExtensionState said, or WS_STARTING if it did not look.
  */
 static WorkerState
-WorkRound(TimestampTz now)
+WorkRound(Worker *w, TimestampTz now)
 {
 	bool		claim;
 	bool		to_write;
@@ -428,32 +307,32 @@ WorkRound(TimestampTz now)
 	bool		merge;
 	WorkerState ext;
 
-	if (pg_atomic_exchange_u32(&MySlot->wake, 0) != 0)
-		claim_more = true;
-	claim = (claim_more || now >= next_sweep) && HaveRoom();
-	JobsDue(now, &to_write, &to_send);
-	merge = serving && SearchMergeDue(now);
+	if (pg_atomic_exchange_u32(&w->slot->wake, 0) != 0)
+		w->claim_more = true;
+	claim = (w->claim_more || now >= w->next_sweep) && HaveRoom(w);
+	JobsDue(w, now, &to_write, &to_send);
+	merge = w->serving && SearchMergeDue(w, now);
 	if (!claim && !to_write && !to_send && !merge)
 		return WS_STARTING;
 
 	BeginWork("ctxwin: compacting sessions");
 	ext = ExtensionState();
-	serving = ext == WS_IDLE;
+	w->serving = ext == WS_IDLE;
 	if (ext != WS_IDLE)
 	{
 		/* not (or no longer) installed here, or not at our version: drop what we hold */
-		DropAllJobs();
-		next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
-		claim_more = false;
+		DropAllJobs(w);
+		w->next_sweep = now + (TimestampTz) ctxwin_naptime_ms * 1000;
+		w->claim_more = false;
 	}
 	else
 	{
 		if (claim || to_write || to_send)
-			ServeQueue(now, claim, to_write);
-		MergeSearchPending(GetCurrentTimestamp());
+			ServeQueue(w, now, claim, to_write);
+		MergeSearchPending(w, GetCurrentTimestamp());
 	}
 	EndWork();
-	FreeDeadJobs();
+	FreeDeadJobs(w);
 	return ext;
 }
 
@@ -463,15 +342,15 @@ WorkRound(TimestampTz now)
  * to send or write, and the next merge of the search index's pending list.
  */
 static TimestampTz
-NextWake(void)
+NextWake(Worker *w)
 {
-	TimestampTz next_wake = HaveRoom() ? next_sweep : PG_INT64_MAX;
+	TimestampTz next_wake = HaveRoom(w) ? w->next_sweep : PG_INT64_MAX;
 	dlist_iter	it;
 
-	if (serving && NextMerge() < next_wake)
-		next_wake = NextMerge();
+	if (w->serving && NextMerge(w) < next_wake)
+		next_wake = NextMerge(w);
 
-	dlist_foreach(it, &WorkerJobs)
+	dlist_foreach(it, &w->jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
@@ -483,16 +362,18 @@ NextWake(void)
 
 /* Shows in the slot what the worker does (ext: what ExtensionState said, if it looked). */
 static void
-PublishState(WorkerState ext)
+PublishState(Worker *w, WorkerState ext)
 {
-	SpinLockAcquire(&MySlot->mutex);
+	WorkerSlot *slot = w->slot;
+
+	SpinLockAcquire(&slot->mutex);
 	if (ext == WS_NO_EXTENSION || ext == WS_VERSION_MISMATCH || ext == WS_CITUS_WORKER_NODE)
-		MySlot->state = ext;
-	else if (ext == WS_IDLE || (MySlot->state != WS_NO_EXTENSION && MySlot->state != WS_VERSION_MISMATCH &&
-								MySlot->state != WS_CITUS_WORKER_NODE))
-		MySlot->state = NumWorkerJobs > 0 ? WS_WORKING : WS_IDLE;
-	MySlot->in_flight = RequestsInFlight;
-	SpinLockRelease(&MySlot->mutex);
+		slot->state = ext;
+	else if (ext == WS_IDLE || (slot->state != WS_NO_EXTENSION && slot->state != WS_VERSION_MISMATCH &&
+								slot->state != WS_CITUS_WORKER_NODE))
+		slot->state = w->njobs > 0 ? WS_WORKING : WS_IDLE;
+	slot->in_flight = w->in_flight;
+	SpinLockRelease(&slot->mutex);
 }
 
 /*
@@ -500,31 +381,60 @@ PublishState(WorkerState ext)
  * in flight; not at all with answers to write, or more queued and room.
  */
 static void
-SleepUntil(TimestampTz next_wake)
+SleepUntil(Worker *w, TimestampTz next_wake)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	long		timeout_ms;
 
-	if (AnyJobDueToWrite(now) || (claim_more && HaveRoom()))
+	if (AnyJobDueToWrite(w, now) || (w->claim_more && HaveRoom(w)))
 		return;
 	timeout_ms = next_wake <= now ? 0 : (long) Min((next_wake - now) / 1000 + 1, 3600000L);
-	if (RequestsInFlight > 0)
-		WaitForTransfers(Min(timeout_ms, 50));	/* the latch is looked at every 50 ms */
+	if (w->in_flight > 0)
+		WaitForTransfers(w, Min(timeout_ms, 50));	/* the latch is looked at every 50 ms */
 	else if (timeout_ms > 0)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout_ms, PG_WAIT_EXTENSION);
+}
+
+/*
+ * One round of the loop, in a memory context of its own: the work in the
+ * database, the indexes an update left to build, the requests in flight
+ * moved along.  Returns when to look again.
+ */
+static TimestampTz
+RunRound(Worker *w)
+{
+	WorkerState ext;
+	TimestampTz next_wake;
+
+	w->round_cxt = AllocSetContextCreate(w->cxt, "ctxwin worker loop", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(w->round_cxt);
+
+	ext = WorkRound(w, GetCurrentTimestamp());
+	/* what an update left to build, while no request of ours waits on it */
+	if (ext == WS_IDLE && w->njobs == 0)
+		(void) BuildPendingIndexes(w, GetCurrentTimestamp());
+	if (w->retry_wake_at < w->next_sweep)
+		w->next_sweep = w->retry_wake_at;
+	w->retry_wake_at = PG_INT64_MAX;
+	RunTransfers(w);
+	next_wake = NextWake(w);
+	PublishState(w, ext);
+
+	MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContextDelete(w->round_cxt);
+	w->round_cxt = NULL;
+	return next_wake;
 }
 
 /* A database's worker: compacts its queued sessions until told to stop. */
 void
 ctxwin_worker_main(Datum arg)
 {
-	WorkerInit(DatumGetInt32(arg));
+	Worker	   *w = WorkerInit(DatumGetInt32(arg));
+
 	for (;;)
 	{
-		WorkerState ext;
-		TimestampTz next_wake;
-
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -532,23 +442,6 @@ ctxwin_worker_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		LoopContext = AllocSetContextCreate(WorkerContext, "ctxwin worker loop", ALLOCSET_DEFAULT_SIZES);
-		MemoryContextSwitchTo(LoopContext);
-
-		ext = WorkRound(GetCurrentTimestamp());
-		/* what an update left to build, while no request of ours waits on it */
-		if (ext == WS_IDLE && NumWorkerJobs == 0)
-			(void) BuildPendingIndexes(GetCurrentTimestamp());
-		if (RetryWakeAt < next_sweep)
-			next_sweep = RetryWakeAt;
-		RetryWakeAt = PG_INT64_MAX;
-		RunTransfers();
-		next_wake = NextWake();
-		PublishState(ext);
-
-		MemoryContextSwitchTo(TopMemoryContext);
-		MemoryContextDelete(LoopContext);
-		LoopContext = NULL;
-		SleepUntil(next_wake);
+		SleepUntil(w, RunRound(w));
 	}
 }

@@ -32,35 +32,37 @@ static const char *const state_names[] = {
 
 /* Records this worker's last error, and the session it was about (or NULL). */
 void
-SlotSetLastError(const pg_uuid_t *session, const char *msg)
+SlotSetLastError(Worker *w, const pg_uuid_t *session, const char *msg)
 {
-	SpinLockAcquire(&MySlot->mutex);
-	strlcpy(MySlot->last_error, msg, sizeof(MySlot->last_error));
-	MySlot->last_error_has_session = session != NULL;
+	WorkerSlot *slot = w->slot;
+
+	SpinLockAcquire(&slot->mutex);
+	strlcpy(slot->last_error, msg, sizeof(slot->last_error));
+	slot->last_error_has_session = session != NULL;
 	if (session)
-		MySlot->last_error_session = *session;
-	MySlot->last_error_at = GetCurrentTimestamp();
-	SpinLockRelease(&MySlot->mutex);
+		slot->last_error_session = *session;
+	slot->last_error_at = GetCurrentTimestamp();
+	SpinLockRelease(&slot->mutex);
 }
 
 /* Adds n to one of this worker's counters (and shows its requests in flight). */
 void
-SlotCount(int64 *counter, int64 n)
+SlotCount(Worker *w, int64 *counter, int64 n)
 {
-	SpinLockAcquire(&MySlot->mutex);
+	SpinLockAcquire(&w->slot->mutex);
 	*counter += n;
-	MySlot->in_flight = RequestsInFlight;
-	SpinLockRelease(&MySlot->mutex);
+	w->slot->in_flight = w->in_flight;
+	SpinLockRelease(&w->slot->mutex);
 }
 
 /* Records a duration, ms, in one of this worker's rings (its last LATENCY_RING). */
 void
-SlotRecordMs(int32 *ring, int *count, int64 ms)
+SlotRecordMs(Worker *w, int32 *ring, int *count, int64 ms)
 {
-	SpinLockAcquire(&MySlot->mutex);
+	SpinLockAcquire(&w->slot->mutex);
 	ring[*count % LATENCY_RING] = (int32) Min(ms, PG_INT32_MAX);
 	(*count)++;
-	SpinLockRelease(&MySlot->mutex);
+	SpinLockRelease(&w->slot->mutex);
 }
 
 /*
@@ -68,7 +70,7 @@ SlotRecordMs(int32 *ring, int *count, int64 ms)
  * at sweeps and after failures: a count is not free on a long queue.
  */
 void
-CountQueueForStatus(TimestampTz *next_retry)
+CountQueueForStatus(Worker *w, TimestampTz *next_retry)
 {
 	static CtxwinQuery count_q = {
 		"SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE x.compaction_failures " OP(">=") " $1), "
@@ -90,11 +92,11 @@ CountQueueForStatus(TimestampTz *next_retry)
 	if (!nulls[2] && DatumGetTimestampTz(cols[2]) < *next_retry)
 		*next_retry = DatumGetTimestampTz(cols[2]);
 
-	SpinLockAcquire(&MySlot->mutex);
-	MySlot->queue_depth = DatumGetInt64(cols[0]);
-	MySlot->held_back = DatumGetInt64(cols[1]);
-	MySlot->last_sweep_at = GetCurrentTimestamp();
-	SpinLockRelease(&MySlot->mutex);
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->queue_depth = DatumGetInt64(cols[0]);
+	w->slot->held_back = DatumGetInt64(cols[1]);
+	w->slot->last_sweep_at = GetCurrentTimestamp();
+	SpinLockRelease(&w->slot->mutex);
 }
 
 /* qsort comparator of int32s. */

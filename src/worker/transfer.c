@@ -20,18 +20,13 @@
 
 #include "worker/worker.h"
 
-/* Requests in the multi handle. */
-int			RequestsInFlight = 0;
-
-static CURLM *curl_multi = NULL;
-
-/* Makes the multi handle the worker's requests run on. */
+/* Makes the multi handle the worker's requests run on (w->multi). */
 void
-TransfersInit(void)
+TransfersInit(Worker *w)
 {
 	EnsureCurl();
-	curl_multi = curl_multi_init();
-	if (curl_multi == NULL)
+	w->multi = curl_multi_init();
+	if (w->multi == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not create a libcurl multi handle")));
@@ -39,37 +34,37 @@ TransfersInit(void)
 
 /* At the worker's exit: drops every transfer, and the multi handle. */
 void
-TransfersShutdown(void)
+TransfersShutdown(Worker *w)
 {
 	dlist_iter	it;
 
-	if (curl_multi == NULL)
+	if (w->multi == NULL)
 		return;
-	dlist_foreach(it, &WorkerJobs)
+	dlist_foreach(it, &w->jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
 		if (j->xfer)
 		{
-			curl_multi_remove_handle(curl_multi, LlmTransferHandle(j->xfer));
+			curl_multi_remove_handle(w->multi, LlmTransferHandle(j->xfer));
 			LlmTransferFree(j->xfer);
 			j->xfer = NULL;
 		}
 	}
-	curl_multi_cleanup(curl_multi);
-	curl_multi = NULL;
+	curl_multi_cleanup(w->multi);
+	w->multi = NULL;
 }
 
 /* Frees a dead job's transfer, taking it out of the multi handle if curl had not finished it. */
 void
-TransferAbandon(Job *j)
+TransferAbandon(Worker *w, Job *j)
 {
 	if (j->xfer == NULL)
 		return;
 	if (!j->finished)
 	{
-		curl_multi_remove_handle(curl_multi, LlmTransferHandle(j->xfer));
-		RequestsInFlight--;
+		curl_multi_remove_handle(w->multi, LlmTransferHandle(j->xfer));
+		w->in_flight--;
 	}
 	LlmTransferFree(j->xfer);
 	j->xfer = NULL;
@@ -106,7 +101,7 @@ JobDueToSend(Job *j, TimestampTz now)
  * with the error, and retried like a failed one.
  */
 static void
-SendJob(Job *j, TimestampTz now)
+SendJob(Worker *w, Job *j, TimestampTz now)
 {
 	MemoryContext old;
 
@@ -123,7 +118,7 @@ SendJob(Job *j, TimestampTz now)
 	MemoryContextSwitchTo(old);
 	if (j->xfer == NULL)
 		return;
-	if (curl_multi_add_handle(curl_multi, LlmTransferHandle(j->xfer)) != CURLM_OK)
+	if (curl_multi_add_handle(w->multi, LlmTransferHandle(j->xfer)) != CURLM_OK)
 	{
 		LlmTransferFree(j->xfer);
 		j->xfer = NULL;
@@ -134,33 +129,33 @@ SendJob(Job *j, TimestampTz now)
 	if (j->first_sent == 0)
 		j->first_sent = now;
 	j->requests++;
-	RequestsInFlight++;
-	SlotCount(&MySlot->requests, 1);
+	w->in_flight++;
+	SlotCount(w, &w->slot->requests, 1);
 }
 
 /* Sends the jobs whose time has come. */
 void
-StartTransfers(TimestampTz now)
+StartTransfers(Worker *w, TimestampTz now)
 {
 	dlist_iter	it;
 
-	dlist_foreach(it, &WorkerJobs)
+	dlist_foreach(it, &w->jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
 		if (JobDueToSend(j, now))
-			SendJob(j, now);
+			SendJob(w, j, now);
 	}
 }
 
 /* The job whose transfer this is, or NULL. */
 static Job *
-JobOfTransfer(LlmTransfer *xfer)
+JobOfTransfer(Worker *w, LlmTransfer *xfer)
 {
 	Job		   *found = NULL;
 	dlist_iter	it;
 
-	dlist_foreach(it, &WorkerJobs)
+	dlist_foreach(it, &w->jobs)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
@@ -172,12 +167,12 @@ JobOfTransfer(LlmTransfer *xfer)
 
 /* Collects the transfers curl has finished: each job is finished, to be written. */
 static void
-CollectTransfers(void)
+CollectTransfers(Worker *w)
 {
 	CURLMsg    *msg;
 	int			left;
 
-	while ((msg = curl_multi_info_read(curl_multi, &left)) != NULL)
+	while ((msg = curl_multi_info_read(w->multi, &left)) != NULL)
 	{
 		LlmTransfer *xfer = NULL;
 		Job		   *j;
@@ -185,11 +180,11 @@ CollectTransfers(void)
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &xfer);
-		j = JobOfTransfer(xfer);
+		j = JobOfTransfer(w, xfer);
 		if (j == NULL)
 			continue;
-		curl_multi_remove_handle(curl_multi, msg->easy_handle);
-		RequestsInFlight--;
+		curl_multi_remove_handle(w->multi, msg->easy_handle);
+		w->in_flight--;
 		j->curl_code = (int) msg->data.result;
 		j->finished = true;
 		j->next_at = 0;
@@ -198,21 +193,21 @@ CollectTransfers(void)
 
 /* Lets curl move the requests in flight along, and collects those it finished. */
 void
-RunTransfers(void)
+RunTransfers(Worker *w)
 {
 	int			running = 0;
 
-	if (RequestsInFlight == 0)
+	if (w->in_flight == 0)
 		return;
-	curl_multi_perform(curl_multi, &running);
-	CollectTransfers();
+	curl_multi_perform(w->multi, &running);
+	CollectTransfers(w);
 }
 
 /* Waits up to timeout_ms for curl's sockets. */
 void
-WaitForTransfers(long timeout_ms)
+WaitForTransfers(Worker *w, long timeout_ms)
 {
-	curl_multi_poll(curl_multi, NULL, 0, (int) timeout_ms, NULL);
+	curl_multi_poll(w->multi, NULL, 0, (int) timeout_ms, NULL);
 }
 
 /* An integer field of an answer, or dflt. */
@@ -232,7 +227,7 @@ AnswerIntField(Jsonb *answer, const char *key, int dflt)
  * In the job's attempt context.
  */
 bool
-TakeAnswer(Job *j)
+TakeAnswer(Worker *w, Job *j)
 {
 	int			status;
 
@@ -244,7 +239,7 @@ TakeAnswer(Job *j)
 		LlmTransferFree(j->xfer);
 		j->xfer = NULL;
 		if (j->answer)
-			SlotRecordMs(MySlot->latency_ms, &MySlot->latency_count,
+			SlotRecordMs(w, w->slot->latency_ms, &w->slot->latency_count,
 						 AnswerIntField(j->answer, "latency_ms", 0));
 	}
 	if (j->failure != NULL || j->answer == NULL)
@@ -259,7 +254,7 @@ TakeAnswer(Job *j)
  * and sets j->failure when it is not to be sent again.
  */
 bool
-ScheduleRetry(Job *j, TimestampTz now)
+ScheduleRetry(Worker *w, Job *j, TimestampTz now)
 {
 	static CtxwinQuery next_try_q = {
 		"SELECT (n " OP("->>") " 'retry')::pg_catalog.bool, (n " OP("->>") " 'refused')::pg_catalog.bool, "
@@ -299,9 +294,9 @@ ScheduleRetry(Job *j, TimestampTz now)
 	else
 	{
 		j->rate_waits++;
-		SlotCount(&MySlot->rate_limited, 1);
+		SlotCount(w, &w->slot->rate_limited, 1);
 	}
-	SlotCount(&MySlot->retries, 1);
+	SlotCount(w, &w->slot->retries, 1);
 	j->finished = false;
 	j->next_at = now + (TimestampTz) ((isnull[3] ? 0.0 : DatumGetFloat8(next[3])) * USECS_PER_SEC);
 	return true;

@@ -1,16 +1,26 @@
 /*
  * worker.h
  *		The background workers' files (worker/): shared memory, slot states,
- *		jobs, and the steps the files call of each other.  The rest of
- *		ctxwin's C code calls CtxwinWorkerWake (the insert trigger) and
- *		CtxwinWorkerRegister (_PG_init) only.
+ *		a database's worker's state (Worker) and its jobs, and the steps the
+ *		files call of each other.  The rest of ctxwin's C code calls
+ *		CtxwinWorkerWake (the insert trigger) and CtxwinWorkerRegister
+ *		(_PG_init) only.
  *
  *	shmem.c			shared memory, waking a database's worker, the utility hook
  *	launcher.c		the launcher
- *	loop.c			a database's worker: its main, its loop, its transactions
- *	jobs.c			claiming queued sessions, writing their outcomes
- *	transfer.c		the LLM requests in flight (libcurl multi handle)
+ *	xact.c			a worker's transactions, and its statements in subtransactions
  *	status.c		worker_status() and the counters it reports
+ *	transfer.c		the LLM requests in flight (libcurl multi handle)
+ *	jobs.c			the jobs in hand, and what ends one (a failure recorded)
+ *	queue.c			claiming queued sessions and planning their summaries
+ *	outcome.c		writing what the finished jobs brought
+ *	indexes.c		the indexes an update left to build, the search index's merges
+ *	loop.c			a database's worker: its main and its loop
+ *
+ * Each file uses only those listed before it: `make layers` fails on a
+ * cycle between them, as between folders.  A database's worker keeps its
+ * state in one Worker, made by loop.c and passed by pointer to the others;
+ * none of them keeps any of it in a global.
  *
  * With ctxwin in shared_preload_libraries, the postmaster starts the ctxwin
  * launcher.  It connects to no database; for each database named in
@@ -169,6 +179,69 @@ typedef struct Job
 	bool		dead;			/* done with: freed after the commit */
 } Job;
 
+/* A session left alone for a while: its outcome could not be written. */
+typedef struct HeldOff
+{
+	pg_uuid_t	id;
+	TimestampTz until;
+} HeldOff;
+
+#define MAX_HELD_OFF 1024
+/* A session whose outcome could not be written is left alone this long. */
+#define HOLD_OFF_SECONDS 60
+
+/*
+ * A database's worker: made by loop.c (WorkerInit) for as long as the
+ * worker runs, and passed by pointer to the files that act for it.  The
+ * comments say which file writes what.
+ */
+typedef struct Worker
+{
+	WorkerSlot *slot;			/* its slot in shared memory */
+	MemoryContext cxt;			/* the worker's: its jobs live in it */
+	MemoryContext round_cxt;	/* one round of the loop (loop.c) */
+	/* jobs.c: the sessions in hand, and those left alone for a while */
+	dlist_head	jobs;
+	int			njobs;
+	HeldOff		held_off[MAX_HELD_OFF];
+	int			nheld_off;
+	/* transfer.c: the requests in flight */
+	void	   *multi;			/* the libcurl multi handle (a CURLM) */
+	int			in_flight;		/* requests in it */
+	/* what the files ask of the loop */
+	TimestampTz retry_wake_at;	/* look at the queue again by then */
+	bool		recount_pending;	/* count the queue for worker_status
+									 * again */
+	/* loop.c: its schedule */
+	TimestampTz next_sweep;		/* the next sweep of the queue (also
+								 * brought forward by retries due) */
+	bool		claim_more;		/* the last claim may have left queued
+								 * sessions: claim again at once */
+	bool		serving;		/* the database has ctxwin at this library's
+								 * version (the last look said so) */
+	int			held_relook_ms; /* rows held by others: looked at again
+								 * after 1, 2, 4 ... s (up to naptime) */
+	TimestampTz held_relook_at;
+	/* indexes.c */
+	TimestampTz next_index_look;	/* for indexes an update left to build */
+	TimestampTz next_merge;		/* of the search index's pending list */
+} Worker;
+
+/*
+ * What locking a session's row for a write, without waiting, found
+ * (LockSessionRowNowait): an application transaction may hold it, and the
+ * other sessions' writes would wait too.  LOCK_HELD if another transaction
+ * holds it, LOCK_GONE if the session no longer exists, LOCK_FAILED for any
+ * other error.
+ */
+typedef enum RowLock
+{
+	LOCK_OK,
+	LOCK_HELD,
+	LOCK_GONE,
+	LOCK_FAILED
+} RowLock;
+
 /* shmem.c */
 extern WorkerShared *WorkerShmem;
 
@@ -180,56 +253,59 @@ extern void WorkerHooksInstall(void);
 /* launcher.c: registers the launcher (from _PG_init, when preloaded) */
 extern void CtxwinWorkerRegister(void);
 
-/* loop.c */
-extern WorkerSlot *MySlot;
-extern MemoryContext WorkerContext;
-extern MemoryContext LoopContext;
-extern TimestampTz RetryWakeAt;
-extern bool QueueRecountPending;
+/* xact.c */
+/* the worker's lock_timeout: never wait long on a row an application holds */
+#define WORKER_LOCK_TIMEOUT "2s"
 extern void ArmStatementTimeout(void);
 extern void DisarmStatementTimeout(void);
 extern bool RunInSubxact(void (*fn) (void *), void *arg, char **err, int *sqlstate);
 extern bool SubxactQueryRow(CtxwinQuery *q, Datum *values, int ncols, Datum *result,
 							bool *isnull, char **err, int *sqlstate);
-/* the worker's lock_timeout: never wait long on a row an application holds */
-#define WORKER_LOCK_TIMEOUT "2s"
-
 extern void BeginWork(const char *activity);
 extern void EndWork(void);
 
-/* jobs.c */
-extern dlist_head WorkerJobs;
-extern int	NumWorkerJobs;
-
-/* indexes.c */
-extern bool BuildPendingIndexes(TimestampTz now);
-extern void MergeSearchPending(TimestampTz now);
-extern TimestampTz NextMerge(void);
-extern bool SearchMergeDue(TimestampTz now);
-extern int	ClaimSessions(int room, int *progressed);
-extern bool QueueHasHeldSessions(void);
-extern bool JobDueToWrite(Job *j, TimestampTz now);
-extern bool AnyJobDueToWrite(TimestampTz now);
-extern void WriteFinishedJobs(void);
-extern void MarkJobDead(Job *j);
-extern void FreeDeadJobs(void);
+/* status.c */
+extern void SlotSetLastError(Worker *w, const pg_uuid_t *session, const char *msg);
+extern void SlotCount(Worker *w, int64 *counter, int64 n);
+extern void SlotRecordMs(Worker *w, int32 *ring, int *count, int64 ms);
+extern void CountQueueForStatus(Worker *w, TimestampTz *next_retry);
 
 /* transfer.c */
-extern int	RequestsInFlight;
-extern void TransfersInit(void);
-extern void TransfersShutdown(void);
+extern void TransfersInit(Worker *w);
+extern void TransfersShutdown(Worker *w);
 extern bool JobDueToSend(Job *j, TimestampTz now);
-extern void StartTransfers(TimestampTz now);
-extern void RunTransfers(void);
-extern void WaitForTransfers(long timeout_ms);
-extern void TransferAbandon(Job *j);
-extern bool TakeAnswer(Job *j);
-extern bool ScheduleRetry(Job *j, TimestampTz now);
+extern void StartTransfers(Worker *w, TimestampTz now);
+extern void RunTransfers(Worker *w);
+extern void WaitForTransfers(Worker *w, long timeout_ms);
+extern void TransferAbandon(Worker *w, Job *j);
+extern bool TakeAnswer(Worker *w, Job *j);
+extern bool ScheduleRetry(Worker *w, Job *j, TimestampTz now);
 
-/* status.c */
-extern void SlotSetLastError(const pg_uuid_t *session, const char *msg);
-extern void SlotCount(int64 *counter, int64 n);
-extern void SlotRecordMs(int32 *ring, int *count, int64 ms);
-extern void CountQueueForStatus(TimestampTz *next_retry);
+/* jobs.c */
+extern void AddJob(Worker *w, const pg_uuid_t *id, TimestampTz queued_at,
+				   const char *plan, const char *request);
+extern bool JobDueToWrite(Job *j, TimestampTz now);
+extern bool AnyJobDueToWrite(Worker *w, TimestampTz now);
+extern void MarkJobDead(Job *j);
+extern void FreeDeadJobs(Worker *w);
+extern void HoldOffSession(Worker *w, const pg_uuid_t *id, int seconds);
+extern Datum SessionsInHand(Worker *w);
+extern RowLock LockSessionRowNowait(const pg_uuid_t *id, char **err);
+extern void RecordFailure(Worker *w, const pg_uuid_t *id, const char *msg);
+extern bool NotAFailure(int sqlstate);
+extern void CountSummaryWritten(Worker *w, TimestampTz queued_at, TimestampTz now);
+
+/* queue.c */
+extern int	ClaimSessions(Worker *w, int room, int *progressed);
+extern bool QueueHasHeldSessions(Worker *w);
+
+/* outcome.c */
+extern void WriteFinishedJobs(Worker *w);
+
+/* indexes.c */
+extern bool BuildPendingIndexes(Worker *w, TimestampTz now);
+extern void MergeSearchPending(Worker *w, TimestampTz now);
+extern TimestampTz NextMerge(Worker *w);
+extern bool SearchMergeDue(Worker *w, TimestampTz now);
 
 #endif							/* CTXWIN_WORKER_H */

@@ -1,0 +1,156 @@
+/*
+ * outcome.c
+ *		Writing what the worker's finished jobs brought, each in a
+ *		transaction of its own: a summary, with _summary_finish's
+ *		compare-and-set; a retry later, where the request failed and
+ *		retries are left; a recorded failure otherwise.  A row an
+ *		application transaction holds is waited for, a few times.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "worker/worker.h"
+
+/* Writes of a summary or failure that find the row held: tried this often. */
+#define WRITE_TRIES 5
+
+/*
+ * Another transaction holds the row a job's outcome is for: write it again
+ * in 1, 2, 4, 8 s; after WRITE_TRIES, drop it and leave the session alone
+ * for a while.  No new request is paid for.
+ */
+static void
+WaitForHeldRow(Worker *w, Job *j, TimestampTz now, bool good)
+{
+	SlotCount(w, &w->slot->retries, 1);
+	if (++j->write_waits < WRITE_TRIES)
+	{
+		int			wait_s = 1 << (j->write_waits - 1);
+
+		SlotSetLastError(w, &j->id, psprintf("another transaction holds the session's row: its %s is written in %d s",
+										  good ? "summary" : "failure", wait_s));
+		j->next_at = now + (TimestampTz) wait_s * USECS_PER_SEC;
+		return;
+	}
+	/* given up: not requested again for a while */
+	SlotCount(w, &w->slot->failed, 1);
+	SlotSetLastError(w, &j->id, psprintf("another transaction held the session's row through %d tries: its %s was dropped, and it is looked at again in %d s",
+									  WRITE_TRIES, good ? "summary" : "failure", HOLD_OFF_SECONDS));
+	HoldOffSession(w, &j->id, HOLD_OFF_SECONDS);
+	w->recount_pending = true;
+	MarkJobDead(j);
+}
+
+/* Writes a job's summary (its row locked), with _summary_finish's compare-and-set. */
+static void
+WriteSummary(Worker *w, Job *j, TimestampTz now)
+{
+	static CtxwinQuery finish_q = {
+		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, "
+		"$2::pg_catalog.jsonb " OP("||") " $3::pg_catalog.jsonb)).version",
+		3, {TEXTOID, TEXTOID, TEXTOID}, .once = true
+	};
+	Datum		values[3];
+	char	   *err = NULL;
+	int			code = 0;
+
+	values[0] = CStringGetTextDatum(j->plan);
+	values[1] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
+	/* total_ms: from the first request, retries included */
+	values[2] = CStringGetTextDatum(psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000)));
+	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
+		CountSummaryWritten(w, j->queued_at, now);
+	else if (NotAFailure(code))
+		SlotSetLastError(w, &j->id, err);	/* planned again if still queued */
+	else
+		RecordFailure(w, &j->id, err);
+}
+
+/*
+ * Writes a finished job's outcome, a summary (good) or its failure, once
+ * its row is locked; a row held by another transaction is waited for
+ * (WaitForHeldRow).
+ */
+static void
+WriteOutcome(Worker *w, Job *j, TimestampTz now, bool good)
+{
+	char	   *err = NULL;
+
+	switch (LockSessionRowNowait(&j->id, &err))
+	{
+		case LOCK_OK:
+			break;
+		case LOCK_GONE:
+			/* the session was deleted meanwhile */
+			MarkJobDead(j);
+			return;
+		case LOCK_HELD:
+			WaitForHeldRow(w, j, now, good);
+			return;
+		case LOCK_FAILED:
+			if (!good)
+				break;			/* RecordFailure says it */
+			j->failure = psprintf("could not lock the session: %s", err);
+			good = false;
+			break;
+	}
+	if (good)
+		WriteSummary(w, j, now);
+	else
+		RecordFailure(w, &j->id, j->failure);
+	MarkJobDead(j);
+}
+
+/*
+ * Acts on what a finished job brought, in the current transaction: a
+ * summary where the answer is good, a retry later where the request failed
+ * and retries are left, a recorded failure otherwise.
+ */
+static void
+FinishJob(Worker *w, Job *j, TimestampTz now)
+{
+	MemoryContext old = MemoryContextSwitchTo(j->attempt_cxt);
+	bool		good = TakeAnswer(w, j);
+
+	if (good || j->failure != NULL || !ScheduleRetry(w, j, now))
+		WriteOutcome(w, j, now, good);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Writes what the finished jobs brought, each in a transaction of its own:
+ * one session's held row or slow write holds back no other's.
+ */
+void
+WriteFinishedJobs(Worker *w)
+{
+	dlist_iter	it;
+	Job		  **ready;
+	int			n = 0;
+	int			i;
+	TimestampTz now = GetCurrentTimestamp();
+
+	ready = MemoryContextAlloc(w->round_cxt, sizeof(Job *) * (w->njobs + 1));
+	dlist_foreach(it, &w->jobs)
+	{
+		Job		   *j = dlist_container(Job, node, it.cur);
+
+		if (JobDueToWrite(j, now))
+			ready[n++] = j;
+	}
+	for (i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		BeginWork("ctxwin: writing a summary");
+		FinishJob(w, ready[i], GetCurrentTimestamp());
+		EndWork();
+		FreeDeadJobs(w);			/* frees ready[i] if it is done */
+	}
+}
+

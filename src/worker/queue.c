@@ -1,0 +1,273 @@
+/*
+ * queue.c
+ *		Claiming queued sessions for the worker and planning their
+ *		summaries: an extractive summary is made and committed at once, an
+ *		LLM one becomes a job (jobs.c) whose request goes out after the
+ *		claim's transaction commits (transfer.c).
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "session/session.h"
+#include "summary/summary.h"
+#include "worker/worker.h"
+
+/* A session the claim offered. */
+typedef struct Candidate
+{
+	pg_uuid_t	id;
+	TimestampTz queued_at;
+} Candidate;
+
+/* The queued sessions due for a claim, but those this worker has in hand ($2). */
+#define DUE_SESSIONS \
+	"FROM ctxwin.sessions x " \
+	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 " \
+	"AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at " OP("<=") " pg_catalog.now()) " \
+	"AND x.id " OP("<>") " ALL ($2) AND NOT " CTXWIN_SUMMARY_WAITS_SQL " " \
+	"AND NOT " CTXWIN_SUMMARY_JOB_HELD_SQL " AND NOT " CTXWIN_SUMMARY_BY_APP_SQL " "
+
+/* Runs a query of DUE_SESSIONS ($3: its LIMIT) under the statement timeout; SPI_tuptable has the rows. */
+static void
+QueryDueSessions(Worker *w, const char *sql, int limit)
+{
+	Oid			types[3] = {INT4OID, UUIDARRAYOID, INT4OID};
+	Datum		values[3];
+	int			rc;
+
+	values[0] = Int32GetDatum(ctxwin_max_failures);
+	values[1] = SessionsInHand(w);
+	values[2] = Int32GetDatum(limit);
+	ArmStatementTimeout();
+	rc = SPI_execute_with_args(sql, 3, types, values, NULL, false, 0);
+	DisarmStatementTimeout();
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the compaction queue");
+}
+
+/*
+ * Whether queued sessions are due that the claim passed over because
+ * another transaction holds their rows (or whose summary moved under a
+ * write): the worker looks again soon, not only at its next sweep.
+ */
+bool
+QueueHasHeldSessions(Worker *w)
+{
+	QueryDueSessions(w, "SELECT " DUE_SESSIONS "LIMIT $3", 1);
+	return SPI_processed > 0;
+}
+
+/*
+ * Under Citus: locks a session's row if it is still queued and nobody else
+ * holds it (SKIP LOCKED); a query of one shard, on the node that holds it.
+ */
+static bool
+LockQueuedRow(pg_uuid_t *id)
+{
+	static CtxwinQuery lock_q = {
+		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 "
+		"AND x.compaction_queued_at IS NOT NULL FOR NO KEY UPDATE SKIP LOCKED",
+		1, {UUIDOID}, .once = true, .expect = SPI_OK_SELECT
+	};
+	Datum		values[1] = {UUIDPGetDatum(id)};
+	uint64		n;
+
+	ArmStatementTimeout();
+	n = CtxwinQueryRow(&lock_q, values, NULL, NULL, NULL, 0);
+	DisarmStatementTimeout();
+	return n == 1;
+}
+
+/*
+ * Locks up to room queued sessions, oldest first, whose rows nobody else
+ * holds (SKIP LOCKED: held rows are passed over, not counted, and not
+ * waited for), except those this worker has in hand or leaves alone for a
+ * while; returns how many, in *candidates (in the round's context, kept across the
+ * commits of extractive summaries).
+ */
+static int
+ReadCandidates(Worker *w, int room, Candidate **candidates)
+{
+	Candidate  *cand;
+	int			n;
+	int			i;
+
+	bool		citus = CtxwinCitusLoaded();
+	SPITupleTable *rows;
+
+	/*
+	 * Citus refuses FOR UPDATE in a query of several shards: there the
+	 * queue is read without locks, and each session's row is then locked
+	 * on its own, on the node that holds it (SKIP LOCKED, as above).
+	 */
+	if (citus)
+		QueryDueSessions(w, "SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+						 "ORDER BY x.compaction_queued_at, x.id LIMIT $3", room);
+	else
+		QueryDueSessions(w, "SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+						 "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
+						 "FOR NO KEY UPDATE SKIP LOCKED", room);
+	rows = SPI_tuptable;
+	cand = MemoryContextAlloc(w->round_cxt, sizeof(Candidate) * (SPI_processed + 1));
+	n = 0;
+	for (i = 0; i < (int) SPI_processed; i++)
+	{
+		HeapTuple	row = rows->vals[i];
+		bool		isnull;
+
+		cand[n].id = *DatumGetUUIDP(SPI_getbinval(row, rows->tupdesc, 1, &isnull));
+		cand[n].queued_at = DatumGetTimestampTz(SPI_getbinval(row, rows->tupdesc, 2, &isnull));
+		if (!citus || LockQueuedRow(&cand[n].id))
+			n++;
+	}
+	SPI_freetuptable(rows);
+	*candidates = cand;
+	return n;
+}
+
+/*
+ * The LLM request a plan (jsonb text) asks for, in *request (NULL for an
+ * extractive summary); false, with the failure recorded, if it cannot be
+ * made.
+ */
+static bool
+RequestOfPlan(Worker *w, const Candidate *c, Datum plan, char **request)
+{
+	static CtxwinQuery request_q = {
+		"SELECT CASE WHEN p " OP("->>") " 'strategy' " OP("<>") " 'extractive' THEN "
+		"ctxwin._llm_request(p " OP("->>") " 'system_prompt', p " OP("->>") " 'prompt', "
+		"(p " OP("->>") " 'answer_tokens')::pg_catalog.int4, p " OP("->>") " 'model')::pg_catalog.text END "
+		"FROM (SELECT $1::pg_catalog.jsonb AS p) x",
+		1, {TEXTOID}, .once = true
+	};
+	Datum		values[1] = {plan};
+	Datum		request_text;
+	bool		isnull;
+	char	   *err = NULL;
+
+	if (!SubxactQueryRow(&request_q, values, 1, &request_text, &isnull, &err, NULL))
+	{
+		RecordFailure(w, &c->id, err);
+		return false;
+	}
+	*request = isnull ? NULL : TextDatumGetCString(request_text);
+	return true;
+}
+
+/*
+ * Makes an extractive summary (no network) at once, and commits it on its
+ * own.  The transaction that claimed it is committed first: making the
+ * summary takes time in proportion to the messages it covers (seconds for
+ * a backlog of thousands), and that transaction holds the rows of every
+ * session the claim locked, which the application's inserts into those
+ * sessions would wait for.  The claim itself (a session-level lock) stays,
+ * and _summary_finish writes only if the session's summary did not move
+ * since the plan.
+ */
+static void
+MakeExtractiveSummary(Worker *w, const Candidate *c, Datum plan)
+{
+	static CtxwinQuery finish_q = {
+		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, NULL)).version",
+		1, {TEXTOID}, .once = true
+	};
+	char	   *plan_text = MemoryContextStrdup(w->round_cxt, TextDatumGetCString(plan));
+	Datum		values[1];
+	char	   *err = NULL;
+	int			code = 0;
+
+	EndWork();
+	FreeDeadJobs(w);
+	BeginWork("ctxwin: compacting sessions");
+	values[0] = CStringGetTextDatum(plan_text);
+	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
+		CountSummaryWritten(w, c->queued_at, GetCurrentTimestamp());
+	else if (!NotAFailure(code))
+		RecordFailure(w, &c->id, err);
+	EndWork();
+	FreeDeadJobs(w);
+	BeginWork("ctxwin: compacting sessions");
+}
+
+/*
+ * Plans a candidate's summary: an extractive one is made and committed at
+ * once, an LLM one becomes a job with the session claimed.  Whether it was
+ * planned (a plan, or nothing to do after all).
+ *
+ * The claim comes first: a summarizer in another backend (summarize_session,
+ * compact()) holds it while its plan and request are made, so the plan is
+ * made from what that one wrote, and no second request is paid for a
+ * summary whose compare-and-set would fail.
+ */
+static bool
+PlanCandidate(Worker *w, const Candidate *c)
+{
+	static CtxwinQuery plan_q = {
+		"SELECT ctxwin._summary_plan($1, false, NULL)::pg_catalog.text",
+		1, {UUIDOID}, .once = true
+	};
+	Datum		values[1] = {UUIDPGetDatum(&c->id)};
+	Datum		plan;
+	bool		no_plan;
+	char	   *request;
+	char	   *err = NULL;
+	int			code = 0;
+
+	if (!CtxwinClaimSession(&c->id))
+		return false;			/* another summarizer has it */
+
+	/*
+	 * The plan reads the session as committed (its row locked by
+	 * ReadCandidates, unless a commit below released it: then another
+	 * transaction may be writing it, which the plan does not wait for).
+	 */
+	if (!SubxactQueryRow(&plan_q, values, 1, &plan, &no_plan, &err, &code))
+	{
+		if (!NotAFailure(code))
+			RecordFailure(w, &c->id, err);
+		CtxwinReleaseClaim(&c->id);
+		return false;
+	}
+	if (no_plan || !RequestOfPlan(w, c, plan, &request))
+	{
+		/* nothing to do after all (settled), or the failure recorded */
+		CtxwinReleaseClaim(&c->id);
+		return true;
+	}
+	if (request == NULL)
+	{
+		MakeExtractiveSummary(w, c, plan);
+		CtxwinReleaseClaim(&c->id);	/* after its commit */
+	}
+	else
+		AddJob(w, &c->id, c->queued_at, TextDatumGetCString(plan), request);
+	return true;
+}
+
+/*
+ * The claim: up to room queued sessions (see ReadCandidates), each planned
+ * (see PlanCandidate).  Returns how many the queue offered (room: there may
+ * be more); *progressed counts those planned.
+ */
+int
+ClaimSessions(Worker *w, int room, int *progressed)
+{
+	Candidate  *cand;
+	int			n = ReadCandidates(w, room, &cand);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (PlanCandidate(w, &cand[i]))
+			(*progressed)++;
+	}
+	return n;
+}
