@@ -9,7 +9,8 @@
 use strict;
 use warnings;
 
-use File::Basename qw(dirname);
+use File::Basename qw(basename dirname);
+use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use FindBin;
 use IPC::Run qw(run);
@@ -48,38 +49,34 @@ for my $o (grep { m{^src/worker/} } @objs)
 	like($files_graph // '', qr/^\s+\Q$c\E\s+->/m, "make layers shows the file $c of src/worker/");
 }
 
-# a cycle: a/x.o uses b/y.o's symbol and b/y.o uses a/x.o's
+# cycle_pair(A, B): the objects of two C files under a scratch src/ (A and
+# B: paths such as "a/x") whose functions x and y call each other
 my $tmp = tempdir(CLEANUP => 1);
-mkdir "$tmp/src";
-mkdir "$tmp/src/a";
-mkdir "$tmp/src/b";
-open my $fa, '>', "$tmp/src/a/x.c" or die;
-print $fa "int y(void);\nint x(void) { return y(); }\n";
-close $fa;
-open my $fb, '>', "$tmp/src/b/y.c" or die;
-print $fb "int x(void);\nint y(void) { return x() + 1; }\n";
-close $fb;
-for my $c ('a/x', 'b/y')
+sub cycle_pair
 {
-	run(['cc', '-c', '-o', "$tmp/src/$c.o", "$tmp/src/$c.c"]) or BAIL_OUT("cc $c.c");
+	my @objs;
+	my @names = map { basename($_) } @_;
+	for my $i (0, 1)
+	{
+		my ($path, $me, $other) = ($_[$i], $names[$i], $names[1 - $i]);
+		make_path(dirname("$tmp/src/$path"));
+		open my $fh, '>', "$tmp/src/$path.c" or die;
+		print $fh "int $other(void);\nint $me(void) { return $other() + $i; }\n";
+		close $fh;
+		run([ 'cc', '-c', '-o', "$tmp/src/$path.o", "$tmp/src/$path.c" ]) or BAIL_OUT("cc $path.c");
+		push @objs, "$tmp/src/$path.o";
+	}
+	return @objs;
 }
-my $rc = run(["$top/scripts/layers.sh", "$tmp/src/a/x.o", "$tmp/src/b/y.o"], '>', \$out, '2>', \$err);
+
+# a cycle: a/x.o uses b/y.o's symbol and b/y.o uses a/x.o's
+my $rc = run(["$top/scripts/layers.sh", cycle_pair('a/x', 'b/y')], '>', \$out, '2>', \$err);
 ok(!$rc, 'scripts/layers.sh fails on two folders that use each other');
 like($err, qr/cycle between the folders: .*\ba\b.*\bb\b|cycle between the folders: .*\bb\b.*\ba\b/,
 	'and names them');
 
 # a cycle inside a folder: src/worker/p.o uses q.o's symbol and q.o uses p.o's
-mkdir "$tmp/src/worker";
-open my $fp, '>', "$tmp/src/worker/p.c" or die;
-print $fp "int q(void);\nint p(void) { return q(); }\n";
-close $fp;
-open my $fq, '>', "$tmp/src/worker/q.c" or die;
-print $fq "int p(void);\nint q(void) { return p() + 1; }\n";
-close $fq;
-for my $c ('p', 'q')
-{
-	run(['cc', '-c', '-o', "$tmp/src/worker/$c.o", "$tmp/src/worker/$c.c"]) or BAIL_OUT("cc $c.c");
-}
+cycle_pair('worker/p', 'worker/q');
 $rc = run(["$top/scripts/layers.sh", "$tmp/src/worker/p.o", "$tmp/src/worker/q.o"], '>', \$out, '2>', \$err);
 ok(!$rc, 'scripts/layers.sh fails on two files of src/worker/ that use each other');
 like($err, qr{cycle between the files of src/worker/: .*\bp\.c\b.*\bq\.c\b|cycle between the files of src/worker/: .*\bq\.c\b.*\bp\.c\b},
