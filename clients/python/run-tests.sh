@@ -10,7 +10,8 @@
 #   bash clients/python/run-tests.sh [pytest arguments]
 #
 # The virtualenv is $CTXWIN_CACHE/py-venv-<hash of requirements-test.txt and
-# pyproject.toml> (CTXWIN_CACHE: /var/cache/ctxwin), made once and reused.
+# pyproject.toml> (CTXWIN_CACHE: /var/cache/ctxwin; for a user other than
+# root who cannot write there, $CTXWIN_CACHE/USER), made once and reused.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +33,13 @@ fi
 
 hash=$(cat "$here/requirements-test.txt" "$here/pyproject.toml" | sha256sum | cut -c1-16)
 pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+# As a user with sudo, the cache is root's (scripts/deps.sh made it with
+# sudo, or a run as root did): the virtualenv goes into a directory of the
+# user's own in it.
+if [ "$(id -u)" -ne 0 ] && ! { mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ]; }; then
+	[ -w "$cache/$(id -un)" ] || sudo install -d -m 755 -o "$(id -u)" -g "$(id -g)" "$cache/$(id -un)"
+	cache=$cache/$(id -un)
+fi
 venv=$cache/py-venv-$pyver-$hash
 mkdir -p "$cache"
 if [ ! -f "$venv/.complete" ]; then
