@@ -37,6 +37,20 @@ ctxwin_quiet() {
 	return "$rc"
 }
 
+# The cache of what the scripts and tests make outside the tree
+# ($CTXWIN_CACHE, /var/cache/ctxwin: PostgreSQL 17 and 18, Node, the
+# virtualenvs, the frameworks' sources).  As a user with sudo, where root
+# made it (these scripts with sudo, or a run as root), a directory of the
+# user's own in it; exported for the scripts and tests that follow.
+ctxwin_cache() {
+	local c=${CTXWIN_CACHE:-/var/cache/ctxwin}
+	if [ "$(id -u)" -ne 0 ] && ! { mkdir -p "$c" 2>/dev/null && [ -w "$c" ]; }; then
+		[ -w "$c/$(id -un)" ] || sudo install -d -m 755 -o "$(id -u)" -g "$(id -g)" "$c/$(id -un)"
+		c=$c/$(id -un)
+	fi
+	export CTXWIN_CACHE=$c
+}
+
 # "sudo" when not root, for the commands that need root.
 ctxwin_sudo() {
 	if [ "$(id -u)" -ne 0 ]; then echo sudo; fi

@@ -95,6 +95,7 @@ stage=setup
 . scripts/pg.sh
 . scripts/cluster.sh
 ctxwin_deps
+ctxwin_cache
 ctxwin_pg_use "$major"
 echo "PostgreSQL: $(pg_config --version) ($PG_CONFIG)"
 scripts/check-version.sh
