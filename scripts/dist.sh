@@ -110,7 +110,10 @@ PY
 	tar -xzf "$sdist" -C "$scratch/resdist"
 	"$venv/bin/python" -m build --no-isolation --wheel --outdir "$scratch/py-again" "$scratch/resdist/ctxwin-$version" \
 		>>"$scratch/py-build.log" 2>&1 || die "the sdist does not build a wheel"
-	cmp <(cd "$scratch" && unzip -Z1 "$whl" | sort) <(unzip -Z1 "$scratch/py-again/$(basename "$whl")" | sort) >/dev/null ||
+	# (the names read with Python's zipfile: unzip may not be installed, and
+	# a listing that failed would compare equal)
+	names_of() { (cd "$scratch" && "$venv/bin/python" -c 'import sys, zipfile; print("\n".join(sorted(zipfile.ZipFile(sys.argv[1]).namelist())))' "$1"); }
+	a=$(names_of "$whl") && b=$(names_of "$scratch/py-again/$(basename "$whl")") && [ -n "$a" ] && [ "$a" = "$b" ] ||
 		die "the wheel built from the sdist has other files than the wheel"
 	# installed from the wheel, with its dependency, into a fresh virtualenv
 	python3 -m venv "$scratch/try-py"
