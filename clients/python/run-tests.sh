@@ -33,13 +33,11 @@ fi
 
 hash=$(cat "$here/requirements-test.txt" "$here/pyproject.toml" | sha256sum | cut -c1-16)
 pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-# As a user with sudo, the cache is root's (scripts/deps.sh made it with
-# sudo, or a run as root did): the virtualenv goes into a directory of the
-# user's own in it.
-if [ "$(id -u)" -ne 0 ] && ! { mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ]; }; then
-	[ -w "$cache/$(id -un)" ] || sudo install -d -m 755 -o "$(id -u)" -g "$(id -g)" "$cache/$(id -un)"
-	cache=$cache/$(id -un)
-fi
+# as a user with sudo, a directory of the user's own in root's cache
+. "$here/../../scripts/deps.sh"
+export CTXWIN_CACHE=$cache
+ctxwin_cache
+cache=$CTXWIN_CACHE
 venv=$cache/py-venv-$pyver-$hash
 mkdir -p "$cache"
 if [ ! -f "$venv/.complete" ]; then
