@@ -255,7 +255,8 @@ def window_of(row: Mapping[str, Any], ids: list[int]) -> Window:
     for m, s in zip(context[head:], shown):
         rid = int(s["id"])
         digest, calls, items = extra.get(str(rid)) or (None, None, None)
-        intact = digest == _md5(_text(m.get("content"))) and (m.get("tool_calls") or None) == (calls or None)
+        intact = digest is not None and digest == _md5(_text(m.get("content"))) \
+            and (m.get("tool_calls") or None) == (calls or None)
         out.append(WindowMessage(message=m, id=rid, client_key=s.get("client_key"), source=items, intact=intact))
     return Window(ids=ids, messages=out,
                   summary_through_id=int(r.get("summary_through_id") or 0),

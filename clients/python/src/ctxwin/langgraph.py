@@ -360,8 +360,9 @@ class SummarizationNode(RunnableCallable):
             if str(m.id).startswith(ID_PREFIX) or isinstance(m, RemoveMessage):
                 continue
             new.append(m)
+        present = {m.id for m in messages}
         return _Plan(session=sid, thread_id=tid, system_prompt=system_prompt, new=new, context=context,
-                     present={m.id for m in messages}, retract_from=self._removed_from(book, sid, messages))
+                     present=present, retract_from=self._removed_from(book, sid, present))
 
     def _taken_back_from(self, plan: _Plan, before: list[dict[str, Any]]) -> int:
         """Where the turn taken back began: with separate keys the state
@@ -378,7 +379,7 @@ class SummarizationNode(RunnableCallable):
         return first
 
     @staticmethod
-    def _removed_from(book: Any, sid: uuid.UUID, messages: list[AnyMessage]) -> int | None:
+    def _removed_from(book: Any, sid: uuid.UUID, present: set[Any]) -> int | None:
         """The id from which the stored messages of the node's last output
         are gone from the state, when they are its newest ones (a turn taken
         back with ``RemoveMessage``, as a chat UI's "edit and resend" does):
@@ -386,7 +387,6 @@ class SummarizationNode(RunnableCallable):
         (the state trimmed) are left as they are: the window is ctxwin's."""
         if not isinstance(book, Mapping) or book.get("session") != str(sid) or not book.get("window"):
             return None
-        present = {m.id for m in messages}
         shown = [(int(i), k) for i, k in book["window"]]
         gone = [i for i, k in shown if k not in present]
         if not gone:
