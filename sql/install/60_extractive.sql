@@ -2,9 +2,13 @@
 -- Summaries
 ------------------------------------------------------------------------------
 
--- Facts a summary keeps verbatim, found without an LLM: paths, URLs,
--- commands, error lines, identifiers and numbers with units, in order of
--- appearance, each once.
+-- Facts a summary keeps verbatim, found without an LLM: URLs, e-mail
+-- addresses, paths, commands, error names and codes, ids of letters and
+-- digits (ORD-27611, BK-LHHGX2, INV-2026-1995, TP1821, build-7729), hex
+-- strings, dates, host names, package@version, identifiers, amounts, and numbers with a unit or a
+-- counted noun (87 line items), in order of appearance, each once.  Where
+-- two patterns match at one place, the longest match wins (INV-2026-1995,
+-- not INV-2026).
 CREATE FUNCTION ctxwin.extract_facts(t text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -17,13 +21,22 @@ RETURN ARRAY(
             FROM regexp_matches(t,
                 '('
                 || 'https?://[^\s<>()"'']+'                                   -- URLs
+                || '|\m[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}\M'  -- e-mail addresses
+                || '|(?:@[A-Za-z0-9_.\-]+/|\m)[A-Za-z0-9_.\-]+@[0-9][A-Za-z0-9.\-]*'  -- package@version, @scope/package@version
                 || '|(?:~|\.{1,2})?/[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+'   -- absolute and relative paths
                 || '|\m[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_.\-]+)+'                 -- dir/file paths
                 || '|\m[A-Za-z0-9_\-]+\.(?:py|js|ts|tsx|go|rs|c|h|cc|cpp|java|rb|php|sql|md|json|ya?ml|toml|txt|log|sh|conf|cfg|ini|csv|html|css)\M'
                 || '|`[^`\n]{2,80}`'                                          -- inline code and commands
-                || '|\m(?:[A-Z][A-Za-z]*(?:Error|Exception)|E[0-9]{3,}|[A-Z]{2,}-[0-9]+)\M'  -- errors, codes, tickets
+                || '|\m[A-Z][A-Za-z]*(?:Error|Exception)\M'                   -- error names
+                || '|\m[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\M'                       -- ids with hyphens: ORD-27611, BK-LHHGX2, INV-2026-1995
+                || '|\m[A-Z]{1,5}[0-9]{3,}[A-Z0-9]*\M'                        -- codes: E7386, TP1821, TRK719118826
+                || '|\m[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-[0-9][A-Za-z0-9]*\M'  -- names with a number: build-7729
+                || '|\m(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*[0-9])[0-9A-Fa-f]{12,}\M'   -- hex: hashes, WAL segments
+                || '|\m[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?\M'  -- dates
+                || '|\m[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+){2,}\M'            -- host names, versions
                 || '|\m[0-9]+(?:\.[0-9]+)?\s?(?:ms|s|sec|seconds|min|minutes|h|hours|days|weeks|KB|kB|MB|GB|TB|%|px|USD|EUR|GBP)(?![A-Za-z])'
                 || '|[$€£][0-9][0-9,]*(?:\.[0-9]+)?'                           -- money
+                || '|\m[0-9][0-9,]*(?:\.[0-9]+)? (?!(?:and|are|but|for|from|the|than|that|then|this|was|were|with|into|over|per|out|off|times|more|less|fewer|left|ago|not)\M)[a-z]{3,}(?: [a-z]+s\M)?'  -- counts: 87 line items, 152 passed
                 || '|\m[a-z]+(?:_[a-z0-9]+)+\M'                               -- snake_case identifiers
                 || '|\m[a-z]+(?:[A-Z][a-z0-9]+)+\M|\m[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\M'  -- camelCase, PascalCase
                 || '|\m[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\M'     -- uuids
@@ -35,22 +48,93 @@ RETURN ARRAY(
     ORDER BY first_at);
 
 COMMENT ON FUNCTION ctxwin.extract_facts(text) IS
-'Paths, URLs, inline code, error names and codes, identifiers and numbers with units found in a text, each once, in order of appearance';
+'URLs, e-mail addresses, paths, inline code, error names, codes and ids, dates, host names, identifiers, amounts and counted numbers found in a text, each once, in order of appearance';
+
+-- The content words of a text (4 letters or more, lower case, not the
+-- commonest function words), each once: what _answered compares.
+CREATE FUNCTION ctxwin._content_words(t text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN coalesce((
+    SELECT '|' || string_agg(DISTINCT w, '|') || '|'
+    FROM regexp_split_to_table(lower(t), '[^[:alnum:]_]+') w
+    WHERE length(w) >= 4
+      AND w NOT IN ('about', 'also', 'been', 'could', 'does', 'from', 'have', 'into', 'just', 'know', 'like',
+                    'more', 'much', 'only', 'right', 'should', 'some', 'tell', 'than', 'that', 'their', 'them',
+                    'then', 'there', 'these', 'they', 'this', 'very', 'want', 'were', 'what', 'when', 'where',
+                    'whether', 'which', 'will', 'with', 'would', 'your')), '');
+
+COMMENT ON FUNCTION ctxwin._content_words(text) IS
+'The content words of a text (4 letters or more, not the commonest function words), each once, as |w1|w2|...|';
+
+-- Whether a question is answered by one of the sentences given (their
+-- _content_words): one that holds at least two of the question's content
+-- words and at least 60 % of them.  A question of fewer than two content
+-- words is never taken as answered.
+CREATE FUNCTION ctxwin._answered(question text, answers text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN EXISTS (
+    SELECT FROM (SELECT array_remove(string_to_array(ctxwin._content_words(question), '|'), '') AS q) qw,
+                unnest(answers) a
+    WHERE cardinality(qw.q) >= 2
+      AND (SELECT count(*) FROM unnest(qw.q) w WHERE strpos(a, '|' || w || '|') > 0)
+          >= greatest(2, ceil(0.6 * cardinality(qw.q)))
+);
+
+COMMENT ON FUNCTION ctxwin._answered(text, text[]) IS
+'Whether one of the sentences given (as _content_words) holds at least two and at least 60 % of the question''s content words';
+
+-- The facts of a tool result, the rare ones first: those whose shape
+-- (the fact with each run of digits as one 9) no other fact of the result
+-- has, in order of appearance (at
+-- most 8: the line of a log, a row of a query that stands out), then the
+-- first 4 of the others.  A long result repeats one shape many times
+-- (durations, row ids); what is planted in it is unlike the rest.
+CREATE FUNCTION ctxwin._tool_facts(t text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN ARRAY(
+    SELECT f FROM (
+        SELECT f, o, rare, row_number() OVER (PARTITION BY rare ORDER BY o) AS r
+        FROM (SELECT f, o, count(*) OVER (PARTITION BY shape) = 1 AS rare
+              FROM (SELECT f, o, regexp_replace(f, '[0-9]+', '9', 'g') AS shape
+                    FROM unnest(ctxwin.extract_facts(t)) WITH ORDINALITY AS x(f, o)) s) c) d
+    WHERE (rare AND r <= 8) OR (NOT rare AND r <= 4)
+    ORDER BY rare DESC, o);
+
+COMMENT ON FUNCTION ctxwin._tool_facts(text) IS
+'The facts of a tool result, those of a shape no other fact of it has first (at most 8), then the first 4 others';
+
 
 /*
  * The extractive strategy: no network, deterministic.  Keeps, within
  * max_tokens, in the sections of the LLM's summary (default_summary_prompt):
- *   Goal and state  what the user asked (sentences that mention a word of
- *                   instructions first)
- *   Decisions       decisions and conclusions
- *   Identifiers     facts verbatim (extract_facts), on one line
- *   Open items      the user's questions
+ *   Goal and state  what the user asks for now: sentences that mention a
+ *                   word of instructions, the user's sentences that set or
+ *                   change a goal ("I want", "instead", "first", ...), the
+ *                   next step the assistant named, then the first sentence
+ *                   of the user's other messages; newest first, so the
+ *                   latest goal leads, and a goal that a newer change of
+ *                   goal replaced is marked "Earlier goal:"
+ *   Decisions       decisions and conclusions, and what was changed
+ *   Identifiers     facts verbatim (extract_facts), on one line: those of
+ *                   the chat first, then of tool results those whose shape
+ *                   is rare in their result (the line that stands out of a
+ *                   log), then a few more
+ *   Open items      the user's questions that no later answer of the
+ *                   assistant took up (one sentence of the assistant's that
+ *                   holds most of the question's words: _answered)
  *   Lookup hints    per summarized range, its message ids, the tools it
  *                   called and identifiers to search it by
  * newest first within each section, merged with the sections of the
- * previous summary (newer items first).  A previous summary in 0.1.0's
- * sections (Focus, Requests, Questions, Facts, Tools used) is read into
- * these; a previous summary of another kind is kept as "Earlier".
+ * previous summary (newer items first; an open item of the previous
+ * summary that the new messages answer is dropped).  A previous summary in
+ * 0.1.0's sections (Focus, Requests, Questions, Facts, Tools used) is read
+ * into these; a previous summary of another kind is kept as "Earlier".
  */
 CREATE FUNCTION ctxwin.extractive_summary(previous text, messages jsonb, max_tokens int,
                                           encoding text DEFAULT 'cl100k_base',
@@ -67,6 +151,14 @@ DECLARE
     heading_re CONSTANT text := '^(Goal and state|Decisions|Identifiers|Open items|Lookup hints|Earlier|Focus|Requests|Questions|Facts|Tools used):';
     items jsonb := '{}';        -- section -> array of items, highest priority first
     focus jsonb := '[]';        -- sentences that mention a word of instructions
+    goals jsonb := '[]';        -- sentences that set a goal or name the next step
+    chat_facts jsonb := '[]';   -- facts of the user's and the assistant's messages
+    tool_facts jsonb := '[]';   -- facts of tool results, the rare ones first
+    answers text[] := '{}';     -- the content words of the assistant's sentences seen (newer ones)
+    changed boolean := false;   -- a newer message changed the goal
+    msg_changes boolean;        -- this message changes the goal
+    goal_re CONSTANT text := '\m(i want|i need|i would like|i''d like|i no longer|no longer|instead|change of plans|change of focus|the priority|first|forget|stop|pause|cancel|get that done|can wait|can''t wait|cannot wait|new plan|please)\M';
+    change_re CONSTANT text := '\m(no longer|instead|change of plans|change of focus|new plan|first|forget|stop|pause|can wait|can''t wait|cannot wait)\M';
     sec text;
     m jsonb;
     sent text;
@@ -99,12 +191,17 @@ BEGIN
     -- the newest messages first, so items are in priority order
     FOR m IN SELECT e FROM jsonb_array_elements(messages) WITH ORDINALITY AS x(e, o) ORDER BY o DESC LOOP
         CONTINUE WHEN coalesce(m ->> 'content', '') = '';
-        IF jsonb_array_length(items -> 'Identifiers') < max_tokens THEN
-            items := jsonb_set(items, '{Identifiers}', (items -> 'Identifiers') || to_jsonb((ctxwin.extract_facts(
-                CASE WHEN m ->> 'role' = 'tool' THEN left(m ->> 'content', 4000) ELSE m ->> 'content' END))[1:max_tokens]));
+        IF m ->> 'role' = 'tool' THEN
+            IF jsonb_array_length(tool_facts) < max_tokens THEN
+                tool_facts := tool_facts || to_jsonb(ctxwin._tool_facts(left(m ->> 'content', 65536)));
+            END IF;
+            CONTINUE;
         END IF;
-        CONTINUE WHEN m ->> 'role' = 'tool';
+        IF jsonb_array_length(chat_facts) < max_tokens THEN
+            chat_facts := chat_facts || to_jsonb((ctxwin.extract_facts(m ->> 'content'))[1:max_tokens]);
+        END IF;
         k := 0;
+        msg_changes := false;
         FOR sent IN
             SELECT btrim(regexp_replace(x, '\s+', ' ', 'g'))
             FROM regexp_split_to_table(m ->> 'content', '(?<=[.!?])\s+|\n+') x
@@ -114,19 +211,33 @@ BEGIN
             -- no section shows more than max_tokens items: more would only
             -- make this loop quadratic on a huge message
             EXIT WHEN k > max_tokens;
+            IF m ->> 'role' = 'assistant' AND sent !~ '\?$' THEN
+                -- what a question asked before this may be answered by
+                answers := answers || ctxwin._content_words(sent);
+            END IF;
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
                 focus := focus || to_jsonb(sent);
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
-                items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
-            ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead)\M' THEN
+                IF NOT ctxwin._answered(sent, answers) THEN
+                    items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
+                END IF;
+            ELSIF m ->> 'role' = 'user' AND (lower(sent) ~ goal_re OR msg_changes) THEN
+                -- (the sentences after a change of goal in its message are the new goal)
+                goals := goals || to_jsonb(CASE WHEN changed THEN 'Earlier goal: ' ELSE '' END || sent);
+                msg_changes := msg_changes OR lower(sent) ~ change_re;
+            ELSIF m ->> 'role' = 'assistant' AND lower(sent) ~ '^next steps?\M|\mthe goal is now\M|\mis the priority now\M|\mcomes first\M' THEN
+                goals := goals || to_jsonb(sent);
+            ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead|replaced|corrected|updated|renamed|removed|deleted|added|created|moved|merged|reverted|rotated|restarted|raised|lowered|pinned|marked)\M' THEN
                 items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
                     CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
             ELSIF m ->> 'role' = 'user' AND k = 1 THEN
                 items := jsonb_set(items, '{Goal and state}', (items -> 'Goal and state') || to_jsonb(sent));
             END IF;
         END LOOP;
+        changed := changed OR msg_changes;
     END LOOP;
-    items := jsonb_set(items, '{Goal and state}', focus || (items -> 'Goal and state'));
+    items := jsonb_set(items, '{Goal and state}', focus || goals || (items -> 'Goal and state'));
+    items := jsonb_set(items, '{Identifiers}', chat_facts || tool_facts);
 
     -- the lookup hint of these messages: their ids, the tools they called
     -- (name and count, in order of first call) and identifiers to search for
@@ -177,6 +288,12 @@ BEGIN
         END IF;
     END IF;
 
+    -- an open item of the previous summary that the new messages answer is no longer open
+    prev_items := jsonb_set(prev_items, '{Open items}', (
+        SELECT coalesce(jsonb_agg(v ORDER BY o), '[]')
+        FROM jsonb_array_elements_text(prev_items -> 'Open items') WITH ORDINALITY AS x(v, o)
+        WHERE NOT ctxwin._answered(v, answers)));
+
     -- merge: new first, each item once
     FOREACH sec IN ARRAY sections LOOP
         items := jsonb_set(items, ARRAY[sec], (
@@ -221,7 +338,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
-'The extractive summary (no LLM) of a previous summary and new messages, in the sections Goal and state, Decisions, Identifiers (verbatim), Open items and Lookup hints (message ids, tools called, search terms), within max_tokens';
+'The extractive summary (no LLM) of a previous summary and new messages, in the sections Goal and state (the latest goal first), Decisions, Identifiers (verbatim), Open items (the questions not answered later) and Lookup hints (message ids, tools called, search terms), within max_tokens';
 
 /*
  * The extractive summary of last resort, for messages in which the
