@@ -213,5 +213,46 @@ SELECT is((SELECT compaction_failures || ' ' || last_error || ' ' || (last_error
            FROM ctxwin.sessions WHERE id = '30000000-0000-0000-0000-000000000021'),
           '9 boom 8 true', '... counted, with the last error and its time');
 
+
+-- What 0.2.0's extractive summarizer got wrong (bench/summaries, run 2),
+-- each once: facts it cut or missed, the latest goal, answered questions.
+SELECT is(ctxwin.extract_facts('Booking BK-LHHGX2 on TP1821, invoice INV-2026-1995, job build-7729 red since 2026-09-25; '
+                               || 'web-ap-7.prod.internal pins left-pad@1.3.0 and @acme/ui-kit@4.5.0-beta.6; '
+                               || 'segment 000000010000076E000000BE, 87 line items, 152 passed, mail ops@example.org.'),
+          ARRAY['BK-LHHGX2', 'TP1821', 'INV-2026-1995', 'build-7729', '2026-09-25', 'web-ap-7.prod.internal',
+                'left-pad@1.3.0', '@acme/ui-kit@4.5.0-beta.6', '000000010000076E000000BE', '87 line items',
+                '152 passed', 'ops@example.org'],
+          'extract_facts: ids of letters and digits whole, dates, host names, packages, hex, counted numbers, e-mail');
+SELECT is((ctxwin._tool_facts(string_agg(format('CUS-%s | customer%s@example.net | active', 100000 + g, g), E'\n')
+                              || E'\nCB-24576 | disputed'))[1],
+          'CB-24576', '_tool_facts: the fact of a shape no other fact of the result has comes first')
+FROM generate_series(1, 150) g;
+SELECT ok(ctxwin._answered('Does the fare include seat selection?',
+                           ARRAY[ctxwin._content_words('The fare does include seat selection, no extra charge.')]),
+          '_answered: a later sentence with most of the question''s words answers it');
+SELECT ok(NOT ctxwin._answered('Does the fare include seat selection?',
+                               ARRAY[ctxwin._content_words('Let me check the fare rules before I answer that.')]),
+          '... one with one of them does not');
+CREATE TEMP TABLE goal_change AS
+SELECT ctxwin.extractive_summary(NULL, '[
+  {"role": "user", "content": "I want to plan a relaxed holiday in Lisbon, mostly museums."},
+  {"role": "assistant", "content": "Lovely. Flight TP1821 leaves at 9."},
+  {"role": "user", "content": "Does the fare include seat selection?"},
+  {"role": "assistant", "content": "Let me check the fare rules first."},
+  {"role": "user", "content": "Will the hotel have a fitness room?"},
+  {"role": "assistant", "content": "I cannot see that from here."},
+  {"role": "user", "content": "Change of plans. The trip is now a work trip to Porto."},
+  {"role": "assistant", "content": "The fare does include seat selection, so a window seat costs nothing."},
+  {"role": "assistant", "content": "Next step: submit the expense form."}]'::jsonb, 300) AS s;
+SELECT alike((SELECT s FROM goal_change),
+            E'Goal and state:\n- Change of plans.\n- The trip is now a work trip to Porto.\n- Earlier goal: I want to plan a relaxed holiday in Lisbon, mostly museums.\n- Next step: submit the expense form.\n%',
+            'the latest goal leads Goal and state, the rest of its message with it, the older goal marked');
+SELECT ok((SELECT s FROM goal_change) ~ E'Open items:\n- Will the hotel have a fitness room\\?\n'
+          AND (SELECT s FROM goal_change) !~ 'seat selection\?',
+          'an answered question is no open item, an unanswered one is');
+SELECT unalike(ctxwin.extractive_summary((SELECT s FROM goal_change),
+                                        '[{"role": "assistant", "content": "The hotel has a fitness room on the top floor."}]', 300),
+              '%hotel have a fitness room%', 'an open item of the previous summary that the new messages answer is dropped');
+
 SELECT * FROM finish();
 ROLLBACK;

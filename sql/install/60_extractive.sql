@@ -32,7 +32,7 @@ RETURN ARRAY(
                 || '|\m[A-Z]{1,5}[0-9]{3,}[A-Z0-9]*\M'                        -- codes: E7386, TP1821, TRK719118826
                 || '|\m[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-[0-9][A-Za-z0-9]*\M'  -- names with a number: build-7729
                 || '|\m(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*[0-9])[0-9A-Fa-f]{12,}\M'   -- hex: hashes, WAL segments
-                || '|\m[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?\M'  -- dates
+                || '|\m[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?Z?)?\M'  -- dates, times
                 || '|\m[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+){2,}\M'            -- host names, versions
                 || '|\m[0-9]+(?:\.[0-9]+)?\s?(?:ms|s|sec|seconds|min|minutes|h|hours|days|weeks|KB|kB|MB|GB|TB|%|px|USD|EUR|GBP)(?![A-Za-z])'
                 || '|[$€£][0-9][0-9,]*(?:\.[0-9]+)?'                           -- money
@@ -68,24 +68,26 @@ RETURN coalesce((
 COMMENT ON FUNCTION ctxwin._content_words(text) IS
 'The content words of a text (4 letters or more, not the commonest function words), each once, as |w1|w2|...|';
 
--- Whether a question is answered by one of the sentences given (their
--- _content_words): one that holds at least two of the question's content
--- words and at least 60 % of them.  A question of fewer than two content
--- words is never taken as answered.
-CREATE FUNCTION ctxwin._answered(question text, answers text[])
+-- Whether a question is answered by one of the texts given (their
+-- _content_words): one that holds at least 60 % of the question's content
+-- words, and at least least_shared of them (by default two: a question of
+-- one content word is then never taken as answered).  The reply to a
+-- question's message is asked with least_shared 1 and every word: it
+-- answers when it takes up one of the question's words.
+CREATE FUNCTION ctxwin._answered(question text, answers text[], least_shared int DEFAULT 2)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (
     SELECT FROM (SELECT array_remove(string_to_array(ctxwin._content_words(question), '|'), '') AS q) qw,
-                unnest(answers) a
-    WHERE cardinality(qw.q) >= 2
-      AND (SELECT count(*) FROM unnest(qw.q) w WHERE strpos(a, '|' || w || '|') > 0)
-          >= greatest(2, ceil(0.6 * cardinality(qw.q)))
+                unnest(answers) a,
+                LATERAL (SELECT count(*)::int AS n FROM unnest(qw.q) w WHERE strpos(a, '|' || w || '|') > 0) shared
+    WHERE shared.n >= least_shared
+      AND (least_shared = 1 OR shared.n * 5 >= cardinality(qw.q) * 3)
 );
 
-COMMENT ON FUNCTION ctxwin._answered(text, text[]) IS
-'Whether one of the sentences given (as _content_words) holds at least two and at least 60 % of the question''s content words';
+COMMENT ON FUNCTION ctxwin._answered(text, text[], int) IS
+'Whether one of the texts given (as _content_words) holds at least least_shared (2) and at least 60 % of the question''s content words; with least_shared 1, one word is enough';
 
 -- The facts of a tool result, the rare ones first: those whose shape
 -- (the fact with each run of digits as one 9) no other fact of the result
@@ -115,19 +117,25 @@ COMMENT ON FUNCTION ctxwin._tool_facts(text) IS
  * max_tokens, in the sections of the LLM's summary (default_summary_prompt):
  *   Goal and state  what the user asks for now: sentences that mention a
  *                   word of instructions, the user's sentences that set or
- *                   change a goal ("I want", "instead", "first", ...), the
- *                   next step the assistant named, then the first sentence
+ *                   change a goal ("I want", "instead", "first", ...), then
+ *                   the next step the assistant named, then the first sentence
  *                   of the user's other messages; newest first, so the
  *                   latest goal leads, and a goal that a newer change of
  *                   goal replaced is marked "Earlier goal:"
  *   Decisions       decisions and conclusions, and what was changed
- *   Identifiers     facts verbatim (extract_facts), on one line: those of
- *                   the chat first, then of tool results those whose shape
- *                   is rare in their result (the line that stands out of a
- *                   log), then a few more
+ *   Identifiers     facts verbatim (extract_facts), on one line: those the
+ *                   user gave first, then the assistant's, then of tool
+ *                   results those whose shape is rare in their result (the
+ *                   line that stands out of a log), then a few more
  *   Open items      the user's questions that no later answer of the
- *                   assistant took up (one sentence of the assistant's that
- *                   holds most of the question's words: _answered)
+ *                   assistant took up: neither the reply to their message
+ *                   (the next message with text, the assistant's, a
+ *                   statement that does not put the answer off: "I cannot",
+ *                   "let me", "depends", "yet", ...; to a question of
+ *                   what, when, who, how...: any such reply; to another: one
+ *                   that starts with yes or no or takes up one of its words)
+ *                   nor a later sentence of the assistant's that holds most
+ *                   of the question's words (_answered)
  *   Lookup hints    per summarized range, its message ids, the tools it
  *                   called and identifiers to search it by
  * newest first within each section, merged with the sections of the
@@ -151,12 +159,19 @@ DECLARE
     heading_re CONSTANT text := '^(Goal and state|Decisions|Identifiers|Open items|Lookup hints|Earlier|Focus|Requests|Questions|Facts|Tools used):';
     items jsonb := '{}';        -- section -> array of items, highest priority first
     focus jsonb := '[]';        -- sentences that mention a word of instructions
-    goals jsonb := '[]';        -- sentences that set a goal or name the next step
-    chat_facts jsonb := '[]';   -- facts of the user's and the assistant's messages
+    goals jsonb := '[]';        -- the user's sentences that set or change a goal
+    steps jsonb := '[]';        -- the assistant's: the next step, the goal as it is now
+    user_facts jsonb := '[]';   -- facts the user gave
+    chat_facts jsonb := '[]';   -- facts of the assistant's messages
     tool_facts jsonb := '[]';   -- facts of tool results, the rare ones first
     answers text[] := '{}';     -- the content words of the assistant's sentences seen (newer ones)
     changed boolean := false;   -- a newer message changed the goal
     msg_changes boolean;        -- this message changes the goal
+    reply jsonb;                -- the next message with text (of the user or the assistant)
+    replied boolean;            -- that message is a reply that does not put the answer off
+    reply_words text;           -- its content words
+    -- a reply that puts the answer off: the question stays open
+    defer_re CONSTANT text := '\m(cannot|can''t|not sure|don''t know|do not know|no idea|unclear|let me|i will|i''ll|i need|we need|need to|needs?|depends|yet|later|possibly|maybe|perhaps|belongs to|owns|ask|approval|decision|i would not)\M';
     goal_re CONSTANT text := '\m(i want|i need|i would like|i''d like|i no longer|no longer|instead|change of plans|change of focus|the priority|first|forget|stop|pause|cancel|get that done|can wait|can''t wait|cannot wait|new plan|please)\M';
     change_re CONSTANT text := '\m(no longer|instead|change of plans|change of focus|new plan|first|forget|stop|pause|can wait|can''t wait|cannot wait)\M';
     sec text;
@@ -197,11 +212,18 @@ BEGIN
             END IF;
             CONTINUE;
         END IF;
-        IF jsonb_array_length(chat_facts) < max_tokens THEN
+        IF m ->> 'role' = 'user' AND jsonb_array_length(user_facts) < max_tokens THEN
+            user_facts := user_facts || to_jsonb((ctxwin.extract_facts(m ->> 'content'))[1:max_tokens]);
+        ELSIF m ->> 'role' <> 'user' AND jsonb_array_length(chat_facts) < max_tokens THEN
             chat_facts := chat_facts || to_jsonb((ctxwin.extract_facts(m ->> 'content'))[1:max_tokens]);
         END IF;
         k := 0;
         msg_changes := false;
+        -- the reply to this message: the next message with text, when it is
+        -- the assistant's, a statement, and does not put the answer off
+        replied := m ->> 'role' = 'user' AND reply ->> 'role' = 'assistant'
+                   AND btrim(reply ->> 'content') !~ '\?$' AND lower(reply ->> 'content') !~ defer_re;
+        reply_words := CASE WHEN replied THEN ctxwin._content_words(reply ->> 'content') END;
         FOR sent IN
             SELECT btrim(regexp_replace(x, '\s+', ' ', 'g'))
             FROM regexp_split_to_table(m ->> 'content', '(?<=[.!?])\s+|\n+') x
@@ -218,7 +240,10 @@ BEGIN
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
                 focus := focus || to_jsonb(sent);
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
-                IF NOT ctxwin._answered(sent, answers) THEN
+                IF NOT ctxwin._answered(sent, answers)
+                   AND NOT (replied AND (lower(sent) ~ '^(what|when|where|which|who|whom|whose|why|how)\M'
+                                         OR lower(reply ->> 'content') ~ '^(yes|no|yep|nope|sure|correct|right)\M'
+                                         OR ctxwin._answered(sent, ARRAY[reply_words], 1))) THEN
                     items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
                 END IF;
             ELSIF m ->> 'role' = 'user' AND (lower(sent) ~ goal_re OR msg_changes) THEN
@@ -226,7 +251,7 @@ BEGIN
                 goals := goals || to_jsonb(CASE WHEN changed THEN 'Earlier goal: ' ELSE '' END || sent);
                 msg_changes := msg_changes OR lower(sent) ~ change_re;
             ELSIF m ->> 'role' = 'assistant' AND lower(sent) ~ '^next steps?\M|\mthe goal is now\M|\mis the priority now\M|\mcomes first\M' THEN
-                goals := goals || to_jsonb(sent);
+                steps := steps || to_jsonb(sent);
             ELSIF lower(sent) ~ '\m(decided|decide|agreed|agree|we will|we''ll|let''s|going to|plan to|should|must|use|using|switch|chose|choose|prefer|fixed|fix|changed|change|set|root cause|because|so that|instead|replaced|corrected|updated|renamed|removed|deleted|added|created|moved|merged|reverted|rotated|restarted|raised|lowered|pinned|marked)\M' THEN
                 items := jsonb_set(items, '{Decisions}', (items -> 'Decisions') || to_jsonb(
                     CASE WHEN m ->> 'role' = 'user' THEN 'User: ' ELSE '' END || sent));
@@ -235,9 +260,10 @@ BEGIN
             END IF;
         END LOOP;
         changed := changed OR msg_changes;
+        reply := m;
     END LOOP;
-    items := jsonb_set(items, '{Goal and state}', focus || goals || (items -> 'Goal and state'));
-    items := jsonb_set(items, '{Identifiers}', chat_facts || tool_facts);
+    items := jsonb_set(items, '{Goal and state}', focus || goals || steps || (items -> 'Goal and state'));
+    items := jsonb_set(items, '{Identifiers}', user_facts || chat_facts || tool_facts);
 
     -- the lookup hint of these messages: their ids, the tools they called
     -- (name and count, in order of first call) and identifiers to search for
@@ -305,6 +331,7 @@ BEGIN
 
     -- fill the budget: take items round-robin over sections in priority
     -- order, so every section gets room, until the next one would not fit
+    -- (three identifiers a round, one item of each other section)
     limits := ARRAY[0, 0, 0, 0, 0, 0];
     IF earlier IS NOT NULL THEN
         -- a summary of another kind keeps up to half the room, cut in the middle
@@ -316,22 +343,25 @@ BEGIN
         FOR k IN 1 .. cardinality(sections) LOOP
             sec := sections[k];
             CONTINUE WHEN sec = 'Earlier';
-            CONTINUE WHEN limits[k] >= jsonb_array_length(items -> sec);
-            limits[k] := limits[k] + 1;
-            result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
-            IF ctxwin.count_tokens(result, encoding) > max_tokens THEN
-                limits[k] := limits[k] - 1;
-            ELSE
+            -- (identifiers are short and what a model cannot guess: three a round)
+            FOR r IN 1 .. CASE WHEN sec = 'Identifiers' THEN 3 ELSE 1 END LOOP
+                EXIT WHEN limits[k] >= jsonb_array_length(items -> sec);
+                limits[k] := limits[k] + 1;
+                result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
+                IF ctxwin.count_tokens(result, encoding) > max_tokens THEN
+                    limits[k] := limits[k] - 1;
+                    EXIT;
+                END IF;
                 n := n + 1;
-            END IF;
+            END LOOP;
         END LOOP;
         EXIT WHEN n = 0;
     END LOOP;
     result := ctxwin._render_summary(sections, items, limits, earlier, max_tokens, encoding);
-    IF (btrim(result) = '' OR limits[1] + limits[2] + limits[3] + limits[4] = 0) AND jsonb_array_length(messages) > 0 THEN
-        -- nothing matched (small talk, bare identifiers, hashes, log lines):
-        -- the messages' own text, shortened, so that a summary is never
-        -- empty, nor only a lookup hint
+    IF (btrim(result) = '' OR limits[1] + limits[2] + limits[4] = 0) AND jsonb_array_length(messages) > 0 THEN
+        -- no sentence matched (small talk, bare identifiers, hashes, log
+        -- lines): the messages' own text, shortened, so that a summary is
+        -- never empty, nor only identifiers and a lookup hint
         result := ctxwin._fallback_summary(messages, max_tokens, encoding);
     END IF;
     RETURN result;
