@@ -250,6 +250,17 @@ SELECT alike((SELECT s FROM goal_change),
 SELECT ok((SELECT s FROM goal_change) ~ E'Open items:\n- Will the hotel have a fitness room\\?\n'
           AND (SELECT s FROM goal_change) !~ 'seat selection\?',
           'an answered question is no open item, an unanswered one is');
+SELECT is((SELECT string_agg(v, ' | ') FROM regexp_matches(ctxwin.extractive_summary(NULL, '[
+  {"role": "user", "content": "When is the next release window?"},
+  {"role": "assistant", "content": "Tuesday 14:00 UTC; the freeze starts on Monday."},
+  {"role": "user", "content": "Can you check the shipping database?"},
+  {"role": "assistant", "content": "The crash is in walk.c at line 120."},
+  {"role": "user", "content": "Is the backport to 2.3 possible?"},
+  {"role": "assistant", "content": "Yes, cherry-pick it onto release/2.3."},
+  {"role": "user", "content": "Does the export include refunds?"},
+  {"role": "assistant", "content": "The export lists refunds as negative lines."}]'::jsonb, 300), E'\n- ([^\n]*\\?)', 'g') AS x(a), unnest(a) v),
+          'Can you check the shipping database?',
+          'the reply to a question''s message answers it: to a when question any statement, to another one that says yes or takes up its words');
 SELECT unalike(ctxwin.extractive_summary((SELECT s FROM goal_change),
                                         '[{"role": "assistant", "content": "The hotel has a fitness room on the top floor."}]', 300),
               '%hotel have a fitness room%', 'an open item of the previous summary that the new messages answer is dropped');
