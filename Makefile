@@ -37,6 +37,7 @@ OBJS = \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
 	src/summary/retract.o \
+	src/summary/words.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
 	src/worker/xact.o \

@@ -1206,18 +1206,20 @@ RETURN ARRAY(
                 || '|\m[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\M'                       -- ids with hyphens: ORD-27611, BK-LHHGX2, INV-2026-1995
                 || '|\m[A-Z]{1,5}[0-9]{3,}[A-Z0-9]*\M'                        -- codes: E7386, TP1821, TRK719118826
                 || '|\m[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-[0-9][A-Za-z0-9]*\M'  -- names with a number: build-7729
-                || '|\m(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*[0-9])[0-9A-Fa-f]{12,}\M'   -- hex: hashes, WAL segments
+                || '|\m(?:[0-9A-F]{12,}|[0-9a-f]{12,})\M'                    -- hex, long numbers: hashes, WAL segments
                 || '|\m[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]+)?)?Z?)?\M'  -- dates, times
                 || '|\m[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+){2,}\M'            -- host names, versions
                 || '|\m[0-9]+(?:\.[0-9]+)?\s?(?:ms|s|sec|seconds|min|minutes|h|hours|days|weeks|KB|kB|MB|GB|TB|%|px|USD|EUR|GBP)(?![A-Za-z])'
                 || '|[$€£][0-9][0-9,]*(?:\.[0-9]+)?'                           -- money
-                || '|\m[0-9][0-9,]*(?:\.[0-9]+)? (?!(?:and|are|but|for|from|the|than|that|then|this|was|were|with|into|over|per|out|off|times|more|less|fewer|left|ago|not)\M)[a-z]{3,}(?: [a-z]+s\M)?'  -- counts: 87 line items, 152 passed
+                || '|\m[0-9][0-9,]*(?:\.[0-9]+)? [a-z]{3,}(?: [a-z]+s\M)?'     -- counts: 87 line items, 152 passed
                 || '|\m[a-z]+(?:_[a-z0-9]+)+\M'                               -- snake_case identifiers
                 || '|\m[a-z]+(?:[A-Z][a-z0-9]+)+\M|\m[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\M'  -- camelCase, PascalCase
                 || '|\m[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\M'     -- uuids
                 || ')', 'g') WITH ORDINALITY AS x(m, n)
         ) raw
         WHERE length(f) > 2
+          -- a number before a word that counts nothing (3 and, 12 of the)
+          AND f !~ '^[0-9][0-9,.]* (and|are|but|for|from|the|than|that|then|this|was|were|with|into|over|per|out|off|times|more|less|fewer|left|ago|not)( |$)'
         ORDER BY f, o
     ) d
     ORDER BY first_at);
@@ -1225,41 +1227,27 @@ RETURN ARRAY(
 COMMENT ON FUNCTION ctxwin.extract_facts(text) IS
 'URLs, e-mail addresses, paths, inline code, error names, codes and ids, dates, host names, identifiers, amounts and counted numbers found in a text, each once, in order of appearance';
 
--- The content words of a text (4 letters or more, lower case, not the
--- commonest function words), each once: what _answered compares.
+-- The content words of a text (4 characters or more, lower case, not the
+-- commonest function words), each once, sorted, as |w1|w2|...| ("||" for
+-- none): what _answered compares (src/summary/words.c).
 CREATE FUNCTION ctxwin._content_words(t text)
 RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN coalesce((
-    SELECT '|' || string_agg(DISTINCT w, '|') || '|'
-    FROM regexp_split_to_table(lower(t), '[^[:alnum:]_]+') w
-    WHERE length(w) >= 4
-      AND w NOT IN ('about', 'also', 'been', 'could', 'does', 'from', 'have', 'into', 'just', 'know', 'like',
-                    'more', 'much', 'only', 'right', 'should', 'some', 'tell', 'than', 'that', 'their', 'them',
-                    'then', 'there', 'these', 'they', 'this', 'very', 'want', 'were', 'what', 'when', 'where',
-                    'whether', 'which', 'will', 'with', 'would', 'your')), '');
+AS 'MODULE_PATHNAME', 'ctxwin_content_words'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._content_words(text) IS
-'The content words of a text (4 letters or more, not the commonest function words), each once, as |w1|w2|...|';
+'The content words of a text (4 characters or more, not the commonest function words), each once, as |w1|w2|...|';
 
 -- Whether a question is answered by one of the texts given (their
 -- _content_words): one that holds at least 60 % of the question's content
 -- words, and at least least_shared of them (by default two: a question of
 -- one content word is then never taken as answered).  The reply to a
--- question's message is asked with least_shared 1 and every word: it
--- answers when it takes up one of the question's words.
+-- question's message is asked with least_shared 1: it answers when it
+-- takes up one of the question's words (src/summary/words.c).
 CREATE FUNCTION ctxwin._answered(question text, answers text[], least_shared int DEFAULT 2)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN EXISTS (
-    SELECT FROM (SELECT array_remove(string_to_array(ctxwin._content_words(question), '|'), '') AS q) qw,
-                unnest(answers) a,
-                LATERAL (SELECT count(*)::int AS n FROM unnest(qw.q) w WHERE strpos(a, '|' || w || '|') > 0) shared
-    WHERE shared.n >= least_shared
-      AND (least_shared = 1 OR shared.n * 5 >= cardinality(qw.q) * 3)
-);
+AS 'MODULE_PATHNAME', 'ctxwin_answered'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION ctxwin._answered(text, text[], int) IS
 'Whether one of the texts given (as _content_words) holds at least least_shared (2) and at least 60 % of the question''s content words; with least_shared 1, one word is enough';
@@ -1309,8 +1297,9 @@ COMMENT ON FUNCTION ctxwin._tool_facts(text) IS
  *                   "let me", "depends", "yet", ...; to a question of
  *                   what, when, who, how...: any such reply; to another: one
  *                   that starts with yes or no or takes up one of its words)
- *                   nor a later sentence of the assistant's that holds most
- *                   of the question's words (_answered)
+ *                   nor a later message of the assistant's (of the 64
+ *                   nearest) that holds most of the question's words
+ *                   (_answered)
  *   Lookup hints    per summarized range, its message ids, the tools it
  *                   called and identifiers to search it by
  * newest first within each section, merged with the sections of the
@@ -1339,7 +1328,7 @@ DECLARE
     user_facts jsonb := '[]';   -- facts the user gave
     chat_facts jsonb := '[]';   -- facts of the assistant's messages
     tool_facts jsonb := '[]';   -- facts of tool results, the rare ones first
-    answers text[] := '{}';     -- the content words of the assistant's sentences seen (newer ones)
+    answers text[] := '{}';     -- the content words of the assistant's messages seen (newer ones)
     changed boolean := false;   -- a newer message changed the goal
     msg_changes boolean;        -- this message changes the goal
     reply jsonb;                -- the next message with text (of the user or the assistant)
@@ -1408,14 +1397,13 @@ BEGIN
             -- no section shows more than max_tokens items: more would only
             -- make this loop quadratic on a huge message
             EXIT WHEN k > max_tokens;
-            IF m ->> 'role' = 'assistant' AND sent !~ '\?$' THEN
-                -- what a question asked before this may be answered by
-                answers := answers || ctxwin._content_words(sent);
-            END IF;
             IF focus_re IS NOT NULL AND lower(sent) ~ ('\m(' || focus_re || ')') THEN
                 focus := focus || to_jsonb(sent);
             ELSIF m ->> 'role' = 'user' AND sent ~ '\?$' THEN
-                IF NOT ctxwin._answered(sent, answers)
+                -- (the 64 messages of the assistant's nearest after it: a
+                -- question answered much later is rare, and all would make
+                -- a long segment quadratic)
+                IF NOT ctxwin._answered(sent, answers[greatest(cardinality(answers) - 63, 1):])
                    AND NOT (replied AND (lower(sent) ~ '^(what|when|where|which|who|whom|whose|why|how)\M'
                                          OR lower(reply ->> 'content') ~ '^(yes|no|yep|nope|sure|correct|right)\M'
                                          OR ctxwin._answered(sent, ARRAY[reply_words], 1))) THEN
@@ -1435,6 +1423,10 @@ BEGIN
             END IF;
         END LOOP;
         changed := changed OR msg_changes;
+        IF m ->> 'role' = 'assistant' THEN
+            -- what a question asked before this message may be answered by
+            answers := answers || ctxwin._content_words(m ->> 'content');
+        END IF;
         reply := m;
     END LOOP;
     items := jsonb_set(items, '{Goal and state}', focus || goals || steps || (items -> 'Goal and state'));

@@ -153,9 +153,9 @@ LOG_LINES = {
 
 def long_output(rng, kind, planted, where, n=150):
     """A tool result of n lines (6 to 9 kB: longer than the 4,000
-    characters the extractive strategy reads of a tool result and than the
-    400 tokens the LLM's transcript keeps of one), its one planted line at
-    the start, in the middle or at the end."""
+    characters 0.2.0's extractive strategy read of a tool result and than
+    the 400 tokens the LLM's transcript keeps of one), its one planted line
+    at the start, in the middle or at the end."""
     lines = []
     for i in range(n):
         t = rng.choice(LOG_LINES[kind])
