@@ -315,6 +315,42 @@ my $columns_sql = "SELECT string_agg(format('%s.%s', c.relname, a.attname), ' ' 
 is(q_up($columns_sql), $node->safe_psql('fresh', $columns_sql),
 	'... and its tables and views have their columns in a fresh install\'s order');
 
+# --- from the released version before this one, with data ---------------------
+# A database made at the newest released version (0.2.0 for 0.3.0) with
+# messages and a summary, updated to this tree's: the same schema as a fresh
+# install, its messages and summary as they were, and it summarizes again.
+my @released = map { /ctxwin--([0-9.]+)\.sql$/ ? $1 : () } glob("$ext/ctxwin--*.sql");
+my ($previous) = grep { $_ ne $current } sort { pack('U*', split /\./, $b) cmp pack('U*', split /\./, $a) } @released;
+SKIP:
+{
+	skip "no released version before $current", 5 unless $previous;
+	$node->safe_psql('postgres', 'CREATE DATABASE prev');
+	my $q_prev = sub { $node->safe_psql('prev', $_[0]) };
+	$q_prev->("CREATE EXTENSION ctxwin VERSION '$previous'");
+	$q_prev->("INSERT INTO ctxwin.sessions (id) VALUES ('00000000-0000-4000-8000-0000000000a1')");
+	$q_prev->("INSERT INTO ctxwin.messages (session_id, role, content) "
+		  . "SELECT '00000000-0000-4000-8000-0000000000a1', CASE WHEN i % 2 = 1 THEN 'user' ELSE 'assistant' END, "
+		  . "format('Turn %s: order ORD-%s, we decided to use Decimal.', i, 20000 + i) FROM generate_series(1, 40) i");
+	$q_prev->("SELECT ctxwin.summarize_session('00000000-0000-4000-8000-0000000000a1', true)");
+	my $before_sql = "SELECT format('%s %s %s', (SELECT count(*) FROM ctxwin.messages), "
+	  . "(SELECT string_agg(id::text || md5(content), ',' ORDER BY id) FROM ctxwin.messages), "
+	  . "(SELECT md5(conversation_summary) || summary_version FROM ctxwin.sessions))";
+	my $before = $q_prev->($before_sql);
+	$q_prev->('ALTER EXTENSION ctxwin UPDATE');
+	is($q_prev->("SELECT extversion FROM pg_extension WHERE extname = 'ctxwin'"), $current,
+		"a database of $previous with data is updated to $current");
+	is($q_prev->($before_sql), $before, '... its messages and its summary as they were');
+	my $schema_prev = schema_of('prev');
+	is_deeply(only_in($schema_prev, $schema_fresh), [], "... its schema has nothing a fresh $current install lacks");
+	is_deeply(only_in($schema_fresh, $schema_prev), [], '... and lacks nothing it has');
+	$q_prev->("INSERT INTO ctxwin.messages (session_id, role, content) "
+		  . "SELECT '00000000-0000-4000-8000-0000000000a1', 'user', 'Instead, I want to fix ticket BILL-412 first.' "
+		  . "FROM generate_series(1, 12)");
+	$q_prev->("SELECT ctxwin.summarize_session('00000000-0000-4000-8000-0000000000a1', true)");
+	like($q_prev->("SELECT conversation_summary FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-0000000000a1'"),
+		qr/BILL-412/, "... and summarizes again, with $current's summarizer");
+}
+
 # --- a summary of 0.1.0 becomes the first segment ------------------------------
 # The sessions and summaries of before have one segment each (NULL); under a
 # stable window the next compaction appends a segment after the summary
