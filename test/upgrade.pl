@@ -348,7 +348,7 @@ SKIP:
 		  . "FROM generate_series(1, 12)");
 	$q_prev->("SELECT ctxwin.summarize_session('00000000-0000-4000-8000-0000000000a1', true)");
 	like($q_prev->("SELECT conversation_summary FROM ctxwin.sessions WHERE id = '00000000-0000-4000-8000-0000000000a1'"),
-		qr/BILL-412/, "... and summarizes again, with $current's summarizer");
+		qr/BILL-412/, "... and summarizes again, with ${current}'s summarizer");
 }
 
 # --- a summary of 0.1.0 becomes the first segment ------------------------------
