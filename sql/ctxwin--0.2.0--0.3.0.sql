@@ -9,8 +9,10 @@ SELECT ctxwin._require_library('0.3.0');
 -- The extractive summarizer keeps more of what a conversation planted: ids
 -- of letters and digits, hex strings, dates, host names, counted numbers;
 -- the latest goal first; no question a later answer took up as open; the
--- fact that stands out of a long tool result.  Functions only: no table is
--- locked, and a writer never waits on this update.
+-- fact that stands out of a long tool result.  The LLM's built-in summary
+-- prompt asks for the latest goal, what it replaced, the next step and
+-- what was changed.  Functions only: no table is locked, and a writer never
+-- waits on this update.
 
 -- Facts a summary keeps verbatim, found without an LLM: URLs, e-mail
 -- addresses, paths, commands, error names and codes, ids of letters and
@@ -374,3 +376,29 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.extractive_summary(text, jsonb, int, text, text) IS
 'The extractive summary (no LLM) of a previous summary and new messages, in the sections Goal and state (the latest goal first), Decisions, Identifiers (verbatim), Open items (the questions not answered later) and Lookup hints (message ids, tools called, search terms), within max_tokens';
+
+
+-- The built-in summary prompt.  The summary keeps fixed sections, the same
+-- headings as the extractive strategy's (60_extractive.sql), so that a
+-- model can find its way in it and to what it leaves out: the transcript
+-- marks each message with its id (#12), which the lookup hints name, with
+-- search terms for the conversation_search tool (86_recall.sql).
+CREATE OR REPLACE FUNCTION ctxwin.default_summary_prompt()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN 'You maintain the running summary of a conversation between a user and an AI assistant. '
+    || 'You are given the previous summary (possibly empty) and the messages that came after it, each marked with its id (#12). '
+    || 'Write one updated summary that merges both, in these sections, each heading on a line of its own followed by short lines starting with "- ": '
+    || '"Goal and state:" the user''s current goal (the latest one: when the user changed it, say what it replaced), where things stand now and the next step; '
+    || '"Decisions:" what was decided, and why, and what was changed (files, records, settings) and how; '
+    || '"Identifiers:" names, ids, file paths, URLs, commands, numbers, amounts, dates and error messages, verbatim; '
+    || '"Open items:" questions and tasks not yet done; '
+    || '"Lookup hints:" where the details you leave out are: message ids (#12) and search terms to find them again. '
+    || 'Keep identifiers verbatim. '
+    || 'When two facts conflict, keep the newer one. '
+    || 'Keep decisions, open tasks, constraints and the user''s preferences. '
+    || 'Do not answer the user, do not continue the conversation, and add nothing that is not in the input. '
+    || 'Output only the summary.';
+
+COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none: a summary in the sections Goal and state, Decisions, Identifiers, Open items and Lookup hints';

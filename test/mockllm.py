@@ -64,6 +64,9 @@ faults chosen by the requested model name:
                         with Retry-After: 1, a timeout (--slow), malformed
                         JSON, the provider's refusal, a content filter stop,
                         a cut-off answer, tool calls, no finish reason
+  literal               a summary that does what the summary prompt says and
+                        nothing else, each instruction read literally
+                        (literal_summary; bench/summaries)
   any other model       404, the provider's "model not found" error
 
 A wrong or missing key gets 401 with the provider's error JSON (OpenAI's
@@ -163,6 +166,121 @@ def mock_summary(prompt, max_tokens):
     text = "\n".join(lines)
     # stay well within the token limit asked for (about 3 chars a token)
     limit = max(40, int(max_tokens or 1024) * 3)
+    return text[:limit]
+
+
+CONTENT_STOP = {"about", "also", "been", "could", "does", "from", "have", "into", "just", "know", "like", "more",
+                "much", "only", "right", "should", "some", "tell", "than", "that", "their", "them", "then", "there",
+                "these", "they", "this", "very", "want", "were", "what", "when", "where", "whether", "which", "will",
+                "with", "would", "your"}
+LITERAL_FACTS_RE = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b"                                     # dates
+    r"|[$€£]\d[\d,]*(?:\.\d+)?"                                    # amounts
+    r"|@?[\w.\-]+(?:/[\w.\-]+)*@\d[\w.\-]*"                           # package@version
+    r"|\b[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+\b|\b[A-Z]{1,5}\d{3,}\w*\b"       # ids and codes
+    r"|\b[a-z][\w]*-\d\w*\b"                                       # build-7729
+    r"|\b[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+){2,}\b"                 # host names
+    r"|\b[0-9A-F]{12,}\b"                                          # hex
+    r"|\b\d[\d,]*(?:\.\d+)? [a-z]{3,}(?: [a-z]+s\b)?")                # numbers and what they count
+
+
+def _words(text):
+    return {w for w in re.split(r"[^\w]+", text.lower()) if len(w) >= 4 and w not in CONTENT_STOP}
+
+
+def literal_summary(system, prompt, max_tokens):
+    """A model that does what the summary prompt says and nothing else, each
+    instruction read literally (the "literal" model; bench/summaries): it
+    writes the sections the system prompt names, in its order, each filled
+    by what the words of its description ask for, from the transcript of the
+    new messages and the previous summary's lines; a section the prompt does
+    not name is not written, an instruction it does not give is not
+    followed.  What each description's words make it do:
+
+      "wants" / "goal"   the newest user line that states a wish ("want",
+                "need", "please", "first"); with "latest" or "changed", the
+                newest that changes one ("instead", "no longer", "change
+                of", "new plan", "stop", "pause", "first") if there is one,
+                and with "replaced" the first wish before it
+      "next step" / "where things stand"  the newest assistant line that
+                names a next step
+      "decided" / "why"   the lines that say decided, chose or agreed, whole
+      "changed" and "how"  the assistant's lines that say what it changed,
+                replaced, corrected, updated, moved ..., whole
+      "verbatim" with "ids", "names", "numbers", "amounts", "dates" ...
+                every token of those kinds, each once
+      "questions" / "not yet done"  the user's questions that no later
+                assistant line takes up (60 % of their words)
+      "message ids" / "search terms"  the range of ids, six search terms
+      "keep the newer one"  newest first in each section
+    and "Write at most N tokens" (4 characters a token) cuts it."""
+    sys_text = blocks_text(system)
+    prev, sep, new = prompt.partition("New messages:")
+    if not sep:
+        prev, new = "", prompt
+    prev = prev.replace("Previous summary:", "").strip()
+    msgs = [m.strip() for m in re.split(r"\n(?=\[(?:user|assistant|tool|system)[ \]])", "\n" + new) if m.strip()]
+    newest_first = "keep the newer" in sys_text.lower()
+    sections = re.findall(r'"([A-Z][A-Za-z ]+):"\s*([^;"]*)', sys_text)
+    out = []
+    for head, desc in sections:
+        d = re.split(r";|\.\s", desc)[0].lower()      # its description: up to the end of its sentence
+        lines = []
+        if "wants" in d or "goal" in d:
+            users = [m for m in msgs if m.startswith("[user")]
+            wishes = [m for m in users if re.search(r"\b(want|need|please|first)\b", m.lower())]
+            changes = [m for m in users if re.search(r"\b(instead|no longer|change of|new plan|stop|pause|first)\b",
+                                                      m.lower())]
+            if ("latest" in d or "changed" in d) and changes:
+                lines.append(changes[-1])
+                if "replaced" in d:
+                    before = [m for m in wishes if msgs.index(m) < msgs.index(changes[-1])]
+                    if before:
+                        lines.append("replaced: " + before[0])
+            elif wishes:
+                lines.append(wishes[-1])
+        if "next step" in d or "stand" in d:
+            steps = [m for m in msgs if m.startswith("[assistant") and "next step" in m.lower()]
+            if steps:
+                lines.append(steps[-1])
+        if "decided" in d:
+            dec = [m for m in msgs if re.search(r"\b(decided|chose|agreed)\b", m.lower())]
+            lines.extend(reversed(dec) if newest_first else dec)
+        if "changed" in d and "how" in d:
+            done = [m for m in msgs if m.startswith("[assistant")
+                    and re.search(r"\b(changed|replaced|corrected|updated|moved|renamed|pinned|merged|removed|added)\b",
+                                  m.lower())]
+            lines.extend(reversed(done) if newest_first else done)
+        if "verbatim" in d:
+            facts = []
+            for m in (reversed(msgs) if newest_first else msgs):
+                for t in identifiers(m) + [x.group(0) for x in LITERAL_FACTS_RE.finditer(m)]:
+                    if t not in facts:
+                        facts.append(t)
+            if facts:
+                lines.append("; ".join(facts))
+        if "questions" in d:
+            for i, m in enumerate(msgs):
+                if not m.startswith("[user") or not m.rstrip().endswith("?"):
+                    continue
+                q = _words(re.sub(r"^\[[^\]]*\]", "", m))
+                later = [_words(a) for a in msgs[i + 1:] if a.startswith("[assistant")]
+                if len(q) >= 2 and any(len(q & a) * 5 >= len(q) * 3 and len(q & a) >= 2 for a in later):
+                    continue
+                lines.append(m)
+        if "message ids" in d:
+            ids = [int(x) for x in re.findall(r"^\[[^\]]*#(\d+)\]", new, re.M)]
+            if ids:
+                lines.append("Messages #%d-#%d" % (min(ids), max(ids)))
+        if prev and prev != "(none)":
+            for block in re.split(r"\n(?=[A-Z][A-Za-z ]+:)", prev):
+                if block.startswith(head + ":"):
+                    lines.extend(l[2:] for l in block.splitlines()[1:] if l.startswith("- "))
+        if lines:
+            out.append(head + ":")
+            out.extend("- " + re.sub(r"\s+", " ", l) for l in lines)
+    text = "\n".join(out) or "(nothing the prompt asks for)"
+    limit = max(40, int(max_tokens or 1024) * 4)
     return text[:limit]
 
 
@@ -364,6 +482,8 @@ class Handler(BaseHTTPRequestHandler):
                     "usage": answer["usage"], "response_model": answer["model"],
                     "response_text": text if text is not None else kw.get("refusal"), "finish": sent}
 
+        if model == "literal":
+            return ok(text=literal_summary(system, prompt, asked))
         if model == "mock":
             q = recall_query(provider, body)
             if q is not None:

@@ -152,6 +152,42 @@ is_deeply([ @$t{qw(goal_named goal_anywhere superseded_as_current)} ], [ 0, 1, 1
 my @two = grep { $_->{id} eq 'chat-invoices-1' || $_->{id} eq 'agent-rounding-1' } @$corpus;
 append_to_file("$tmp/two.json", encode_json(\@two));
 my $load = py("$bench/load.py", "$tmp/two.json", 'extractive');
+# The literal model (test/mockllm.py, bench/summaries' llm-literal) does
+# what the prompt says and nothing else: a section the prompt does not name
+# is not written; "wants" alone takes the newest wish, "latest" the newest
+# change of goal.
+my $literal = sub {
+	my ($system) = @_;
+	my $prog = <<'PY';
+import json, sys
+sys.argv = ["mockllm"]
+sys.path.insert(0, sys.stdin.readline().strip())
+import mockllm
+system = sys.stdin.readline().strip()
+prompt = ("Previous summary:\n(none)\n\nNew messages:\n[user #1] I want to plan a holiday in Lisbon.\n"
+          "[assistant #2] Lovely.\n[user #3] Change of plans: it is now a work trip to Porto instead.\n"
+          "[assistant #4] Next step: book the train.\n[user #5] I need a window seat, please.\n"
+          "[user #6] Will the hotel have a fitness room?\n")
+print(mockllm.literal_summary(system, prompt, 400))
+PY
+	my $f = PostgreSQL::Test::Utils::tempdir() . '/literal.py';
+	open(my $fh, '>', $f) or die "$f: $!";
+	print $fh $prog;
+	close $fh;
+	my $out = `printf '%s\\n%s\\n' '$root/test' '$system' | python3 $f 2>&1`;
+	unlink $f;
+	return $out;
+};
+my $old_prompt = 'In these sections: "Goal and state:" what the user wants and where things stand now; "Decisions:" what was decided, and why; "Identifiers:" ids, numbers, verbatim; "Lookup hints:" message ids. Keep the newer one.';
+my $new_prompt = 'In these sections: "Goal and state:" the user current goal (the latest one: when the user changed it, say what it replaced), where things stand now and the next step; "Open items:" questions and tasks not yet done; "Lookup hints:" message ids. Keep the newer one.';
+my $o = $literal->($old_prompt);
+like($o, qr/^Goal and state:\n- \[user #5\] I need a window seat/m, 'the literal model: "wants" alone takes the newest wish');
+unlike($o, qr/Open items:/, '... and writes no section the prompt does not name');
+my $n = $literal->($new_prompt);
+like($n, qr/^Goal and state:\n- \[user #3\] Change of plans.*\n- replaced: \[user #1\] I want to plan a holiday.*\n- \[assistant #4\] Next step: book the train\./m,
+	'... "the latest one ... what it replaced ... the next step": the change of goal, what it replaced, the next step');
+like($n, qr/Open items:\n- \[user #6\] Will the hotel have a fitness room\?/, '... and the open questions when the prompt asks for them');
+
 my $node = ctxwin_node('summaries_bench');
 sql_do($node, 'postgres', 'CREATE EXTENSION ctxwin');
 my ($out, $rc) = sql($node, 'postgres', $load);

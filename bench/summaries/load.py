@@ -10,7 +10,10 @@ profile's default: a stable window, max_summary_tokens 1024, of which a
 first summary takes at most half), extractive-sliding (the same with
 window_policy 'sliding': a summary takes all 1024), llm-request (strategy
 'llm', the profile's other defaults, against the server's LLM: the run
-scores the request the model is given, not its answer).  The last statement summarizes
+scores the request the model is given, not its answer), llm-literal (the
+same with summary_model 'literal': test/mockllm.py's model that does what
+the prompt says and nothing else, each instruction read literally; its
+answers are scored).  The last statement summarizes
 every session (summarize_session(id, force => true)) and prints one JSON
 line per session: config, conv, covered (messages the summary covers),
 tokens, summary.
@@ -23,6 +26,8 @@ PROFILES = {
     "extractive-sliding": "INSERT INTO ctxwin.profiles (name, summary_strategy, window_policy) "
                           "VALUES ('bench-extractive-sliding', 'extractive', 'sliding');",
     "llm-request": "INSERT INTO ctxwin.profiles (name, summary_strategy) VALUES ('bench-llm-request', 'llm');",
+    "llm-literal": "INSERT INTO ctxwin.profiles (name, summary_strategy, summary_model) "
+                   "VALUES ('bench-llm-literal', 'llm', 'literal');",
 }
 TAG = "$ctxwin_bench$"
 
