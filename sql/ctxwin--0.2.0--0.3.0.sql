@@ -225,8 +225,9 @@ BEGIN
         msg_changes := false;
         -- the reply to this message: the next message with text, when it is
         -- the assistant's, a statement, and does not put the answer off
-        replied := m ->> 'role' = 'user' AND reply ->> 'role' = 'assistant'
-                   AND btrim(reply ->> 'content') !~ '\?$' AND lower(reply ->> 'content') !~ defer_re;
+        -- (false, not NULL, for the newest message, which has no reply yet)
+        replied := coalesce(m ->> 'role' = 'user' AND reply ->> 'role' = 'assistant'
+                            AND btrim(reply ->> 'content') !~ '\?$' AND lower(reply ->> 'content') !~ defer_re, false);
         reply_words := CASE WHEN replied THEN ctxwin._content_words(reply ->> 'content') END;
         FOR sent IN
             SELECT btrim(regexp_replace(x, '\s+', ' ', 'g'))

@@ -261,6 +261,12 @@ SELECT is((SELECT string_agg(v, ' | ') FROM regexp_matches(ctxwin.extractive_sum
   {"role": "assistant", "content": "The export lists refunds as negative lines."}]'::jsonb, 300), E'\n- ([^\n]*\\?)', 'g') AS x(a), unnest(a) v),
           'Can you check the shipping database?',
           'the reply to a question''s message answers it: to a when question any statement, to another one that says yes or takes up its words');
+SELECT alike(ctxwin.extractive_summary(NULL, '[
+  {"role": "user", "content": "Hello there, I have a billing question."},
+  {"role": "assistant", "content": "Sure, go ahead."},
+  {"role": "user", "content": "When does the March invoice run start?"}]'::jsonb, 300),
+             E'%Open items:\n- When does the March invoice run start?%',
+             'a question of the newest message, with no reply yet, is an open item');
 SELECT unalike(ctxwin.extractive_summary((SELECT s FROM goal_change),
                                         '[{"role": "assistant", "content": "The hotel has a fitness room on the top floor."}]', 300),
               '%hotel have a fitness room%', 'an open item of the previous summary that the new messages answer is dropped');
