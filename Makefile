@@ -31,6 +31,11 @@ OBJS = \
 	src/window/request.o \
 	src/window/status.o \
 	src/llm/llm.o \
+	src/llm/provider.o \
+	src/llm/openai.o \
+	src/llm/responses.o \
+	src/llm/anthropic.o \
+	src/llm/gemini.o \
 	src/summary/summary.o \
 	src/summary/compact.o \
 	src/summary/jobs.o \

@@ -403,3 +403,39 @@ RETURN 'You maintain the running summary of a conversation between a user and an
     || 'Output only the summary.';
 
 COMMENT ON FUNCTION ctxwin.default_summary_prompt() IS 'The summary prompt used when a profile sets none: a summary in the sections Goal and state, Decisions, Identifiers, Open items and Lookup hints';
+
+-- The providers' request and answer, in C (src/llm/): the same signatures,
+-- with OpenAI Responses and Google Gemini beside OpenAI and Anthropic.
+-- The body of a summary request in the configured provider's wire format,
+-- with the model as "model" (Gemini's goes into the URL).  Each provider is
+-- a file of src/llm/ (openai.c, responses.c, anthropic.c, gemini.c).
+CREATE OR REPLACE FUNCTION ctxwin._llm_request(system_prompt text, prompt text, max_tokens int, model text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_llm_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_request(text, text, int, text) IS
+'The JSON body of a summary request for the configured provider';
+
+-- The summary in a successful (2xx) answer of _llm_post, read as its
+-- provider says: a complete, non-empty text, or an error.  Only an answer
+-- that ended with a complete stop (each provider lists its stop reasons:
+-- finish_reason "stop", stop_reason "end_turn", status "completed",
+-- finishReason "STOP") with one choice, no refusal and no tool calls can
+-- become a summary: a truncated, filtered, refused, paused or tool-calling
+-- answer, an answer with no stop reason or several choices, an empty text
+-- or an error never does.  The errors name the stop reason (a sanitized
+-- word) but never quote the model's text.  None is sent again at once (at
+-- temperature 0 the same request gets the same answer): summarize_session
+-- raises, and the worker and compact() record a failed compaction, retried
+-- later with its backoff up to ctxwin.max_failures.  In C
+-- (src/llm/provider.c, with the provider's file).
+CREATE OR REPLACE FUNCTION ctxwin._llm_answer(r jsonb, max_tokens int)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_llm_answer'
+LANGUAGE C IMMUTABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
+'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';

@@ -20,7 +20,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-plan tests => 206;
+plan tests => 332;
 
 my $db = 'ctxwin_llm_t';
 my $role = 'ctxwin_llm_user';
@@ -65,16 +65,15 @@ sub sq
 	return $out;
 }
 
-# llm_options(PROVIDER, MORE): the LLM settings of openai, anthropic or none
-# (extractive) as "-c name=value" options, then MORE
+# llm_options(PROVIDER, MORE): the LLM settings of a provider (openai,
+# responses, anthropic, gemini) or none (extractive) as "-c name=value"
+# options, then MORE
 sub llm_options
 {
 	my ($p, $more) = @_;
 	my $o = "-c ctxwin.llm_api_key_file=$keyfile -c ctxwin.llm_max_retries=0 -c ctxwin.llm_timeout_ms=5000";
-	$o .= ' -c ctxwin.llm_provider=openai -c ctxwin.llm_base_url=' . $mock->base_url('openai')
-	  if $p eq 'openai';
-	$o .= ' -c ctxwin.llm_provider=anthropic -c ctxwin.llm_base_url=' . $mock->base_url('anthropic')
-	  if $p eq 'anthropic';
+	$o .= " -c ctxwin.llm_provider=$p -c ctxwin.llm_base_url=" . $mock->base_url($p)
+	  if $p ne 'none';
 	return $o . ' ' . ($more // '');
 }
 
@@ -222,9 +221,14 @@ my @range2_facts = ("E5003", "fix/billing-timeout", "BILL-415", "90 s", "v2.4.1"
 my ($s, $f, $out, $n0, $before, $start, $took);
 
 # ---------------------------------------------------------------------------
-# The llm strategy, both providers: what is sent and what is stored
+# The llm strategy, each provider: what is sent and what is stored
 # ---------------------------------------------------------------------------
-for my $p (qw(openai anthropic))
+my %path = (
+	openai => '/v1/chat/completions',
+	responses => '/v1/responses',
+	anthropic => '/v1/messages',
+	gemini => '/v1beta/models/mock:generateContent');
+for my $p (qw(openai responses anthropic gemini))
 {
 	$s = newsess('llm');
 	sq("SELECT part('$s', 1)");
@@ -235,19 +239,35 @@ for my $p (qw(openai anthropic))
 		SELECT version, from_id, through_id, strategy FROM ctxwin.summarize_session('$s', false, 'keep the deployment decisions')");
 	has($out, '1|1|6|llm', "$p: summarize_session with strategy llm makes version 1 of messages 1-6");
 	is(nreq() - $n0, 1, "$p: one request reached the mock");
-	my $path = $p eq 'openai' ? '/v1/chat/completions' : '/v1/messages';
-	is(join('|', map { last_req($_) } qw(path auth model body.max_tokens)), "$path|ok|mock|600",
+	my $path = $path{$p};
+	is(join('|', map { last_req($_) } qw(path auth model max_tokens)), "$path|ok|mock|600",
 		"$p: POST $path with the key in the provider's header, the model and max_tokens = max_summary_tokens");
 	if ($p eq 'openai')
 	{
 		is(last_req('body.messages[].role') . '|' . last_req('body.temperature'), 'system,user|0',
 			'openai: a system and a user message, temperature 0');
 	}
-	else
+	elsif ($p eq 'anthropic')
 	{
 		is( last_req('headers.anthropic-version') . '|' . last_req('body.messages[].role') . '|'
 			  . scalar(grep { /verbatim/ } split /\n/, last_req('body.system')),
 			'2023-06-01|user|1', 'anthropic: anthropic-version 2023-06-01, the prompt in system, one user message');
+	}
+	elsif ($p eq 'responses')
+	{
+		is( last_req('body.store') . '|' . last_req('body.temperature') . '|'
+			  . (last_req('body.input') eq last_req('prompt') ? 'input' : 'no input') . '|'
+			  . scalar(grep { /verbatim/ } split /\n/, last_req('body.instructions')),
+			'false|null|input|1',
+			'responses: the prompt in instructions, the transcript as input, not stored, no temperature (reasoning models refuse one)');
+	}
+	else
+	{
+		is( last_req('body.model') . '|' . last_req('body.contents[].role') . '|'
+			  . last_req('body.generationConfig.temperature') . '|'
+			  . scalar(grep { /verbatim/ } split /\n/, last_req('system')),
+			'null|user|0|1',
+			'gemini: the model in the URL (not in the body), the prompt in systemInstruction, one user turn, temperature 0');
 	}
 	has(last_req('headers.content-type') . ' ' . last_req('headers.user-agent'), 'application/json ctxwin/',
 		"$p: JSON content type and ctxwin's user agent");
@@ -319,7 +339,7 @@ for my $p (qw(openai anthropic))
 			'https://wiki.example.com/runbooks/billing-deploy', '30 s', 'payment_retry_limit'),
 		'', "$p: holding paths, ids, URLs and numbers of the messages verbatim");
 	is($sum, "$first\n\n" . last_req('response_text'), "$p: then the LLM's text");
-	my $mt = last_req('body.max_tokens');
+	my $mt = last_req('max_tokens');
 	ok($mt =~ /^[0-9]+\z/ && $mt < 600,
 		"$p: the LLM is asked for fewer tokens than max_summary_tokens, the facts taking the rest");
 	has(last_req('prompt'), "Previous summary:\n(none)", "$p: no previous summary sent");
@@ -345,7 +365,7 @@ my @faults = (
 	[ 'fault-close', 'could not reach LLM endpoint' ],
 	[ 'fault-400', 'refused the summary request: HTTP 400' ],
 	[ 'no-such-model', 'refused the summary request: HTTP 404' ],);
-for my $p (qw(openai anthropic))
+for my $p (qw(openai responses anthropic gemini))
 {
 	$f = newsess('llm');
 	sq("SELECT part('$f', 1)");
@@ -358,7 +378,10 @@ for my $p (qw(openai anthropic))
 	for my $fe (@faults)
 	{
 		my ($m, $want) = @$fe;
-		$want = $p eq 'openai' ? 'LLM answer has no choices' : 'LLM answer is empty'
+		$want =
+		    $p eq 'openai' ? 'LLM answer has no choices'
+		  : $p eq 'gemini' ? 'LLM answer has no candidates'
+		  :                  'LLM answer is empty'
 		  if $m eq 'fault-empty-choices';
 		my $t = 5000;
 		$t = 1000 if $m eq 'fault-timeout';
@@ -380,7 +403,8 @@ for my $p (qw(openai anthropic))
 	$n0 = nreq();
 	$out = ql($p, "-c ctxwin.llm_model=mock -c ctxwin.llm_api_key_file=$tmp/wrongkey",
 		"SELECT ctxwin.summarize_session('$f')");
-	has($out, 'refused the summary request: HTTP 401', "$p: a wrong key: HTTP 401, not retried");
+	# (Gemini answers a wrong key with 400 INVALID_ARGUMENT)
+	has($out, 'refused the summary request: HTTP ' . ($p eq 'gemini' ? 400 : 401), "$p: a wrong key: refused, not retried");
 	is(join("\n", since($n0, 'auth')) . '|' . sess_state($f), "wrong|$before",
 		"$p: the mock saw the wrong key; the session is unchanged");
 	$out = ql($p, "-c ctxwin.llm_model=mock -c ctxwin.llm_base_url=http://127.0.0.1:$closed",

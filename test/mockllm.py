@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """A mock LLM server for ctxwin's tests (Python standard library only).
 
-Speaks the OpenAI chat-completions wire format (POST .../chat/completions)
-and the Anthropic Messages one (POST /v1/messages), checks the API key
-header, logs every request as one JSON line (without the key) and injects
+Speaks four wire formats: OpenAI Chat Completions (POST
+.../chat/completions), OpenAI Responses (POST .../responses), Anthropic
+Messages (POST /v1/messages) and Google Gemini generateContent (POST
+/v1beta/models/MODEL:generateContent, the model named in the path); checks
+the API key header, logs every request as one JSON line (without the key) and injects
 faults chosen by the requested model name:
 
   mock                  a deterministic summary that keeps every identifier
@@ -26,25 +28,33 @@ faults chosen by the requested model name:
                         matching the cut body)
   fault-partial         200, Content-Length of the whole body, half sent,
                         then the connection is closed
-  fault-empty-choices   OpenAI: "choices": []; Anthropic: "content": []
+  fault-empty-choices   OpenAI: "choices": []; Anthropic: "content": [];
+                        Responses: "output": []; Gemini: "candidates": []
   fault-empty-content   an empty text
   fault-length          finish_reason "length" / stop_reason "max_tokens"
   fault-stop-REASON     half a summary, ended with finish_reason / stop_reason
-                        REASON verbatim ("null": JSON null), such as
+                        / finishReason REASON verbatim (Responses: status
+                        "incomplete" with incomplete_details.reason REASON;
+                        "null": JSON null), such as
                         fault-stop-content_filter, fault-stop-refusal,
                         fault-stop-pause_turn,
                         fault-stop-model_context_window_exceeded
   fault-refusal         the provider's refusal: OpenAI, no content and the
                         message's "refusal" set (finish_reason "stop");
-                        Anthropic, stop_reason "refusal" with the refusal text
+                        Anthropic, stop_reason "refusal" with the refusal text;
+                        Responses, a "refusal" content part; Gemini, no
+                        candidate and promptFeedback.blockReason "SAFETY"
   fault-content-filter  OpenAI: half a summary, finish_reason
-                        "content_filter"; Anthropic: stop_reason "refusal"
+                        "content_filter"; Anthropic: stop_reason "refusal";
+                        Responses: incomplete_details.reason
+                        "content_filter"; Gemini: finishReason "SAFETY"
   fault-tool-calls      a short text and a tool call instead of a summary
                         (finish_reason "tool_calls" / stop_reason "tool_use")
   fault-tool-calls-stop the same, but ended with "stop" / "end_turn"
   fault-no-finish       a good text without finish_reason / stop_reason
                         (the key missing)
-  fault-choices-2       OpenAI: two complete choices; Anthropic: a good answer
+  fault-choices-2       OpenAI: two complete choices; Gemini: two candidates;
+                        Anthropic and Responses: a good answer
   fault-html            200 text/html
   fault-huge            a valid JSON answer of more than 2 MB
   fault-close           the connection is closed without an answer
@@ -70,9 +80,11 @@ faults chosen by the requested model name:
   any other model       404, the provider's "model not found" error
 
 A wrong or missing key gets 401 with the provider's error JSON (OpenAI's
-shows the key masked, as the real API does).  Each log line holds the path,
+shows the key masked, as the real API does; Gemini answers 400
+INVALID_ARGUMENT, as it does).  Each log line holds the path,
 the headers but the key's, "auth" (ok, wrong or missing), the JSON body, the
-system and user prompt, the model, "attempt" (of this body), the status and,
+system and user prompt, the model, "max_tokens" (the request's limit, in
+any format), "attempt" (of this body), the status and,
 for answers with a text, "response_text", "response_model", "usage" and
 "finish" (the finish_reason / stop_reason sent; "fault" names the fault of
 flaky-P and chaos-P).  A
@@ -284,7 +296,18 @@ def literal_summary(system, prompt, max_tokens):
     return text[:limit]
 
 
+GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+# each format's words for the stops the faults make
+LENGTH = {"openai": "length", "anthropic": "max_tokens", "responses": "max_output_tokens", "gemini": "MAX_TOKENS"}
+TOOL_STOP = {"openai": "tool_calls", "anthropic": "tool_use", "responses": None, "gemini": None}
+FILTER = {"openai": "content_filter", "anthropic": "refusal", "responses": "content_filter", "gemini": "SAFETY"}
+
+
 def error_body(provider, status, message, kind=None):
+    if provider == "gemini":
+        return {"error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "UNKNOWN")}}
     if provider == "anthropic":
         kind = kind or {400: "invalid_request_error", 401: "authentication_error",
                         404: "not_found_error", 429: "rate_limit_error",
@@ -297,16 +320,64 @@ def error_body(provider, status, message, kind=None):
 
 
 def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, tool_calls=False,
-            choices=1, no_finish=False, call=None):
+            choices=1, no_finish=False, call=None, blocked=None):
     """A 200 answer.  finish: the finish_reason / stop_reason (None: the
     provider's complete stop; no_finish: the key left out); refusal: the
     refusal text (OpenAI's message field, Anthropic's text); tool_calls: a
     tool call after the text; call: (name, input) of a tool call to make
     instead of a text; choices: how many (OpenAI); no_finish:
     "missing" leaves the finish_reason / stop_reason key out, "null" sends
-    JSON null."""
+    JSON null; blocked: Gemini's promptFeedback.blockReason, with no
+    candidate.  Responses: finish is incomplete_details.reason (status
+    "incomplete"); Gemini: the finishReason."""
     pt = max(1, prompt_chars // 4)
     ct = len(text or refusal or "") // 4
+    if tool_calls or call:
+        call_name, call_args = call or ("search_history", {"query": "billing"})
+    if provider == "responses":
+        output = []
+        if text is not None or refusal is not None:
+            content = [{"type": "output_text", "text": text, "annotations": []}] if text is not None else []
+            if refusal is not None:
+                content = [{"type": "refusal", "refusal": refusal}]
+            output.append({"type": "message", "id": "msg_" + req_id, "status": "completed", "role": "assistant",
+                           "content": content})
+        if tool_calls or call:
+            output.append({"type": "function_call", "id": "fc_" + req_id[:12], "call_id": "call_" + req_id[:12],
+                           "name": call_name, "arguments": json.dumps(call_args), "status": "completed"})
+        b = {"id": "resp_" + req_id, "object": "response", "created_at": 1700000000,
+             "status": "incomplete" if finish else "completed",
+             "incomplete_details": {"reason": finish} if finish else None,
+             "model": model + "-2025-04-14", "output": output,
+             "usage": {"input_tokens": pt, "output_tokens": ct, "total_tokens": pt + ct,
+                       "input_tokens_details": {"cached_tokens": 0},
+                       "output_tokens_details": {"reasoning_tokens": 0}}}
+        if no_finish == "missing":
+            del b["status"]
+        elif no_finish:
+            b["status"], b["incomplete_details"] = "incomplete", {"reason": None}
+        return b
+    if provider == "gemini":
+        b = {"candidates": [], "usageMetadata": {"promptTokenCount": pt, "candidatesTokenCount": ct,
+                                                 "totalTokenCount": pt + ct},
+             "modelVersion": model + "-001", "responseId": req_id[:20]}
+        if blocked:
+            del b["candidates"]
+            b["promptFeedback"] = {"blockReason": blocked}
+            return b
+        if text is not None or refusal is not None or call:
+            parts = [{"text": refusal if refusal is not None else text}] if (text is not None or refusal is not None) else []
+            if tool_calls or call:
+                parts.append({"functionCall": {"name": call_name, "args": call_args}})
+            for i in range(choices):
+                c = {"content": {"parts": parts if i == 0 else [{"text": "Alternative: " + (text or "")}],
+                                 "role": "model"}, "finishReason": finish or "STOP", "index": i}
+                if no_finish == "missing":
+                    del c["finishReason"]
+                elif no_finish:
+                    c["finishReason"] = None
+                b["candidates"].append(c)
+        return b
     if provider == "anthropic":
         content = [] if text is None else [{"type": "text", "text": text}]
         if refusal is not None:
@@ -354,6 +425,8 @@ def recall_query(provider, body):
     request offers that tool and its last message is the user's (not tool
     results), the words of that message with a digit, else its last word;
     otherwise None."""
+    if provider not in ("openai", "anthropic"):
+        return None
     names = [(t.get("function") or {}).get("name") if provider == "openai" else t.get("name")
              for t in body.get("tools") or [] if isinstance(t, dict)]
     last = (body.get("messages") or [None])[-1]
@@ -367,6 +440,14 @@ def recall_query(provider, body):
     words = [w.strip(".,;:!?") for w in re.findall(r"[\w./#@:-]+", content or "")]
     words = [w for w in words if w]
     return " ".join(w for w in words if re.search(r"\d", w)) or (words[-1] if words else "conversation")
+
+
+GEMINI_PATH = re.compile(r"/v1beta/(models|tunedModels)/([^/:]+):generateContent")
+
+
+def texts(parts):
+    """The text of Gemini parts, or of content blocks."""
+    return "".join(p.get("text", "") for p in parts or [] if isinstance(p, dict))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -397,9 +478,18 @@ class Handler(BaseHTTPRequestHandler):
             got = self.headers.get("Authorization") or ""
             sent_key = got[7:] if got.startswith("Bearer ") else got
             auth_ok = got == "Bearer " + ARGS.key
+        elif self.path.endswith("/responses"):
+            provider = "responses"
+            got = self.headers.get("Authorization") or ""
+            sent_key = got[7:] if got.startswith("Bearer ") else got
+            auth_ok = got == "Bearer " + ARGS.key
         elif self.path == "/v1/messages":
             provider = "anthropic"
             sent_key = self.headers.get("x-api-key") or ""
+            auth_ok = sent_key == ARGS.key
+        elif GEMINI_PATH.fullmatch(self.path):
+            provider = "gemini"
+            sent_key = self.headers.get("x-goog-api-key") or ""
             auth_ok = sent_key == ARGS.key
         else:
             return self.send(404, b'{"error": {"message": "no such route"}}')
@@ -412,10 +502,11 @@ class Handler(BaseHTTPRequestHandler):
             SEEN[digest] = attempt = SEEN.get(digest, 0) + 1
         entry = {"time": time.time(), "path": self.path, "provider": provider,
                  "headers": {k.lower(): v for k, v in self.headers.items()
-                             if k.lower() not in ("authorization", "x-api-key")},
+                             if k.lower() not in ("authorization", "x-api-key", "x-goog-api-key")},
                  "auth": "ok" if auth_ok else ("wrong" if sent_key else "missing"),
                  "body": body if body is not None else raw.decode("utf-8", "replace"),
-                 "model": body.get("model", "") if isinstance(body, dict) else "",
+                 "model": (GEMINI_PATH.fullmatch(self.path).group(2) if provider == "gemini" else
+                           body.get("model", "") if isinstance(body, dict) else ""),
                  "attempt": attempt}
         a = self.plan(provider, body, entry, digest[:24], auth_ok, sent_key)
         entry["status"] = a["status"]
@@ -436,6 +527,8 @@ class Handler(BaseHTTPRequestHandler):
                     "headers": headers}
 
         if not auth_ok:
+            if provider == "gemini":
+                return error(400, "API key not valid. Please pass a valid API key.")
             if provider == "anthropic":
                 return error(401, "invalid x-api-key")
             # OpenAI masks the key it got, as here
@@ -449,19 +542,39 @@ class Handler(BaseHTTPRequestHandler):
                 return error(400, "anthropic-version: header is required")
             missing = [k for k in ("model", "max_tokens", "messages") if k not in body]
             system = body.get("system") or ""
+        elif provider == "responses":
+            missing = [k for k in ("model", "input") if k not in body]
+            system = body.get("instructions") or ""
+        elif provider == "gemini":
+            missing = [k for k in ("contents",) if k not in body]
+            if "model" in body:
+                return error(400, 'Invalid JSON payload received. Unknown name "model": Cannot find field.')
+            system = texts((body.get("systemInstruction") or {}).get("parts"))
         else:
             missing = [k for k in ("model", "messages") if k not in body]
             system = "\n".join(m.get("content") or "" for m in body.get("messages") or []
                                if isinstance(m, dict) and m.get("role") == "system")
         if missing:
             return error(400, "%s: Field required" % missing[0])
-        users = [m for m in body["messages"] if isinstance(m, dict) and m.get("role") == "user"]
-        prompt = users[-1].get("content") if users else ""
-        if isinstance(prompt, list):        # content blocks
-            prompt = "".join(b.get("text", "") for b in prompt if isinstance(b, dict))
-        entry["system"], entry["prompt"] = system, prompt
+        if provider == "gemini":
+            users = [c for c in body["contents"] if isinstance(c, dict) and c.get("role", "user") == "user"]
+            prompt = texts(users[-1].get("parts")) if users else ""
+            max_tokens = (body.get("generationConfig") or {}).get("maxOutputTokens")
+        elif provider == "responses":
+            prompt = body["input"]
+            if isinstance(prompt, list):    # input items: the last user message's text
+                users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+                c = users[-1].get("content") if users else ""
+                prompt = c if isinstance(c, str) else texts(c)
+            max_tokens = body.get("max_output_tokens")
+        else:
+            users = [m for m in body["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+            prompt = users[-1].get("content") if users else ""
+            if isinstance(prompt, list):        # content blocks
+                prompt = texts(prompt)
+            max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        entry["system"], entry["prompt"], entry["max_tokens"] = system, prompt, max_tokens
         model, attempt = entry["model"], entry["attempt"]
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
         # a model that heeds its prompt: a summary prompt's "Write at most N
         # tokens" sizes the answer where it asks for less than max_tokens
         asked = max_tokens
@@ -476,10 +589,16 @@ class Handler(BaseHTTPRequestHandler):
                 sent = None
             elif provider == "anthropic":
                 sent = answer["stop_reason"]
+            elif provider == "responses":
+                sent = (answer["incomplete_details"] or {}).get("reason") or answer["status"]
+            elif provider == "gemini":
+                sent = answer["candidates"][0]["finishReason"] if answer.get("candidates") else \
+                    answer.get("promptFeedback", {}).get("blockReason")
             else:
                 sent = answer["choices"][0]["finish_reason"] if answer["choices"] else None
             return {"status": 200, "data": json.dumps(answer).encode(), "how": how,
-                    "usage": answer["usage"], "response_model": answer["model"],
+                    "usage": answer.get("usage", answer.get("usageMetadata")),
+                    "response_model": answer.get("model", answer.get("modelVersion")),
                     "response_text": text if text is not None else kw.get("refusal"), "finish": sent}
 
         if model == "literal":
@@ -487,8 +606,7 @@ class Handler(BaseHTTPRequestHandler):
         if model == "mock":
             q = recall_query(provider, body)
             if q is not None:
-                return ok(text=None, call=("conversation_search", {"query": q}),
-                          finish="tool_use" if provider == "anthropic" else "tool_calls")
+                return ok(text=None, call=("conversation_search", {"query": q}), finish=TOOL_STOP[provider])
             return ok()
         m = re.fullmatch(r"verbose-(\d+)", model)
         if m:
@@ -499,7 +617,7 @@ class Handler(BaseHTTPRequestHandler):
                                                    for i in range(want)))[:want * 4]
             cap = int(max_tokens or 4096)
             if want > cap:
-                return ok(text=long[:cap * 4], finish="max_tokens" if provider == "anthropic" else "length")
+                return ok(text=long[:cap * 4], finish=LENGTH[provider])
             return ok(text=long)
         m = re.fullmatch(r"slow-(\d+)", model)
         if m:
@@ -558,7 +676,7 @@ class Handler(BaseHTTPRequestHandler):
         if model == "fault-empty-content":
             return ok(text="")
         if model == "fault-length":
-            return ok(text=text[:len(text) // 2], finish="max_tokens" if provider == "anthropic" else "length")
+            return ok(text=text[:len(text) // 2], finish=LENGTH[provider])
         refusal_text = "I'm sorry, but I can't help with that request."
         half = text[:len(text) // 2]
         m = re.fullmatch(r"fault-stop-(\w+)", model)
@@ -567,16 +685,18 @@ class Handler(BaseHTTPRequestHandler):
         if model == "fault-refusal":
             if provider == "anthropic":
                 return ok(text=refusal_text, finish="refusal")
+            if provider == "gemini":
+                return ok(text=None, blocked="SAFETY")
             return ok(text=None, refusal=refusal_text)
         if model == "fault-content-filter":
-            return ok(text=half, finish="refusal" if provider == "anthropic" else "content_filter")
+            return ok(text=half, finish=FILTER[provider])
         if model in ("fault-tool-calls", "fault-tool-calls-stop"):
             return ok(text="Let me look that up first.", tool_calls=True,
-                      finish=None if model.endswith("-stop") else "tool_use" if provider == "anthropic" else "tool_calls")
+                      finish=None if model.endswith("-stop") else TOOL_STOP[provider])
         if model == "fault-no-finish":
             return ok(no_finish="missing")
         if model == "fault-choices-2":
-            return ok(choices=2)
+            return ok(choices=2 if provider in ("openai", "gemini") else 1)
         if model == "fault-html":
             return {"status": 200, "data": b"<!DOCTYPE html><html><body>Summary</body></html>\n",
                     "ctype": "text/html"}
@@ -585,9 +705,14 @@ class Handler(BaseHTTPRequestHandler):
         if model == "fault-close":
             return {"status": 0, "how": "close"}
         if model == "fault-400":
+            if provider == "gemini":
+                return error(400, "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).")
             return error(400, "prompt is too long: 210000 tokens > 200000 maximum" if provider == "anthropic" else
                          "This model's maximum context length is 128000 tokens. "
                          "However, your messages resulted in 130000 tokens.")
+        if provider == "gemini":
+            return error(404, "models/%s is not found for API version v1beta, or is not supported for "
+                         "generateContent." % model)
         return error(404, "The model `%s` does not exist or you do not have access to it." % model,
                      "not_found_error" if provider == "anthropic" else "invalid_request_error")
 

@@ -1,5 +1,6 @@
 # Refused and unfinished LLM answers never become a summary.  Against
-# test/mockllm.py over loopback, both wire formats: an answer stopped by a
+# test/mockllm.py over loopback, the four wire formats (OpenAI Chat
+# Completions and Responses, Anthropic Messages, Gemini generateContent): an answer stopped by a
 # content filter, a refusal (OpenAI's message field, Anthropic's stop_reason),
 # a paused turn, the model's context window reached, tool calls instead of a
 # text, no stop reason at all, several choices, an unknown stop reason.
@@ -19,64 +20,84 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# The answers: model, error wanted with OpenAI, with Anthropic (undef: not
-# that provider).  The errors say why in a sentence and quote no model text.
+# The answers: model, then the error wanted with OpenAI Chat Completions,
+# Anthropic, OpenAI Responses and Gemini (undef: not that provider).  The
+# errors say why in a sentence and quote no model text.  Each provider reads
+# its own stop reasons (src/llm/): a word another provider uses is no
+# complete stop for Responses or Gemini.
+my $cw = q{cut off at the model's context window};
+my $nc = 'LLM answer did not end with a complete stop';
 my @faults = (
 	[
 		'fault-stop-content_filter',
 		q{stopped by the provider's content filter (finish_reason "content_filter")},
-		q{stopped by the provider's content filter (stop_reason "content_filter")}
+		q{stopped by the provider's content filter (stop_reason "content_filter")},
+		q{stopped by the provider's content filter (incomplete_details.reason "content_filter")},
+		qq{$nc (finishReason "content_filter")}
 	],
 	[
 		'fault-content-filter',
 		q{stopped by the provider's content filter (finish_reason "content_filter")},
-		q{LLM refused to summarize the conversation (stop_reason "refusal")}
+		q{LLM refused to summarize the conversation (stop_reason "refusal")},
+		q{stopped by the provider's content filter (incomplete_details.reason "content_filter")},
+		q{stopped by the provider's content filter (finishReason "SAFETY")}
 	],
 	[
 		'fault-refusal',
 		q{LLM refused to summarize the conversation (its answer holds a refusal)},
-		q{LLM refused to summarize the conversation (stop_reason "refusal")}
+		q{LLM refused to summarize the conversation (stop_reason "refusal")},
+		q{LLM refused to summarize the conversation (its answer holds a refusal)},
+		q{stopped by the provider's content filter (promptFeedback.blockReason "SAFETY")}
 	],
 	[
 		'fault-stop-refusal',
 		q{LLM refused to summarize the conversation (finish_reason "refusal")},
-		q{LLM refused to summarize the conversation (stop_reason "refusal")}
+		q{LLM refused to summarize the conversation (stop_reason "refusal")},
+		qq{$nc (incomplete_details.reason "refusal")},
+		qq{$nc (finishReason "refusal")}
 	],
 	[
 		'fault-stop-pause_turn',
 		q{LLM paused before finishing its answer (finish_reason "pause_turn")},
-		q{LLM paused before finishing its answer (stop_reason "pause_turn")}
+		q{LLM paused before finishing its answer (stop_reason "pause_turn")},
+		qq{$nc (incomplete_details.reason "pause_turn")},
+		qq{$nc (finishReason "pause_turn")}
 	],
 	[
 		'fault-stop-model_context_window_exceeded',
-		q{cut off at the model's context window (finish_reason},
-		q{cut off at the model's context window (stop_reason "model_context_window_exceeded")}
+		qq{$cw (finish_reason},
+		qq{$cw (stop_reason "model_context_window_exceeded")},
+		qq{$nc (incomplete_details.reason "model_context_window_exceeded")},
+		qq{$nc (finishReason "model_context_window_exceeded")}
+	],
+	[ 'fault-length', 'LLM summary was cut off at', 'LLM summary was cut off at', 'LLM summary was cut off at', 'LLM summary was cut off at' ],
+	map({ [ $_, ('LLM answered with a tool call instead of a summary') x 4 ] } 'fault-tool-calls', 'fault-tool-calls-stop'),
+	[
+		'fault-no-finish', q{LLM answer has no finish_reason},
+		q{LLM answer has no stop_reason}, q{LLM answer has no status},
+		q{LLM answer has no finishReason}
 	],
 	[
-		'fault-tool-calls',
-		q{LLM answered with a tool call instead of a summary},
-		q{LLM answered with a tool call instead of a summary}
+		'fault-stop-null', q{LLM answer has no finish_reason},
+		q{LLM answer has no stop_reason}, q{LLM answer has no incomplete_details.reason},
+		q{LLM answer has no finishReason}
 	],
-	[
-		'fault-tool-calls-stop',
-		q{LLM answered with a tool call instead of a summary},
-		q{LLM answered with a tool call instead of a summary}
-	],
-	[ 'fault-no-finish', q{LLM answer has no finish_reason}, q{LLM answer has no stop_reason} ],
-	[ 'fault-stop-null', q{LLM answer has no finish_reason}, q{LLM answer has no stop_reason} ],
-	[ 'fault-choices-2', q{LLM answer has 2 choices where one was asked for}, undef ],
+	[ 'fault-choices-2', q{LLM answer has 2 choices where one was asked for}, undef, undef, q{LLM answer has 2 candidates where one was asked for} ],
 	[
 		'fault-stop-eos_token',
-		q{LLM answer did not end with a complete stop (finish_reason "eos_token")},
-		q{LLM answer did not end with a complete stop (stop_reason "eos_token")}
+		qq{$nc (finish_reason "eos_token")},
+		qq{$nc (stop_reason "eos_token")},
+		qq{$nc (incomplete_details.reason "eos_token")},
+		qq{$nc (finishReason "eos_token")}
 	],
 );
-my @providers = qw(openai anthropic);
+my @providers = qw(openai anthropic responses gemini);
+my %column = (openai => 1, anthropic => 2, responses => 3, gemini => 4);
 # the error wanted of a fault entry with a provider
 sub want_of
 {
 	my ($p, $fe) = @_;
-	return $p eq 'openai' ? $fe->[1] : $fe->[2];
+	return $fe->[ $column{$p} ];
 }
 sub faults_of { my ($p) = @_; return grep { defined want_of($p, $_) } @faults; }
 # text of the mock's refusals and tool-calling answers, never to be quoted
@@ -191,14 +212,15 @@ for my $p (@providers)
 	is(sq('r0', "SELECT compaction_queued_at IS NOT NULL FROM ctxwin.sessions WHERE id = '$f'"),
 		't', "$p: the session stays queued for a later attempt");
 
-	# a complete stop is accepted: stop_sequence (Anthropic), and the
-	# provider's usual stop
-	my $out = ql($p, 'fault-stop-stop_sequence', "SELECT version FROM ctxwin.summarize_session('$f')");
+	# a complete stop is accepted: stop_sequence (Anthropic's, which the
+	# Chat Completions format takes too), and the provider's usual stop
+	my $good = $p eq 'openai' || $p eq 'anthropic' ? 'fault-stop-stop_sequence' : 'mock';
+	my $out = ql($p, $good, "SELECT version FROM ctxwin.summarize_session('$f')");
 	is( "$out|"
 		  . sq('r0', "SELECT conversation_summary = (SELECT content FROM ctxwin.summaries WHERE session_id = '$f' AND version = 2)
 	                          AND last_error IS NULL AND compaction_failures = 0 FROM ctxwin.sessions WHERE id = '$f'"),
 		'2|t',
-		"$p: an answer ended by a stop sequence becomes version 2 and clears last_error");
+		"$p: an answer ended by a complete stop ($good) becomes version 2 and clears last_error");
 }
 
 # ---------------------------------------------------------------------------

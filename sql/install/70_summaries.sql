@@ -64,139 +64,36 @@ RETURN (
 COMMENT ON FUNCTION ctxwin.transcript(jsonb, text, int) IS
 'Messages as a plain transcript with role labels (and message ids, "[user #12]", where the messages have an "id"), tool calls by name and arguments, tool results shortened in the middle';
 
--- The body of a summary request in the configured provider's wire format.
+-- The body of a summary request in the configured provider's wire format,
+-- with the model as "model" (Gemini's goes into the URL).  Each provider is
+-- a file of src/llm/ (openai.c, responses.c, anthropic.c, gemini.c).
 CREATE FUNCTION ctxwin._llm_request(system_prompt text, prompt text, max_tokens int, model text)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    provider text := current_setting('ctxwin.llm_provider', true);
-BEGIN
-    IF provider = 'anthropic' THEN
-        RETURN jsonb_build_object('model', model, 'max_tokens', max_tokens, 'system', system_prompt,
-                                  'messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', prompt)));
-    ELSIF provider = 'openai' THEN
-        RETURN jsonb_build_object('model', model, 'max_tokens', max_tokens, 'temperature', 0,
-                                  'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', system_prompt),
-                                                                jsonb_build_object('role', 'user', 'content', prompt)));
-    END IF;
-    RAISE EXCEPTION 'no LLM provider is configured'
-        USING ERRCODE = 'feature_not_supported',
-              HINT = 'Set "ctxwin.llm_provider" to openai or anthropic, or use the extractive strategy.';
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_llm_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_request(text, text, int, text) IS
 'The JSON body of a summary request for the configured provider';
 
--- The summary in a successful (2xx) answer of _llm_post: a complete,
--- non-empty text, or an error.  Only an answer that ended with a complete
--- stop (finish_reason "stop", stop_reason "end_turn" or "stop_sequence") with
--- one choice, no refusal and no tool calls can become a summary: a
--- truncated, filtered, refused, paused or tool-calling answer, an answer with
--- no stop reason or several choices, an empty text or an error never does.
--- The errors name the stop reason (a sanitized word) but never quote the
--- model's text.  None is sent again at once (at temperature 0 the same
--- request gets the same answer): summarize_session raises, and the worker
--- and compact() record a failed compaction, retried later with its backoff
--- up to ctxwin.max_failures.
+-- The summary in a successful (2xx) answer of _llm_post, read as its
+-- provider says: a complete, non-empty text, or an error.  Only an answer
+-- that ended with a complete stop (each provider lists its stop reasons:
+-- finish_reason "stop", stop_reason "end_turn", status "completed",
+-- finishReason "STOP") with one choice, no refusal and no tool calls can
+-- become a summary: a truncated, filtered, refused, paused or tool-calling
+-- answer, an answer with no stop reason or several choices, an empty text
+-- or an error never does.  The errors name the stop reason (a sanitized
+-- word) but never quote the model's text.  None is sent again at once (at
+-- temperature 0 the same request gets the same answer): summarize_session
+-- raises, and the worker and compact() record a failed compaction, retried
+-- later with its backoff up to ctxwin.max_failures.  In C
+-- (src/llm/provider.c, with the provider's file).
 CREATE FUNCTION ctxwin._llm_answer(r jsonb, max_tokens int)
 RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    b jsonb := r -> 'body';
-    anthropic boolean := r ->> 'provider' = 'anthropic';
-    msg jsonb;
-    content text;
-    finish text;
-    field text := CASE WHEN r ->> 'provider' = 'anthropic' THEN 'stop_reason' ELSE 'finish_reason' END;
-    said text;
-    nchoices int;
-BEGIN
-    IF NOT coalesce((r ->> 'status')::int BETWEEN 200 AND 299, false) THEN
-        RAISE EXCEPTION 'LLM answer has HTTP status %', coalesce(r ->> 'status', 'NULL')
-            USING ERRCODE = 'external_routine_exception';
-    END IF;
-    IF jsonb_typeof(b) IS DISTINCT FROM 'object' THEN
-        RAISE EXCEPTION 'LLM answer is not a JSON object' USING ERRCODE = 'external_routine_exception';
-    END IF;
-    IF anthropic THEN
-        IF jsonb_typeof(b -> 'content') = 'array' AND EXISTS (
-               SELECT FROM jsonb_array_elements(b -> 'content') blk
-               WHERE blk ->> 'type' IN ('tool_use', 'server_tool_use')) THEN
-            RAISE EXCEPTION 'LLM answered with a tool call instead of a summary'
-                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
-        END IF;
-        SELECT string_agg(blk ->> 'text', '') INTO content
-        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(b -> 'content') = 'array' THEN b -> 'content' ELSE '[]' END) blk
-        WHERE blk ->> 'type' = 'text';
-        finish := b ->> 'stop_reason';
-    ELSE
-        nchoices := CASE WHEN jsonb_typeof(b -> 'choices') = 'array' THEN jsonb_array_length(b -> 'choices') ELSE 0 END;
-        IF nchoices = 0 THEN
-            RAISE EXCEPTION 'LLM answer has no choices'
-                USING ERRCODE = 'external_routine_exception';
-        END IF;
-        IF nchoices > 1 THEN
-            RAISE EXCEPTION 'LLM answer has % choices where one was asked for', nchoices
-                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
-        END IF;
-        msg := b -> 'choices' -> 0 -> 'message';
-        IF jsonb_typeof(msg) IS DISTINCT FROM 'object' THEN
-            RAISE EXCEPTION 'LLM answer has no message' USING ERRCODE = 'external_routine_exception';
-        END IF;
-        IF jsonb_typeof(msg -> 'refusal') = 'string' AND btrim(msg ->> 'refusal') <> '' THEN
-            RAISE EXCEPTION 'LLM refused to summarize the conversation (its answer holds a refusal)'
-                USING ERRCODE = 'external_routine_exception', DETAIL = 'A refusal is never stored as a summary.';
-        END IF;
-        IF (jsonb_typeof(msg -> 'tool_calls') = 'array' AND jsonb_array_length(msg -> 'tool_calls') > 0)
-           OR jsonb_typeof(msg -> 'function_call') = 'object' THEN
-            RAISE EXCEPTION 'LLM answered with a tool call instead of a summary'
-                USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
-        END IF;
-        IF jsonb_typeof(msg -> 'content') = 'array' THEN
-            -- content parts, as some compatible servers send them
-            SELECT string_agg(p ->> 'text', '') INTO content
-            FROM jsonb_array_elements(msg -> 'content') p
-            WHERE p ->> 'type' = 'text';
-        ELSIF jsonb_typeof(msg -> 'content') = 'string' THEN
-            content := msg ->> 'content';
-        END IF;
-        finish := b -> 'choices' -> 0 ->> 'finish_reason';
-    END IF;
-    -- the stop reason as it may be quoted: a word, else not at all
-    said := CASE WHEN finish ~ '^[A-Za-z0-9_.-]{1,40}$' THEN format('%s "%s"', field, finish)
-                 ELSE format('an unexpected %s', field) END;
-    IF finish IS NULL THEN
-        RAISE EXCEPTION 'LLM answer has no %, so it may be unfinished', field
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'Only an answer that ended with a complete stop is stored.';
-    ELSIF finish IN ('length', 'max_tokens') THEN
-        RAISE EXCEPTION 'LLM summary was cut off at % tokens', max_tokens
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.';
-    ELSIF finish = 'content_filter' THEN
-        RAISE EXCEPTION 'LLM answer was stopped by the provider''s content filter (%)', said
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'A filtered answer is never stored as a summary.';
-    ELSIF finish = 'refusal' THEN
-        RAISE EXCEPTION 'LLM refused to summarize the conversation (%)', said
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'A refusal is never stored as a summary.';
-    ELSIF finish IN ('tool_calls', 'function_call', 'tool_use') THEN
-        RAISE EXCEPTION 'LLM answered with a tool call instead of a summary (%)', said
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'Such an answer is never stored.';
-    ELSIF finish = 'pause_turn' THEN
-        RAISE EXCEPTION 'LLM paused before finishing its answer (%)', said
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'An unfinished answer is never stored as a summary.';
-    ELSIF finish = 'model_context_window_exceeded' THEN
-        RAISE EXCEPTION 'LLM answer was cut off at the model''s context window (%)', said
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'A truncated summary is never stored.',
-                  HINT = 'Use a model with a larger context window for summaries, or lower the profile''s summary triggers.';
-    ELSIF finish NOT IN ('stop', 'end_turn', 'stop_sequence') THEN
-        RAISE EXCEPTION 'LLM answer did not end with a complete stop (%)', said
-            USING ERRCODE = 'external_routine_exception', DETAIL = 'Only an answer that ended with a complete stop is stored.';
-    END IF;
-    IF content IS NULL OR btrim(content) = '' THEN
-        RAISE EXCEPTION 'LLM answer is empty' USING ERRCODE = 'external_routine_exception';
-    END IF;
-    RETURN jsonb_build_object('content', btrim(content), 'model', b ->> 'model',
-                              'usage', b -> 'usage', 'latency_ms', (r ->> 'latency_ms')::int);
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_llm_answer'
+LANGUAGE C IMMUTABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
 'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';

@@ -24,7 +24,9 @@ typedef enum CtxwinProvider
 {
 	CTXWIN_PROVIDER_EXTRACTIVE,
 	CTXWIN_PROVIDER_OPENAI,
-	CTXWIN_PROVIDER_ANTHROPIC
+	CTXWIN_PROVIDER_ANTHROPIC,
+	CTXWIN_PROVIDER_RESPONSES,
+	CTXWIN_PROVIDER_GEMINI
 } CtxwinProvider;
 
 /* guc.c: every setting of ctxwin, defined at module load */

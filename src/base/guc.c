@@ -41,6 +41,8 @@ static const struct config_enum_entry provider_options[] = {
 	{"extractive", CTXWIN_PROVIDER_EXTRACTIVE, false},
 	{"openai", CTXWIN_PROVIDER_OPENAI, false},
 	{"anthropic", CTXWIN_PROVIDER_ANTHROPIC, false},
+	{"responses", CTXWIN_PROVIDER_RESPONSES, false},
+	{"gemini", CTXWIN_PROVIDER_GEMINI, false},
 	{NULL, 0, false}
 };
 
@@ -93,11 +95,11 @@ CtxwinDefineSettings(void)
 	ctxwin_llm_settings_tainted = LlmPlaceholdersTainted();
 
 	DefineCustomEnumVariable("ctxwin.llm_provider",
-							 gettext_noop("LLM provider for summaries: extractive (no network), openai or anthropic."),
+							 gettext_noop("LLM provider for summaries: extractive (no network), openai (Chat Completions), responses (OpenAI Responses), anthropic or gemini."),
 							 NULL, &ctxwin_llm_provider, ctxwin_llm_provider, provider_options,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("ctxwin.llm_base_url",
-							   gettext_noop("Base URL of the LLM API (default: https://api.openai.com/v1 or https://api.anthropic.com)."),
+							   gettext_noop("Base URL of the LLM API (default: the provider's own, such as https://api.openai.com/v1)."),
 							   NULL, &ctxwin_llm_base_url, NULL,
 							   PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("ctxwin.llm_model",

@@ -1,7 +1,8 @@
 /*
  * llm.c
  *		The LLM client: one HTTP POST of a JSON body to the configured
- *		provider, with libcurl, from a backend.
+ *		provider, with libcurl, from a backend.  Where it goes and with
+ *		which headers is the provider's (provider.h, a file each).
  *
  * Everything that can go wrong ends as an ERROR with an errcode, raised only
  * after every curl and malloc'd resource is released: curl callbacks never
@@ -42,6 +43,7 @@
 #include "compat/compat.h"
 #include "tokenizer/tokenizer.h"
 #include "llm/llm.h"
+#include "llm/provider.h"
 
 #define MIN_LIBCURL_VERSION_NUM 0x075500	/* 7.85.0: CURLOPT_PROTOCOLS_STR */
 _Static_assert(LIBCURL_VERSION_NUM >= MIN_LIBCURL_VERSION_NUM,
@@ -193,21 +195,22 @@ ReadApiKey(void)
 	return key;
 }
 
-/* The endpoint URL for a provider, palloc'd. */
+/*
+ * The endpoint URL of a request to a provider, palloc'd, and the body to
+ * send (the provider's url() may move the model out of it).
+ */
 static char *
-EndpointUrl(void)
+EndpointUrl(const LlmProvider *p, char **body)
 {
 	const char *base = ctxwin_llm_base_url;
 	size_t		n;
 
 	if (base == NULL || base[0] == '\0')
-		base = ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ?
-			"https://api.anthropic.com" : "https://api.openai.com/v1";
+		base = p->base_url;
 	n = strlen(base);
 	while (n > 0 && base[n - 1] == '/')
 		n--;
-	return psprintf("%.*s%s", (int) n, base,
-					ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "/v1/messages" : "/chat/completions");
+	return p->url(pnstrdup(base, n), body);
 }
 
 void
@@ -240,7 +243,7 @@ struct LlmTransfer
 	Headers		rh;
 	char		errbuf[CURL_ERROR_SIZE];
 	TimestampTz start;
-	int			provider;
+	const LlmProvider *provider;
 	int			timeout_ms;
 	int			max_response_bytes;
 };
@@ -254,13 +257,9 @@ LlmTransfer *
 LlmTransferCreate(const char *request)
 {
 	LlmTransfer *t;
+	const LlmProvider *p = LlmProviderConfigured();
 	char	   *key;
 
-	if (ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("no LLM provider is configured"),
-				 errhint("Set \"ctxwin.llm_provider\" to openai or anthropic, or use the extractive strategy.")));
 	if (ctxwin_llm_settings_tainted)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -271,16 +270,15 @@ LlmTransferCreate(const char *request)
 
 	t = palloc0(sizeof(LlmTransfer));
 	t->request = pstrdup(request);
-	t->url = EndpointUrl();
-	t->provider = ctxwin_llm_provider;
+	t->url = EndpointUrl(p, &t->request);
+	t->provider = p;
 	t->timeout_ms = ctxwin_llm_timeout_ms;
 	t->max_response_bytes = ctxwin_llm_max_response_bytes;
 	t->body.limit = (size_t) ctxwin_llm_max_response_bytes;
 	key = ReadApiKey();
 	if (key)
 	{
-		t->auth = t->provider == CTXWIN_PROVIDER_ANTHROPIC ?
-			psprintf("x-api-key: %s", key) : psprintf("Authorization: Bearer %s", key);
+		t->auth = p->auth(key);
 		explicit_bzero(key, strlen(key));
 		pfree(key);
 	}
@@ -296,8 +294,8 @@ LlmTransferCreate(const char *request)
 					(errcode(ERRCODE_OUT_OF_MEMORY),
 					 errmsg("could not create a libcurl handle")));
 		l = curl_slist_append(l, "Content-Type: application/json");
-		if (l && t->provider == CTXWIN_PROVIDER_ANTHROPIC)
-			l = curl_slist_append(l, "anthropic-version: 2023-06-01");
+		if (l && p->header)
+			l = curl_slist_append(l, p->header);
 		if (l && t->auth)
 			l = curl_slist_append(l, t->auth);
 		t->hdrs = l;
@@ -478,7 +476,7 @@ LlmTransferResult(LlmTransfer *t, int curl_code)
 
 	initStringInfo(&out);
 	appendStringInfo(&out, "{\"status\": %ld, \"latency_ms\": %ld, \"provider\": ", status, elapsed_ms);
-	escape_json(&out, t->provider == CTXWIN_PROVIDER_ANTHROPIC ? "anthropic" : "openai");
+	escape_json(&out, t->provider->name);
 	appendStringInfoString(&out, ", \"retry_after\": ");
 	if (t->rh.retry_after[0])
 		escape_json(&out, t->rh.retry_after);

@@ -138,8 +138,7 @@ ClaimSession(Datum session, bool force, bool *isnull)
 
 	/* whether ctxwin's own worker would ask an LLM for this session */
 	CtxwinQueryRow(&profile_q, &session, NULL, cols, colnulls, 2);
-	server_llm = (ctxwin_llm_provider == CTXWIN_PROVIDER_OPENAI ||
-				  ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC) &&
+	server_llm = ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE &&
 		(colnulls[0] || strcmp(TextDatumGetCString(cols[0]), "llm") == 0 ||
 		 strcmp(TextDatumGetCString(cols[0]), "hybrid") == 0);
 

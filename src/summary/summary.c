@@ -357,8 +357,7 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 	if (!stnull[1])
 		*strategy = TextDatumGetCString(st[1]);
 	else
-		*strategy = ctxwin_llm_provider == CTXWIN_PROVIDER_OPENAI ||
-			ctxwin_llm_provider == CTXWIN_PROVIDER_ANTHROPIC ? "llm" : "extractive";
+		*strategy = ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE ? "llm" : "extractive";
 	/*
 	 * A job is written by the application's model: hybrid keeps its facts,
 	 * any other strategy is the app's.  The server's own summarizers make

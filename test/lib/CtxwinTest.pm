@@ -486,7 +486,7 @@ sub base_url
 {
 	my ($self, $provider) = @_;
 	my $url = "http://127.0.0.1:$self->{port}";
-	return $provider eq 'openai' ? "$url/v1" : $url;
+	return $provider eq 'openai' || $provider eq 'responses' ? "$url/v1" : $url;
 }
 
 sub _lines

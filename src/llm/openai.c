@@ -1,0 +1,131 @@
+/*
+ * openai.c
+ *		OpenAI Chat Completions (POST {base}/chat/completions), and the many
+ *		servers that speak it: the key as a bearer token, the summary as a
+ *		system and a user message at temperature 0, the answer's one choice.
+ */
+#include "postgres.h"
+
+#include "utils/json.h"
+
+#include "llm/provider.h"
+
+/*
+ * The stop reasons: OpenAI's, and those other models' servers send through
+ * this wire format (a compatible server in front of Claude says
+ * "end_turn").
+ */
+static const LlmStopWord stops[] = {
+	{"stop", LLM_STOP_COMPLETE},
+	{"end_turn", LLM_STOP_COMPLETE},
+	{"stop_sequence", LLM_STOP_COMPLETE},
+	{"length", LLM_STOP_LENGTH},
+	{"max_tokens", LLM_STOP_LENGTH},
+	{"content_filter", LLM_STOP_FILTER},
+	{"refusal", LLM_STOP_REFUSAL},
+	{"tool_calls", LLM_STOP_TOOL},
+	{"function_call", LLM_STOP_TOOL},
+	{"tool_use", LLM_STOP_TOOL},
+	{"pause_turn", LLM_STOP_PAUSE},
+	{"model_context_window_exceeded", LLM_STOP_WINDOW},
+	{NULL, LLM_STOP_OTHER}
+};
+
+static char *
+Url(const char *base, char **body)
+{
+	return psprintf("%s/chat/completions", base);
+}
+
+static char *
+Auth(const char *key)
+{
+	return psprintf("Authorization: Bearer %s", key);
+}
+
+static void
+SummaryRequest(StringInfo out, const char *system, const char *prompt, int max_tokens, const char *model)
+{
+	appendStringInfoChar(out, '{');
+	LlmAppendJson(out, "model", model);
+	appendStringInfoString(out, ", \"max_tokens\": ");
+	appendStringInfoString(out, max_tokens < 0 ? "null" : psprintf("%d", max_tokens));
+	appendStringInfoString(out, ", \"temperature\": 0, \"messages\": [{");
+	LlmAppendJson(out, "role", "system");
+	LlmAppendJson(out, "content", system);
+	appendStringInfoString(out, "}, {");
+	LlmAppendJson(out, "role", "user");
+	LlmAppendJson(out, "content", prompt);
+	appendStringInfoString(out, "}]}");
+}
+
+static void
+Read(JsonbContainer *body, LlmReply *r)
+{
+	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
+	JsonbValue *choices = LlmMember(&b, "choices");
+	JsonbValue *choice;
+	JsonbValue *msg;
+	JsonbValue *v;
+	int			n = Max(LlmLength(choices), 0);
+
+	if (n == 0)
+		LlmRefuse("LLM answer has no choices", NULL);
+	if (n > 1)
+		LlmRefuse(psprintf("LLM answer has %d choices where one was asked for", n),
+				  "Such an answer is never stored.");
+	choice = LlmElement(choices, 0);
+	msg = LlmMember(choice, "message");
+	if (msg == NULL || msg->type != jbvBinary || !JsonContainerIsObject(msg->val.binary.data))
+		LlmRefuse("LLM answer has no message", NULL);
+	v = LlmMember(msg, "refusal");
+	if (v && v->type == jbvString)
+	{
+		char	   *t = LlmText(v);
+
+		if (strspn(t, " ") < strlen(t))
+			LlmRefuse("LLM refused to summarize the conversation (its answer holds a refusal)",
+					  "A refusal is never stored as a summary.");
+	}
+	v = LlmMember(msg, "function_call");
+	if (LlmLength(LlmMember(msg, "tool_calls")) > 0 ||
+		(v && v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data)))
+		LlmRefuse("LLM answered with a tool call instead of a summary", "Such an answer is never stored.");
+	v = LlmMember(msg, "content");
+	if (LlmLength(v) >= 0)
+	{
+		/* content parts, as some compatible servers send them */
+		StringInfoData s;
+		bool		any = false;
+
+		initStringInfo(&s);
+		for (int i = 0; i < LlmLength(v); i++)
+		{
+			JsonbValue *part = LlmElement(v, i);
+			char	   *t = LlmIsType(part, "text") ? LlmText(LlmMember(part, "text")) : NULL;
+
+			if (t)
+			{
+				appendStringInfoString(&s, t);
+				any = true;
+			}
+		}
+		r->content = any ? s.data : NULL;
+	}
+	else if (v && v->type == jbvString)
+		r->content = LlmText(v);
+	r->stop = LlmText(LlmMember(choice, "finish_reason"));
+	r->stop_field = "finish_reason";
+	r->usage = LlmMember(&b, "usage");
+	r->model = LlmMember(&b, "model");
+}
+
+const LlmProvider llm_openai = {
+	.name = "openai",
+	.base_url = "https://api.openai.com/v1",
+	.stops = stops,
+	.url = Url,
+	.auth = Auth,
+	.summary_request = SummaryRequest,
+	.read = Read,
+};

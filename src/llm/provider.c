@@ -1,0 +1,312 @@
+/*
+ * provider.c
+ *		What the LLM providers share (provider.h): the provider
+ *		ctxwin.llm_provider names, reading an answer's JSON, and the checks
+ *		that decide whether an answer may become a summary, with the errors
+ *		that say why not; and the SQL functions over them:
+ *		_llm_request(system_prompt, prompt, max_tokens, model), the body of
+ *		a summary request to the configured provider, and _llm_answer(r,
+ *		max_tokens), the summary in a successful answer of _llm_post.
+ *
+ * Only an answer that ended with a complete stop, with one choice, no
+ * refusal and no tool calls can become a summary: a truncated, filtered,
+ * refused, paused or tool-calling answer, an answer with no stop reason or
+ * several choices, an empty text or an error never does.  The errors name
+ * the stop reason (a sanitized word) but never quote the model's text.
+ * None is sent again at once (at temperature 0 the same request gets the
+ * same answer): summarize_session raises, and the worker and compact()
+ * record a failed compaction, retried later with its backoff up to
+ * ctxwin.max_failures.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+
+#include "base/base.h"
+#include "llm/provider.h"
+
+PG_FUNCTION_INFO_V1(ctxwin_llm_request);
+PG_FUNCTION_INFO_V1(ctxwin_llm_answer);
+
+/* Every provider, by its ctxwin.llm_provider value (CtxwinProvider). */
+static const LlmProvider *const LlmProviders[] = {
+	[CTXWIN_PROVIDER_OPENAI] = &llm_openai,
+	[CTXWIN_PROVIDER_ANTHROPIC] = &llm_anthropic,
+	[CTXWIN_PROVIDER_RESPONSES] = &llm_responses,
+	[CTXWIN_PROVIDER_GEMINI] = &llm_gemini,
+};
+
+/* The provider of a ctxwin.llm_provider value; NULL for extractive. */
+const LlmProvider *
+LlmProviderOf(int kind)
+{
+	if (kind < 0 || kind >= (int) lengthof(LlmProviders))
+		return NULL;
+	return LlmProviders[kind];
+}
+
+/* The provider of a name (an answer's "provider"); OpenAI's if none matches. */
+const LlmProvider *
+LlmProviderNamed(const char *name)
+{
+	for (int i = 0; name && i < (int) lengthof(LlmProviders); i++)
+		if (LlmProviders[i] && strcmp(LlmProviders[i]->name, name) == 0)
+			return LlmProviders[i];
+	return &llm_openai;
+}
+
+/* The configured provider; raises when ctxwin.llm_provider names none. */
+const LlmProvider *
+LlmProviderConfigured(void)
+{
+	const LlmProvider *p = LlmProviderOf(ctxwin_llm_provider);
+
+	if (p == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("no LLM provider is configured"),
+				 errhint("Set \"ctxwin.llm_provider\" to openai, responses, anthropic or gemini, or use the extractive strategy.")));
+	return p;
+}
+
+/* Raises the error of an answer that must not become a summary. */
+void
+LlmRefuse(const char *msg, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+			 errmsg_internal("%s", msg),
+			 detail ? errdetail_internal("%s", detail) : 0));
+}
+
+/* A member of a JSON object, or NULL (v NULL or not an object). */
+JsonbValue *
+LlmMember(JsonbValue *v, const char *key)
+{
+	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		return NULL;
+	return CtxwinJsonbMember(v->val.binary.data, key);
+}
+
+/* The length of a JSON array; -1 if v is not one. */
+int
+LlmLength(JsonbValue *v)
+{
+	if (v == NULL || v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data))
+		return -1;
+	return (int) JsonContainerSize(v->val.binary.data);
+}
+
+/* Element i of a JSON array (0 <= i < LlmLength(v)). */
+JsonbValue *
+LlmElement(JsonbValue *v, int i)
+{
+	return getIthJsonbValueFromContainer(v->val.binary.data, (uint32) i);
+}
+
+/* A value as ->> gives it: a string's text, a scalar's, else its JSON; NULL for null. */
+char *
+LlmText(JsonbValue *v)
+{
+	if (v == NULL || v->type == jbvNull)
+		return NULL;
+	switch (v->type)
+	{
+		case jbvString:
+			return pnstrdup(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+		case jbvBool:
+			return pstrdup(v->val.boolean ? "true" : "false");
+		default:
+			{
+				Jsonb	   *j = JsonbValueToJsonb(v);
+
+				return JsonbToCString(NULL, &j->root, VARSIZE(j));
+			}
+	}
+}
+
+/* Whether v is an object whose "type" is the string type. */
+bool
+LlmIsType(JsonbValue *v, const char *type)
+{
+	JsonbValue *t = LlmMember(v, "type");
+
+	return t && t->type == jbvString && t->val.string.len == (int) strlen(type) &&
+		memcmp(t->val.string.val, type, t->val.string.len) == 0;
+}
+
+/* "key": value (a JSON string, or null), after a comma if out has anything after its "{". */
+void
+LlmAppendJson(StringInfo out, const char *key, const char *value)
+{
+	if (out->len > 0 && out->data[out->len - 1] != '{' && out->data[out->len - 1] != '[')
+		appendStringInfoString(out, ", ");
+	escape_json(out, key);
+	appendStringInfoString(out, ": ");
+	if (value)
+		escape_json(out, value);
+	else
+		appendStringInfoString(out, "null");
+}
+
+/* A JsonbValue as JSON text; "null" for NULL. */
+static char *
+JsonOf(JsonbValue *v)
+{
+	Jsonb	   *j;
+
+	if (v == NULL)
+		return "null";
+	j = JsonbValueToJsonb(v);
+	return JsonbToCString(NULL, &j->root, VARSIZE(j));
+}
+
+/* The text with spaces (only) taken off both ends, as btrim(text) does. */
+static char *
+TrimSpaces(char *s)
+{
+	char	   *e;
+
+	while (*s == ' ')
+		s++;
+	e = s + strlen(s);
+	while (e > s && e[-1] == ' ')
+		*--e = '\0';
+	return s;
+}
+
+/* What a provider's stop reason means. */
+static LlmStop
+StopOf(const LlmProvider *p, const char *word)
+{
+	for (const LlmStopWord *w = p->stops; w->word; w++)
+		if (strcmp(w->word, word) == 0)
+			return w->stop;
+	return LLM_STOP_OTHER;
+}
+
+/*
+ * Raises the error of a stop reason that must not become a summary; returns
+ * for a complete stop.
+ */
+static void
+CheckStop(const LlmProvider *p, const LlmReply *r, const char *max_tokens)
+{
+	const char *field = r->stop_field;
+	const char *s = r->stop;
+	char	   *said;
+	bool		word = s != NULL && s[0] != '\0' && strlen(s) <= 40 &&
+		strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == strlen(s);
+
+	if (s == NULL)
+		LlmRefuse(psprintf("LLM answer has no %s, so it may be unfinished", field),
+				  "Only an answer that ended with a complete stop is stored.");
+	said = word ? psprintf("%s \"%s\"", field, s) : psprintf("an unexpected %s", field);
+	switch (StopOf(p, s))
+	{
+		case LLM_STOP_COMPLETE:
+			return;
+		case LLM_STOP_LENGTH:
+			LlmRefuse(psprintf("LLM summary was cut off at %s tokens", max_tokens),
+					  "A truncated summary is never stored.");
+		case LLM_STOP_FILTER:
+			LlmRefuse(psprintf("LLM answer was stopped by the provider's content filter (%s)", said),
+					  "A filtered answer is never stored as a summary.");
+		case LLM_STOP_REFUSAL:
+			LlmRefuse(psprintf("LLM refused to summarize the conversation (%s)", said),
+					  "A refusal is never stored as a summary.");
+		case LLM_STOP_TOOL:
+			LlmRefuse(psprintf("LLM answered with a tool call instead of a summary (%s)", said),
+					  "Such an answer is never stored.");
+		case LLM_STOP_PAUSE:
+			LlmRefuse(psprintf("LLM paused before finishing its answer (%s)", said),
+					  "An unfinished answer is never stored as a summary.");
+		case LLM_STOP_WINDOW:
+			ereport(ERROR,
+					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+					 errmsg_internal("LLM answer was cut off at the model's context window (%s)", said),
+					 errdetail("A truncated summary is never stored."),
+					 errhint("Use a model with a larger context window for summaries, or lower the profile's summary triggers.")));
+			break;
+		case LLM_STOP_OTHER:
+			LlmRefuse(psprintf("LLM answer did not end with a complete stop (%s)", said),
+					  "Only an answer that ended with a complete stop is stored.");
+	}
+}
+
+/*
+ * _llm_request(system_prompt text, prompt text, max_tokens int, model text)
+ * returns jsonb
+ *
+ * The body of a summary request to the configured provider, with the
+ * model as "model" (provider.h).
+ */
+Datum
+ctxwin_llm_request(PG_FUNCTION_ARGS)
+{
+	const LlmProvider *p = LlmProviderConfigured();
+	StringInfoData out;
+
+	initStringInfo(&out);
+	p->summary_request(&out,
+					   PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)),
+					   PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)),
+					   PG_ARGISNULL(2) ? -1 : PG_GETARG_INT32(2),
+					   PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}
+
+/*
+ * _llm_answer(r jsonb, max_tokens int) returns jsonb
+ *
+ * The summary in a successful (2xx) answer of _llm_post, read as its
+ * provider says ("provider"), as {"content", "model", "usage",
+ * "latency_ms"}; raises for an answer that must not become a summary.
+ */
+Datum
+ctxwin_llm_answer(PG_FUNCTION_ARGS)
+{
+	JsonbValue	root;
+	JsonbValue *body;
+	char	   *status;
+	char	   *latency;
+	char	   *content;
+	const LlmProvider *p;
+	LlmReply	r = {0};
+	StringInfoData out;
+	int			code = 0;
+
+	if (PG_ARGISNULL(0))
+		LlmRefuse("LLM answer has HTTP status NULL", NULL);
+	root.type = jbvBinary;
+	root.val.binary.data = &PG_GETARG_JSONB_P(0)->root;
+	status = LlmText(LlmMember(&root, "status"));
+	if (status == NULL || sscanf(status, "%d", &code) != 1 || code < 200 || code > 299)
+		LlmRefuse(psprintf("LLM answer has HTTP status %s", status ? status : "NULL"), NULL);
+	body = LlmMember(&root, "body");
+	if (body == NULL || body->type != jbvBinary || !JsonContainerIsObject(body->val.binary.data))
+		LlmRefuse("LLM answer is not a JSON object", NULL);
+	p = LlmProviderNamed(LlmText(LlmMember(&root, "provider")));
+	p->read(body->val.binary.data, &r);
+	CheckStop(p, &r, PG_ARGISNULL(1) ? "<NULL>" : psprintf("%d", PG_GETARG_INT32(1)));
+	content = r.content ? TrimSpaces(r.content) : NULL;
+	if (content == NULL || content[0] == '\0')
+		LlmRefuse("LLM answer is empty", NULL);
+
+	initStringInfo(&out);
+	appendStringInfoChar(&out, '{');
+	LlmAppendJson(&out, "content", content);
+	appendStringInfo(&out, ", \"model\": %s, \"usage\": %s, \"latency_ms\": ", JsonOf(r.model), JsonOf(r.usage));
+	latency = LlmText(LlmMember(&root, "latency_ms"));
+	if (latency && sscanf(latency, "%d", &code) == 1)
+		appendStringInfo(&out, "%d}", code);
+	else
+		appendStringInfoString(&out, "null}");
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}
