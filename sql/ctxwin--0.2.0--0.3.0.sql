@@ -439,3 +439,149 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
 'The summary text, model and usage of a successful LLM answer; raises for an answer that must not become a summary';
+
+-- The retry policy and the error text, in C (src/llm/provider.c): the worker
+-- calls them without SQL.
+/*
+ * After a failed LLM request (status NULL: no HTTP answer, such as a
+ * connection failure or a timeout), whether and when to send it again; the
+ * one retry policy of summarize_session and the worker (which calls it in
+ * C, LlmNextTry in src/llm/provider.c).  failures: the charged failures
+ * before this one; rate_waits: the waits for 429/529 so far.
+ *  - other 4xx are refusals: {"retry": false, "refused": true}
+ *  - 429 and 529 wait as Retry-After says (seconds, at most 60; else 1, 2,
+ *    4 s), up to 3 times, without counting as a failure: "charged": false
+ *  - everything else (timeouts, 408, 409, 5xx, 429/529 after 3 waits) backs
+ *    off 0.25, 0.5, 1 ... s (at most 30), up to max_retries times
+ * The Retry-After of an answer is its header's, or where a provider says
+ * it in the body instead (Gemini's RetryInfo), that (_llm_post).
+ */
+CREATE OR REPLACE FUNCTION ctxwin._llm_next_try(status int, retry_after text, failures int, rate_waits int, max_retries int)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_llm_next_try'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_next_try(int, text, int, int, int) IS
+'Whether and after how many seconds to send a failed LLM request again, and whether the failure counts';
+
+-- A short description of an LLM error answer: status and the provider's
+-- message (at most 300 characters of it).
+CREATE OR REPLACE FUNCTION ctxwin._llm_error_text(r jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'ctxwin_llm_error_text'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
+'Status and message of an LLM error answer, for errors and last_error';
+
+-- record_usage and the usage views read Gemini's usageMetadata too.
+-- The usage object of an LLM answer, normalized.  The shapes:
+--   OpenAI Chat Completions: prompt_tokens (cache reads included),
+--     prompt_tokens_details.cached_tokens, completion_tokens;
+--   OpenAI Responses: input_tokens (cache reads included),
+--     input_tokens_details.cached_tokens, output_tokens, and total_tokens
+--     or the *_details objects, which Anthropic never sends;
+--   Anthropic Messages: input_tokens (neither cache reads nor cache writes),
+--     cache_read_input_tokens, cache_creation_input_tokens, output_tokens;
+--   Google Gemini (usageMetadata): promptTokenCount (cache reads included),
+--     toolUsePromptTokenCount, cachedContentTokenCount,
+--     candidatesTokenCount, thoughtsTokenCount.
+-- input_tokens is every prompt token, cached or not; output_tokens includes
+-- reasoning tokens (Gemini's thoughts), as the providers bill them.
+CREATE OR REPLACE FUNCTION ctxwin.usage_tokens(usage jsonb, quiet boolean DEFAULT false,
+                                    OUT provider text, OUT input_tokens bigint, OUT cached_tokens bigint,
+                                    OUT cache_write_tokens bigint, OUT output_tokens bigint)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    chat boolean;
+    io boolean;
+    responses boolean;
+    anthropic boolean;
+    gemini boolean;
+    base bigint;
+    extra bigint;
+BEGIN
+    IF usage IS NULL OR jsonb_typeof(usage) IS DISTINCT FROM 'object' THEN
+        IF quiet THEN
+            RETURN;
+        ELSIF usage IS NULL THEN
+            RAISE EXCEPTION 'usage must not be null' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        RAISE EXCEPTION 'usage must be a JSON object, not %', jsonb_typeof(usage)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the "usage" object of the provider''s answer.';
+    END IF;
+    chat := usage ? 'prompt_tokens' OR usage ? 'completion_tokens';
+    io := usage ? 'input_tokens' OR usage ? 'output_tokens';
+    responses := usage ? 'input_tokens_details' OR usage ? 'output_tokens_details' OR usage ? 'total_tokens';
+    anthropic := usage ? 'cache_read_input_tokens' OR usage ? 'cache_creation_input_tokens';
+    gemini := usage ? 'promptTokenCount' OR usage ? 'candidatesTokenCount' OR usage ? 'totalTokenCount';
+    IF gemini AND NOT chat AND NOT io THEN
+        provider := 'gemini';
+        base := ctxwin._usage_count(usage, '{promptTokenCount}', true, quiet);
+        extra := coalesce(ctxwin._usage_count(usage, '{toolUsePromptTokenCount}', false, quiet), 0);
+        input_tokens := CASE WHEN base >= 0 AND extra >= 0 THEN base + extra ELSE -1 END;
+        cached_tokens := coalesce(ctxwin._usage_count(usage, '{cachedContentTokenCount}', false, quiet), 0);
+        cache_write_tokens := 0;
+        base := coalesce(ctxwin._usage_count(usage, '{candidatesTokenCount}', false, quiet), 0);
+        extra := coalesce(ctxwin._usage_count(usage, '{thoughtsTokenCount}', false, quiet), 0);
+        output_tokens := CASE WHEN base >= 0 AND extra >= 0 THEN base + extra ELSE -1 END;
+    ELSIF chat AND NOT io AND NOT gemini THEN
+        provider := 'openai';
+        input_tokens := ctxwin._usage_count(usage, '{prompt_tokens}', true, quiet);
+        cached_tokens := coalesce(ctxwin._usage_count(usage, '{prompt_tokens_details,cached_tokens}', false, quiet), 0);
+        cache_write_tokens := 0;
+        output_tokens := ctxwin._usage_count(usage, '{completion_tokens}', true, quiet);
+    ELSIF io AND NOT chat AND responses AND NOT anthropic AND NOT gemini THEN
+        provider := 'openai';
+        input_tokens := ctxwin._usage_count(usage, '{input_tokens}', true, quiet);
+        cached_tokens := coalesce(ctxwin._usage_count(usage, '{input_tokens_details,cached_tokens}', false, quiet), 0);
+        cache_write_tokens := 0;
+        output_tokens := ctxwin._usage_count(usage, '{output_tokens}', true, quiet);
+    ELSIF io AND NOT chat AND NOT responses AND NOT gemini THEN
+        provider := 'anthropic';
+        base := ctxwin._usage_count(usage, '{input_tokens}', true, quiet);
+        cached_tokens := coalesce(ctxwin._usage_count(usage, '{cache_read_input_tokens}', false, quiet), 0);
+        cache_write_tokens := coalesce(ctxwin._usage_count(usage, '{cache_creation_input_tokens}', false, quiet), 0);
+        output_tokens := ctxwin._usage_count(usage, '{output_tokens}', true, quiet);
+        IF base >= 0 AND cached_tokens >= 0 AND cache_write_tokens >= 0 THEN
+            input_tokens := base + cached_tokens + cache_write_tokens;
+        ELSE
+            input_tokens := -1;
+        END IF;
+    ELSIF quiet THEN
+        RETURN;
+    ELSE
+        RAISE EXCEPTION 'usage is not an OpenAI, Anthropic or Gemini usage object'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Its keys are: %s.',
+                                  coalesce((SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(usage) k), 'none')),
+                  HINT = 'Pass the "usage" object of the answer as it came: OpenAI Chat Completions (prompt_tokens, completion_tokens ...), OpenAI Responses (input_tokens, output_tokens, input_tokens_details ...) Anthropic Messages (input_tokens, output_tokens, cache_read_input_tokens ...) or Gemini (its usageMetadata: promptTokenCount, candidatesTokenCount ...).';
+    END IF;
+    IF least(input_tokens, cached_tokens, cache_write_tokens, output_tokens) < 0 THEN
+        -- quiet, and a count it cannot read
+        provider := NULL;
+        input_tokens := NULL;
+        cached_tokens := NULL;
+        cache_write_tokens := NULL;
+        output_tokens := NULL;
+    ELSIF cached_tokens > input_tokens THEN
+        IF quiet THEN
+            provider := NULL;
+            input_tokens := NULL;
+            cached_tokens := NULL;
+            cache_write_tokens := NULL;
+            output_tokens := NULL;
+            RETURN;
+        END IF;
+        RAISE EXCEPTION 'usage counts more cached tokens (%) than input tokens (%)', cached_tokens, input_tokens
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'OpenAI''s cached_tokens are a part of its prompt_tokens (input_tokens in the Responses API).';
+    END IF;
+END $$;
+
+COMMENT ON FUNCTION ctxwin.usage_tokens(jsonb, boolean) IS
+'A provider''s usage object (OpenAI Chat Completions or Responses, Anthropic Messages, Gemini usageMetadata) normalized: provider, input tokens (all, cached or not), cache reads, cache writes, output tokens; raises for any other object, or with quiet gives NULLs';

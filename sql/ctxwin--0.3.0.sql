@@ -1842,42 +1842,33 @@ COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
 /*
  * After a failed LLM request (status NULL: no HTTP answer, such as a
  * connection failure or a timeout), whether and when to send it again; the
- * one retry policy of summarize_session and the worker.  failures: the
- * charged failures before this one; rate_waits: the waits for 429/529 so far.
+ * one retry policy of summarize_session and the worker (which calls it in
+ * C, LlmNextTry in src/llm/provider.c).  failures: the charged failures
+ * before this one; rate_waits: the waits for 429/529 so far.
  *  - other 4xx are refusals: {"retry": false, "refused": true}
  *  - 429 and 529 wait as Retry-After says (seconds, at most 60; else 1, 2,
  *    4 s), up to 3 times, without counting as a failure: "charged": false
  *  - everything else (timeouts, 408, 409, 5xx, 429/529 after 3 waits) backs
  *    off 0.25, 0.5, 1 ... s (at most 30), up to max_retries times
+ * The Retry-After of an answer is its header's, or where a provider says
+ * it in the body instead (Gemini's RetryInfo), that (_llm_post).
  */
 CREATE FUNCTION ctxwin._llm_next_try(status int, retry_after text, failures int, rate_waits int, max_retries int)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE
-    WHEN status IS NOT NULL AND NOT (status IN (408, 409, 429, 529) OR status >= 500)
-        THEN '{"retry": false, "refused": true}'::jsonb
-    WHEN status IN (429, 529) AND rate_waits < 3
-        THEN jsonb_build_object('retry', true, 'refused', false, 'charged', false, 'wait',
-                                CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$'
-                                     THEN least(retry_after::numeric, 60::numeric)
-                                     ELSE least(power(2::float8, rate_waits::float8), 30::float8) END)
-    WHEN failures >= max_retries
-        THEN '{"retry": false, "refused": false}'::jsonb
-    ELSE jsonb_build_object('retry', true, 'refused', false, 'charged', true,
-                            'wait', least(0.25::float8 * power(2::float8, failures::float8), 30::float8))
-END;
+AS 'MODULE_PATHNAME', 'ctxwin_llm_next_try'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_next_try(int, text, int, int, int) IS
 'Whether and after how many seconds to send a failed LLM request again, and whether the failure counts';
 
--- A short description of an LLM error answer: status and the provider's message.
+-- A short description of an LLM error answer: status and the provider's
+-- message (at most 300 characters of it).
 CREATE FUNCTION ctxwin._llm_error_text(r jsonb)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN format('HTTP %s: %s', r ->> 'status',
-              left(coalesce(r -> 'body' -> 'error' ->> 'message', r -> 'body' ->> 'error', (r -> 'body')::text), 300));
+AS 'MODULE_PATHNAME', 'ctxwin_llm_error_text'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
 'Status and message of an LLM error answer, for errors and last_error';
@@ -3375,9 +3366,12 @@ COMMENT ON FUNCTION ctxwin._usage_count(jsonb, text[], boolean, boolean) IS
 --     input_tokens_details.cached_tokens, output_tokens, and total_tokens
 --     or the *_details objects, which Anthropic never sends;
 --   Anthropic Messages: input_tokens (neither cache reads nor cache writes),
---     cache_read_input_tokens, cache_creation_input_tokens, output_tokens.
+--     cache_read_input_tokens, cache_creation_input_tokens, output_tokens;
+--   Google Gemini (usageMetadata): promptTokenCount (cache reads included),
+--     toolUsePromptTokenCount, cachedContentTokenCount,
+--     candidatesTokenCount, thoughtsTokenCount.
 -- input_tokens is every prompt token, cached or not; output_tokens includes
--- reasoning tokens, as both providers bill them.
+-- reasoning tokens (Gemini's thoughts), as the providers bill them.
 CREATE FUNCTION ctxwin.usage_tokens(usage jsonb, quiet boolean DEFAULT false,
                                     OUT provider text, OUT input_tokens bigint, OUT cached_tokens bigint,
                                     OUT cache_write_tokens bigint, OUT output_tokens bigint)
@@ -3388,7 +3382,9 @@ DECLARE
     io boolean;
     responses boolean;
     anthropic boolean;
+    gemini boolean;
     base bigint;
+    extra bigint;
 BEGIN
     IF usage IS NULL OR jsonb_typeof(usage) IS DISTINCT FROM 'object' THEN
         IF quiet THEN
@@ -3404,19 +3400,30 @@ BEGIN
     io := usage ? 'input_tokens' OR usage ? 'output_tokens';
     responses := usage ? 'input_tokens_details' OR usage ? 'output_tokens_details' OR usage ? 'total_tokens';
     anthropic := usage ? 'cache_read_input_tokens' OR usage ? 'cache_creation_input_tokens';
-    IF chat AND NOT io THEN
+    gemini := usage ? 'promptTokenCount' OR usage ? 'candidatesTokenCount' OR usage ? 'totalTokenCount';
+    IF gemini AND NOT chat AND NOT io THEN
+        provider := 'gemini';
+        base := ctxwin._usage_count(usage, '{promptTokenCount}', true, quiet);
+        extra := coalesce(ctxwin._usage_count(usage, '{toolUsePromptTokenCount}', false, quiet), 0);
+        input_tokens := CASE WHEN base >= 0 AND extra >= 0 THEN base + extra ELSE -1 END;
+        cached_tokens := coalesce(ctxwin._usage_count(usage, '{cachedContentTokenCount}', false, quiet), 0);
+        cache_write_tokens := 0;
+        base := coalesce(ctxwin._usage_count(usage, '{candidatesTokenCount}', false, quiet), 0);
+        extra := coalesce(ctxwin._usage_count(usage, '{thoughtsTokenCount}', false, quiet), 0);
+        output_tokens := CASE WHEN base >= 0 AND extra >= 0 THEN base + extra ELSE -1 END;
+    ELSIF chat AND NOT io AND NOT gemini THEN
         provider := 'openai';
         input_tokens := ctxwin._usage_count(usage, '{prompt_tokens}', true, quiet);
         cached_tokens := coalesce(ctxwin._usage_count(usage, '{prompt_tokens_details,cached_tokens}', false, quiet), 0);
         cache_write_tokens := 0;
         output_tokens := ctxwin._usage_count(usage, '{completion_tokens}', true, quiet);
-    ELSIF io AND NOT chat AND responses AND NOT anthropic THEN
+    ELSIF io AND NOT chat AND responses AND NOT anthropic AND NOT gemini THEN
         provider := 'openai';
         input_tokens := ctxwin._usage_count(usage, '{input_tokens}', true, quiet);
         cached_tokens := coalesce(ctxwin._usage_count(usage, '{input_tokens_details,cached_tokens}', false, quiet), 0);
         cache_write_tokens := 0;
         output_tokens := ctxwin._usage_count(usage, '{output_tokens}', true, quiet);
-    ELSIF io AND NOT chat AND NOT responses THEN
+    ELSIF io AND NOT chat AND NOT responses AND NOT gemini THEN
         provider := 'anthropic';
         base := ctxwin._usage_count(usage, '{input_tokens}', true, quiet);
         cached_tokens := coalesce(ctxwin._usage_count(usage, '{cache_read_input_tokens}', false, quiet), 0);
@@ -3430,11 +3437,11 @@ BEGIN
     ELSIF quiet THEN
         RETURN;
     ELSE
-        RAISE EXCEPTION 'usage is neither an OpenAI nor an Anthropic usage object'
+        RAISE EXCEPTION 'usage is not an OpenAI, Anthropic or Gemini usage object'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('Its keys are: %s.',
                                   coalesce((SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(usage) k), 'none')),
-                  HINT = 'Pass the "usage" object of the answer as it came: OpenAI Chat Completions (prompt_tokens, completion_tokens ...), OpenAI Responses (input_tokens, output_tokens, input_tokens_details ...) or Anthropic Messages (input_tokens, output_tokens, cache_read_input_tokens ...).';
+                  HINT = 'Pass the "usage" object of the answer as it came: OpenAI Chat Completions (prompt_tokens, completion_tokens ...), OpenAI Responses (input_tokens, output_tokens, input_tokens_details ...) Anthropic Messages (input_tokens, output_tokens, cache_read_input_tokens ...) or Gemini (its usageMetadata: promptTokenCount, candidatesTokenCount ...).';
     END IF;
     IF least(input_tokens, cached_tokens, cache_write_tokens, output_tokens) < 0 THEN
         -- quiet, and a count it cannot read
@@ -3459,7 +3466,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.usage_tokens(jsonb, boolean) IS
-'A provider''s usage object (OpenAI Chat Completions or Responses, Anthropic Messages) normalized: provider, input tokens (all, cached or not), cache reads, cache writes, output tokens; raises for any other object, or with quiet gives NULLs';
+'A provider''s usage object (OpenAI Chat Completions or Responses, Anthropic Messages, Gemini usageMetadata) normalized: provider, input tokens (all, cached or not), cache reads, cache writes, output tokens; raises for any other object, or with quiet gives NULLs';
 
 -- The row of ctxwin.models whose prices a model name takes: the model of
 -- that name, else the longest model name it starts with followed by "-"

@@ -18,7 +18,9 @@ faults chosen by the requested model name:
   fault-500             500 with the provider's error JSON, always
   fault-503-then-ok     503 for the first request of a given body, then ok
   fault-429             429 with Retry-After: 1 for the first request of a
-                        given body, then ok
+                        given body, then ok (Gemini: no header, but a
+                        google.rpc.RetryInfo with "retryDelay": "1.5s" in
+                        the error's details, as Gemini says it)
   fault-529             529 overloaded with Retry-After: 1, always
   fault-502-html        502 with an HTML page (a proxy in front), always
   fault-timeout         answers (ok) only after --slow seconds
@@ -523,8 +525,15 @@ class Handler(BaseHTTPRequestHandler):
     def plan(self, provider, body, entry, req_id, auth_ok, sent_key):
         """What to answer: status, data, content type, headers, how to send it."""
         def error(status, message, kind=None, headers=()):
-            return {"status": status, "data": json.dumps(error_body(provider, status, message, kind)).encode(),
-                    "headers": headers}
+            b = error_body(provider, status, message, kind)
+            if provider == "gemini" and status == 429:
+                # Gemini says how long to wait in the body, not in a header
+                wait = dict(headers).get("Retry-After")
+                headers = [h for h in headers if h[0] != "Retry-After"]
+                if wait:
+                    b["error"]["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                              "retryDelay": "%gs" % (float(wait) * 1.5)}]
+            return {"status": status, "data": json.dumps(b).encode(), "headers": headers}
 
         if not auth_ok:
             if provider == "gemini":

@@ -41,7 +41,16 @@ INSERT INTO shapes VALUES
     -- without caching, the cache fields are null or absent
     ('anthropic plain', '{"input_tokens": 12, "output_tokens": 6, "cache_creation_input_tokens": null,
                           "cache_read_input_tokens": null}'),
-    ('anthropic bare', '{"input_tokens": 12, "output_tokens": 6}');
+    ('anthropic bare', '{"input_tokens": 12, "output_tokens": 6}'),
+    -- Gemini's usageMetadata, from the generateContent reference: a
+    -- thinking model's thoughts are billed as output; a context cache hit
+    -- is part of promptTokenCount; tool-use prompts are input too
+    ('gemini', '{"promptTokenCount": 11, "candidatesTokenCount": 26, "totalTokenCount": 37,
+                 "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 11}]}'),
+    ('gemini thinking', '{"promptTokenCount": 4200, "cachedContentTokenCount": 4096, "candidatesTokenCount": 180,
+                          "thoughtsTokenCount": 612, "toolUsePromptTokenCount": 35, "totalTokenCount": 5027}'),
+    -- a prompt blocked before any candidate: no candidatesTokenCount
+    ('gemini blocked', '{"promptTokenCount": 9, "totalTokenCount": 9}');
 
 SELECT results_eq(
     $$SELECT s.name, t.provider, t.input_tokens, t.cached_tokens, t.cache_write_tokens, t.output_tokens
@@ -54,17 +63,24 @@ SELECT results_eq(
              ('chat', 'openai', 19, 0, 0, 10),
              ('chat bare', 'openai', 1200, 0, 0, 150),
              ('chat cached', 'openai', 2006, 1920, 0, 300),
+             ('gemini', 'gemini', 11, 0, 0, 26),
+             ('gemini blocked', 'gemini', 9, 0, 0, 0),
+             ('gemini thinking', 'gemini', 4235, 4096, 0, 792),
              ('responses', 'openai', 36, 0, 0, 87),
              ('responses cached', 'openai', 5000, 4096, 0, 512)$$,
-    'usage_tokens normalizes each shape: input is every prompt token (OpenAI''s includes its cache reads, Anthropic''s is added to its cache reads and writes)');
+    'usage_tokens normalizes each shape: input is every prompt token (OpenAI''s and Gemini''s include their cache reads, Anthropic''s is added to its cache reads and writes; Gemini''s tool-use prompt is input, its thoughts output)');
+SELECT throws_ok($$SELECT ctxwin.usage_tokens('{"promptTokenCount": 5, "candidatesTokenCount": 1, "prompt_tokens": 5}')$$,
+                 '22023', 'usage is not an OpenAI, Anthropic or Gemini usage object', 'Gemini''s shape with OpenAI''s');
+SELECT throws_ok($$SELECT ctxwin.usage_tokens('{"candidatesTokenCount": 3}')$$,
+                 '22023', 'usage field "promptTokenCount" is missing', 'a Gemini object without its prompt count');
 
 -- What a usage object that is none of them gets.
 SELECT throws_ok($$SELECT ctxwin.usage_tokens('{"tokens": 5, "cost": 1}')$$, '22023',
-                 'usage is neither an OpenAI nor an Anthropic usage object', 'an object of neither shape');
+                 'usage is not an OpenAI, Anthropic or Gemini usage object', 'an object of neither shape');
 SELECT throws_ok($$SELECT ctxwin.usage_tokens('{"prompt_tokens": 5, "completion_tokens": 1, "input_tokens": 5, "output_tokens": 1}')$$,
-                 '22023', 'usage is neither an OpenAI nor an Anthropic usage object', 'an object of both shapes');
+                 '22023', 'usage is not an OpenAI, Anthropic or Gemini usage object', 'an object of both shapes');
 SELECT throws_ok($$SELECT ctxwin.usage_tokens('{"input_tokens": 5, "output_tokens": 1, "total_tokens": 6, "cache_read_input_tokens": 0}')$$,
-                 '22023', 'usage is neither an OpenAI nor an Anthropic usage object',
+                 '22023', 'usage is not an OpenAI, Anthropic or Gemini usage object',
                  'a Responses API object with Anthropic''s cache fields');
 SELECT throws_ok($$SELECT ctxwin.usage_tokens('[{"prompt_tokens": 5}]')$$, '22023',
                  'usage must be a JSON object, not array', 'an array');
@@ -117,7 +133,7 @@ SELECT throws_ok($$SELECT ctxwin.context_status('00000000-0000-4000-8000-0000000
 SELECT throws_ok($$SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a1', NULL)$$, '22004',
                  'usage must not be null', 'a NULL usage');
 SELECT throws_ok($$SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a1', '{"total": 3}')$$, '22023',
-                 'usage is neither an OpenAI nor an Anthropic usage object', 'a usage object of neither shape');
+                 'usage is not an OpenAI, Anthropic or Gemini usage object', 'a usage object of neither shape');
 SELECT throws_ok($$SELECT ctxwin.record_usage('00000000-0000-4000-8000-0000000000a1', '{"prompt_tokens": 1, "completion_tokens": 1}', 13, 100)$$,
                  '22023', 'window_first_id 13 is not a message of session 00000000-0000-4000-8000-0000000000a1',
                  'a window that starts past the newest message');

@@ -211,42 +211,33 @@ COMMENT ON FUNCTION ctxwin._caller_sees_session(uuid) IS
 /*
  * After a failed LLM request (status NULL: no HTTP answer, such as a
  * connection failure or a timeout), whether and when to send it again; the
- * one retry policy of summarize_session and the worker.  failures: the
- * charged failures before this one; rate_waits: the waits for 429/529 so far.
+ * one retry policy of summarize_session and the worker (which calls it in
+ * C, LlmNextTry in src/llm/provider.c).  failures: the charged failures
+ * before this one; rate_waits: the waits for 429/529 so far.
  *  - other 4xx are refusals: {"retry": false, "refused": true}
  *  - 429 and 529 wait as Retry-After says (seconds, at most 60; else 1, 2,
  *    4 s), up to 3 times, without counting as a failure: "charged": false
  *  - everything else (timeouts, 408, 409, 5xx, 429/529 after 3 waits) backs
  *    off 0.25, 0.5, 1 ... s (at most 30), up to max_retries times
+ * The Retry-After of an answer is its header's, or where a provider says
+ * it in the body instead (Gemini's RetryInfo), that (_llm_post).
  */
 CREATE FUNCTION ctxwin._llm_next_try(status int, retry_after text, failures int, rate_waits int, max_retries int)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE
-    WHEN status IS NOT NULL AND NOT (status IN (408, 409, 429, 529) OR status >= 500)
-        THEN '{"retry": false, "refused": true}'::jsonb
-    WHEN status IN (429, 529) AND rate_waits < 3
-        THEN jsonb_build_object('retry', true, 'refused', false, 'charged', false, 'wait',
-                                CASE WHEN retry_after ~ '^\s*[0-9]{1,6}(\.[0-9]+)?\s*$'
-                                     THEN least(retry_after::numeric, 60::numeric)
-                                     ELSE least(power(2::float8, rate_waits::float8), 30::float8) END)
-    WHEN failures >= max_retries
-        THEN '{"retry": false, "refused": false}'::jsonb
-    ELSE jsonb_build_object('retry', true, 'refused', false, 'charged', true,
-                            'wait', least(0.25::float8 * power(2::float8, failures::float8), 30::float8))
-END;
+AS 'MODULE_PATHNAME', 'ctxwin_llm_next_try'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_next_try(int, text, int, int, int) IS
 'Whether and after how many seconds to send a failed LLM request again, and whether the failure counts';
 
--- A short description of an LLM error answer: status and the provider's message.
+-- A short description of an LLM error answer: status and the provider's
+-- message (at most 300 characters of it).
 CREATE FUNCTION ctxwin._llm_error_text(r jsonb)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN format('HTTP %s: %s', r ->> 'status',
-              left(coalesce(r -> 'body' -> 'error' ->> 'message', r -> 'body' ->> 'error', (r -> 'body')::text), 300));
+AS 'MODULE_PATHNAME', 'ctxwin_llm_error_text'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_error_text(jsonb) IS
 'Status and message of an LLM error answer, for errors and last_error';

@@ -62,9 +62,12 @@ COMMENT ON FUNCTION ctxwin._usage_count(jsonb, text[], boolean, boolean) IS
 --     input_tokens_details.cached_tokens, output_tokens, and total_tokens
 --     or the *_details objects, which Anthropic never sends;
 --   Anthropic Messages: input_tokens (neither cache reads nor cache writes),
---     cache_read_input_tokens, cache_creation_input_tokens, output_tokens.
+--     cache_read_input_tokens, cache_creation_input_tokens, output_tokens;
+--   Google Gemini (usageMetadata): promptTokenCount (cache reads included),
+--     toolUsePromptTokenCount, cachedContentTokenCount,
+--     candidatesTokenCount, thoughtsTokenCount.
 -- input_tokens is every prompt token, cached or not; output_tokens includes
--- reasoning tokens, as both providers bill them.
+-- reasoning tokens (Gemini's thoughts), as the providers bill them.
 CREATE FUNCTION ctxwin.usage_tokens(usage jsonb, quiet boolean DEFAULT false,
                                     OUT provider text, OUT input_tokens bigint, OUT cached_tokens bigint,
                                     OUT cache_write_tokens bigint, OUT output_tokens bigint)
@@ -75,7 +78,9 @@ DECLARE
     io boolean;
     responses boolean;
     anthropic boolean;
+    gemini boolean;
     base bigint;
+    extra bigint;
 BEGIN
     IF usage IS NULL OR jsonb_typeof(usage) IS DISTINCT FROM 'object' THEN
         IF quiet THEN
@@ -91,19 +96,30 @@ BEGIN
     io := usage ? 'input_tokens' OR usage ? 'output_tokens';
     responses := usage ? 'input_tokens_details' OR usage ? 'output_tokens_details' OR usage ? 'total_tokens';
     anthropic := usage ? 'cache_read_input_tokens' OR usage ? 'cache_creation_input_tokens';
-    IF chat AND NOT io THEN
+    gemini := usage ? 'promptTokenCount' OR usage ? 'candidatesTokenCount' OR usage ? 'totalTokenCount';
+    IF gemini AND NOT chat AND NOT io THEN
+        provider := 'gemini';
+        base := ctxwin._usage_count(usage, '{promptTokenCount}', true, quiet);
+        extra := coalesce(ctxwin._usage_count(usage, '{toolUsePromptTokenCount}', false, quiet), 0);
+        input_tokens := CASE WHEN base >= 0 AND extra >= 0 THEN base + extra ELSE -1 END;
+        cached_tokens := coalesce(ctxwin._usage_count(usage, '{cachedContentTokenCount}', false, quiet), 0);
+        cache_write_tokens := 0;
+        base := coalesce(ctxwin._usage_count(usage, '{candidatesTokenCount}', false, quiet), 0);
+        extra := coalesce(ctxwin._usage_count(usage, '{thoughtsTokenCount}', false, quiet), 0);
+        output_tokens := CASE WHEN base >= 0 AND extra >= 0 THEN base + extra ELSE -1 END;
+    ELSIF chat AND NOT io AND NOT gemini THEN
         provider := 'openai';
         input_tokens := ctxwin._usage_count(usage, '{prompt_tokens}', true, quiet);
         cached_tokens := coalesce(ctxwin._usage_count(usage, '{prompt_tokens_details,cached_tokens}', false, quiet), 0);
         cache_write_tokens := 0;
         output_tokens := ctxwin._usage_count(usage, '{completion_tokens}', true, quiet);
-    ELSIF io AND NOT chat AND responses AND NOT anthropic THEN
+    ELSIF io AND NOT chat AND responses AND NOT anthropic AND NOT gemini THEN
         provider := 'openai';
         input_tokens := ctxwin._usage_count(usage, '{input_tokens}', true, quiet);
         cached_tokens := coalesce(ctxwin._usage_count(usage, '{input_tokens_details,cached_tokens}', false, quiet), 0);
         cache_write_tokens := 0;
         output_tokens := ctxwin._usage_count(usage, '{output_tokens}', true, quiet);
-    ELSIF io AND NOT chat AND NOT responses THEN
+    ELSIF io AND NOT chat AND NOT responses AND NOT gemini THEN
         provider := 'anthropic';
         base := ctxwin._usage_count(usage, '{input_tokens}', true, quiet);
         cached_tokens := coalesce(ctxwin._usage_count(usage, '{cache_read_input_tokens}', false, quiet), 0);
@@ -117,11 +133,11 @@ BEGIN
     ELSIF quiet THEN
         RETURN;
     ELSE
-        RAISE EXCEPTION 'usage is neither an OpenAI nor an Anthropic usage object'
+        RAISE EXCEPTION 'usage is not an OpenAI, Anthropic or Gemini usage object'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('Its keys are: %s.',
                                   coalesce((SELECT string_agg(k, ', ' ORDER BY k) FROM jsonb_object_keys(usage) k), 'none')),
-                  HINT = 'Pass the "usage" object of the answer as it came: OpenAI Chat Completions (prompt_tokens, completion_tokens ...), OpenAI Responses (input_tokens, output_tokens, input_tokens_details ...) or Anthropic Messages (input_tokens, output_tokens, cache_read_input_tokens ...).';
+                  HINT = 'Pass the "usage" object of the answer as it came: OpenAI Chat Completions (prompt_tokens, completion_tokens ...), OpenAI Responses (input_tokens, output_tokens, input_tokens_details ...) Anthropic Messages (input_tokens, output_tokens, cache_read_input_tokens ...) or Gemini (its usageMetadata: promptTokenCount, candidatesTokenCount ...).';
     END IF;
     IF least(input_tokens, cached_tokens, cache_write_tokens, output_tokens) < 0 THEN
         -- quiet, and a count it cannot read
@@ -146,7 +162,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION ctxwin.usage_tokens(jsonb, boolean) IS
-'A provider''s usage object (OpenAI Chat Completions or Responses, Anthropic Messages) normalized: provider, input tokens (all, cached or not), cache reads, cache writes, output tokens; raises for any other object, or with quiet gives NULLs';
+'A provider''s usage object (OpenAI Chat Completions or Responses, Anthropic Messages, Gemini usageMetadata) normalized: provider, input tokens (all, cached or not), cache reads, cache writes, output tokens; raises for any other object, or with quiet gives NULLs';
 
 -- The row of ctxwin.models whose prices a model name takes: the model of
 -- that name, else the longest model name it starts with followed by "-"

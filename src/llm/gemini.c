@@ -134,6 +134,31 @@ Read(JsonbContainer *body, LlmReply *r)
 	r->stop_field = "finishReason";
 }
 
+/*
+ * The wait an error answer asks for: Gemini says it in the body, not in a
+ * Retry-After header: error.details[] holds a google.rpc.RetryInfo with
+ * "retryDelay": "37s" (a Duration in JSON: seconds, with an "s").
+ */
+static char *
+RetryAfter(JsonbContainer *body)
+{
+	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
+	JsonbValue *details = LlmMember(LlmMember(&b, "error"), "details");
+
+	for (int i = 0; i < LlmLength(details); i++)
+	{
+		JsonbValue *d = LlmElement(details, i);
+		char	   *type = LlmText(LlmMember(d, "@type"));
+		char	   *delay = LlmText(LlmMember(d, "retryDelay"));
+		size_t		n = delay ? strlen(delay) : 0;
+
+		if (type && strcmp(type, "type.googleapis.com/google.rpc.RetryInfo") == 0 &&
+			n > 1 && delay[n - 1] == 's')
+			return pnstrdup(delay, n - 1);
+	}
+	return NULL;
+}
+
 const LlmProvider llm_gemini = {
 	.name = "gemini",
 	.base_url = "https://generativelanguage.googleapis.com",
@@ -142,4 +167,5 @@ const LlmProvider llm_gemini = {
 	.auth = Auth,
 	.summary_request = SummaryRequest,
 	.read = Read,
+	.retry_after = RetryAfter,
 };

@@ -474,6 +474,16 @@ LlmTransferResult(LlmTransfer *t, int curl_code)
 		len = out.len;
 	}
 
+	/* a wait the provider asks for in its error's body, not in a header */
+	if (is_error && json_ok && t->rh.retry_after[0] == '\0' && t->provider->retry_after)
+	{
+		Jsonb	   *b = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(resp)));
+		char	   *ra = JB_ROOT_IS_OBJECT(b) ? t->provider->retry_after(&b->root) : NULL;
+
+		if (ra)
+			strlcpy(t->rh.retry_after, ra, sizeof(t->rh.retry_after));
+	}
+
 	initStringInfo(&out);
 	appendStringInfo(&out, "{\"status\": %ld, \"latency_ms\": %ld, \"provider\": ", status, elapsed_ms);
 	escape_json(&out, t->provider->name);

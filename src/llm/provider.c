@@ -20,8 +20,13 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+#include <math.h>
+
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -31,6 +36,8 @@
 
 PG_FUNCTION_INFO_V1(ctxwin_llm_request);
 PG_FUNCTION_INFO_V1(ctxwin_llm_answer);
+PG_FUNCTION_INFO_V1(ctxwin_llm_next_try);
+PG_FUNCTION_INFO_V1(ctxwin_llm_error_text);
 
 /* Every provider, by its ctxwin.llm_provider value (CtxwinProvider). */
 static const LlmProvider *const LlmProviders[] = {
@@ -309,4 +316,116 @@ ctxwin_llm_answer(PG_FUNCTION_ARGS)
 	else
 		appendStringInfoString(&out, "null}");
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}
+
+/*
+ * After a failed LLM request (status 0: no HTTP answer, such as a
+ * connection failure or a timeout), whether and when to send it again; the
+ * one retry policy of summarize_session and the worker.  failures: the
+ * charged failures before this one; rate_waits: the waits for 429/529 so
+ * far.
+ *  - other 4xx are refusals: not sent again
+ *  - 429 and 529 wait as Retry-After says (seconds, at most 60; else 1, 2,
+ *    4 s), up to 3 times, without counting as a failure
+ *  - everything else (timeouts, 408, 409, 5xx, 429/529 after 3 waits)
+ *    backs off 0.25, 0.5, 1 ... s (at most 30), up to max_retries times
+ */
+LlmRetry
+LlmNextTry(int status, const char *retry_after, int failures, int rate_waits, int max_retries)
+{
+	LlmRetry	r = {0};
+	double		secs;
+	char	   *end;
+
+	if (status != 0 && !(status == 408 || status == 409 || status == 429 || status == 529 || status >= 500))
+	{
+		r.refused = true;
+		return r;
+	}
+	if ((status == 429 || status == 529) && rate_waits < 3)
+	{
+		r.retry = true;
+		r.wait = Min(pow(2.0, rate_waits), 30.0);
+		if (retry_after)
+		{
+			/* seconds, as "^\s*[0-9]{1,6}(\.[0-9]+)?\s*$" */
+			const char *s = retry_after + strspn(retry_after, " \t");
+			size_t		digits = strspn(s, "0123456789");
+
+			secs = strtod(s, &end);
+			if (digits >= 1 && digits <= 6 && (*end == '\0' || strspn(end, " \t") == strlen(end)) &&
+				(s[digits] != '.' || isdigit((unsigned char) s[digits + 1])))
+				r.wait = Min(secs, 60.0);
+		}
+		return r;
+	}
+	if (failures >= max_retries)
+		return r;
+	r.retry = true;
+	r.charged = true;
+	r.wait = Min(0.25 * pow(2.0, failures), 30.0);
+	return r;
+}
+
+/* The first n characters of s, as left(text, n) gives them. */
+static char *
+LeftChars(const char *s, int n)
+{
+	const char *p = s;
+
+	for (int i = 0; i < n && *p; i++)
+		p += pg_mblen(p);
+	return pnstrdup(s, p - s);
+}
+
+/*
+ * A short description of an LLM error answer (of _llm_post, a transfer's
+ * result): its status and the provider's message, error.message (every
+ * provider's) or else its error or body, at most 300 characters of it.
+ */
+char *
+LlmErrorText(Jsonb *answer)
+{
+	JsonbValue	root = {.type = jbvBinary,.val.binary.data = &answer->root};
+	JsonbValue *body = LlmMember(&root, "body");
+	char	   *status = LlmText(LlmMember(&root, "status"));
+	char	   *msg = LlmText(LlmMember(LlmMember(body, "error"), "message"));
+
+	if (msg == NULL)
+		msg = LlmText(LlmMember(body, "error"));
+	if (msg == NULL && body != NULL)
+		msg = JsonOf(body);
+	return psprintf("HTTP %s: %s", status ? status : "", msg ? LeftChars(msg, 300) : "");
+}
+
+/*
+ * _llm_next_try(status int, retry_after text, failures int, rate_waits int,
+ * max_retries int) returns jsonb: LlmNextTry as {"retry", "refused"[,
+ * "charged", "wait"]}.
+ */
+Datum
+ctxwin_llm_next_try(PG_FUNCTION_ARGS)
+{
+	LlmRetry	r;
+
+	if (PG_ARGISNULL(2) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
+		PG_RETURN_NULL();
+	r = LlmNextTry(PG_ARGISNULL(0) ? 0 : PG_GETARG_INT32(0),
+				   PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)),
+				   PG_GETARG_INT32(2), PG_GETARG_INT32(3), PG_GETARG_INT32(4));
+	if (!r.retry)
+		PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(r.refused ?
+																	  "{\"retry\": false, \"refused\": true}" :
+																	  "{\"retry\": false, \"refused\": false}")));
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in,
+										CStringGetDatum(psprintf("{\"retry\": true, \"refused\": false, \"charged\": %s, \"wait\": %s}",
+																 r.charged ? "true" : "false",
+																 float8out_internal(r.wait)))));
+}
+
+/* _llm_error_text(r jsonb) returns text: LlmErrorText. */
+Datum
+ctxwin_llm_error_text(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(LlmErrorText(PG_GETARG_JSONB_P(0))));
 }

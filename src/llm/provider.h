@@ -76,7 +76,23 @@ typedef struct LlmProvider
 	 * (no choice, several, a tool call, a refusal).
 	 */
 	void		(*read) (JsonbContainer *body, LlmReply *r);
+
+	/*
+	 * Seconds to wait before sending again, read from an error answer's
+	 * body where the provider says it there and not in a Retry-After
+	 * header (Gemini's RetryInfo); NULL for none.  May be NULL.
+	 */
+	char	   *(*retry_after) (JsonbContainer *body);
 } LlmProvider;
+
+/* Whether and when to send a failed request again (LlmNextTry). */
+typedef struct LlmRetry
+{
+	bool		retry;			/* send it again */
+	bool		refused;		/* not sent again: the endpoint refused it (4xx) */
+	bool		charged;		/* counts as a failed attempt (not a rate-limit wait) */
+	double		wait;			/* seconds before sending again */
+} LlmRetry;
 
 extern const LlmProvider llm_openai;
 extern const LlmProvider llm_responses;
@@ -94,5 +110,8 @@ extern JsonbValue *LlmElement(JsonbValue *v, int i);
 extern char *LlmText(JsonbValue *v);
 extern bool LlmIsType(JsonbValue *v, const char *type);
 extern void LlmAppendJson(StringInfo out, const char *key, const char *value);
+extern LlmRetry LlmNextTry(int status, const char *retry_after, int failures, int rate_waits,
+						   int max_retries);
+extern char *LlmErrorText(Jsonb *answer);
 
 #endif							/* CTXWIN_PROVIDER_H */

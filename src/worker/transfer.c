@@ -2,7 +2,7 @@
  * transfer.c
  *		The worker's LLM requests in flight: one libcurl multi handle, no
  *		transaction open while they run; each failed request is sent again
- *		as ctxwin._llm_next_try says (backoff, Retry-After).
+ *		as LlmNextTry (llm/provider.c) says (backoff, Retry-After).
  *
  * A job's request is a new attempt each time it is sent: what the previous
  * one left (its transfer, answer and errors) lives in the job's attempt
@@ -18,6 +18,7 @@
 #include "utils/memutils.h"
 #include "utils/numeric.h"
 
+#include "llm/provider.h"
 #include "worker/worker.h"
 
 /* Makes the multi handle the worker's requests run on (w->multi). */
@@ -249,47 +250,30 @@ TakeAnswer(Worker *w, Job *j)
 }
 
 /*
- * A failed request: ctxwin._llm_next_try says whether and when to send it
- * again (the retry policy summarize_session follows too).  Returns false
- * and sets j->failure when it is not to be sent again.
+ * A failed request: LlmNextTry (llm/provider.c) says whether and when to
+ * send it again (the retry policy summarize_session follows too, through
+ * _llm_next_try).  Returns false and sets j->failure when it is not to be
+ * sent again.
  */
 bool
 ScheduleRetry(Worker *w, Job *j, TimestampTz now)
 {
-	static CtxwinQuery next_try_q = {
-		"SELECT (n " OP("->>") " 'retry')::pg_catalog.bool, (n " OP("->>") " 'refused')::pg_catalog.bool, "
-		"(n " OP("->>") " 'charged')::pg_catalog.bool, (n " OP("->>") " 'wait')::pg_catalog.float8, "
-		"CASE WHEN a " OP("<>") " 'null' THEN ctxwin._llm_error_text(a) END "
-		"FROM (SELECT $1::pg_catalog.jsonb AS a) x, "
-		"ctxwin._llm_next_try((a " OP("->>") " 'status')::pg_catalog.int4, a " OP("->>") " 'retry_after', "
-		"$2, $3, $4) AS n",
-		4, {TEXTOID, INT4OID, INT4OID, INT4OID}, .once = true
-	};
-	Datum		values[4];
-	Datum		next[5];
-	bool		isnull[5];
-	char	   *err = NULL;
+	JsonbValue *ra = j->answer ?
+		getKeyJsonValueFromContainer(&j->answer->root, "retry_after", 11, NULL) : NULL;
+	LlmRetry	next = LlmNextTry(j->answer ? AnswerIntField(j->answer, "status", 0) : 0,
+								  ra && ra->type == jbvString ?
+								  pnstrdup(ra->val.string.val, ra->val.string.len) : NULL,
+								  j->attempts, j->rate_waits, ctxwin_llm_max_retries);
+	char	   *err = j->answer ? LlmErrorText(j->answer) : j->error ? j->error : "LLM request failed";
 
-	values[0] = CStringGetTextDatum(j->answer ?
-									JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)) :
-									"null");
-	values[1] = Int32GetDatum(j->attempts);
-	values[2] = Int32GetDatum(j->rate_waits);
-	values[3] = Int32GetDatum(ctxwin_llm_max_retries);
-	if (!SubxactQueryRow(&next_try_q, values, 5, next, isnull, &err, NULL))
+	if (!next.retry)
 	{
-		j->failure = psprintf("could not decide on a retry: %s", err);
-		return false;
-	}
-	err = !isnull[4] ? TextDatumGetCString(next[4]) : j->error ? j->error : "LLM request failed";
-	if (isnull[0] || !DatumGetBool(next[0]))
-	{
-		j->failure = !isnull[1] && DatumGetBool(next[1]) ?
+		j->failure = next.refused ?
 			psprintf("LLM endpoint refused the summary request: %s", err) :
 			psprintf("LLM request failed after %d requests: %s", j->requests, err);
 		return false;
 	}
-	if (!isnull[2] && DatumGetBool(next[2]))
+	if (next.charged)
 		j->attempts++;
 	else
 	{
@@ -298,6 +282,6 @@ ScheduleRetry(Worker *w, Job *j, TimestampTz now)
 	}
 	SlotCount(w, &w->slot->retries, 1);
 	j->finished = false;
-	j->next_at = now + (TimestampTz) ((isnull[3] ? 0.0 : DatumGetFloat8(next[3])) * USECS_PER_SEC);
+	j->next_at = now + (TimestampTz) (next.wait * USECS_PER_SEC);
 	return true;
 }
