@@ -585,3 +585,7 @@ END $$;
 
 COMMENT ON FUNCTION ctxwin.usage_tokens(jsonb, boolean) IS
 'A provider''s usage object (OpenAI Chat Completions or Responses, Anthropic Messages, Gemini usageMetadata) normalized: provider, input tokens (all, cached or not), cache reads, cache writes, output tokens; raises for any other object, or with quiet gives NULLs';
+
+-- build_request speaks the formats of the Responses API and of Gemini.
+COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
+'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; responses: {"model", "input", "max_output_tokens", "tools", "prompt_cache_key"}; gemini: {"contents", "systemInstruction", "tools", "generationConfig"} (the model goes into the URL); the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';

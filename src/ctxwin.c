@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "compat/compat.h"
+#include "llm/provider.h"
 #include "ingest/ingest.h"
 #include "worker/worker.h"
 
@@ -40,6 +41,7 @@ _PG_init(void)
 	CtxwinMallocSettle();
 	CtxwinBookkeepingInit();
 	CtxwinTriggerInit();
+	LlmRegisterFormats();
 
 	if (process_shared_preload_libraries_in_progress)
 		CtxwinWorkerRegister();

@@ -301,8 +301,8 @@ SELECT is(ctxwin.build_request('90000000-0000-4000-8000-000000000006', 2000, 'op
 SELECT is(ctxwin.build_request('90000000-0000-4000-8000-000000000001') -> 'messages',
           ctxwin.build_context('90000000-0000-4000-8000-000000000001'),
           'build_request with the defaults: build_context''s default window');
-SELECT throws_ok($$SELECT ctxwin.build_request('90000000-0000-4000-8000-000000000001', 900, 'gemini')$$,
-                 '22023', 'unrecognized format "gemini"', 'build_request: an unknown format');
+SELECT throws_ok($$SELECT ctxwin.build_request('90000000-0000-4000-8000-000000000001', 900, 'vertex')$$,
+                 '22023', 'unrecognized format "vertex"', 'build_request: an unknown format');
 SELECT throws_ok($$SELECT ctxwin.build_request('90000000-0000-4000-8000-0000000000ff')$$,
                  'P0002', 'session 90000000-0000-4000-8000-0000000000ff does not exist', 'build_request: an unknown session');
 SELECT throws_ok($$SELECT ctxwin.build_request(NULL)$$, '22004', 'session id must not be null', 'build_request: a NULL session');

@@ -102,7 +102,7 @@ LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
-'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
+'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; responses: {"model", "input", "max_output_tokens", "tools", "prompt_cache_key"}; gemini: {"contents", "systemInstruction", "tools", "generationConfig"} (the model goes into the URL); the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
 
 -- build_request's body with the rows its window shows, as build_window
 -- returns build_context's: for append_and_build (sql/install/85_clients.sql).

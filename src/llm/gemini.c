@@ -10,11 +10,14 @@
  */
 #include "postgres.h"
 
+#include "common/jsonapi.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 
+#include "compat/compat.h"
 #include "llm/provider.h"
 
 /* A candidate's finishReason, or, with no candidate, promptFeedback.blockReason. */
@@ -159,6 +162,214 @@ RetryAfter(JsonbContainer *body)
 	return NULL;
 }
 
+/* A separator before the next element of an array being written. */
+static void
+Next(StringInfo out)
+{
+	if (out->data[out->len - 1] != '[')
+		appendStringInfoString(out, ", ");
+}
+
+/* A chat content part as a Gemini part: text, an inline image, or a file by URI. */
+static void
+AppendPart(StringInfo out, JsonbValue *part)
+{
+	if (LlmIsType(part, "image_url"))
+	{
+		char	   *url = LlmText(LlmMember(LlmMember(part, "image_url"), "url"));
+		const char *comma = url ? strchr(url, ',') : NULL;
+
+		if (url && strncmp(url, "data:", 5) == 0 && comma)
+		{
+			/* data:image/png;base64,DATA */
+			const char *semi = memchr(url + 5, ';', comma - url - 5);
+
+			appendStringInfoString(out, "{\"inlineData\": {");
+			LlmAppendJson(out, "mimeType", pnstrdup(url + 5, (semi ? semi : comma) - url - 5));
+			LlmAppendJson(out, "data", comma + 1);
+			appendStringInfoString(out, "}}");
+		}
+		else
+		{
+			appendStringInfoString(out, "{\"fileData\": {");
+			LlmAppendJson(out, "fileUri", url);
+			appendStringInfoString(out, "}}");
+		}
+		return;
+	}
+	appendStringInfoChar(out, '{');
+	LlmAppendJson(out, "text", LlmIsType(part, "text") ? LlmText(LlmMember(part, "text")) : LlmJson(part));
+	appendStringInfoChar(out, '}');
+}
+
+/* A tool call's arguments (a JSON string) as functionCall.args, which must be an object. */
+static void
+AppendArgs(StringInfo out, const char *args)
+{
+	JsonLexContext *lex;
+	const char *p = args ? args + strspn(args, " \t\r\n") : NULL;
+
+	if (p && *p == '{')
+	{
+		lex = makeJsonLexContextCstringLen_compat((char *) args, strlen(args), GetDatabaseEncoding(), false);
+		if (pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS)
+		{
+			appendStringInfoString(out, ", \"args\": ");
+			appendStringInfoString(out, args);
+			return;
+		}
+	}
+	appendStringInfoString(out, ", \"args\": {");
+	LlmAppendJson(out, "arguments", args ? args : "");
+	appendStringInfoChar(out, '}');
+}
+
+/* The function name of the tool call id among the messages, for its functionResponse. */
+static char *
+CallName(JsonbValue *msgs, const char *id)
+{
+	for (int i = 0; id && i < LlmLength(msgs); i++)
+	{
+		JsonbValue *calls = LlmMember(LlmElement(msgs, i), "tool_calls");
+
+		for (int k = 0; k < LlmLength(calls); k++)
+		{
+			char	   *cid = LlmText(LlmMember(LlmElement(calls, k), "id"));
+
+			if (cid && strcmp(cid, id) == 0)
+				return LlmText(LlmMember(LlmMember(LlmElement(calls, k), "function"), "name"));
+		}
+	}
+	return NULL;
+}
+
+/*
+ * build_request's body for generateContent, from the Chat Completions one
+ * (the model is not in it: it goes into the URL): the system messages as
+ * systemInstruction; each other message a turn of "contents", the
+ * assistant's as "model" (its tool calls as functionCall parts, their
+ * arguments as an object), a tool result as a functionResponse part of a
+ * "user" turn ({"output": its text}, named by its call); turns of one role
+ * in a row merged into one, as Gemini wants them; images as inlineData
+ * (data: URLs) or fileData; the tools as one functionDeclarations list
+ * (their JSON Schema as parametersJsonSchema); maxOutputTokens.
+ */
+static Jsonb *
+FromChat(Jsonb *chat)
+{
+	JsonbValue	b = {.type = jbvBinary,.val.binary.data = &chat->root};
+	JsonbValue *msgs = LlmMember(&b, "messages");
+	JsonbValue *tools = LlmMember(&b, "tools");
+	JsonbValue *v;
+	StringInfoData out;
+	StringInfoData sys;
+	const char *turn = NULL;	/* the role of the turn open in out */
+
+	initStringInfo(&out);
+	initStringInfo(&sys);
+	appendStringInfoString(&out, "{\"contents\": [");
+	for (int i = 0; i < LlmLength(msgs); i++)
+	{
+		JsonbValue *m = LlmElement(msgs, i);
+		char	   *role = LlmText(LlmMember(m, "role"));
+		JsonbValue *content = LlmMember(m, "content");
+		JsonbValue *calls = LlmMember(m, "tool_calls");
+		const char *r;
+
+		if (role && (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0))
+		{
+			if (sys.len > 0)
+				appendStringInfoString(&sys, ", ");
+			appendStringInfoChar(&sys, '{');
+			LlmAppendJson(&sys, "text", LlmContentText(content));
+			appendStringInfoChar(&sys, '}');
+			continue;
+		}
+		r = role && strcmp(role, "assistant") == 0 ? "model" : "user";
+		if (turn == NULL || strcmp(turn, r) != 0)
+		{
+			if (turn)
+				appendStringInfoString(&out, "]}");
+			Next(&out);
+			appendStringInfoChar(&out, '{');
+			LlmAppendJson(&out, "role", r);
+			appendStringInfoString(&out, ", \"parts\": [");
+			turn = r;
+		}
+		if (role && strcmp(role, "tool") == 0)
+		{
+			char	   *id = LlmText(LlmMember(m, "tool_call_id"));
+			char	   *name = CallName(msgs, id);
+
+			if (name == NULL)
+				name = LlmText(LlmMember(m, "name"));
+			Next(&out);
+			appendStringInfoString(&out, "{\"functionResponse\": {");
+			if (id)
+				LlmAppendJson(&out, "id", id);
+			LlmAppendJson(&out, "name", name ? name : "tool");
+			appendStringInfoString(&out, ", \"response\": {");
+			LlmAppendJson(&out, "output", LlmContentText(content));
+			appendStringInfoString(&out, "}}}");
+			continue;
+		}
+		if (LlmLength(content) >= 0)
+			for (int k = 0; k < LlmLength(content); k++)
+			{
+				Next(&out);
+				AppendPart(&out, LlmElement(content, k));
+			}
+		else if (content && content->type == jbvString && (content->val.string.len > 0 || LlmLength(calls) <= 0))
+		{
+			Next(&out);
+			appendStringInfoChar(&out, '{');
+			LlmAppendValue(&out, "text", content);
+			appendStringInfoChar(&out, '}');
+		}
+		for (int k = 0; k < LlmLength(calls); k++)
+		{
+			JsonbValue *c = LlmElement(calls, k);
+			JsonbValue *f = LlmMember(c, "function");
+
+			Next(&out);
+			appendStringInfoString(&out, "{\"functionCall\": {");
+			LlmAppendValue(&out, "id", LlmMember(c, "id"));
+			LlmAppendValue(&out, "name", LlmMember(f, "name"));
+			AppendArgs(&out, LlmText(LlmMember(f, "arguments")));
+			appendStringInfoString(&out, "}}");
+		}
+	}
+	if (turn)
+		appendStringInfoString(&out, "]}");
+	appendStringInfoChar(&out, ']');
+	if (sys.len > 0)
+		appendStringInfo(&out, ", \"systemInstruction\": {\"parts\": [%s]}", sys.data);
+	if (LlmLength(tools) > 0)
+	{
+		appendStringInfoString(&out, ", \"tools\": [{\"functionDeclarations\": [");
+		for (int i = 0; i < LlmLength(tools); i++)
+		{
+			JsonbValue *f = LlmMember(LlmElement(tools, i), "function");
+
+			if (f == NULL)
+				continue;
+			Next(&out);
+			appendStringInfoChar(&out, '{');
+			LlmAppendValue(&out, "name", LlmMember(f, "name"));
+			if ((v = LlmMember(f, "description")) != NULL)
+				LlmAppendValue(&out, "description", v);
+			if ((v = LlmMember(f, "parameters")) != NULL)
+				LlmAppendValue(&out, "parametersJsonSchema", v);
+			appendStringInfoChar(&out, '}');
+		}
+		appendStringInfoString(&out, "]}]");
+	}
+	if ((v = LlmMember(&b, "max_tokens")) != NULL)
+		appendStringInfo(&out, ", \"generationConfig\": {\"maxOutputTokens\": %s}", LlmJson(v));
+	appendStringInfoChar(&out, '}');
+	return LlmJsonb(&out);
+}
+
 const LlmProvider llm_gemini = {
 	.name = "gemini",
 	.base_url = "https://generativelanguage.googleapis.com",
@@ -168,4 +379,5 @@ const LlmProvider llm_gemini = {
 	.summary_request = SummaryRequest,
 	.read = Read,
 	.retry_after = RetryAfter,
+	.from_chat = FromChat,
 };

@@ -33,6 +33,7 @@
 
 #include "base/base.h"
 #include "llm/provider.h"
+#include "window/window.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_llm_request);
 PG_FUNCTION_INFO_V1(ctxwin_llm_answer);
@@ -163,8 +164,8 @@ LlmAppendJson(StringInfo out, const char *key, const char *value)
 }
 
 /* A JsonbValue as JSON text; "null" for NULL. */
-static char *
-JsonOf(JsonbValue *v)
+char *
+LlmJson(JsonbValue *v)
 {
 	Jsonb	   *j;
 
@@ -172,6 +173,56 @@ JsonOf(JsonbValue *v)
 		return "null";
 	j = JsonbValueToJsonb(v);
 	return JsonbToCString(NULL, &j->root, VARSIZE(j));
+}
+
+/* "key": the JSON of v, after a comma as LlmAppendJson puts one. */
+void
+LlmAppendValue(StringInfo out, const char *key, JsonbValue *v)
+{
+	if (out->len > 0 && out->data[out->len - 1] != '{' && out->data[out->len - 1] != '[')
+		appendStringInfoString(out, ", ");
+	escape_json(out, key);
+	appendStringInfoString(out, ": ");
+	appendStringInfoString(out, LlmJson(v));
+}
+
+/*
+ * The text of a chat message's content: a string, or its text parts
+ * joined; "" for none.
+ */
+char *
+LlmContentText(JsonbValue *content)
+{
+	StringInfoData s;
+
+	if (content && content->type == jbvString)
+		return LlmText(content);
+	initStringInfo(&s);
+	for (int i = 0; i < LlmLength(content); i++)
+	{
+		JsonbValue *part = LlmElement(content, i);
+		char	   *t = LlmIsType(part, "text") ? LlmText(LlmMember(part, "text")) : NULL;
+
+		if (t)
+			appendStringInfoString(&s, t);
+	}
+	return s.data;
+}
+
+/* JSON text as a jsonb. */
+Jsonb *
+LlmJsonb(StringInfo json)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json->data)));
+}
+
+/* Registers build_request's formats of the providers that have one (module load). */
+void
+LlmRegisterFormats(void)
+{
+	for (int i = 0; i < (int) lengthof(LlmProviders); i++)
+		if (LlmProviders[i] && LlmProviders[i]->from_chat)
+			CtxwinRegisterRequestFormat(LlmProviders[i]->name, LlmProviders[i]->from_chat);
 }
 
 /* The text with spaces (only) taken off both ends, as btrim(text) does. */
@@ -309,7 +360,7 @@ ctxwin_llm_answer(PG_FUNCTION_ARGS)
 	initStringInfo(&out);
 	appendStringInfoChar(&out, '{');
 	LlmAppendJson(&out, "content", content);
-	appendStringInfo(&out, ", \"model\": %s, \"usage\": %s, \"latency_ms\": ", JsonOf(r.model), JsonOf(r.usage));
+	appendStringInfo(&out, ", \"model\": %s, \"usage\": %s, \"latency_ms\": ", LlmJson(r.model), LlmJson(r.usage));
 	latency = LlmText(LlmMember(&root, "latency_ms"));
 	if (latency && sscanf(latency, "%d", &code) == 1)
 		appendStringInfo(&out, "%d}", code);
@@ -394,7 +445,7 @@ LlmErrorText(Jsonb *answer)
 	if (msg == NULL)
 		msg = LlmText(LlmMember(body, "error"));
 	if (msg == NULL && body != NULL)
-		msg = JsonOf(body);
+		msg = LlmJson(body);
 	return psprintf("HTTP %s: %s", status ? status : "", msg ? LeftChars(msg, 300) : "");
 }
 

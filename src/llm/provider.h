@@ -83,6 +83,13 @@ typedef struct LlmProvider
 	 * header (Gemini's RetryInfo); NULL for none.  May be NULL.
 	 */
 	char	   *(*retry_after) (JsonbContainer *body);
+
+	/*
+	 * build_request's body in the provider's format, from the OpenAI Chat
+	 * Completions body of the same window (window/request.c); NULL where
+	 * build_request makes it itself (openai, anthropic: window/format.c).
+	 */
+	Jsonb	   *(*from_chat) (Jsonb *chat);
 } LlmProvider;
 
 /* Whether and when to send a failed request again (LlmNextTry). */
@@ -110,6 +117,11 @@ extern JsonbValue *LlmElement(JsonbValue *v, int i);
 extern char *LlmText(JsonbValue *v);
 extern bool LlmIsType(JsonbValue *v, const char *type);
 extern void LlmAppendJson(StringInfo out, const char *key, const char *value);
+extern void LlmAppendValue(StringInfo out, const char *key, JsonbValue *v);
+extern char *LlmJson(JsonbValue *v);
+extern char *LlmContentText(JsonbValue *content);
+extern Jsonb *LlmJsonb(StringInfo json);
+extern void LlmRegisterFormats(void);
 extern LlmRetry LlmNextTry(int status, const char *retry_after, int failures, int rate_waits,
 						   int max_retries);
 extern char *LlmErrorText(Jsonb *answer);

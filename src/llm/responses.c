@@ -105,6 +105,154 @@ Read(JsonbContainer *body, LlmReply *r)
 	r->model = LlmMember(&b, "model");
 }
 
+/* A content part of a chat message as a Responses input part. */
+static void
+AppendPart(StringInfo out, JsonbValue *part)
+{
+	if (LlmIsType(part, "text"))
+	{
+		appendStringInfoString(out, "{\"type\": \"input_text\"");
+		LlmAppendValue(out, "text", LlmMember(part, "text"));
+		appendStringInfoChar(out, '}');
+	}
+	else if (LlmIsType(part, "image_url"))
+	{
+		JsonbValue *img = LlmMember(part, "image_url");
+		JsonbValue *detail = LlmMember(img, "detail");
+
+		appendStringInfoString(out, "{\"type\": \"input_image\"");
+		LlmAppendValue(out, "image_url", LlmMember(img, "url"));
+		if (detail)
+			LlmAppendValue(out, "detail", detail);
+		else
+			LlmAppendJson(out, "detail", "auto");
+		appendStringInfoChar(out, '}');
+	}
+	else
+		appendStringInfoString(out, LlmJson(part));	/* as it is */
+}
+
+/* A separator before the next element of an array being written. */
+static void
+Next(StringInfo out)
+{
+	if (out->data[out->len - 1] != '[')
+		appendStringInfoString(out, ", ");
+}
+
+/*
+ * build_request's body for the Responses API, from the Chat Completions
+ * one: the messages as input items (a system, developer or user message
+ * as a message, its parts as input_text and input_image; an assistant's
+ * text as a message and each tool call as a function_call item; a tool
+ * result as a function_call_output), the tools flattened ({"type":
+ * "function", "name", "description", "parameters", "strict"}),
+ * max_output_tokens, prompt_cache_key.
+ */
+static Jsonb *
+FromChat(Jsonb *chat)
+{
+	JsonbValue	b = {.type = jbvBinary,.val.binary.data = &chat->root};
+	JsonbValue *msgs = LlmMember(&b, "messages");
+	JsonbValue *tools = LlmMember(&b, "tools");
+	JsonbValue *v;
+	StringInfoData out;
+
+	initStringInfo(&out);
+	appendStringInfoChar(&out, '{');
+	LlmAppendValue(&out, "model", LlmMember(&b, "model"));
+	appendStringInfoString(&out, ", \"input\": [");
+	for (int i = 0; i < LlmLength(msgs); i++)
+	{
+		JsonbValue *m = LlmElement(msgs, i);
+		char	   *role = LlmText(LlmMember(m, "role"));
+		JsonbValue *content = LlmMember(m, "content");
+		JsonbValue *calls = LlmMember(m, "tool_calls");
+
+		if (role && strcmp(role, "tool") == 0)
+		{
+			Next(&out);
+			appendStringInfoString(&out, "{\"type\": \"function_call_output\"");
+			LlmAppendValue(&out, "call_id", LlmMember(m, "tool_call_id"));
+			LlmAppendJson(&out, "output", LlmContentText(content));
+			appendStringInfoChar(&out, '}');
+			continue;
+		}
+		if (role && strcmp(role, "assistant") == 0)
+		{
+			char	   *text = LlmContentText(content);
+
+			if (text[0] != '\0' || LlmLength(calls) <= 0)
+			{
+				Next(&out);
+				appendStringInfoChar(&out, '{');
+				LlmAppendJson(&out, "role", "assistant");
+				LlmAppendJson(&out, "content", text);
+				appendStringInfoChar(&out, '}');
+			}
+			for (int k = 0; k < LlmLength(calls); k++)
+			{
+				JsonbValue *c = LlmElement(calls, k);
+				JsonbValue *f = LlmMember(c, "function");
+
+				Next(&out);
+				appendStringInfoString(&out, "{\"type\": \"function_call\"");
+				LlmAppendValue(&out, "call_id", LlmMember(c, "id"));
+				LlmAppendValue(&out, "name", LlmMember(f, "name"));
+				LlmAppendValue(&out, "arguments", LlmMember(f, "arguments"));
+				appendStringInfoChar(&out, '}');
+			}
+			continue;
+		}
+		Next(&out);
+		appendStringInfoChar(&out, '{');
+		LlmAppendJson(&out, "role", role);
+		if (LlmLength(content) >= 0)
+		{
+			appendStringInfoString(&out, ", \"content\": [");
+			for (int k = 0; k < LlmLength(content); k++)
+			{
+				Next(&out);
+				AppendPart(&out, LlmElement(content, k));
+			}
+			appendStringInfoChar(&out, ']');
+		}
+		else
+			LlmAppendValue(&out, "content", content);
+		appendStringInfoChar(&out, '}');
+	}
+	appendStringInfoChar(&out, ']');
+	if ((v = LlmMember(&b, "max_tokens")) != NULL)
+		LlmAppendValue(&out, "max_output_tokens", v);
+	if (LlmLength(tools) > 0)
+	{
+		appendStringInfoString(&out, ", \"tools\": [");
+		for (int i = 0; i < LlmLength(tools); i++)
+		{
+			JsonbValue *t = LlmElement(tools, i);
+			JsonbValue *f = LlmMember(t, "function");
+			static const char *const keys[] = {"name", "description", "parameters", "strict"};
+
+			Next(&out);
+			if (!LlmIsType(t, "function") || f == NULL)
+			{
+				appendStringInfoString(&out, LlmJson(t));
+				continue;
+			}
+			appendStringInfoString(&out, "{\"type\": \"function\"");
+			for (int k = 0; k < (int) lengthof(keys); k++)
+				if ((v = LlmMember(f, keys[k])) != NULL)
+					LlmAppendValue(&out, keys[k], v);
+			appendStringInfoChar(&out, '}');
+		}
+		appendStringInfoChar(&out, ']');
+	}
+	if ((v = LlmMember(&b, "prompt_cache_key")) != NULL)
+		LlmAppendValue(&out, "prompt_cache_key", v);
+	appendStringInfoChar(&out, '}');
+	return LlmJsonb(&out);
+}
+
 const LlmProvider llm_responses = {
 	.name = "responses",
 	.base_url = "https://api.openai.com/v1",
@@ -113,4 +261,5 @@ const LlmProvider llm_responses = {
 	.auth = Auth,
 	.summary_request = SummaryRequest,
 	.read = Read,
+	.from_chat = FromChat,
 };

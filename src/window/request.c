@@ -4,7 +4,9 @@
  *		build_request.
  *
  * An app POSTs it as it is: to OpenAI's chat completions (or an
- * OpenAI-compatible server) or to Anthropic's Messages API.  The model is
+ * OpenAI-compatible server) or to Anthropic's Messages API; or to another
+ * provider's API whose format a provider file registers
+ * (CtxwinRegisterRequestFormat; llm/responses.c, llm/gemini.c).  The model is
  * the session's (its profile's), the answer's limit the profile's
  * response_reserve, the window the one build_context returns for the same
  * arguments (format.c builds both bodies).
@@ -13,6 +15,8 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
 
 #include "recall/recall.h"
@@ -20,6 +24,62 @@
 
 PG_FUNCTION_INFO_V1(ctxwin_build_request);
 PG_FUNCTION_INFO_V1(ctxwin_request_window);
+
+#define MAX_FORMATS 8
+
+/* The formats providers registered: name, and the converter from OpenAI's. */
+static struct
+{
+	const char *name;
+	CtxwinRequestConverter convert;
+}			formats[MAX_FORMATS];
+static int	nformats = 0;
+
+/* Registers a provider's request format (at module load, before any call). */
+void
+CtxwinRegisterRequestFormat(const char *name, CtxwinRequestConverter convert)
+{
+	if (nformats >= MAX_FORMATS)
+		elog(ERROR, "too many request formats");
+	formats[nformats].name = name;
+	formats[nformats].convert = convert;
+	nformats++;
+}
+
+/*
+ * The format argument argno: *anthropic, or *convert for a registered one
+ * (NULL for openai); any other value is an error naming them all.
+ */
+static void
+FormatOfArg(FunctionCallInfo fcinfo, int argno, bool *anthropic, CtxwinRequestConverter *convert)
+{
+	char	   *format = PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	StringInfoData valid;
+
+	*anthropic = false;
+	*convert = NULL;
+	if (format != NULL && strcmp(format, "openai") == 0)
+		return;
+	if (format != NULL && strcmp(format, "anthropic") == 0)
+	{
+		*anthropic = true;
+		return;
+	}
+	for (int i = 0; format != NULL && i < nformats; i++)
+		if (strcmp(format, formats[i].name) == 0)
+		{
+			*convert = formats[i].convert;
+			return;
+		}
+	initStringInfo(&valid);
+	appendStringInfoString(&valid, "openai, anthropic");
+	for (int i = 0; i < nformats; i++)
+		appendStringInfo(&valid, "%s%s", i == nformats - 1 ? " and " : ", ", formats[i].name);
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unrecognized format \"%s\"", format ? format : "NULL"),
+			 errhint("Valid formats are %s.", valid.data)));
+}
 
 /*
  * build_request(session uuid, budget int, format text, tools jsonb, cache
@@ -49,7 +109,8 @@ PG_FUNCTION_INFO_V1(ctxwin_request_window);
 static Jsonb *
 RequestOfCall(FunctionCallInfo fcinfo, bool keys)
 {
-	bool		anthropic = CtxwinFormatArg(fcinfo, 2);
+	bool		anthropic;
+	CtxwinRequestConverter convert;
 	Jsonb	   *tools = CtxwinToolsArg(fcinfo, 3);
 	bool		cache = PG_NARGS() <= 4 || PG_ARGISNULL(4) || PG_GETARG_BOOL(4);
 	bool		recall = PG_NARGS() > 5 && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
@@ -59,6 +120,7 @@ RequestOfCall(FunctionCallInfo fcinfo, bool keys)
 	Jsonb	   *result;
 	MemoryContext callcxt = CurrentMemoryContext;
 
+	FormatOfArg(fcinfo, 2, &anthropic, &convert);
 	if (recall)
 		tools = CtxwinToolsWithRecall(tools);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -83,6 +145,10 @@ RequestOfCall(FunctionCallInfo fcinfo, bool keys)
 	if (anthropic)
 		result = CtxwinRequestAnthropic(&w, text_to_cstring(sv.st.model), sv.st.response_reserve,
 										tools, cache);
+	else if (convert)
+		result = convert(CtxwinRequestOpenAI(&w, text_to_cstring(sv.st.model), "max_tokens",
+											 sv.st.response_reserve, tools,
+											 cache ? CtxwinUuidText(sv.id) : NULL));
 	else
 		result = CtxwinRequestOpenAI(&w, text_to_cstring(sv.st.model),
 									 provider != NULL && strcmp(provider, "openai") == 0 ?

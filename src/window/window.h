@@ -135,6 +135,17 @@ extern Jsonb *CtxwinRequestOpenAI(const Window *w, const char *model, const char
 extern Jsonb *CtxwinRequestAnthropic(const Window *w, const char *model, int32 max_tokens,
 									 Jsonb *tools, bool cache);
 
+/* request.c */
+
+/*
+ * A request format build_request returns besides its own two (openai and
+ * anthropic, format.c): a provider's (llm/), registered at module load.
+ * It makes the body from the OpenAI Chat Completions body of the same
+ * window ("max_tokens" the answer's limit, "prompt_cache_key" with cache).
+ */
+typedef Jsonb *(*CtxwinRequestConverter) (Jsonb *chat_body);
+extern void CtxwinRegisterRequestFormat(const char *name, CtxwinRequestConverter convert);
+
 /* The prompt-cache breakpoints the Anthropic Messages API takes in one request. */
 #define CTXWIN_ANTHROPIC_MAX_BREAKPOINTS 4
 

@@ -117,9 +117,9 @@ export async function modelSummarizes(cw, profile, how = "auto") {
 /** Whether ctxwin's own worker calls an LLM for a profile (the Python client's test). */
 export async function serverLlm(cw, profile) {
     const r = await cw.query(`SELECT coalesce(p.summary_strategy,
-                     CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                     CASE WHEN coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') <> 'extractive'
                           THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
-            AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
+            AND coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') <> 'extractive' AS llm
      FROM ctxwin.profiles p WHERE p.name = $1::text`, [profile]);
     return r[0]?.["llm"] === true;
 }

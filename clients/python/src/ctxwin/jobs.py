@@ -51,9 +51,9 @@ RELEASE = "SELECT ctxwin.release_summary(%s::text) AS released"
 # the strategy as _summary_request reads it, and a provider set
 SERVER_LLM = """
 SELECT coalesce(p.summary_strategy,
-                CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
+                CASE WHEN coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') <> 'extractive'
                      THEN 'llm' ELSE 'extractive' END) IN ('llm', 'hybrid')
-       AND coalesce(current_setting('ctxwin.llm_provider', true), '') IN ('openai', 'anthropic') AS llm
+       AND coalesce(current_setting('ctxwin.llm_provider', true), 'extractive') <> 'extractive' AS llm
 FROM ctxwin.profiles p WHERE p.name = %s"""
 COUNT = """
 SELECT ctxwin.count_tokens(%s::text, coalesce((SELECT encoding FROM ctxwin.session_settings
