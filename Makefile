@@ -36,6 +36,7 @@ OBJS = \
 	src/llm/responses.o \
 	src/llm/anthropic.o \
 	src/llm/gemini.o \
+	src/llm/summarize.o \
 	src/summary/summary.o \
 	src/summary/compact.o \
 	src/summary/jobs.o \

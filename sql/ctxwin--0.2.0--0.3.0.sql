@@ -589,3 +589,30 @@ COMMENT ON FUNCTION ctxwin.usage_tokens(jsonb, boolean) IS
 -- build_request speaks the formats of the Responses API and of Gemini.
 COMMENT ON FUNCTION ctxwin.build_request(uuid, int, text, jsonb, boolean, boolean) IS
 'The request body to POST as it is: openai: {"model", "messages", "max_completion_tokens" or "max_tokens", "tools", "prompt_cache_key"}; anthropic: {"model", "system", "messages", "max_tokens", "tools"}, with prompt-cache breakpoints; responses: {"model", "input", "max_output_tokens", "tools", "prompt_cache_key"}; gemini: {"contents", "systemInstruction", "tools", "generationConfig"} (the model goes into the URL); the window is build_context''s; with recall, the tools end with conversation_search (recall_tool()), counted in the budget as the others. Never writes.';
+
+-- The request loop of summarize_session and compact(), in C: the one retry
+-- policy, no PL/pgSQL.
+/*
+ * The summary request of a plan (of _summary_plan) to the configured
+ * provider, with retries as _llm_next_try says: connection failures,
+ * timeouts and 5xx back off exponentially; 429 and 529 wait as Retry-After
+ * says without counting as a failed attempt (up to 3 such waits).  Returns
+ * the successful answer of _llm_post, with "requests" (how many were
+ * sent); _llm_answer reads the summary out of it.
+ *
+ * SECURITY DEFINER, so that roles allowed to summarize (granted EXECUTE)
+ * can use the server's key without seeing it; and so it sends nothing but a
+ * summary of a session its caller may read: of the plan it takes only the
+ * session, the range and the instructions, checks them against the stored
+ * session, and makes the request itself from stored data (_summary_request:
+ * the profile's prompt, model and max_summary_tokens).  In C
+ * (src/llm/summarize.c).
+ */
+CREATE OR REPLACE FUNCTION ctxwin._llm_summarize(plan jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_llm_summarize'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._llm_summarize(jsonb) IS
+'The summary request of a plan to the configured LLM, made from stored data only, with retries and backoff; returns the successful answer, or raises';

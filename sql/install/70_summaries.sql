@@ -100,99 +100,25 @@ COMMENT ON FUNCTION ctxwin._llm_answer(jsonb, int) IS
 
 /*
  * The summary request of a plan (of _summary_plan) to the configured
- * provider, with retries: connection failures, timeouts and 5xx back off
- * exponentially; 429 and 529 wait as Retry-After says without counting as a
- * failed attempt (up to 3 such waits).  Returns the successful answer of
- * _llm_post, with "requests" (how many were sent); _llm_answer reads the
- * summary out of it.
+ * provider, with retries as _llm_next_try says: connection failures,
+ * timeouts and 5xx back off exponentially; 429 and 529 wait as Retry-After
+ * says without counting as a failed attempt (up to 3 such waits).  Returns
+ * the successful answer of _llm_post, with "requests" (how many were
+ * sent); _llm_answer reads the summary out of it.
  *
  * SECURITY DEFINER, so that roles allowed to summarize (granted EXECUTE)
  * can use the server's key without seeing it; and so it sends nothing but a
  * summary of a session its caller may read: of the plan it takes only the
  * session, the range and the instructions, checks them against the stored
  * session, and makes the request itself from stored data (_summary_request:
- * the profile's prompt, model and max_summary_tokens).
+ * the profile's prompt, model and max_summary_tokens).  In C
+ * (src/llm/summarize.c).
  */
 CREATE FUNCTION ctxwin._llm_summarize(plan jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    sid uuid := (plan ->> 'session')::uuid;
-    through bigint := (plan ->> 'through')::bigint;
-    s record;
-    req jsonb;
-    body jsonb;
-    r jsonb;
-    status int;
-    nxt jsonb;
-    failures int := 0;
-    rate_waits int := 0;
-    requests int := 0;
-    retries int := current_setting('ctxwin.llm_max_retries')::int;
-    last_err text;
-BEGIN
-    IF sid IS NULL THEN
-        RAISE EXCEPTION 'session id must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF NOT ctxwin._caller_sees_session(sid) THEN
-        RAISE EXCEPTION 'session % does not exist', sid USING ERRCODE = 'no_data_found';
-    END IF;
-    SELECT x.summary_through_id, x.message_count INTO s FROM ctxwin.sessions x
-    WHERE x.id OPERATOR(pg_catalog.=) sid;
-    IF (plan ->> 'after')::bigint IS DISTINCT FROM s.summary_through_id OR through IS NULL
-       OR through <= s.summary_through_id OR through > s.message_count THEN
-        RAISE EXCEPTION 'summary plan does not match session %', sid
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'A plan covers messages after the session''s summary_through_id, up to its newest message.',
-                  HINT = 'Summarize with ctxwin.summarize_session.';
-    END IF;
-    req := ctxwin._summary_request(sid, s.summary_through_id, through, left(plan ->> 'instructions', 2000));
-    IF (req ->> 'through')::bigint IS DISTINCT FROM through THEN
-        RAISE EXCEPTION 'summary plan does not match session %', sid
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The messages of the plan do not fit one summary request.',
-                  HINT = 'Summarize with ctxwin.summarize_session.';
-    END IF;
-    IF (req ->> 'segment')::boolean IS DISTINCT FROM coalesce((plan ->> 'segment')::boolean, false) THEN
-        RAISE EXCEPTION 'summary plan does not match session %', sid
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The plan and the session''s settings now disagree on whether the summary is appended as a segment.',
-                  HINT = 'Summarize with ctxwin.summarize_session.';
-    END IF;
-    body := ctxwin._llm_request(req ->> 'system_prompt', req ->> 'prompt', (req ->> 'answer_tokens')::int,
-                                req ->> 'model');
-    LOOP
-        requests := requests + 1;
-        BEGIN
-            r := ctxwin._llm_post(body);
-        EXCEPTION WHEN connection_failure THEN
-            last_err := SQLERRM;
-            r := NULL;
-        END;
-        status := (r ->> 'status')::int;
-        IF status BETWEEN 200 AND 299 THEN
-            RETURN r || jsonb_build_object('requests', requests);
-        END IF;
-        IF r IS NOT NULL THEN
-            last_err := ctxwin._llm_error_text(r);
-        END IF;
-        nxt := ctxwin._llm_next_try(status, r ->> 'retry_after', failures, rate_waits, retries);
-        IF (nxt ->> 'refused')::boolean THEN
-            RAISE EXCEPTION 'LLM endpoint refused the summary request: %', last_err
-                USING ERRCODE = 'external_routine_exception';
-        END IF;
-        IF NOT (nxt ->> 'retry')::boolean THEN
-            RAISE EXCEPTION 'LLM request failed after % requests: %', requests, last_err
-                USING ERRCODE = 'external_routine_exception';
-        END IF;
-        IF (nxt ->> 'charged')::boolean THEN
-            failures := failures + 1;
-        ELSE
-            rate_waits := rate_waits + 1;
-        END IF;
-        PERFORM pg_sleep((nxt ->> 'wait')::float8);
-    END LOOP;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_llm_summarize'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_summarize(jsonb) IS
 'The summary request of a plan to the configured LLM, made from stored data only, with retries and backoff; returns the successful answer, or raises';

@@ -58,6 +58,7 @@ CtxwinSessionPlacement(const SessionView *sv)
 }
 
 /* session.c */
+extern Datum ctxwin_caller_sees_session(PG_FUNCTION_ARGS);
 pg_noreturn extern void CtxwinSessionNotFound(Datum id, bool inserting);
 extern void CtxwinSessionRead(NullableDatum id, SessionView *sv);
 extern bool CtxwinSessionFind(Datum id, SessionView *sv);
