@@ -38,6 +38,7 @@ OBJS = \
 	src/llm/gemini.o \
 	src/llm/summarize.o \
 	src/summary/summary.o \
+	src/summary/request.o \
 	src/summary/compact.o \
 	src/summary/jobs.o \
 	src/summary/summary_spi.o \

@@ -616,3 +616,74 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._llm_summarize(jsonb) IS
 'The summary request of a plan to the configured LLM, made from stored data only, with retries and backoff; returns the successful answer, or raises';
+
+-- The request of a summary in C (src/summary/request.c), and no PL/pgSQL
+-- left in the path of a summary's plan.
+-- The newest message id a summary may end at: at most target, after the
+-- current summary point, and not inside a tool group (_summary_ends).
+CREATE OR REPLACE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT max(e) FROM ctxwin._summary_ends(p_session, p_after, p_target) e);
+
+COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
+'The last message id at or before a target where a summary may end without splitting a tool group';
+
+-- The unsummarized messages of a session up to an id, as chat messages.
+CREATE OR REPLACE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                         || jsonb_build_object('id', m.id) ORDER BY m.id)
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+          AND m.retracted_at IS NULL);
+
+COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
+'Messages of a session after one id and up to another, as chat messages with their "id", oldest first';
+
+/*
+ * The part of the messages after p_after, up to p_through, that one summary
+ * request can carry: the longest run of whole tool groups whose transcript
+ * has at most p_room tokens in the summary model's encoding.  When even the
+ * first such run is longer, it is taken alone and its transcript is cut in
+ * the middle.  Returns {"through": id, "transcript": text, "cut": bool}.  A
+ * session whose summary model has a smaller window than its own model is so
+ * summarized in several steps: it stays over its trigger, and the next
+ * summary takes the next part.  In C (src/summary/request.c).
+ */
+CREATE OR REPLACE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
+                                    p_encoding text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_summary_fit'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
+'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
+
+/*
+ * The LLM request of a summary of a session's messages after p_after up to
+ * p_through (a place where a summary may end), made from stored data only:
+ * the profile's summary prompt, model and max_summary_tokens, the previous
+ * summary and the messages' transcript.  The request fits the summary
+ * model's window, so it may cover fewer messages: "through" says up to
+ * where (see _summary_fit).  Under a stable window the answer may be a
+ * segment appended to the summary (_summary_segment): the request then
+ * holds the whole summary for context, and its system prompt ends with
+ * segment_summary_prompt().  Returns through, transcript_cut, facts
+ * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
+ * less the facts, above the target "Write at most N tokens" of the prompt),
+ * system_prompt, prompt, model, segment and budget.  In C
+ * (src/summary/request.c), which the plan calls directly.
+ */
+CREATE OR REPLACE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'ctxwin_summary_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
+'The LLM request of a summary, made from stored data only, within the summary model''s window';

@@ -197,11 +197,9 @@ COMMENT ON FUNCTION ctxwin._summary_ends(uuid, bigint, bigint) IS
 -- current summary point, and not inside a tool group (_summary_ends).
 CREATE FUNCTION ctxwin._summary_cut(p_session uuid, p_after bigint, p_target bigint)
 RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN (SELECT max(e) FROM ctxwin._summary_ends(p_session, p_after, p_target) e);
-END $$;
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT max(e) FROM ctxwin._summary_ends(p_session, p_after, p_target) e);
 
 COMMENT ON FUNCTION ctxwin._summary_cut(uuid, bigint, bigint) IS
 'The last message id at or before a target where a summary may end without splitting a tool group';
@@ -220,15 +218,13 @@ COMMENT ON FUNCTION ctxwin._session_due(uuid) IS 'Whether a summary trigger fire
 -- The unsummarized messages of a session up to an id, as chat messages.
 CREATE FUNCTION ctxwin._summary_messages(p_session uuid, p_after bigint, p_through bigint)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
-                             || jsonb_build_object('id', m.id) ORDER BY m.id)
-            FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
-              AND m.retracted_at IS NULL);
-END $$;
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls)
+                         || jsonb_build_object('id', m.id) ORDER BY m.id)
+        FROM ctxwin.messages m
+        WHERE m.session_id = p_session AND m.id > p_after AND m.id <= p_through
+          AND m.retracted_at IS NULL);
 
 COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
 'Messages of a session after one id and up to another, as chat messages with their "id", oldest first';
@@ -241,54 +237,14 @@ COMMENT ON FUNCTION ctxwin._summary_messages(uuid, bigint, bigint) IS
  * the middle.  Returns {"through": id, "transcript": text, "cut": bool}.  A
  * session whose summary model has a smaller window than its own model is so
  * summarized in several steps: it stays over its trigger, and the next
- * summary takes the next part.
+ * summary takes the next part.  In C (src/summary/request.c).
  */
 CREATE FUNCTION ctxwin._summary_fit(p_session uuid, p_after bigint, p_through bigint, p_room int,
                                     p_encoding text)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    through bigint := p_through;
-    first_cut bigint;
-    guess bigint;
-    t text;
-BEGIN
-    IF p_room < 1 THEN
-        RAISE EXCEPTION 'the summary request leaves no room for messages'
-            USING ERRCODE = 'program_limit_exceeded',
-                  DETAIL = 'The summary prompt, the previous summary and max_summary_tokens fill the summary model''s context window.',
-                  HINT = 'Choose a summary model with a larger context window, or lower max_summary_tokens.';
-    END IF;
-    -- the first place a summary may end: the end of the first whole tool group
-    SELECT min(e) INTO first_cut FROM ctxwin._summary_ends(p_session, p_after, p_through) e;
-    IF first_cut IS NULL THEN
-        RETURN NULL;
-    END IF;
-    -- a first guess from the stored token counts, then halve until it fits
-    SELECT max(x.id) INTO guess
-    FROM (SELECT m.id, sum(m.token_count) OVER (ORDER BY m.id) AS running
-          FROM ctxwin.messages m
-          WHERE m.session_id OPERATOR(pg_catalog.=) p_session AND m.id > p_after AND m.id <= p_through
-            AND m.retracted_at IS NULL) x
-    WHERE x.running <= p_room::bigint;
-    IF guess IS NULL OR guess < through THEN
-        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after, coalesce(guess, first_cut)), first_cut),
-                            first_cut);
-    END IF;
-    LOOP
-        t := ctxwin.transcript(ctxwin._summary_messages(p_session, p_after, through), p_encoding);
-        IF ctxwin.count_tokens(t, p_encoding) <= p_room THEN
-            RETURN jsonb_build_object('through', through, 'transcript', t, 'cut', false);
-        END IF;
-        IF through <= first_cut THEN
-            RETURN jsonb_build_object('through', first_cut, 'cut', true,
-                                      'transcript', ctxwin.truncate_middle(t, p_room, p_encoding));
-        END IF;
-        through := greatest(coalesce(ctxwin._summary_cut(p_session, p_after,
-                                                         p_after + (through - p_after) / 2::bigint), first_cut),
-                            first_cut);
-    END LOOP;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_summary_fit'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
 'The longest run of messages after an id whose transcript fits a summary request, cut in the middle when one tool group alone is too long';
@@ -305,112 +261,14 @@ COMMENT ON FUNCTION ctxwin._summary_fit(uuid, bigint, bigint, int, text) IS
  * segment_summary_prompt().  Returns through, transcript_cut, facts
  * (hybrid), answer_tokens (the hard cap of the answer, max_summary_tokens
  * less the facts, above the target "Write at most N tokens" of the prompt),
- * system_prompt, prompt, model, segment and budget.
+ * system_prompt, prompt, model, segment and budget.  In C
+ * (src/summary/request.c), which the plan calls directly.
  */
 CREATE FUNCTION ctxwin._summary_request(p_session uuid, p_after bigint, p_through bigint, p_instructions text)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    s ctxwin.sessions;
-    st ctxwin.session_settings;
-    through bigint := p_through;
-    strategy text;
-    msgs jsonb;
-    facts text[];
-    facts_text text;
-    room int;
-    plan jsonb := '{}';
-    sys text;
-    prompt text;
-    model text;
-    summary_window int;
-    summary_encoding text;
-    previous text;
-    fit jsonb;
-    shape record;
-    cap int;
-BEGIN
-    SELECT * INTO s FROM ctxwin.sessions x WHERE x.id OPERATOR(pg_catalog.=) p_session;
-    SELECT * INTO st FROM ctxwin.session_settings x WHERE x.session_id OPERATOR(pg_catalog.=) p_session;
-    -- appended as a segment (a stable window's), or written whole, in budget tokens
-    shape := ctxwin._summary_segment(st.window_policy, coalesce(ctxwin.count_tokens(s.conversation_summary, st.encoding), 0),
-                                     st.max_summary_tokens);
-    -- the answer's hard cap, the request's max_tokens: max_summary_tokens,
-    -- above the target the prompt asks for, so that a model that answers
-    -- longer than its target is not cut off (a cut-off answer is never
-    -- stored, and the same request would be cut off again); a segment
-    -- longer than the summary has room for is cut to fit when it is written
-    cap := greatest(st.max_summary_tokens, shape.budget);
-    strategy := coalesce(st.summary_strategy,
-                         CASE WHEN current_setting('ctxwin.llm_provider', true) IN ('openai', 'anthropic')
-                              THEN 'llm' ELSE 'extractive' END);
-    -- the request must fit the summary model's window, which may be smaller
-    -- than the session's (a model ctxwin.models does not know: the session's)
-    model := coalesce(st.summary_model, current_setting('ctxwin.llm_model'));
-    SELECT m.context_window, m.encoding INTO summary_window, summary_encoding
-    FROM ctxwin.models m WHERE m.name OPERATOR(pg_catalog.=) model;
-    summary_window := coalesce(summary_window, st.context_window);
-    summary_encoding := coalesce(summary_encoding, st.encoding);
-    previous := coalesce(nullif(regexp_replace(coalesce(s.conversation_summary, ''), '^Facts: [^\n]*\n*', ''), ''), '(none)');
-    IF shape.segment THEN
-        -- the summary stays as it is: all of it, for context
-        previous := s.conversation_summary;
-    ELSIF s.summary_segments IS NOT NULL THEN
-        -- segments consolidated: the Facts line of each is merged below
-        previous := coalesce(nullif(regexp_replace(s.conversation_summary, '(^|\n\n)Facts: [^\n]*(\n\n|$)', '\1', 'g'), ''),
-                             '(none)');
-    END IF;
-    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
-           || format(' Write at most %s tokens.', shape.budget)
-           || coalesce(' Focus: ' || p_instructions, '');
-    -- 2 messages of 4 tokens of overhead each, 3 for the list, and a margin
-    fit := ctxwin._summary_fit(p_session, p_after, through,
-                               summary_window - cap - 32
-                               - ctxwin.count_tokens(sys, summary_encoding)
-                               - ctxwin.count_tokens('Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n',
-                                                     summary_encoding),
-                               summary_encoding);
-    through := (fit ->> 'through')::bigint;
-    plan := plan || jsonb_build_object('through', through, 'transcript_cut', (fit ->> 'cut')::boolean);
-    msgs := ctxwin._summary_messages(p_session, p_after, through);
-    IF strategy = 'hybrid' THEN
-        -- facts found without the LLM, kept verbatim, take up to a quarter
-        IF shape.segment THEN
-            -- a segment's own: those of its messages that the summary does not hold yet
-            facts := ARRAY(SELECT f FROM unnest(ctxwin.extract_facts(ctxwin.transcript(msgs, st.encoding)))
-                                         WITH ORDINALITY AS u(f, o)
-                           WHERE f <> ALL (ctxwin.extract_facts(s.conversation_summary)) ORDER BY o);
-        ELSIF s.summary_segments IS NOT NULL THEN
-            -- the facts of every segment, then the new messages'
-            facts := ctxwin.extract_facts(coalesce((SELECT string_agg(m[1], '; ')
-                                                    FROM regexp_matches(s.conversation_summary, '(?:^|\n\n)Facts: ([^\n]*)', 'g') m), '')
-                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
-        ELSE
-            facts := ctxwin.extract_facts(coalesce(substring(s.conversation_summary FROM '^Facts: ([^\n]*)'), '')
-                                          || E'\n' || ctxwin.transcript(msgs, st.encoding));
-        END IF;
-        facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        WHILE cardinality(facts) > 0 AND ctxwin.count_tokens(facts_text, st.encoding) > shape.budget / 4 LOOP
-            facts := facts[1:cardinality(facts) - 1];
-            facts_text := 'Facts: ' || array_to_string(facts, '; ');
-        END LOOP;
-        IF cardinality(facts) = 0 THEN
-            facts_text := NULL;
-        END IF;
-    END IF;
-    room := shape.budget - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0);
-    sys := coalesce(st.summary_prompt, ctxwin.default_summary_prompt())
-           || CASE WHEN shape.segment THEN ' ' || ctxwin.segment_summary_prompt() ELSE '' END
-           || format(' Write at most %s tokens.', room)
-           || coalesce(' Focus: ' || p_instructions, '');
-    prompt := 'Previous summary:' || E'\n' || previous || E'\n\nNew messages:\n' || (fit ->> 'transcript');
-    RETURN plan || jsonb_build_object('facts', facts_text,
-                                      'answer_tokens', cap - coalesce(ctxwin.count_tokens(facts_text, st.encoding) + 2, 0),
-                                      'system_prompt', sys,
-                                      'prompt', prompt, 'model', model,
-                                      'segment', shape.segment, 'budget', shape.budget);
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_summary_request'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
 'The LLM request of a summary, made from stored data only, within the summary model''s window';

@@ -22,9 +22,10 @@
  * segments' lengths in summary_segments.  The pieces that hold no policy
  * stay SQL and are called
  * through SPI with kept plans (CtxwinQueryRow): the cut (_summary_cut),
- * the settling (_compaction_settle), the request (_summary_request), the
- * extractive summarizer and the answer check (_llm_answer); the trigger
- * check is C (CtxwinSessionDue, window/status.c).  Every name in the
+ * the settling (_compaction_settle), the extractive summarizer and the
+ * answer check (_llm_answer, C behind SQL); the trigger check is C
+ * (CtxwinSessionDue, window/status.c), and so is the request
+ * (SummaryRequest, request.c).  Every name in the
  * queries is schema-qualified, every operator written with OP().
  */
 #include "postgres.h"
@@ -93,11 +94,6 @@ static CtxwinQuery plan_q = {
 	"SELECT pg_catalog.jsonb_build_object('session', $1, 'strategy', $2, 'after', $3, 'through', $4, "
 	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8, 'segment', $9, 'budget', $10)",
 	10, {UUIDOID, TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, INT4OID, TEXTOID, BOOLOID, INT4OID}
-};
-
-static CtxwinQuery request_q = {
-	"SELECT $1 " OP("||") " ctxwin._summary_request($2, $3, $4, $5)",
-	5, {JSONBOID, UUIDOID, INT8OID, INT8OID, TEXTOID}
 };
 
 /* What _summary_finish reads of the plan first. */
@@ -394,15 +390,12 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 				 errmsg("summary strategy \"%s\" needs an LLM, and none is configured", *strategy),
 				 errhint("Set the profile's summary_strategy to 'extractive', or configure ctxwin.llm_provider.")));
 
-	args[0] = plan;
-	args[1] = session;
-	args[2] = s.cols[0];
-	args[3] = through;
-	args[4] = instructions;
-	nulls[4] = SPI_NULL(instructions_null);
-	CtxwinQueryRow(&request_q, args, nulls, &plan, &plan_null, 1);
-	*isnull = plan_null;
-	return plan;
+	/* the plan, then the request (request.c) */
+	return DirectFunctionCall2(jsonb_concat, plan,
+							   JsonbPGetDatum(SummaryRequest(session, DatumGetInt64(s.cols[0]),
+															 DatumGetInt64(through),
+															 instructions_null ? NULL :
+															 TextDatumGetCString(instructions))));
 }
 
 /* The plan of the next summary of a session (see PlanSummary), for the server's summarizers. */

@@ -71,6 +71,9 @@ extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, const char 
 /* summary.c: takes a session with nothing to summarize off the queue, or looks again in a minute. */
 extern void SummarySettle(Datum session);
 
+/* request.c: the LLM request of a summary (_summary_request), as a jsonb */
+extern Jsonb *SummaryRequest(Datum session, int64 after, int64 through, const char *instructions);
+
 /* summary.c: makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
 extern Datum SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null);
 

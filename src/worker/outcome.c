@@ -9,12 +9,14 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "summary/summary.h"
 #include "worker/worker.h"
 
 /* Writes of a summary or failure that find the row held: tried this often. */
@@ -47,24 +49,53 @@ WaitForHeldRow(Worker *w, Job *j, TimestampTz now, bool good)
 	MarkJobDead(j);
 }
 
+/* SummaryFinish's arguments, for Finish. */
+typedef struct FinishArgs
+{
+	const char *plan;
+	Jsonb	   *answer;
+} FinishArgs;
+
+static void
+Finish(void *arg)
+{
+	FinishArgs *a = arg;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) SummaryFinish(DirectFunctionCall1(jsonb_in, CStringGetDatum(a->plan)), false,
+						 a->answer ? JsonbPGetDatum(a->answer) : (Datum) 0, a->answer == NULL);
+	SPI_finish();
+}
+
+/*
+ * Writes the summary of a plan (jsonb text) with _summary_finish's
+ * compare-and-set (summary/summary.c), in a subtransaction: made now where
+ * answer is NULL (extractive), else read out of the LLM's answer.  False,
+ * with the error, if it failed.
+ */
+bool
+WriteFinish(const char *plan, Jsonb *answer, char **err, int *sqlstate)
+{
+	FinishArgs	a = {plan, answer};
+
+	return RunInSubxact(Finish, &a, err, sqlstate);
+}
+
 /* Writes a job's summary (its row locked), with _summary_finish's compare-and-set. */
 static void
 WriteSummary(Worker *w, Job *j, TimestampTz now)
 {
-	static CtxwinQuery finish_q = {
-		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, "
-		"$2::pg_catalog.jsonb " OP("||") " $3::pg_catalog.jsonb)).version",
-		3, {TEXTOID, TEXTOID, TEXTOID}, .once = true
-	};
-	Datum		values[3];
 	char	   *err = NULL;
 	int			code = 0;
+	Jsonb	   *answer;
 
-	values[0] = CStringGetTextDatum(j->plan);
-	values[1] = CStringGetTextDatum(JsonbToCString(NULL, &j->answer->root, VARSIZE(j->answer)));
 	/* total_ms: from the first request, retries included */
-	values[2] = CStringGetTextDatum(psprintf("{\"total_ms\": %ld}", (long) ((now - j->first_sent) / 1000)));
-	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
+	answer = DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(j->answer),
+												DirectFunctionCall1(jsonb_in,
+																	CStringGetDatum(psprintf("{\"total_ms\": %ld}",
+																							 (long) ((now - j->first_sent) / 1000))))));
+	if (WriteFinish(j->plan, answer, &err, &code))
 		CountSummaryWritten(w, j->queued_at, now);
 	else if (NotAFailure(code))
 		SlotSetLastError(w, &j->id, err);	/* planned again if still queued */

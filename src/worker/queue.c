@@ -15,6 +15,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "llm/provider.h"
 #include "session/session.h"
 #include "summary/summary.h"
 #include "worker/worker.h"
@@ -132,32 +133,63 @@ ReadCandidates(Worker *w, int room, Candidate **candidates)
 	return n;
 }
 
+/* A summary's plan (SummaryPlan), made in a subtransaction (RunInSubxact). */
+typedef struct PlanRun
+{
+	pg_uuid_t	id;
+	Jsonb	   *plan;			/* NULL: nothing to do */
+	const char *strategy;
+} PlanRun;
+
+static void
+MakePlan(void *arg)
+{
+	PlanRun    *r = arg;
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum		plan;
+	bool		isnull;
+	const char *strategy;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SummaryPlan(UUIDPGetDatum(&r->id), false, false, (Datum) 0, true, &isnull, &strategy, NULL);
+	if (!isnull)
+	{
+		Jsonb	   *j = DatumGetJsonbP(plan);
+
+		r->plan = MemoryContextAlloc(cxt, VARSIZE(j));
+		memcpy(r->plan, j, VARSIZE(j));
+		r->strategy = MemoryContextStrdup(cxt, strategy);
+	}
+	SPI_finish();
+}
+
 /*
- * The LLM request a plan (jsonb text) asks for, in *request (NULL for an
- * extractive summary); false, with the failure recorded, if it cannot be
- * made.
+ * The LLM request a plan asks for, in *request (NULL for an extractive
+ * summary), in the configured provider's format (llm/provider.h); false,
+ * with the failure recorded, if it cannot be made.
  */
 static bool
-RequestOfPlan(Worker *w, const Candidate *c, Datum plan, char **request)
+RequestOfPlan(Worker *w, const Candidate *c, const PlanRun *r, char **request)
 {
-	static CtxwinQuery request_q = {
-		"SELECT CASE WHEN p " OP("->>") " 'strategy' " OP("<>") " 'extractive' THEN "
-		"ctxwin._llm_request(p " OP("->>") " 'system_prompt', p " OP("->>") " 'prompt', "
-		"(p " OP("->>") " 'answer_tokens')::pg_catalog.int4, p " OP("->>") " 'model')::pg_catalog.text END "
-		"FROM (SELECT $1::pg_catalog.jsonb AS p) x",
-		1, {TEXTOID}, .once = true
-	};
-	Datum		values[1] = {plan};
-	Datum		request_text;
-	bool		isnull;
-	char	   *err = NULL;
+	const LlmProvider *p = LlmProviderOf(ctxwin_llm_provider);
+	JsonbValue	plan = {.type = jbvBinary,.val.binary.data = &r->plan->root};
+	char	   *tokens;
+	StringInfoData body;
 
-	if (!SubxactQueryRow(&request_q, values, 1, &request_text, &isnull, &err, NULL))
+	*request = NULL;
+	if (strcmp(r->strategy, "extractive") == 0)
+		return true;
+	if (p == NULL)
 	{
-		RecordFailure(w, &c->id, err);
+		RecordFailure(w, &c->id, "no LLM provider is configured");
 		return false;
 	}
-	*request = isnull ? NULL : TextDatumGetCString(request_text);
+	tokens = LlmText(LlmMember(&plan, "answer_tokens"));
+	initStringInfo(&body);
+	p->summary_request(&body, LlmText(LlmMember(&plan, "system_prompt")), LlmText(LlmMember(&plan, "prompt")),
+					   tokens ? atoi(tokens) : -1, LlmText(LlmMember(&plan, "model")));
+	*request = body.data;
 	return true;
 }
 
@@ -172,22 +204,16 @@ RequestOfPlan(Worker *w, const Candidate *c, Datum plan, char **request)
  * since the plan.
  */
 static void
-MakeExtractiveSummary(Worker *w, const Candidate *c, Datum plan)
+MakeExtractiveSummary(Worker *w, const Candidate *c, const char *plan)
 {
-	static CtxwinQuery finish_q = {
-		"SELECT (ctxwin._summary_finish($1::pg_catalog.jsonb, NULL)).version",
-		1, {TEXTOID}, .once = true
-	};
-	char	   *plan_text = MemoryContextStrdup(w->round_cxt, TextDatumGetCString(plan));
-	Datum		values[1];
+	char	   *plan_text = MemoryContextStrdup(w->round_cxt, plan);
 	char	   *err = NULL;
 	int			code = 0;
 
 	EndWork();
 	FreeDeadJobs(w);
 	BeginWork("ctxwin: compacting sessions");
-	values[0] = CStringGetTextDatum(plan_text);
-	if (SubxactQueryRow(&finish_q, values, 0, NULL, NULL, &err, &code))
+	if (WriteFinish(plan_text, NULL, &err, &code))
 		CountSummaryWritten(w, c->queued_at, GetCurrentTimestamp());
 	else if (!NotAFailure(code))
 		RecordFailure(w, &c->id, err);
@@ -209,13 +235,7 @@ MakeExtractiveSummary(Worker *w, const Candidate *c, Datum plan)
 static bool
 PlanCandidate(Worker *w, const Candidate *c)
 {
-	static CtxwinQuery plan_q = {
-		"SELECT ctxwin._summary_plan($1, false, NULL)::pg_catalog.text",
-		1, {UUIDOID}, .once = true
-	};
-	Datum		values[1] = {UUIDPGetDatum(&c->id)};
-	Datum		plan;
-	bool		no_plan;
+	PlanRun		r = {.id = c->id};
 	char	   *request;
 	char	   *err = NULL;
 	int			code = 0;
@@ -228,14 +248,14 @@ PlanCandidate(Worker *w, const Candidate *c)
 	 * ReadCandidates, unless a commit below released it: then another
 	 * transaction may be writing it, which the plan does not wait for).
 	 */
-	if (!SubxactQueryRow(&plan_q, values, 1, &plan, &no_plan, &err, &code))
+	if (!RunInSubxact(MakePlan, &r, &err, &code))
 	{
 		if (!NotAFailure(code))
 			RecordFailure(w, &c->id, err);
 		CtxwinReleaseClaim(&c->id);
 		return false;
 	}
-	if (no_plan || !RequestOfPlan(w, c, plan, &request))
+	if (r.plan == NULL || !RequestOfPlan(w, c, &r, &request))
 	{
 		/* nothing to do after all (settled), or the failure recorded */
 		CtxwinReleaseClaim(&c->id);
@@ -243,11 +263,11 @@ PlanCandidate(Worker *w, const Candidate *c)
 	}
 	if (request == NULL)
 	{
-		MakeExtractiveSummary(w, c, plan);
+		MakeExtractiveSummary(w, c, JsonbToCString(NULL, &r.plan->root, VARSIZE(r.plan)));
 		CtxwinReleaseClaim(&c->id);	/* after its commit */
 	}
 	else
-		AddJob(w, &c->id, c->queued_at, TextDatumGetCString(plan), request);
+		AddJob(w, &c->id, c->queued_at, JsonbToCString(NULL, &r.plan->root, VARSIZE(r.plan)), request);
 	return true;
 }
 

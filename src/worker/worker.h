@@ -300,6 +300,7 @@ extern int	ClaimSessions(Worker *w, int room, int *progressed);
 extern bool QueueHasHeldSessions(Worker *w);
 
 /* outcome.c */
+extern bool WriteFinish(const char *plan, Jsonb *answer, char **err, int *sqlstate);
 extern void WriteFinishedJobs(Worker *w);
 
 /* indexes.c */

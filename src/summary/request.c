@@ -1,0 +1,429 @@
+/*
+ * request.c
+ *		The LLM request of a summary (_summary_request) and the part of the
+ *		messages one request can carry (_summary_fit), in C: the plan
+ *		(summary.c) calls them directly, _llm_summarize through SQL.
+ *
+ * Made from stored data only: the profile's summary prompt, model and
+ * max_summary_tokens, the previous summary and the messages' transcript.
+ * The request fits the summary model's window, so it may cover fewer
+ * messages than asked: "through" says up to where.  Under a stable window
+ * the answer may be a segment appended to the summary: the request then
+ * holds the whole summary for context, and its system prompt ends with
+ * segment_summary_prompt().  What is relational stays SQL, run with kept
+ * plans: the rows read, where a summary may end (_summary_ends), the
+ * transcript of a range (transcript, _summary_messages), the facts of the
+ * hybrid strategy (extract_facts) and the built-in prompts.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+
+#include "base/base.h"
+#include "policy/rules.h"
+#include "summary/summary.h"
+#include "tokenizer/tokenizer.h"
+
+PG_FUNCTION_INFO_V1(ctxwin_summary_request);
+PG_FUNCTION_INFO_V1(ctxwin_summary_fit);
+
+extern Datum ctxwin_truncate_middle(PG_FUNCTION_ARGS);
+
+/* What the request reads of the session and its settings, and the built-in prompts. */
+static CtxwinQuery session_q = {
+	"SELECT s.conversation_summary, s.summary_segments IS NOT NULL, st.window_policy, st.encoding, "
+	"st.max_summary_tokens, st.summary_strategy, st.summary_prompt, "
+	"COALESCE(st.summary_model, pg_catalog.current_setting('ctxwin.llm_model')), "
+	"COALESCE(m.context_window, st.context_window), COALESCE(m.encoding, st.encoding), "
+	"ctxwin.default_summary_prompt(), ctxwin.segment_summary_prompt() "
+	"FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id " OP("=") " s.id "
+	"LEFT JOIN ctxwin.models m ON m.name " OP("=") " COALESCE(st.summary_model, pg_catalog.current_setting('ctxwin.llm_model')) "
+	"WHERE s.id " OP("=") " $1",
+	1, {UUIDOID}
+};
+
+enum
+{
+	S_SUMMARY, S_SEGMENTED, S_POLICY, S_ENCODING, S_MAX_SUMMARY, S_STRATEGY, S_PROMPT, S_MODEL,
+	S_WINDOW, S_SUMMARY_ENCODING, S_DEFAULT_PROMPT, S_SEGMENT_PROMPT, S_NCOLS
+};
+
+/* The first and the last place after $2 up to $3 where a summary may end. */
+static CtxwinQuery ends_q = {
+	"SELECT pg_catalog.min(e), pg_catalog.max(e) FROM ctxwin._summary_ends($1, $2, $3) e",
+	3, {UUIDOID, INT8OID, INT8OID}
+};
+
+/* The newest message after $2, up to $3, whose stored counts up to it stay within $4. */
+static CtxwinQuery guess_q = {
+	"SELECT pg_catalog.max(x.id) FROM (SELECT m.id, pg_catalog.sum(m.token_count) OVER (ORDER BY m.id) AS running "
+	"FROM ctxwin.messages m WHERE m.session_id " OP("=") " $1 AND m.id " OP(">") " $2 AND m.id " OP("<=") " $3 "
+	"AND m.retracted_at IS NULL) x WHERE x.running " OP("<=") " $4",
+	4, {UUIDOID, INT8OID, INT8OID, INT8OID}
+};
+
+static CtxwinQuery transcript_q = {
+	"SELECT ctxwin.transcript(ctxwin._summary_messages($1, $2, $3), $4)",
+	4, {UUIDOID, INT8OID, INT8OID, TEXTOID}
+};
+
+/*
+ * The hybrid strategy's facts, found without the LLM: of a segment, those
+ * of its messages the summary does not hold yet ($5 true); of segments
+ * consolidated, those of every segment, then the new messages' ($6 true);
+ * else those of the summary's Facts line, then the new messages'.
+ */
+static CtxwinQuery facts_q = {
+	"SELECT CASE WHEN $5 THEN ARRAY(SELECT f FROM pg_catalog.unnest(ctxwin.extract_facts(t.t)) WITH ORDINALITY AS u(f, o) "
+	"WHERE f " OP("<>") " ALL (ctxwin.extract_facts($7)) ORDER BY o) "
+	"WHEN $6 THEN ctxwin.extract_facts(COALESCE((SELECT pg_catalog.string_agg(m[1], '; ') "
+	"FROM pg_catalog.regexp_matches($7, '(?:^|\\n\\n)Facts: ([^\\n]*)', 'g') m), '') " OP("||") " E'\\n' " OP("||") " t.t) "
+	"ELSE ctxwin.extract_facts(COALESCE(pg_catalog.substring($7, '^Facts: ([^\\n]*)'), '') " OP("||") " E'\\n' " OP("||") " t.t) END "
+	"FROM (SELECT ctxwin.transcript(ctxwin._summary_messages($1, $2, $3), $4) AS t) t",
+	7, {UUIDOID, INT8OID, INT8OID, TEXTOID, BOOLOID, BOOLOID, TEXTOID}
+};
+
+/* ", "key": value (a JSON string, or null). */
+static void
+JsonField(StringInfo out, const char *key, const char *value)
+{
+	appendStringInfoString(out, ", ");
+	escape_json(out, key);
+	appendStringInfoString(out, ": ");
+	if (value)
+		escape_json(out, value);
+	else
+		appendStringInfoString(out, "null");
+}
+
+/* A text's tokens in an encoding; -1 for NULL. */
+static int64
+Count(const CtxwinEncoding *enc, const char *s)
+{
+	return s ? CtxwinCountText(enc, s, strlen(s)) : -1;
+}
+
+/*
+ * The part of the messages after after, up to through, that one summary
+ * request can carry (see _summary_fit's SQL declaration): false when no
+ * summary may end there; else *through, *transcript and *cut.
+ */
+static bool
+Fit(Datum session, int64 after, int64 through, int32 room, text *encoding, int64 *fit_through,
+	char **transcript, bool *cut)
+{
+	const CtxwinEncoding *enc = CtxwinEncodingArg(encoding);
+	Datum		args[4] = {session, Int64GetDatum(after), (Datum) 0, PointerGetDatum(encoding)};
+	Datum		cols[2];
+	bool		nulls[2];
+	int64		first_cut,
+				guess;
+
+	if (room < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the summary request leaves no room for messages"),
+				 errdetail("The summary prompt, the previous summary and max_summary_tokens fill the summary model's context window."),
+				 errhint("Choose a summary model with a larger context window, or lower max_summary_tokens.")));
+	/* the first place a summary may end: the end of the first whole tool group */
+	args[2] = Int64GetDatum(through);
+	CtxwinQueryRow(&ends_q, args, NULL, cols, nulls, 2);
+	if (nulls[0])
+		return false;
+	first_cut = DatumGetInt64(cols[0]);
+	/* a first guess from the stored token counts, then halve until it fits */
+	{
+		Datum		gargs[4] = {session, Int64GetDatum(after), Int64GetDatum(through), Int64GetDatum(room)};
+
+		CtxwinQueryRow(&guess_q, gargs, NULL, cols, nulls, 1);
+	}
+	guess = nulls[0] ? first_cut : DatumGetInt64(cols[0]);
+	if (nulls[0] || guess < through)
+	{
+		args[2] = Int64GetDatum(guess);
+		CtxwinQueryRow(&ends_q, args, NULL, cols, nulls, 2);
+		through = Max(nulls[1] ? first_cut : DatumGetInt64(cols[1]), first_cut);
+	}
+	for (;;)
+	{
+		Datum		t;
+		bool		tnull;
+		char	   *s;
+
+		CHECK_FOR_INTERRUPTS();
+		args[2] = Int64GetDatum(through);
+		CtxwinQueryRow(&transcript_q, args, NULL, &t, &tnull, 1);
+		s = tnull ? NULL : TextDatumGetCString(t);
+		if (s != NULL && Count(enc, s) <= room)
+		{
+			*fit_through = through;
+			*transcript = s;
+			*cut = false;
+			return true;
+		}
+		if (through <= first_cut)
+		{
+			*fit_through = first_cut;
+			*transcript = s == NULL ? NULL :
+				TextDatumGetCString(DirectFunctionCall3(ctxwin_truncate_middle, t, Int32GetDatum(room),
+														PointerGetDatum(encoding)));
+			*cut = true;
+			return true;
+		}
+		args[2] = Int64GetDatum(after + (through - after) / 2);
+		CtxwinQueryRow(&ends_q, args, NULL, cols, nulls, 2);
+		through = Max(nulls[1] ? first_cut : DatumGetInt64(cols[1]), first_cut);
+	}
+}
+
+/*
+ * The summary without the Facts line its start may hold, or "(none)";
+ * with segments, without the Facts line of any segment (the regular
+ * expression '(^|\n\n)Facts: [^\n]*(\n\n|$)' replaced by its first group,
+ * globally, as regexp_replace did).
+ */
+static char *
+Previous(const char *summary, bool segmented)
+{
+	StringInfoData out;
+	const char *p = summary ? summary : "";
+
+	initStringInfo(&out);
+	if (!segmented)
+	{
+		if (strncmp(p, "Facts: ", 7) == 0)
+		{
+			p += strcspn(p, "\n");
+			p += strspn(p, "\n");
+		}
+		appendStringInfoString(&out, p);
+	}
+	else
+		for (const char *s = p; *s;)
+		{
+			bool		start = s == p && strncmp(s, "Facts: ", 7) == 0;
+			bool		later = strncmp(s, "\n\nFacts: ", 9) == 0;
+
+			if (start || later)
+			{
+				const char *line = s + (later ? 9 : 7);
+				const char *end = line + strcspn(line, "\n");
+
+				if (*end == '\0' || strncmp(end, "\n\n", 2) == 0)
+				{
+					if (later)
+						appendStringInfoString(&out, "\n\n");
+					s = *end ? end + 2 : end;
+					continue;
+				}
+			}
+			appendStringInfoChar(&out, *s++);
+		}
+	return out.len > 0 ? out.data : "(none)";
+}
+
+/* The system prompt: the profile's or the built-in one, then the target and the focus. */
+static char *
+SystemPrompt(Datum *c, bool *n, bool segment, int32 room, const char *instructions)
+{
+	StringInfoData s;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, TextDatumGetCString(n[S_PROMPT] ? c[S_DEFAULT_PROMPT] : c[S_PROMPT]));
+	if (segment)
+		appendStringInfo(&s, " %s", TextDatumGetCString(c[S_SEGMENT_PROMPT]));
+	appendStringInfo(&s, " Write at most %d tokens.", room);
+	if (instructions)
+		appendStringInfo(&s, " Focus: %s", instructions);
+	return s.data;
+}
+
+/*
+ * The request of a summary of a session's messages after after, up to
+ * through: see _summary_request's SQL declaration.  A jsonb in the current
+ * memory context; the caller is connected to SPI.
+ */
+Jsonb *
+SummaryRequest(Datum session, int64 after, int64 through, const char *instructions)
+{
+	Datum		c[S_NCOLS];
+	bool		n[S_NCOLS];
+	const CtxwinEncoding *enc;
+	const CtxwinEncoding *summary_enc;
+	const char *summary;
+	const char *strategy;
+	char	   *previous;
+	char	   *sys;
+	char	   *transcript = NULL;
+	char	   *facts_text = NULL;
+	int64		fit_through = 0;
+	int64		facts_tokens = -1;
+	bool		fitted,
+				cut = false,
+				segment;
+	int32		budget,
+				cap,
+				max_summary,
+				room;
+	StringInfoData out;
+	StringInfoData head;
+
+	CtxwinQueryRow(&session_q, &session, NULL, c, n, S_NCOLS);
+	if (n[S_ENCODING] || n[S_POLICY] || n[S_MAX_SUMMARY] || n[S_WINDOW])
+		elog(ERROR, "session has no settings");
+	enc = CtxwinEncodingArg(DatumGetTextPP(c[S_ENCODING]));
+	summary_enc = CtxwinEncodingArg(DatumGetTextPP(c[S_SUMMARY_ENCODING]));
+	summary = n[S_SUMMARY] ? NULL : TextDatumGetCString(c[S_SUMMARY]);
+	max_summary = DatumGetInt32(c[S_MAX_SUMMARY]);
+
+	/* appended as a segment (a stable window's), or written whole, in budget tokens */
+	segment = SummarySegmentPlan(strcmp(TextDatumGetCString(c[S_POLICY]), "stable") == 0,
+								 summary ? Count(enc, summary) : 0, max_summary, &budget) == SEGMENT_APPEND;
+
+	/*
+	 * The answer's hard cap, the request's max_tokens: max_summary_tokens,
+	 * above the target the prompt asks for, so that a model that answers
+	 * longer than its target is not cut off (a cut-off answer is never
+	 * stored, and the same request would be cut off again); a segment
+	 * longer than the summary has room for is cut to fit when it is
+	 * written.
+	 */
+	cap = Max(max_summary, budget);
+	strategy = !n[S_STRATEGY] ? TextDatumGetCString(c[S_STRATEGY]) :
+		ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE ? "llm" : "extractive";
+	/* the summary stays as it is under a segment: all of it, for context */
+	previous = segment ? (char *) summary : Previous(summary, DatumGetBool(c[S_SEGMENTED]));
+
+	/* the request must fit the summary model's window */
+	sys = SystemPrompt(c, n, segment, budget, instructions);
+	initStringInfo(&head);
+	appendStringInfo(&head, "Previous summary:\n%s\n\nNew messages:\n", previous ? previous : "");
+	fitted = Fit(session, after, through,
+				 (int32) (DatumGetInt32(c[S_WINDOW]) - cap - 32 - Count(summary_enc, sys) -
+						  Count(summary_enc, head.data)),
+				 DatumGetTextPP(c[S_SUMMARY_ENCODING]), &fit_through, &transcript, &cut);
+
+	if (fitted && strcmp(strategy, "hybrid") == 0)
+	{
+		/* facts found without the LLM, kept verbatim, take up to a quarter */
+		Datum		args[7] = {session, Int64GetDatum(after), Int64GetDatum(fit_through), c[S_ENCODING],
+		BoolGetDatum(segment), c[S_SEGMENTED], summary ? c[S_SUMMARY] : (Datum) 0};
+		Datum		facts;
+		bool		facts_null;
+
+		CtxwinQueryRow(&facts_q, args, summary ? NULL : "      n", &facts, &facts_null, 1);
+		if (!facts_null)
+		{
+			Datum	   *elems;
+			bool	   *enulls;
+			int			nelems;
+
+			deconstruct_array(DatumGetArrayTypeP(facts), TEXTOID, -1, false, TYPALIGN_INT,
+							  &elems, &enulls, &nelems);
+			for (; nelems > 0; nelems--)
+			{
+				StringInfoData f;
+				bool		first = true;
+
+				/* 'Facts: ' || array_to_string(facts, '; '): NULLs left out */
+				initStringInfo(&f);
+				appendStringInfoString(&f, "Facts: ");
+				for (int i = 0; i < nelems; i++)
+					if (!enulls[i])
+					{
+						appendStringInfo(&f, "%s%s", first ? "" : "; ", TextDatumGetCString(elems[i]));
+						first = false;
+					}
+				facts_text = f.data;
+				facts_tokens = Count(enc, facts_text);
+				if (facts_tokens <= budget / 4)
+					break;
+			}
+			if (nelems == 0)
+			{
+				facts_text = NULL;
+				facts_tokens = -1;
+			}
+		}
+	}
+	room = budget - (facts_text ? (int32) facts_tokens + 2 : 0);
+	sys = SystemPrompt(c, n, segment, room, instructions);
+
+	initStringInfo(&out);
+	appendStringInfoChar(&out, '{');
+	if (fitted)
+		appendStringInfo(&out, "\"through\": " INT64_FORMAT ", \"transcript_cut\": %s",
+						 fit_through, cut ? "true" : "false");
+	else
+		appendStringInfoString(&out, "\"through\": null, \"transcript_cut\": null");
+	JsonField(&out, "facts", facts_text);
+	appendStringInfo(&out, ", \"answer_tokens\": %d", cap - (facts_text ? (int32) facts_tokens + 2 : 0));
+	JsonField(&out, "system_prompt", sys);
+	if (fitted && transcript && previous)
+	{
+		appendStringInfoString(&head, transcript);
+		JsonField(&out, "prompt", head.data);
+	}
+	else
+		JsonField(&out, "prompt", NULL);
+	JsonField(&out, "model", n[S_MODEL] ? NULL : TextDatumGetCString(c[S_MODEL]));
+	appendStringInfo(&out, ", \"segment\": %s, \"budget\": %d}", segment ? "true" : "false", budget);
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}
+
+/* SQL: ctxwin._summary_request(uuid, bigint, bigint, text) returns jsonb. */
+Datum
+ctxwin_summary_request(PG_FUNCTION_ARGS)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Jsonb	   *r;
+	Jsonb	   *copy;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_NULL();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	r = SummaryRequest(PG_GETARG_DATUM(0), PG_GETARG_INT64(1), PG_GETARG_INT64(2),
+					   PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	copy = MemoryContextAlloc(cxt, VARSIZE(r));
+	memcpy(copy, r, VARSIZE(r));
+	SPI_finish();
+	PG_RETURN_JSONB_P(copy);
+}
+
+/* SQL: ctxwin._summary_fit(uuid, bigint, bigint, int, text) returns jsonb. */
+Datum
+ctxwin_summary_fit(PG_FUNCTION_ARGS)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int64		through;
+	char	   *transcript;
+	bool		cut;
+	StringInfoData out;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3) || PG_ARGISNULL(4))
+		PG_RETURN_NULL();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!Fit(PG_GETARG_DATUM(0), PG_GETARG_INT64(1), PG_GETARG_INT64(2), PG_GETARG_INT32(3),
+			 PG_GETARG_TEXT_PP(4), &through, &transcript, &cut))
+	{
+		SPI_finish();
+		PG_RETURN_NULL();
+	}
+	MemoryContextSwitchTo(cxt);
+	initStringInfo(&out);
+	appendStringInfo(&out, "{\"through\": " INT64_FORMAT ", \"cut\": %s", through, cut ? "true" : "false");
+	JsonField(&out, "transcript", transcript);
+	appendStringInfoChar(&out, '}');
+	SPI_finish();
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+}
