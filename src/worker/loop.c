@@ -205,12 +205,17 @@ ScheduleHeldRowsRelook(Worker *w, TimestampTz now)
 	w->retry_wake_at = Min(w->retry_wake_at, w->held_relook_at);
 }
 
-/* Claims as many queued sessions as the job table has room for (a sweep if due). */
+/*
+ * Claims as many queued sessions as the job table has room for, up to
+ * WORKER_BATCH (a sweep if due).  A small batch is sent before the next is
+ * planned: the requests go out while the worker plans more and writes what
+ * came back, not all after it, so that its slots stay full (bench/worker).
+ */
 static void
 ClaimRound(Worker *w, TimestampTz now)
 {
 	bool		sweep = now >= w->next_sweep;
-	int			room = ctxwin_max_concurrent_requests - w->njobs;
+	int			room = Min(ctxwin_max_concurrent_requests - w->njobs, WORKER_BATCH);
 	int			progressed = 0;
 	int			offered;
 

@@ -155,8 +155,9 @@ FinishJob(Worker *w, Job *j, TimestampTz now)
 }
 
 /*
- * Writes what the finished jobs brought, each in a transaction of its own:
- * one session's held row or slow write holds back no other's.
+ * Writes what the finished jobs brought, up to WORKER_BATCH of them, each
+ * in a transaction of its own: one session's held row or slow write holds
+ * back no other's.
  */
 void
 WriteFinishedJobs(Worker *w)
@@ -172,7 +173,8 @@ WriteFinishedJobs(Worker *w)
 	{
 		Job		   *j = dlist_container(Job, node, it.cur);
 
-		if (JobDueToWrite(j, now))
+		/* a batch at a time: the next round sends what the claim adds meanwhile */
+		if (JobDueToWrite(j, now) && n < WORKER_BATCH)
 			ready[n++] = j;
 	}
 	for (i = 0; i < n; i++)

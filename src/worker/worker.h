@@ -191,6 +191,13 @@ typedef struct HeldOff
 #define HOLD_OFF_SECONDS 60
 
 /*
+ * The sessions a round claims and plans, and the answers it writes, at
+ * most: the requests of a batch go out before the next batch is planned
+ * (loop.c, outcome.c).
+ */
+#define WORKER_BATCH 16
+
+/*
  * A database's worker: made by loop.c (WorkerInit) for as long as the
  * worker runs, and passed by pointer to the files that act for it.  The
  * comments say which file writes what.
