@@ -30,13 +30,7 @@ OBJS = \
 	src/window/tools.o \
 	src/window/request.o \
 	src/window/status.o \
-	src/llm/llm.o \
-	src/llm/provider.o \
-	src/llm/openai.o \
-	src/llm/responses.o \
-	src/llm/anthropic.o \
-	src/llm/gemini.o \
-	src/llm/summarize.o \
+	$(patsubst %.c,%.o,$(sort $(wildcard src/llm/*.c))) \
 	src/summary/summary.o \
 	src/summary/request.o \
 	src/summary/compact.o \

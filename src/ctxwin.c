@@ -38,10 +38,10 @@ void
 _PG_init(void)
 {
 	CtxwinDefineSettings();
+	LlmInit();
 	CtxwinMallocSettle();
 	CtxwinBookkeepingInit();
 	CtxwinTriggerInit();
-	LlmRegisterFormats();
 
 	if (process_shared_preload_libraries_in_progress)
 		CtxwinWorkerRegister();

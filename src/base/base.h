@@ -19,15 +19,11 @@
 #include "utils/snapshot.h"
 #include "utils/timestamp.h"
 
-/* LLM providers (ctxwin.llm_provider) */
-typedef enum CtxwinProvider
-{
-	CTXWIN_PROVIDER_EXTRACTIVE,
-	CTXWIN_PROVIDER_OPENAI,
-	CTXWIN_PROVIDER_ANTHROPIC,
-	CTXWIN_PROVIDER_RESPONSES,
-	CTXWIN_PROVIDER_GEMINI
-} CtxwinProvider;
+/*
+ * ctxwin.llm_provider: extractive (no LLM), or the provider of that index
+ * among llm/provider.c's, which defines the setting (LlmInit).
+ */
+#define CTXWIN_PROVIDER_EXTRACTIVE 0
 
 /* guc.c: every setting of ctxwin, defined at module load */
 extern int	ctxwin_llm_provider;

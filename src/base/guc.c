@@ -37,15 +37,6 @@ int			ctxwin_naptime_ms = 10000;
 int			ctxwin_max_failures = 3;
 int			ctxwin_worker_statement_timeout = 60000;
 
-static const struct config_enum_entry provider_options[] = {
-	{"extractive", CTXWIN_PROVIDER_EXTRACTIVE, false},
-	{"openai", CTXWIN_PROVIDER_OPENAI, false},
-	{"anthropic", CTXWIN_PROVIDER_ANTHROPIC, false},
-	{"responses", CTXWIN_PROVIDER_RESPONSES, false},
-	{"gemini", CTXWIN_PROVIDER_GEMINI, false},
-	{NULL, 0, false}
-};
-
 /*
  * Whether a non-superuser set a value of a superuser-only LLM setting in
  * this backend before the library was loaded (a placeholder set by
@@ -83,7 +74,9 @@ LlmPlaceholdersTainted(void)
 }
 
 /*
- * Defines the settings (at module load).  The provider, its URL and the
+ * Defines the settings (at module load), but ctxwin.llm_provider, whose
+ * values are the providers of llm/provider.c (LlmInit, right after).  The
+ * provider, its URL and the
  * key file are superuser-only (a user-settable URL with the server's key
  * would let any role send the key anywhere); the key itself is never a
  * setting, since PostgreSQL logs changed settings' values on reload.  Each
@@ -92,12 +85,9 @@ LlmPlaceholdersTainted(void)
 void
 CtxwinDefineSettings(void)
 {
+	/* before any of them is defined (ctxwin.llm_provider by LlmInit, after) */
 	ctxwin_llm_settings_tainted = LlmPlaceholdersTainted();
 
-	DefineCustomEnumVariable("ctxwin.llm_provider",
-							 gettext_noop("LLM provider for summaries: extractive (no network), openai (Chat Completions), responses (OpenAI Responses), anthropic or gemini."),
-							 NULL, &ctxwin_llm_provider, ctxwin_llm_provider, provider_options,
-							 PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomStringVariable("ctxwin.llm_base_url",
 							   gettext_noop("Base URL of the LLM API (default: the provider's own, such as https://api.openai.com/v1)."),
 							   NULL, &ctxwin_llm_base_url, NULL,

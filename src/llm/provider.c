@@ -27,6 +27,8 @@
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/float.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
@@ -40,13 +42,26 @@ PG_FUNCTION_INFO_V1(ctxwin_llm_answer);
 PG_FUNCTION_INFO_V1(ctxwin_llm_next_try);
 PG_FUNCTION_INFO_V1(ctxwin_llm_error_text);
 
-/* Every provider, by its ctxwin.llm_provider value (CtxwinProvider). */
+/* The providers, a file each. */
+extern const LlmProvider llm_openai;
+extern const LlmProvider llm_responses;
+extern const LlmProvider llm_anthropic;
+extern const LlmProvider llm_gemini;
+
+/*
+ * Every provider, by its ctxwin.llm_provider value: its index here (0:
+ * extractive, no LLM).  A new provider is its file and a line here.
+ */
 static const LlmProvider *const LlmProviders[] = {
-	[CTXWIN_PROVIDER_OPENAI] = &llm_openai,
-	[CTXWIN_PROVIDER_ANTHROPIC] = &llm_anthropic,
-	[CTXWIN_PROVIDER_RESPONSES] = &llm_responses,
-	[CTXWIN_PROVIDER_GEMINI] = &llm_gemini,
+	NULL,
+	&llm_openai,
+	&llm_anthropic,
+	&llm_responses,
+	&llm_gemini,
 };
+
+/* ctxwin.llm_provider's values: extractive, then the providers' names. */
+static struct config_enum_entry provider_options[lengthof(LlmProviders) + 1];
 
 /* The provider of a ctxwin.llm_provider value; NULL for extractive. */
 const LlmProvider *
@@ -216,13 +231,32 @@ LlmJsonb(StringInfo json)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json->data)));
 }
 
-/* Registers build_request's formats of the providers that have one (module load). */
+/*
+ * At module load (after CtxwinDefineSettings): defines ctxwin.llm_provider,
+ * whose values are extractive and the providers' names, and registers the
+ * request formats of those that have one with build_request.
+ */
 void
-LlmRegisterFormats(void)
+LlmInit(void)
 {
-	for (int i = 0; i < (int) lengthof(LlmProviders); i++)
-		if (LlmProviders[i] && LlmProviders[i]->from_chat)
+	StringInfoData desc;
+	int			n = 0;
+
+	initStringInfo(&desc);
+	appendStringInfoString(&desc, "LLM provider for summaries: extractive (no network)");
+	provider_options[n++] = (struct config_enum_entry) {"extractive", CTXWIN_PROVIDER_EXTRACTIVE, false};
+	for (int i = 1; i < (int) lengthof(LlmProviders); i++)
+	{
+		provider_options[n++] = (struct config_enum_entry) {LlmProviders[i]->name, i, false};
+		appendStringInfo(&desc, "%s%s", i == lengthof(LlmProviders) - 1 ? " or " : ", ", LlmProviders[i]->name);
+		if (LlmProviders[i]->from_chat)
 			CtxwinRegisterRequestFormat(LlmProviders[i]->name, LlmProviders[i]->from_chat);
+	}
+	provider_options[n] = (struct config_enum_entry) {NULL, 0, false};
+	appendStringInfoChar(&desc, '.');
+	DefineCustomEnumVariable("ctxwin.llm_provider", MemoryContextStrdup(TopMemoryContext, desc.data), NULL,
+							 &ctxwin_llm_provider, ctxwin_llm_provider, provider_options,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
 }
 
 /* The text with spaces (only) taken off both ends, as btrim(text) does. */

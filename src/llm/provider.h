@@ -9,9 +9,10 @@
  *		holds what they share: the provider ctxwin.llm_provider names, the
  *		checks of an answer (which stops may become a summary, and the
  *		errors that say why not), and the SQL functions _llm_request and
- *		_llm_answer.  Adding a provider is a file of this folder, its entry
- *		in LlmProviders (provider.c) and its name in ctxwin.llm_provider
- *		(base/guc.c).
+ *		_llm_answer.  Adding a provider is a file of this folder (the build
+ *		takes every .c file here) and its line in LlmProviders (provider.c),
+ *		which makes its name a value of ctxwin.llm_provider and its
+ *		request format (from_chat) one of build_request's.
  */
 #ifndef CTXWIN_PROVIDER_H
 #define CTXWIN_PROVIDER_H
@@ -101,11 +102,6 @@ typedef struct LlmRetry
 	double		wait;			/* seconds before sending again */
 } LlmRetry;
 
-extern const LlmProvider llm_openai;
-extern const LlmProvider llm_responses;
-extern const LlmProvider llm_anthropic;
-extern const LlmProvider llm_gemini;
-
 /* provider.c */
 extern const LlmProvider *LlmProviderOf(int kind);
 extern const LlmProvider *LlmProviderNamed(const char *name);
@@ -121,7 +117,7 @@ extern void LlmAppendValue(StringInfo out, const char *key, JsonbValue *v);
 extern char *LlmJson(JsonbValue *v);
 extern char *LlmContentText(JsonbValue *content);
 extern Jsonb *LlmJsonb(StringInfo json);
-extern void LlmRegisterFormats(void);
+extern void LlmInit(void);
 extern LlmRetry LlmNextTry(int status, const char *retry_after, int failures, int rate_waits,
 						   int max_retries);
 extern char *LlmErrorText(Jsonb *answer);
