@@ -245,8 +245,10 @@ BEGIN
                 -- question answered much later is rare, and all would make
                 -- a long segment quadratic)
                 IF NOT ctxwin._answered(sent, answers[greatest(cardinality(answers) - 63, 1):])
-                   AND NOT (replied AND (lower(sent) ~ '^(what|when|where|which|who|whom|whose|why|how)\M'
-                                         OR lower(reply ->> 'content') ~ '^(yes|no|yep|nope|sure|correct|right)\M'
+                   AND NOT (replied AND (lower(sent) ~ '^(what|when|where|which|who|whom|whose|why|how|any|anything|anyone|anybody)\M'
+                                         OR lower(reply ->> 'content') ~ '^(yes|no|yep|nope|sure|correct|right|it|it''s|its|they|they''re|there|there''s|that|that''s|this|both|neither|none|only)\M'
+                                         -- a reply about the question's subject: "The tax module ..." to "... the tax ...?"
+                                         OR lower(sent) ~ ('\m' || substring(lower(reply ->> 'content') FROM '^the (\w+)') || '\M')
                                          OR ctxwin._answered(sent, ARRAY[reply_words], 1))) THEN
                     items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
                 END IF;

@@ -261,6 +261,18 @@ SELECT is((SELECT string_agg(v, ' | ') FROM regexp_matches(ctxwin.extractive_sum
   {"role": "assistant", "content": "The export lists refunds as negative lines."}]'::jsonb, 300), E'\n- ([^\n]*\\?)', 'g') AS x(a), unnest(a) v),
           'Can you check the shipping database?',
           'the reply to a question''s message answers it: to a when question any statement, to another one that says yes or takes up its words');
+SELECT is((SELECT string_agg(v, ' | ') FROM regexp_matches(substring(ctxwin.extractive_summary(NULL, '[
+  {"role": "user", "content": "Anything else before we start on the invoices?"},
+  {"role": "assistant", "content": "Add a regression test with 10.045 EUR first."},
+  {"role": "user", "content": "Is the currency table complete?"},
+  {"role": "assistant", "content": "It lacks ISK and CLP; add them with exponent 0."},
+  {"role": "user", "content": "Does that change the tax calculation too?"},
+  {"role": "assistant", "content": "The tax module calls to_cents() twice; we decided to round once."},
+  {"role": "user", "content": "Can you check the shipping database?"},
+  {"role": "assistant", "content": "The crash is in walk.c at line 120."}]'::jsonb, 300) FROM E'Open items:\n((?:- [^\n]*\n?)*)'),
+                                                     E'- ([^\n]*)', 'g') AS x(a), unnest(a) v),
+          'Can you check the shipping database?',
+          'to an "any" question any statement answers, to another one that starts with it, they, that... or with "the" and a word of the question; "The crash ..." answers no question of the shipping database');
 SELECT alike(ctxwin.extractive_summary(NULL, '[
   {"role": "user", "content": "Hello there, I have a billing question."},
   {"role": "assistant", "content": "Sure, go ahead."},

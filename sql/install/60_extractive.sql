@@ -120,8 +120,11 @@ COMMENT ON FUNCTION ctxwin._tool_facts(text) IS
  *                   (the next message with text, the assistant's, a
  *                   statement that does not put the answer off: "I cannot",
  *                   "let me", "depends", "yet", ...; to a question of
- *                   what, when, who, how...: any such reply; to another: one
- *                   that starts with yes or no or takes up one of its words)
+ *                   what, when, who, how... or any, anything...: any such
+ *                   reply; to another: one that starts with yes or no, or
+ *                   with it, they, there, that... or with "the" and a word
+ *                   of the question (a statement of what the question asks
+ *                   about), or takes up one of its words)
  *                   nor a later message of the assistant's (of the 64
  *                   nearest) that holds most of the question's words
  *                   (_answered)
@@ -230,8 +233,10 @@ BEGIN
                 -- question answered much later is rare, and all would make
                 -- a long segment quadratic)
                 IF NOT ctxwin._answered(sent, answers[greatest(cardinality(answers) - 63, 1):])
-                   AND NOT (replied AND (lower(sent) ~ '^(what|when|where|which|who|whom|whose|why|how)\M'
-                                         OR lower(reply ->> 'content') ~ '^(yes|no|yep|nope|sure|correct|right)\M'
+                   AND NOT (replied AND (lower(sent) ~ '^(what|when|where|which|who|whom|whose|why|how|any|anything|anyone|anybody)\M'
+                                         OR lower(reply ->> 'content') ~ '^(yes|no|yep|nope|sure|correct|right|it|it''s|its|they|they''re|there|there''s|that|that''s|this|both|neither|none|only)\M'
+                                         -- a reply about the question's subject: "The tax module ..." to "... the tax ...?"
+                                         OR lower(sent) ~ ('\m' || substring(lower(reply ->> 'content') FROM '^the (\w+)') || '\M')
                                          OR ctxwin._answered(sent, ARRAY[reply_words], 1))) THEN
                     items := jsonb_set(items, '{Open items}', (items -> 'Open items') || to_jsonb(sent));
                 END IF;
