@@ -355,29 +355,27 @@ ctxwin_llm_request(PG_FUNCTION_ARGS)
 }
 
 /*
- * _llm_answer(r jsonb, max_tokens int) returns jsonb
- *
- * The summary in a successful (2xx) answer of _llm_post, read as its
- * provider says ("provider"), as {"content", "model", "usage",
- * "latency_ms"}; raises for an answer that must not become a summary.
+ * The summary in a successful (2xx) answer of _llm_post (r, NULL for
+ * none), read as its provider says ("provider"); raises for an answer that
+ * must not become a summary.  max_tokens: the request's, as the errors
+ * show it.
  */
-Datum
-ctxwin_llm_answer(PG_FUNCTION_ARGS)
+LlmAnswer
+LlmReadAnswer(Jsonb *r, const char *max_tokens)
 {
 	JsonbValue	root;
 	JsonbValue *body;
 	char	   *status;
 	char	   *latency;
-	char	   *content;
 	const LlmProvider *p;
-	LlmReply	r = {0};
-	StringInfoData out;
+	LlmReply	reply = {0};
+	LlmAnswer	a = {0};
 	int			code = 0;
 
-	if (PG_ARGISNULL(0))
+	if (r == NULL)
 		LlmRefuse("LLM answer has HTTP status NULL", NULL);
 	root.type = jbvBinary;
-	root.val.binary.data = &PG_GETARG_JSONB_P(0)->root;
+	root.val.binary.data = &r->root;
 	status = LlmText(LlmMember(&root, "status"));
 	if (status == NULL || sscanf(status, "%d", &code) != 1 || code < 200 || code > 299)
 		LlmRefuse(psprintf("LLM answer has HTTP status %s", status ? status : "NULL"), NULL);
@@ -385,21 +383,37 @@ ctxwin_llm_answer(PG_FUNCTION_ARGS)
 	if (body == NULL || body->type != jbvBinary || !JsonContainerIsObject(body->val.binary.data))
 		LlmRefuse("LLM answer is not a JSON object", NULL);
 	p = LlmProviderNamed(LlmText(LlmMember(&root, "provider")));
-	p->read(body->val.binary.data, &r);
-	CheckStop(p, &r, PG_ARGISNULL(1) ? "<NULL>" : psprintf("%d", PG_GETARG_INT32(1)));
-	content = r.content ? TrimSpaces(r.content) : NULL;
-	if (content == NULL || content[0] == '\0')
+	p->read(body->val.binary.data, &reply);
+	CheckStop(p, &reply, max_tokens);
+	a.content = reply.content ? TrimSpaces(reply.content) : NULL;
+	if (a.content == NULL || a.content[0] == '\0')
 		LlmRefuse("LLM answer is empty", NULL);
+	a.model = reply.model;
+	a.usage = reply.usage;
+	latency = LlmText(LlmMember(&root, "latency_ms"));
+	a.latency_null = !(latency && sscanf(latency, "%d", &a.latency_ms) == 1);
+	return a;
+}
+
+/*
+ * _llm_answer(r jsonb, max_tokens int) returns jsonb: LlmReadAnswer as
+ * {"content", "model", "usage", "latency_ms"}.
+ */
+Datum
+ctxwin_llm_answer(PG_FUNCTION_ARGS)
+{
+	LlmAnswer	a = LlmReadAnswer(PG_ARGISNULL(0) ? NULL : PG_GETARG_JSONB_P(0),
+								  PG_ARGISNULL(1) ? "<NULL>" : psprintf("%d", PG_GETARG_INT32(1)));
+	StringInfoData out;
 
 	initStringInfo(&out);
 	appendStringInfoChar(&out, '{');
-	LlmAppendJson(&out, "content", content);
-	appendStringInfo(&out, ", \"model\": %s, \"usage\": %s, \"latency_ms\": ", LlmJson(r.model), LlmJson(r.usage));
-	latency = LlmText(LlmMember(&root, "latency_ms"));
-	if (latency && sscanf(latency, "%d", &code) == 1)
-		appendStringInfo(&out, "%d}", code);
-	else
+	LlmAppendJson(&out, "content", a.content);
+	appendStringInfo(&out, ", \"model\": %s, \"usage\": %s, \"latency_ms\": ", LlmJson(a.model), LlmJson(a.usage));
+	if (a.latency_null)
 		appendStringInfoString(&out, "null}");
+	else
+		appendStringInfo(&out, "%d}", a.latency_ms);
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
 

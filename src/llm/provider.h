@@ -93,6 +93,16 @@ typedef struct LlmProvider
 	Jsonb	   *(*from_chat) (Jsonb *chat);
 } LlmProvider;
 
+/* The summary an answer holds (LlmReadAnswer). */
+typedef struct LlmAnswer
+{
+	char	   *content;		/* trimmed, never empty */
+	JsonbValue *model;			/* the model that answered, NULL for none */
+	JsonbValue *usage;			/* the provider's usage, NULL for none */
+	int			latency_ms;
+	bool		latency_null;
+} LlmAnswer;
+
 /* Whether and when to send a failed request again (LlmNextTry). */
 typedef struct LlmRetry
 {
@@ -121,5 +131,6 @@ extern void LlmInit(void);
 extern LlmRetry LlmNextTry(int status, const char *retry_after, int failures, int rate_waits,
 						   int max_retries);
 extern char *LlmErrorText(Jsonb *answer);
+extern LlmAnswer LlmReadAnswer(Jsonb *r, const char *max_tokens);
 
 #endif							/* CTXWIN_PROVIDER_H */

@@ -43,6 +43,7 @@
 #include "base/base.h"
 #include "citus/citus.h"
 #include "compat/compat.h"
+#include "llm/provider.h"
 #include "tokenizer/tokenizer.h"
 #include "summary/summary.h"
 #include "window/window.h"
@@ -130,22 +131,36 @@ static CtxwinQuery extractive_q = {
 	7, {TEXTOID, UUIDOID, INT8OID, INT8OID, INT4OID, TEXTOID, JSONBOID}
 };
 
-/* The LLM's answer, checked: content (with the plan's facts), model, usage, latency. */
-static CtxwinQuery answer_q = {
-	"SELECT pg_catalog.concat_ws(E'\\n\\n', $1 " OP("->>") " 'facts', r.a " OP("->>") " 'content'), "
-	"COALESCE(r.a " OP("->>") " 'model', $1 " OP("->>") " 'model'), r.a " OP("->") " 'usage', "
-	"COALESCE(($2 " OP("->>") " 'total_ms')::pg_catalog.int4, (r.a " OP("->>") " 'latency_ms')::pg_catalog.int4) "
-	"FROM ctxwin._llm_answer($2, ($1 " OP("->>") " 'answer_tokens')::pg_catalog.int4) AS r(a)",
-	2, {JSONBOID, JSONBOID}
-};
-
 static CtxwinQuery cut_q_middle = {
 	"SELECT ctxwin.truncate_middle($1, $2, $3)", 3, {TEXTOID, INT4OID, TEXTOID}
 };
 
-static CtxwinQuery count_q = {
-	"SELECT ctxwin.count_tokens($1, $2)", 2, {TEXTOID, TEXTOID}
-};
+/* A text's tokens in the plan's encoding (as count_tokens(t, encoding)); *isnull for NULL. */
+static Datum
+CountTokens(Datum t, bool t_null, Datum encoding, bool encoding_null, bool *isnull)
+{
+	text	   *s;
+
+	*isnull = t_null || encoding_null;
+	if (*isnull)
+		return (Datum) 0;
+	s = DatumGetTextPP(t);
+	return Int32GetDatum((int32) CtxwinCountText(CtxwinEncodingArg(DatumGetTextPP(encoding)),
+											   VARDATA_ANY(s), VARSIZE_ANY_EXHDR(s)));
+}
+
+/* A member of a jsonb Datum as ->> gives it, or NULL. */
+static char *
+JsonbMemberText(Datum j, bool j_null, const char *key)
+{
+	JsonbValue	v;
+
+	if (j_null)
+		return NULL;
+	v.type = jbvBinary;
+	v.val.binary.data = &DatumGetJsonbP(j)->root;
+	return LlmText(LlmMember(&v, key));
+}
 
 /*
  * The compare-and-set.  With a segment ($6, appended to the summary in $1)
@@ -491,20 +506,25 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 	}
 	else
 	{
-		Datum		args[2] = {fp->plan, answer};
-		char		nulls[2] = {SPI_NULL(fp->plan_null), SPI_NULL(answer_null)};
-		Datum		a[4];		/* content, model, usage, latency */
-		bool		an[4];
+		/* the answer, checked (llm/provider.c), after the plan's facts */
+		char	   *tokens = JsonbMemberText(fp->plan, fp->plan_null, "answer_tokens");
+		LlmAnswer	a = LlmReadAnswer(answer_null ? NULL : DatumGetJsonbP(answer), tokens ? tokens : "<NULL>");
+		char	   *facts = JsonbMemberText(fp->plan, fp->plan_null, "facts");
+		char	   *model = LlmText(a.model);
+		char	   *total = JsonbMemberText(answer, answer_null, "total_ms");
+		JsonbValue	null_usage = {.type = jbvNull};
 
-		CtxwinQueryRow(&answer_q, args, nulls, a, an, 4);
-		ns->content = a[0];
-		ns->content_null = an[0];
-		ns->model = a[1];
-		ns->model_null = an[1];
-		ns->usage = a[2];
-		ns->usage_null = an[2];
-		ns->latency = a[3];
-		ns->latency_null = an[3];
+		ns->content = CStringGetTextDatum(facts ? psprintf("%s\n\n%s", facts, a.content) : a.content);
+		ns->content_null = false;
+		if (model == NULL)
+			model = JsonbMemberText(fp->plan, fp->plan_null, "model");
+		ns->model_null = model == NULL;
+		ns->model = model ? CStringGetTextDatum(model) : (Datum) 0;
+		/* "usage": null where the answer has none, as it was stored */
+		ns->usage = JsonbPGetDatum(JsonbValueToJsonb(a.usage ? a.usage : &null_usage));
+		ns->usage_null = false;
+		ns->latency_null = total == NULL && a.latency_null;
+		ns->latency = Int32GetDatum(total ? pg_strtoint32(total) : a.latency_ms);
 	}
 	ns->segment = (Datum) 0;
 	ns->segment_null = true;
@@ -548,12 +568,7 @@ CutToFit(const FinishPlan *fp, NewSummary *ns)
 	int32		room;
 	int			tries;
 
-	{
-		Datum		args[2] = {original, fp->f[F_ENCODING]};
-		char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
-
-		CtxwinQueryRow(&count_q, args, nulls, &cut_tokens, &cut_tokens_null, 1);
-	}
+	cut_tokens = CountTokens(original, false, fp->f[F_ENCODING], fp->fn[F_ENCODING], &cut_tokens_null);
 	if (cut_tokens_null)
 		return false;
 	/* the tokens the summary has over max_tokens come off the new text */
@@ -566,8 +581,6 @@ CutToFit(const FinishPlan *fp, NewSummary *ns)
 		bool		cut_null;
 		text	   *c;
 		StringInfoData b;
-		Datum		cargs[2];
-		char		cnulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
 
 		CHECK_FOR_INTERRUPTS();
 		CtxwinQueryRow(&cut_q_middle, args, nulls, &cut, &cut_null, 1);
@@ -580,9 +593,7 @@ CutToFit(const FinishPlan *fp, NewSummary *ns)
 		if (!ns->segment_null)
 			ns->segment = cut;
 		ns->content = PointerGetDatum(cstring_to_text_with_len(b.data, b.len));
-		cargs[0] = ns->content;
-		cargs[1] = fp->f[F_ENCODING];
-		CtxwinQueryRow(&count_q, cargs, cnulls, &ns->tokens, &ns->tokens_null, 1);
+		ns->tokens = CountTokens(ns->content, false, fp->f[F_ENCODING], fp->fn[F_ENCODING], &ns->tokens_null);
 		if (ns->tokens_null || DatumGetInt32(ns->tokens) <= max_tokens)
 			return true;
 		/* a cut's seam may count differently: take off what is still over */
@@ -603,8 +614,6 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 {
 	char	   *str = !ns->segment_null ? TextDatumGetCString(ns->segment) :
 		ns->content_null ? NULL : TextDatumGetCString(ns->content);
-	Datum		args[2] = {ns->content, fp->f[F_ENCODING]};
-	char		nulls[2] = {' ', SPI_NULL(fp->fn[F_ENCODING])};
 	int32		max_tokens;
 	int64		new_tokens;
 	int64		room;
@@ -615,7 +624,7 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("the %s summarizer returned an empty summary", SummaryShown(fp->strategy)),
 				 errdetail("The session was left unchanged.")));
-	CtxwinQueryRow(&count_q, args, nulls, &ns->tokens, &ns->tokens_null, 1);
+	ns->tokens = CountTokens(ns->content, ns->content_null, fp->f[F_ENCODING], fp->fn[F_ENCODING], &ns->tokens_null);
 	if (ns->tokens_null || fp->fn[F_MAX_TOKENS] ||
 		DatumGetInt32(ns->tokens) <= DatumGetInt32(fp->f[F_MAX_TOKENS]))
 		return;
@@ -623,11 +632,10 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 	new_tokens = DatumGetInt32(ns->tokens);
 	if (!ns->segment_null)
 	{
-		Datum		sargs[2] = {ns->segment, fp->f[F_ENCODING]};
 		Datum		n;
 		bool		n_null;
 
-		CtxwinQueryRow(&count_q, sargs, nulls, &n, &n_null, 1);
+		n = CountTokens(ns->segment, false, fp->f[F_ENCODING], fp->fn[F_ENCODING], &n_null);
 		new_tokens = n_null ? 0 : DatumGetInt32(n);
 	}
 	/* the room of the new text: max_tokens less the summary before it */
