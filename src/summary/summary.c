@@ -38,6 +38,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/json.h"
 #include "utils/timestamp.h"
 
 #include "base/base.h"
@@ -91,20 +92,16 @@ static CtxwinQuery job_held_q = {
 	1, {UUIDOID}
 };
 
-static CtxwinQuery plan_q = {
-	"SELECT pg_catalog.jsonb_build_object('session', $1, 'strategy', $2, 'after', $3, 'through', $4, "
-	"'version', $5, 'encoding', $6, 'max_tokens', $7, 'instructions', $8, 'segment', $9, 'budget', $10)",
-	10, {UUIDOID, TEXTOID, INT8OID, INT8OID, INT4OID, TEXTOID, INT4OID, TEXTOID, BOOLOID, INT4OID}
-};
-
-/* What _summary_finish reads of the plan first. */
-static CtxwinQuery finish_args_q = {
-	"SELECT ($1 " OP("->>") " 'session')::pg_catalog.uuid, $1 " OP("->>") " 'strategy', "
-	"($1 " OP("->>") " 'after')::pg_catalog.int8, ($1 " OP("->>") " 'through')::pg_catalog.int8, "
-	"$1 " OP("->>") " 'encoding', ($1 " OP("->>") " 'max_tokens')::pg_catalog.int4, "
-	"COALESCE(($1 " OP("->>") " 'segment')::pg_catalog.bool, false)",
-	1, {JSONBOID}
-};
+/* ", "key": " and a JSON string or null (a text Datum). */
+static void
+PlanText(StringInfo out, const char *key, Datum t, bool isnull)
+{
+	appendStringInfo(out, ", \"%s\": ", key);
+	if (isnull)
+		appendStringInfoString(out, "null");
+	else
+		escape_json(out, TextDatumGetCString(t));
+}
 
 /*
  * The session row if its summary is still the plan's, locked: a transaction
@@ -325,12 +322,9 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 	Datum		st[5];			/* min_recent_messages, summary_strategy, encoding,
 								 * max_summary_tokens, window_policy */
 	bool		stnull[5];
-	Datum		args[10];
-	char		nulls[10];
 	Datum		through;
 	bool		through_null;
 	Datum		plan;
-	bool		plan_null;
 	int32		budget;
 	bool		segment;
 
@@ -378,24 +372,34 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 		*strategy = strcmp(*strategy, "hybrid") == 0 ? "hybrid" : "app";
 	else if (strcmp(*strategy, "app") == 0)
 		*strategy = "llm";
-	args[0] = session;
-	args[1] = CStringGetTextDatum(*strategy);
-	args[2] = s.cols[0];
-	args[3] = through;
-	args[4] = s.cols[2];
-	args[5] = st[2];
-	args[6] = st[3];
-	args[7] = instructions;
 	segment = PlanSegment(&s, st[4], stnull[4], st[2], stnull[2],
 						  stnull[3] ? 0 : DatumGetInt32(st[3]), &budget);
-	args[8] = BoolGetDatum(segment);
-	args[9] = Int32GetDatum(budget);
-	memset(nulls, ' ', sizeof(nulls));
-	nulls[5] = SPI_NULL(stnull[2]);
-	nulls[6] = SPI_NULL(stnull[3]);
-	nulls[7] = SPI_NULL(instructions_null);
-	nulls[9] = SPI_NULL(stnull[3]);
-	CtxwinQueryRow(&plan_q, args, nulls, &plan, &plan_null, 1);
+	/* the plan: session, strategy, after, through, version, encoding, max_tokens, instructions, segment, budget */
+	{
+		StringInfoData j;
+
+		initStringInfo(&j);
+		appendStringInfo(&j, "{\"session\": \"%s\"", SummaryUuidText(session, false));
+		PlanText(&j, "strategy", CStringGetTextDatum(*strategy), false);
+		appendStringInfo(&j, ", \"after\": " INT64_FORMAT ", \"through\": " INT64_FORMAT,
+						 DatumGetInt64(s.cols[0]), DatumGetInt64(through));
+		if (s.nulls[2])
+			appendStringInfoString(&j, ", \"version\": null");
+		else
+			appendStringInfo(&j, ", \"version\": %d", DatumGetInt32(s.cols[2]));
+		PlanText(&j, "encoding", st[2], stnull[2]);
+		if (stnull[3])
+			appendStringInfoString(&j, ", \"max_tokens\": null");
+		else
+			appendStringInfo(&j, ", \"max_tokens\": %d", DatumGetInt32(st[3]));
+		PlanText(&j, "instructions", instructions, instructions_null);
+		appendStringInfo(&j, ", \"segment\": %s", segment ? "true" : "false");
+		if (stnull[3])
+			appendStringInfoString(&j, ", \"budget\": null}");
+		else
+			appendStringInfo(&j, ", \"budget\": %d}", budget);
+		plan = DirectFunctionCall1(jsonb_in, CStringGetDatum(j.data));
+	}
 	*isnull = false;
 	if (strcmp(*strategy, "extractive") == 0)
 		return plan;
@@ -434,7 +438,7 @@ SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy)
 	return PlanSummary(session, false, force, (Datum) 0, true, isnull, strategy, NULL, true);
 }
 
-/* The fields of a plan _summary_finish reads first, in this order (finish_args_q). */
+/* The fields of a plan _summary_finish reads first (ReadFinishPlan). */
 enum
 {
 	F_SESSION, F_STRATEGY, F_AFTER, F_THROUGH, F_ENCODING, F_MAX_TOKENS, F_SEGMENT, F_NFIELDS
@@ -448,6 +452,53 @@ typedef struct FinishPlan
 	bool		fn[F_NFIELDS];
 	char	   *strategy;		/* or NULL */
 } FinishPlan;
+
+/*
+ * Reads the fields of fp->plan as ->> and a cast read them: session (uuid),
+ * strategy, after, through (int8), encoding, max_tokens (int4), segment
+ * (bool, false if absent); NULL (fn) where a field is absent or null.
+ */
+static void
+ReadFinishPlan(FinishPlan *fp)
+{
+	static const char *const keys[F_NFIELDS] = {
+		"session", "strategy", "after", "through", "encoding", "max_tokens", "segment"
+	};
+
+	for (int i = 0; i < F_NFIELDS; i++)
+	{
+		char	   *t = JsonbMemberText(fp->plan, fp->plan_null, keys[i]);
+
+		fp->fn[i] = t == NULL;
+		fp->f[i] = (Datum) 0;
+		if (t == NULL)
+			continue;
+		switch (i)
+		{
+			case F_SESSION:
+				fp->f[i] = DirectFunctionCall1(uuid_in, CStringGetDatum(t));
+				break;
+			case F_AFTER:
+			case F_THROUGH:
+				fp->f[i] = DirectFunctionCall1(int8in, CStringGetDatum(t));
+				break;
+			case F_MAX_TOKENS:
+				fp->f[i] = Int32GetDatum(pg_strtoint32(t));
+				break;
+			case F_SEGMENT:
+				fp->f[i] = DirectFunctionCall1(boolin, CStringGetDatum(t));
+				break;
+			default:
+				fp->f[i] = CStringGetTextDatum(t);
+		}
+	}
+	if (fp->fn[F_SEGMENT])
+	{
+		fp->f[F_SEGMENT] = BoolGetDatum(false);
+		fp->fn[F_SEGMENT] = false;
+	}
+	fp->strategy = fp->fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp->f[F_STRATEGY]);
+}
 
 /*
  * A new summary: its text (the session's whole summary), the segment it
@@ -715,8 +766,7 @@ SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null)
 	Datum		prev;
 	bool		prev_null;
 
-	CtxwinQueryRow(&finish_args_q, args, nulls, fp.f, fp.fn, F_NFIELDS);
-	fp.strategy = fp.fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp.f[F_STRATEGY]);
+	ReadFinishPlan(&fp);
 
 	/*
 	 * Nobody held the row since the plan: a transaction that writes it now
