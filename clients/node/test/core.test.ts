@@ -335,7 +335,7 @@ describe("usage, status, summaries, errors", () => {
       { id: 3, provider: "openai", input_tokens: 100, cached_tokens: 40, output_tokens: 20 },
     ]);
     await assert.rejects(cw.recordUsage(s.id, { tokens: 12 }), (e: unknown) =>
-      e instanceof InvalidArgument && e.code === "22023" && /neither/.test(e.message) && !!e.detail && !!e.hint);
+      e instanceof InvalidArgument && e.code === "22023" && /is not an OpenAI, Anthropic or Gemini usage object/.test(e.message) && !!e.detail && !!e.hint);
   });
 
   test("status() is typed: numbers, dates, arrays", async () => {
