@@ -125,6 +125,8 @@ extern bool CtxwinLockRowForUpdate(Relation rel, TupleTableSlot *slot, Snapshot 
 /* util.c */
 extern char *CtxwinUuidText(Datum id);
 extern JsonbValue *CtxwinJsonbMember(JsonbContainer *obj, const char *key);
+extern JsonbValue *CtxwinJsonbField(JsonbValue *v, const char *key);
+extern char *CtxwinJsonbText(JsonbValue *v);
 extern bool CtxwinTextsEqual(text *a, text *b);
 
 /*

@@ -36,6 +36,40 @@ CtxwinJsonbMember(JsonbContainer *obj, const char *key)
 	return findJsonbValueFromContainer(obj, JB_FOBJECT, &k);
 }
 
+/* The value of key in an object, or NULL (v NULL, or not an object). */
+JsonbValue *
+CtxwinJsonbField(JsonbValue *v, const char *key)
+{
+	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+		return NULL;
+	return CtxwinJsonbMember(v->val.binary.data, key);
+}
+
+/*
+ * The text of a value as jsonb's ->> gives it: a string's own text, any
+ * other scalar's or container's JSON text, NULL for JSON null or no value.
+ */
+char *
+CtxwinJsonbText(JsonbValue *v)
+{
+	if (v == NULL || v->type == jbvNull)
+		return NULL;
+	switch (v->type)
+	{
+		case jbvString:
+			return pnstrdup(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+		case jbvBool:
+			return pstrdup(v->val.boolean ? "true" : "false");
+		case jbvBinary:
+			return JsonbToCString(NULL, v->val.binary.data, v->val.binary.len);
+		default:
+			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
+	}
+	return NULL;
+}
+
 /* Whether two texts hold the same bytes. */
 bool
 CtxwinTextsEqual(text *a, text *b)

@@ -8,23 +8,6 @@
 
 #include "llm/provider.h"
 
-/* Anthropic's stop reasons, and the Chat Completions words (openai.c) some gateways send. */
-static const LlmStopWord stops[] = {
-	{"end_turn", LLM_STOP_COMPLETE},
-	{"stop_sequence", LLM_STOP_COMPLETE},
-	{"stop", LLM_STOP_COMPLETE},
-	{"max_tokens", LLM_STOP_LENGTH},
-	{"length", LLM_STOP_LENGTH},
-	{"refusal", LLM_STOP_REFUSAL},
-	{"content_filter", LLM_STOP_FILTER},
-	{"tool_use", LLM_STOP_TOOL},
-	{"tool_calls", LLM_STOP_TOOL},
-	{"function_call", LLM_STOP_TOOL},
-	{"pause_turn", LLM_STOP_PAUSE},
-	{"model_context_window_exceeded", LLM_STOP_WINDOW},
-	{NULL, LLM_STOP_OTHER}
-};
-
 static char *
 Url(const char *base, char **body)
 {
@@ -55,7 +38,7 @@ static void
 Read(JsonbContainer *body, LlmReply *r)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
-	JsonbValue *blocks = LlmMember(&b, "content");
+	JsonbValue *blocks = CtxwinJsonbField(&b, "content");
 	StringInfoData s;
 	bool		any = false;
 
@@ -70,7 +53,7 @@ Read(JsonbContainer *body, LlmReply *r)
 	for (int i = 0; i < LlmLength(blocks); i++)
 	{
 		JsonbValue *blk = LlmElement(blocks, i);
-		char	   *t = LlmIsType(blk, "text") ? LlmText(LlmMember(blk, "text")) : NULL;
+		char	   *t = LlmIsType(blk, "text") ? CtxwinJsonbText(CtxwinJsonbField(blk, "text")) : NULL;
 
 		if (t)
 		{
@@ -79,16 +62,16 @@ Read(JsonbContainer *body, LlmReply *r)
 		}
 	}
 	r->content = any ? s.data : NULL;
-	r->stop = LlmText(LlmMember(&b, "stop_reason"));
+	r->stop = CtxwinJsonbText(CtxwinJsonbField(&b, "stop_reason"));
 	r->stop_field = "stop_reason";
-	r->usage = LlmMember(&b, "usage");
-	r->model = LlmMember(&b, "model");
+	r->usage = CtxwinJsonbField(&b, "usage");
+	r->model = CtxwinJsonbField(&b, "model");
 }
 
 const LlmProvider llm_anthropic = {
 	.name = "anthropic",
 	.base_url = "https://api.anthropic.com",
-	.stops = stops,
+	.stops = llm_chat_stops,
 	.url = Url,
 	.auth = Auth,
 	.header = "anthropic-version: 2023-06-01",

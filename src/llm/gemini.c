@@ -44,7 +44,7 @@ Url(const char *base, char **body)
 {
 	Datum		j = DirectFunctionCall1(jsonb_in, CStringGetDatum(*body));
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = &DatumGetJsonbP(j)->root};
-	char	   *model = LlmText(LlmMember(&b, "model"));
+	char	   *model = CtxwinJsonbText(CtxwinJsonbField(&b, "model"));
 	const char *slash;
 	Jsonb	   *rest;
 
@@ -91,19 +91,19 @@ static void
 Read(JsonbContainer *body, LlmReply *r)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
-	JsonbValue *cands = LlmMember(&b, "candidates");
+	JsonbValue *cands = CtxwinJsonbField(&b, "candidates");
 	JsonbValue *cand;
 	JsonbValue *parts;
 	int			n = Max(LlmLength(cands), 0);
 	StringInfoData s;
 	bool		any = false;
 
-	r->usage = LlmMember(&b, "usageMetadata");
-	r->model = LlmMember(&b, "modelVersion");
+	r->usage = CtxwinJsonbField(&b, "usageMetadata");
+	r->model = CtxwinJsonbField(&b, "modelVersion");
 	if (n == 0)
 	{
 		/* a prompt blocked before any candidate was made */
-		r->stop = LlmText(LlmMember(LlmMember(&b, "promptFeedback"), "blockReason"));
+		r->stop = CtxwinJsonbText(CtxwinJsonbField(CtxwinJsonbField(&b, "promptFeedback"), "blockReason"));
 		r->stop_field = "promptFeedback.blockReason";
 		if (r->stop == NULL)
 			LlmRefuse("LLM answer has no candidates", NULL);
@@ -113,19 +113,19 @@ Read(JsonbContainer *body, LlmReply *r)
 		LlmRefuse(psprintf("LLM answer has %d candidates where one was asked for", n),
 				  "Such an answer is never stored.");
 	cand = LlmElement(cands, 0);
-	parts = LlmMember(LlmMember(cand, "content"), "parts");
+	parts = CtxwinJsonbField(CtxwinJsonbField(cand, "content"), "parts");
 	initStringInfo(&s);
 	for (int i = 0; i < LlmLength(parts); i++)
 	{
 		JsonbValue *part = LlmElement(parts, i);
-		JsonbValue *thought = LlmMember(part, "thought");
+		JsonbValue *thought = CtxwinJsonbField(part, "thought");
 		char	   *t;
 
-		if (LlmMember(part, "functionCall"))
+		if (CtxwinJsonbField(part, "functionCall"))
 			LlmRefuse("LLM answered with a tool call instead of a summary", "Such an answer is never stored.");
 		if (thought && thought->type == jbvBool && thought->val.boolean)
 			continue;
-		t = LlmText(LlmMember(part, "text"));
+		t = CtxwinJsonbText(CtxwinJsonbField(part, "text"));
 		if (t)
 		{
 			appendStringInfoString(&s, t);
@@ -133,7 +133,7 @@ Read(JsonbContainer *body, LlmReply *r)
 		}
 	}
 	r->content = any ? s.data : NULL;
-	r->stop = LlmText(LlmMember(cand, "finishReason"));
+	r->stop = CtxwinJsonbText(CtxwinJsonbField(cand, "finishReason"));
 	r->stop_field = "finishReason";
 }
 
@@ -146,13 +146,13 @@ static char *
 RetryAfter(JsonbContainer *body)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
-	JsonbValue *details = LlmMember(LlmMember(&b, "error"), "details");
+	JsonbValue *details = CtxwinJsonbField(CtxwinJsonbField(&b, "error"), "details");
 
 	for (int i = 0; i < LlmLength(details); i++)
 	{
 		JsonbValue *d = LlmElement(details, i);
-		char	   *type = LlmText(LlmMember(d, "@type"));
-		char	   *delay = LlmText(LlmMember(d, "retryDelay"));
+		char	   *type = CtxwinJsonbText(CtxwinJsonbField(d, "@type"));
+		char	   *delay = CtxwinJsonbText(CtxwinJsonbField(d, "retryDelay"));
 		size_t		n = delay ? strlen(delay) : 0;
 
 		if (type && strcmp(type, "type.googleapis.com/google.rpc.RetryInfo") == 0 &&
@@ -162,21 +162,13 @@ RetryAfter(JsonbContainer *body)
 	return NULL;
 }
 
-/* A separator before the next element of an array being written. */
-static void
-Next(StringInfo out)
-{
-	if (out->data[out->len - 1] != '[')
-		appendStringInfoString(out, ", ");
-}
-
 /* A chat content part as a Gemini part: text, an inline image, or a file by URI. */
 static void
 AppendPart(StringInfo out, JsonbValue *part)
 {
 	if (LlmIsType(part, "image_url"))
 	{
-		char	   *url = LlmText(LlmMember(LlmMember(part, "image_url"), "url"));
+		char	   *url = CtxwinJsonbText(CtxwinJsonbField(CtxwinJsonbField(part, "image_url"), "url"));
 		const char *comma = url ? strchr(url, ',') : NULL;
 
 		if (url && strncmp(url, "data:", 5) == 0 && comma)
@@ -198,7 +190,7 @@ AppendPart(StringInfo out, JsonbValue *part)
 		return;
 	}
 	appendStringInfoChar(out, '{');
-	LlmAppendJson(out, "text", LlmIsType(part, "text") ? LlmText(LlmMember(part, "text")) : LlmJson(part));
+	LlmAppendJson(out, "text", LlmIsType(part, "text") ? CtxwinJsonbText(CtxwinJsonbField(part, "text")) : LlmJson(part));
 	appendStringInfoChar(out, '}');
 }
 
@@ -230,14 +222,14 @@ CallName(JsonbValue *msgs, const char *id)
 {
 	for (int i = 0; id && i < LlmLength(msgs); i++)
 	{
-		JsonbValue *calls = LlmMember(LlmElement(msgs, i), "tool_calls");
+		JsonbValue *calls = CtxwinJsonbField(LlmElement(msgs, i), "tool_calls");
 
 		for (int k = 0; k < LlmLength(calls); k++)
 		{
-			char	   *cid = LlmText(LlmMember(LlmElement(calls, k), "id"));
+			char	   *cid = CtxwinJsonbText(CtxwinJsonbField(LlmElement(calls, k), "id"));
 
 			if (cid && strcmp(cid, id) == 0)
-				return LlmText(LlmMember(LlmMember(LlmElement(calls, k), "function"), "name"));
+				return CtxwinJsonbText(CtxwinJsonbField(CtxwinJsonbField(LlmElement(calls, k), "function"), "name"));
 		}
 	}
 	return NULL;
@@ -258,8 +250,8 @@ static Jsonb *
 FromChat(Jsonb *chat)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = &chat->root};
-	JsonbValue *msgs = LlmMember(&b, "messages");
-	JsonbValue *tools = LlmMember(&b, "tools");
+	JsonbValue *msgs = CtxwinJsonbField(&b, "messages");
+	JsonbValue *tools = CtxwinJsonbField(&b, "tools");
 	JsonbValue *v;
 	StringInfoData out;
 	StringInfoData sys;
@@ -271,9 +263,9 @@ FromChat(Jsonb *chat)
 	for (int i = 0; i < LlmLength(msgs); i++)
 	{
 		JsonbValue *m = LlmElement(msgs, i);
-		char	   *role = LlmText(LlmMember(m, "role"));
-		JsonbValue *content = LlmMember(m, "content");
-		JsonbValue *calls = LlmMember(m, "tool_calls");
+		char	   *role = CtxwinJsonbText(CtxwinJsonbField(m, "role"));
+		JsonbValue *content = CtxwinJsonbField(m, "content");
+		JsonbValue *calls = CtxwinJsonbField(m, "tool_calls");
 		const char *r;
 
 		if (role && (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0))
@@ -290,7 +282,7 @@ FromChat(Jsonb *chat)
 		{
 			if (turn)
 				appendStringInfoString(&out, "]}");
-			Next(&out);
+			LlmNext(&out);
 			appendStringInfoChar(&out, '{');
 			LlmAppendJson(&out, "role", r);
 			appendStringInfoString(&out, ", \"parts\": [");
@@ -298,12 +290,12 @@ FromChat(Jsonb *chat)
 		}
 		if (role && strcmp(role, "tool") == 0)
 		{
-			char	   *id = LlmText(LlmMember(m, "tool_call_id"));
+			char	   *id = CtxwinJsonbText(CtxwinJsonbField(m, "tool_call_id"));
 			char	   *name = CallName(msgs, id);
 
 			if (name == NULL)
-				name = LlmText(LlmMember(m, "name"));
-			Next(&out);
+				name = CtxwinJsonbText(CtxwinJsonbField(m, "name"));
+			LlmNext(&out);
 			appendStringInfoString(&out, "{\"functionResponse\": {");
 			if (id)
 				LlmAppendJson(&out, "id", id);
@@ -316,12 +308,12 @@ FromChat(Jsonb *chat)
 		if (LlmLength(content) >= 0)
 			for (int k = 0; k < LlmLength(content); k++)
 			{
-				Next(&out);
+				LlmNext(&out);
 				AppendPart(&out, LlmElement(content, k));
 			}
 		else if (content && content->type == jbvString && (content->val.string.len > 0 || LlmLength(calls) <= 0))
 		{
-			Next(&out);
+			LlmNext(&out);
 			appendStringInfoChar(&out, '{');
 			LlmAppendValue(&out, "text", content);
 			appendStringInfoChar(&out, '}');
@@ -329,13 +321,13 @@ FromChat(Jsonb *chat)
 		for (int k = 0; k < LlmLength(calls); k++)
 		{
 			JsonbValue *c = LlmElement(calls, k);
-			JsonbValue *f = LlmMember(c, "function");
+			JsonbValue *f = CtxwinJsonbField(c, "function");
 
-			Next(&out);
+			LlmNext(&out);
 			appendStringInfoString(&out, "{\"functionCall\": {");
-			LlmAppendValue(&out, "id", LlmMember(c, "id"));
-			LlmAppendValue(&out, "name", LlmMember(f, "name"));
-			AppendArgs(&out, LlmText(LlmMember(f, "arguments")));
+			LlmAppendValue(&out, "id", CtxwinJsonbField(c, "id"));
+			LlmAppendValue(&out, "name", CtxwinJsonbField(f, "name"));
+			AppendArgs(&out, CtxwinJsonbText(CtxwinJsonbField(f, "arguments")));
 			appendStringInfoString(&out, "}}");
 		}
 	}
@@ -349,22 +341,22 @@ FromChat(Jsonb *chat)
 		appendStringInfoString(&out, ", \"tools\": [{\"functionDeclarations\": [");
 		for (int i = 0; i < LlmLength(tools); i++)
 		{
-			JsonbValue *f = LlmMember(LlmElement(tools, i), "function");
+			JsonbValue *f = CtxwinJsonbField(LlmElement(tools, i), "function");
 
 			if (f == NULL)
 				continue;
-			Next(&out);
+			LlmNext(&out);
 			appendStringInfoChar(&out, '{');
-			LlmAppendValue(&out, "name", LlmMember(f, "name"));
-			if ((v = LlmMember(f, "description")) != NULL)
+			LlmAppendValue(&out, "name", CtxwinJsonbField(f, "name"));
+			if ((v = CtxwinJsonbField(f, "description")) != NULL)
 				LlmAppendValue(&out, "description", v);
-			if ((v = LlmMember(f, "parameters")) != NULL)
+			if ((v = CtxwinJsonbField(f, "parameters")) != NULL)
 				LlmAppendValue(&out, "parametersJsonSchema", v);
 			appendStringInfoChar(&out, '}');
 		}
 		appendStringInfoString(&out, "]}]");
 	}
-	if ((v = LlmMember(&b, "max_tokens")) != NULL)
+	if ((v = CtxwinJsonbField(&b, "max_tokens")) != NULL)
 		appendStringInfo(&out, ", \"generationConfig\": {\"maxOutputTokens\": %s}", LlmJson(v));
 	appendStringInfoChar(&out, '}');
 	return LlmJsonb(&out);

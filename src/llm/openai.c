@@ -10,37 +10,10 @@
 
 #include "llm/provider.h"
 
-/*
- * The stop reasons: OpenAI's, and those other models' servers send through
- * this wire format (a compatible server in front of Claude says
- * "end_turn").
- */
-static const LlmStopWord stops[] = {
-	{"stop", LLM_STOP_COMPLETE},
-	{"end_turn", LLM_STOP_COMPLETE},
-	{"stop_sequence", LLM_STOP_COMPLETE},
-	{"length", LLM_STOP_LENGTH},
-	{"max_tokens", LLM_STOP_LENGTH},
-	{"content_filter", LLM_STOP_FILTER},
-	{"refusal", LLM_STOP_REFUSAL},
-	{"tool_calls", LLM_STOP_TOOL},
-	{"function_call", LLM_STOP_TOOL},
-	{"tool_use", LLM_STOP_TOOL},
-	{"pause_turn", LLM_STOP_PAUSE},
-	{"model_context_window_exceeded", LLM_STOP_WINDOW},
-	{NULL, LLM_STOP_OTHER}
-};
-
 static char *
 Url(const char *base, char **body)
 {
 	return psprintf("%s/chat/completions", base);
-}
-
-static char *
-Auth(const char *key)
-{
-	return psprintf("Authorization: Bearer %s", key);
 }
 
 static void
@@ -63,7 +36,7 @@ static void
 Read(JsonbContainer *body, LlmReply *r)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
-	JsonbValue *choices = LlmMember(&b, "choices");
+	JsonbValue *choices = CtxwinJsonbField(&b, "choices");
 	JsonbValue *choice;
 	JsonbValue *msg;
 	JsonbValue *v;
@@ -75,23 +48,23 @@ Read(JsonbContainer *body, LlmReply *r)
 		LlmRefuse(psprintf("LLM answer has %d choices where one was asked for", n),
 				  "Such an answer is never stored.");
 	choice = LlmElement(choices, 0);
-	msg = LlmMember(choice, "message");
+	msg = CtxwinJsonbField(choice, "message");
 	if (msg == NULL || msg->type != jbvBinary || !JsonContainerIsObject(msg->val.binary.data))
 		LlmRefuse("LLM answer has no message", NULL);
-	v = LlmMember(msg, "refusal");
+	v = CtxwinJsonbField(msg, "refusal");
 	if (v && v->type == jbvString)
 	{
-		char	   *t = LlmText(v);
+		char	   *t = CtxwinJsonbText(v);
 
 		if (strspn(t, " ") < strlen(t))
 			LlmRefuse("LLM refused to summarize the conversation (its answer holds a refusal)",
 					  "A refusal is never stored as a summary.");
 	}
-	v = LlmMember(msg, "function_call");
-	if (LlmLength(LlmMember(msg, "tool_calls")) > 0 ||
+	v = CtxwinJsonbField(msg, "function_call");
+	if (LlmLength(CtxwinJsonbField(msg, "tool_calls")) > 0 ||
 		(v && v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data)))
 		LlmRefuse("LLM answered with a tool call instead of a summary", "Such an answer is never stored.");
-	v = LlmMember(msg, "content");
+	v = CtxwinJsonbField(msg, "content");
 	if (LlmLength(v) >= 0)
 	{
 		/* content parts, as some compatible servers send them */
@@ -102,7 +75,7 @@ Read(JsonbContainer *body, LlmReply *r)
 		for (int i = 0; i < LlmLength(v); i++)
 		{
 			JsonbValue *part = LlmElement(v, i);
-			char	   *t = LlmIsType(part, "text") ? LlmText(LlmMember(part, "text")) : NULL;
+			char	   *t = LlmIsType(part, "text") ? CtxwinJsonbText(CtxwinJsonbField(part, "text")) : NULL;
 
 			if (t)
 			{
@@ -113,19 +86,19 @@ Read(JsonbContainer *body, LlmReply *r)
 		r->content = any ? s.data : NULL;
 	}
 	else if (v && v->type == jbvString)
-		r->content = LlmText(v);
-	r->stop = LlmText(LlmMember(choice, "finish_reason"));
+		r->content = CtxwinJsonbText(v);
+	r->stop = CtxwinJsonbText(CtxwinJsonbField(choice, "finish_reason"));
 	r->stop_field = "finish_reason";
-	r->usage = LlmMember(&b, "usage");
-	r->model = LlmMember(&b, "model");
+	r->usage = CtxwinJsonbField(&b, "usage");
+	r->model = CtxwinJsonbField(&b, "model");
 }
 
 const LlmProvider llm_openai = {
 	.name = "openai",
 	.base_url = "https://api.openai.com/v1",
-	.stops = stops,
+	.stops = llm_chat_stops,
 	.url = Url,
-	.auth = Auth,
+	.auth = LlmBearerAuth,
 	.summary_request = SummaryRequest,
 	.read = Read,
 };

@@ -106,13 +106,42 @@ LlmRefuse(const char *msg, const char *detail)
 			 detail ? errdetail_internal("%s", detail) : 0));
 }
 
-/* A member of a JSON object, or NULL (v NULL or not an object). */
-JsonbValue *
-LlmMember(JsonbValue *v, const char *key)
+/*
+ * The stop reasons of the chat formats, OpenAI's Chat Completions
+ * (openai.c) and Anthropic's Messages (anthropic.c), with each other's
+ * words: servers and gateways that speak one format in front of the other
+ * provider's models send them (a compatible server in front of Claude says
+ * "end_turn").
+ */
+const LlmStopWord llm_chat_stops[] = {
+	{"stop", LLM_STOP_COMPLETE},
+	{"end_turn", LLM_STOP_COMPLETE},
+	{"stop_sequence", LLM_STOP_COMPLETE},
+	{"length", LLM_STOP_LENGTH},
+	{"max_tokens", LLM_STOP_LENGTH},
+	{"content_filter", LLM_STOP_FILTER},
+	{"refusal", LLM_STOP_REFUSAL},
+	{"tool_calls", LLM_STOP_TOOL},
+	{"function_call", LLM_STOP_TOOL},
+	{"tool_use", LLM_STOP_TOOL},
+	{"pause_turn", LLM_STOP_PAUSE},
+	{"model_context_window_exceeded", LLM_STOP_WINDOW},
+	{NULL, LLM_STOP_OTHER}
+};
+
+/* The key as a bearer token (OpenAI's APIs). */
+char *
+LlmBearerAuth(const char *key)
 {
-	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
-		return NULL;
-	return CtxwinJsonbMember(v->val.binary.data, key);
+	return psprintf("Authorization: Bearer %s", key);
+}
+
+/* A separator before the next element of a JSON array being written. */
+void
+LlmNext(StringInfo out)
+{
+	if (out->len > 0 && out->data[out->len - 1] != '[')
+		appendStringInfoString(out, ", ");
 }
 
 /* The length of a JSON array; -1 if v is not one. */
@@ -131,34 +160,11 @@ LlmElement(JsonbValue *v, int i)
 	return getIthJsonbValueFromContainer(v->val.binary.data, (uint32) i);
 }
 
-/* A value as ->> gives it: a string's text, a scalar's, else its JSON; NULL for null. */
-char *
-LlmText(JsonbValue *v)
-{
-	if (v == NULL || v->type == jbvNull)
-		return NULL;
-	switch (v->type)
-	{
-		case jbvString:
-			return pnstrdup(v->val.string.val, v->val.string.len);
-		case jbvNumeric:
-			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
-		case jbvBool:
-			return pstrdup(v->val.boolean ? "true" : "false");
-		default:
-			{
-				Jsonb	   *j = JsonbValueToJsonb(v);
-
-				return JsonbToCString(NULL, &j->root, VARSIZE(j));
-			}
-	}
-}
-
 /* Whether v is an object whose "type" is the string type. */
 bool
 LlmIsType(JsonbValue *v, const char *type)
 {
-	JsonbValue *t = LlmMember(v, "type");
+	JsonbValue *t = CtxwinJsonbField(v, "type");
 
 	return t && t->type == jbvString && t->val.string.len == (int) strlen(type) &&
 		memcmp(t->val.string.val, type, t->val.string.len) == 0;
@@ -211,12 +217,12 @@ LlmContentText(JsonbValue *content)
 	StringInfoData s;
 
 	if (content && content->type == jbvString)
-		return LlmText(content);
+		return CtxwinJsonbText(content);
 	initStringInfo(&s);
 	for (int i = 0; i < LlmLength(content); i++)
 	{
 		JsonbValue *part = LlmElement(content, i);
-		char	   *t = LlmIsType(part, "text") ? LlmText(LlmMember(part, "text")) : NULL;
+		char	   *t = LlmIsType(part, "text") ? CtxwinJsonbText(CtxwinJsonbField(part, "text")) : NULL;
 
 		if (t)
 			appendStringInfoString(&s, t);
@@ -376,13 +382,13 @@ LlmReadAnswer(Jsonb *r, const char *max_tokens)
 		LlmRefuse("LLM answer has HTTP status NULL", NULL);
 	root.type = jbvBinary;
 	root.val.binary.data = &r->root;
-	status = LlmText(LlmMember(&root, "status"));
+	status = CtxwinJsonbText(CtxwinJsonbField(&root, "status"));
 	if (status == NULL || sscanf(status, "%d", &code) != 1 || code < 200 || code > 299)
 		LlmRefuse(psprintf("LLM answer has HTTP status %s", status ? status : "NULL"), NULL);
-	body = LlmMember(&root, "body");
+	body = CtxwinJsonbField(&root, "body");
 	if (body == NULL || body->type != jbvBinary || !JsonContainerIsObject(body->val.binary.data))
 		LlmRefuse("LLM answer is not a JSON object", NULL);
-	p = LlmProviderNamed(LlmText(LlmMember(&root, "provider")));
+	p = LlmProviderNamed(CtxwinJsonbText(CtxwinJsonbField(&root, "provider")));
 	p->read(body->val.binary.data, &reply);
 	CheckStop(p, &reply, max_tokens);
 	a.content = reply.content ? TrimSpaces(reply.content) : NULL;
@@ -390,7 +396,7 @@ LlmReadAnswer(Jsonb *r, const char *max_tokens)
 		LlmRefuse("LLM answer is empty", NULL);
 	a.model = reply.model;
 	a.usage = reply.usage;
-	latency = LlmText(LlmMember(&root, "latency_ms"));
+	latency = CtxwinJsonbText(CtxwinJsonbField(&root, "latency_ms"));
 	a.latency_null = !(latency && sscanf(latency, "%d", &a.latency_ms) == 1);
 	return a;
 }
@@ -486,12 +492,12 @@ char *
 LlmErrorText(Jsonb *answer)
 {
 	JsonbValue	root = {.type = jbvBinary,.val.binary.data = &answer->root};
-	JsonbValue *body = LlmMember(&root, "body");
-	char	   *status = LlmText(LlmMember(&root, "status"));
-	char	   *msg = LlmText(LlmMember(LlmMember(body, "error"), "message"));
+	JsonbValue *body = CtxwinJsonbField(&root, "body");
+	char	   *status = CtxwinJsonbText(CtxwinJsonbField(&root, "status"));
+	char	   *msg = CtxwinJsonbText(CtxwinJsonbField(CtxwinJsonbField(body, "error"), "message"));
 
 	if (msg == NULL)
-		msg = LlmText(LlmMember(body, "error"));
+		msg = CtxwinJsonbText(CtxwinJsonbField(body, "error"));
 	if (msg == NULL && body != NULL)
 		msg = LlmJson(body);
 	return psprintf("HTTP %s: %s", status ? status : "", msg ? LeftChars(msg, 300) : "");

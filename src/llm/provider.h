@@ -22,6 +22,8 @@
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
+#include "base/base.h"
+
 /* What a stop reason means for a summary: only LLM_STOP_COMPLETE is stored. */
 typedef enum LlmStop
 {
@@ -113,14 +115,15 @@ typedef struct LlmRetry
 } LlmRetry;
 
 /* provider.c */
+extern const LlmStopWord llm_chat_stops[];
+extern char *LlmBearerAuth(const char *key);
+extern void LlmNext(StringInfo out);
 extern const LlmProvider *LlmProviderOf(int kind);
 extern const LlmProvider *LlmProviderNamed(const char *name);
 extern const LlmProvider *LlmProviderConfigured(void);
 extern void LlmRefuse(const char *msg, const char *detail) pg_attribute_noreturn();
-extern JsonbValue *LlmMember(JsonbValue *v, const char *key);
 extern int	LlmLength(JsonbValue *v);
 extern JsonbValue *LlmElement(JsonbValue *v, int i);
-extern char *LlmText(JsonbValue *v);
 extern bool LlmIsType(JsonbValue *v, const char *type);
 extern void LlmAppendJson(StringInfo out, const char *key, const char *value);
 extern void LlmAppendValue(StringInfo out, const char *key, JsonbValue *v);

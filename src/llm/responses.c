@@ -25,12 +25,6 @@ Url(const char *base, char **body)
 	return psprintf("%s/responses", base);
 }
 
-static char *
-Auth(const char *key)
-{
-	return psprintf("Authorization: Bearer %s", key);
-}
-
 static void
 SummaryRequest(StringInfo out, const char *system, const char *prompt, int max_tokens, const char *model)
 {
@@ -47,7 +41,7 @@ SummaryRequest(StringInfo out, const char *system, const char *prompt, int max_t
 static bool
 IsCall(JsonbValue *item)
 {
-	char	   *t = LlmText(LlmMember(item, "type"));
+	char	   *t = CtxwinJsonbText(CtxwinJsonbField(item, "type"));
 	size_t		n = t ? strlen(t) : 0;
 
 	return n > 5 && strcmp(t + n - 5, "_call") == 0;
@@ -57,7 +51,7 @@ static void
 Read(JsonbContainer *body, LlmReply *r)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = body};
-	JsonbValue *output = LlmMember(&b, "output");
+	JsonbValue *output = CtxwinJsonbField(&b, "output");
 	StringInfoData s;
 	bool		any = false;
 	char	   *status;
@@ -72,7 +66,7 @@ Read(JsonbContainer *body, LlmReply *r)
 			LlmRefuse("LLM answered with a tool call instead of a summary", "Such an answer is never stored.");
 		if (!LlmIsType(item, "message"))
 			continue;			/* reasoning */
-		parts = LlmMember(item, "content");
+		parts = CtxwinJsonbField(item, "content");
 		for (int k = 0; k < LlmLength(parts); k++)
 		{
 			JsonbValue *part = LlmElement(parts, k);
@@ -81,7 +75,7 @@ Read(JsonbContainer *body, LlmReply *r)
 			if (LlmIsType(part, "refusal"))
 				LlmRefuse("LLM refused to summarize the conversation (its answer holds a refusal)",
 						  "A refusal is never stored as a summary.");
-			t = LlmIsType(part, "output_text") ? LlmText(LlmMember(part, "text")) : NULL;
+			t = LlmIsType(part, "output_text") ? CtxwinJsonbText(CtxwinJsonbField(part, "text")) : NULL;
 			if (t)
 			{
 				appendStringInfoString(&s, t);
@@ -90,10 +84,10 @@ Read(JsonbContainer *body, LlmReply *r)
 		}
 	}
 	r->content = any ? s.data : NULL;
-	status = LlmText(LlmMember(&b, "status"));
+	status = CtxwinJsonbText(CtxwinJsonbField(&b, "status"));
 	if (status && strcmp(status, "incomplete") == 0)
 	{
-		r->stop = LlmText(LlmMember(LlmMember(&b, "incomplete_details"), "reason"));
+		r->stop = CtxwinJsonbText(CtxwinJsonbField(CtxwinJsonbField(&b, "incomplete_details"), "reason"));
 		r->stop_field = "incomplete_details.reason";
 	}
 	else
@@ -101,8 +95,8 @@ Read(JsonbContainer *body, LlmReply *r)
 		r->stop = status;
 		r->stop_field = "status";
 	}
-	r->usage = LlmMember(&b, "usage");
-	r->model = LlmMember(&b, "model");
+	r->usage = CtxwinJsonbField(&b, "usage");
+	r->model = CtxwinJsonbField(&b, "model");
 }
 
 /* A content part of a chat message as a Responses input part. */
@@ -112,16 +106,16 @@ AppendPart(StringInfo out, JsonbValue *part)
 	if (LlmIsType(part, "text"))
 	{
 		appendStringInfoString(out, "{\"type\": \"input_text\"");
-		LlmAppendValue(out, "text", LlmMember(part, "text"));
+		LlmAppendValue(out, "text", CtxwinJsonbField(part, "text"));
 		appendStringInfoChar(out, '}');
 	}
 	else if (LlmIsType(part, "image_url"))
 	{
-		JsonbValue *img = LlmMember(part, "image_url");
-		JsonbValue *detail = LlmMember(img, "detail");
+		JsonbValue *img = CtxwinJsonbField(part, "image_url");
+		JsonbValue *detail = CtxwinJsonbField(img, "detail");
 
 		appendStringInfoString(out, "{\"type\": \"input_image\"");
-		LlmAppendValue(out, "image_url", LlmMember(img, "url"));
+		LlmAppendValue(out, "image_url", CtxwinJsonbField(img, "url"));
 		if (detail)
 			LlmAppendValue(out, "detail", detail);
 		else
@@ -130,14 +124,6 @@ AppendPart(StringInfo out, JsonbValue *part)
 	}
 	else
 		appendStringInfoString(out, LlmJson(part));	/* as it is */
-}
-
-/* A separator before the next element of an array being written. */
-static void
-Next(StringInfo out)
-{
-	if (out->data[out->len - 1] != '[')
-		appendStringInfoString(out, ", ");
 }
 
 /*
@@ -153,27 +139,27 @@ static Jsonb *
 FromChat(Jsonb *chat)
 {
 	JsonbValue	b = {.type = jbvBinary,.val.binary.data = &chat->root};
-	JsonbValue *msgs = LlmMember(&b, "messages");
-	JsonbValue *tools = LlmMember(&b, "tools");
+	JsonbValue *msgs = CtxwinJsonbField(&b, "messages");
+	JsonbValue *tools = CtxwinJsonbField(&b, "tools");
 	JsonbValue *v;
 	StringInfoData out;
 
 	initStringInfo(&out);
 	appendStringInfoChar(&out, '{');
-	LlmAppendValue(&out, "model", LlmMember(&b, "model"));
+	LlmAppendValue(&out, "model", CtxwinJsonbField(&b, "model"));
 	appendStringInfoString(&out, ", \"input\": [");
 	for (int i = 0; i < LlmLength(msgs); i++)
 	{
 		JsonbValue *m = LlmElement(msgs, i);
-		char	   *role = LlmText(LlmMember(m, "role"));
-		JsonbValue *content = LlmMember(m, "content");
-		JsonbValue *calls = LlmMember(m, "tool_calls");
+		char	   *role = CtxwinJsonbText(CtxwinJsonbField(m, "role"));
+		JsonbValue *content = CtxwinJsonbField(m, "content");
+		JsonbValue *calls = CtxwinJsonbField(m, "tool_calls");
 
 		if (role && strcmp(role, "tool") == 0)
 		{
-			Next(&out);
+			LlmNext(&out);
 			appendStringInfoString(&out, "{\"type\": \"function_call_output\"");
-			LlmAppendValue(&out, "call_id", LlmMember(m, "tool_call_id"));
+			LlmAppendValue(&out, "call_id", CtxwinJsonbField(m, "tool_call_id"));
 			LlmAppendJson(&out, "output", LlmContentText(content));
 			appendStringInfoChar(&out, '}');
 			continue;
@@ -184,7 +170,7 @@ FromChat(Jsonb *chat)
 
 			if (text[0] != '\0' || LlmLength(calls) <= 0)
 			{
-				Next(&out);
+				LlmNext(&out);
 				appendStringInfoChar(&out, '{');
 				LlmAppendJson(&out, "role", "assistant");
 				LlmAppendJson(&out, "content", text);
@@ -193,18 +179,18 @@ FromChat(Jsonb *chat)
 			for (int k = 0; k < LlmLength(calls); k++)
 			{
 				JsonbValue *c = LlmElement(calls, k);
-				JsonbValue *f = LlmMember(c, "function");
+				JsonbValue *f = CtxwinJsonbField(c, "function");
 
-				Next(&out);
+				LlmNext(&out);
 				appendStringInfoString(&out, "{\"type\": \"function_call\"");
-				LlmAppendValue(&out, "call_id", LlmMember(c, "id"));
-				LlmAppendValue(&out, "name", LlmMember(f, "name"));
-				LlmAppendValue(&out, "arguments", LlmMember(f, "arguments"));
+				LlmAppendValue(&out, "call_id", CtxwinJsonbField(c, "id"));
+				LlmAppendValue(&out, "name", CtxwinJsonbField(f, "name"));
+				LlmAppendValue(&out, "arguments", CtxwinJsonbField(f, "arguments"));
 				appendStringInfoChar(&out, '}');
 			}
 			continue;
 		}
-		Next(&out);
+		LlmNext(&out);
 		appendStringInfoChar(&out, '{');
 		LlmAppendJson(&out, "role", role);
 		if (LlmLength(content) >= 0)
@@ -212,7 +198,7 @@ FromChat(Jsonb *chat)
 			appendStringInfoString(&out, ", \"content\": [");
 			for (int k = 0; k < LlmLength(content); k++)
 			{
-				Next(&out);
+				LlmNext(&out);
 				AppendPart(&out, LlmElement(content, k));
 			}
 			appendStringInfoChar(&out, ']');
@@ -222,7 +208,7 @@ FromChat(Jsonb *chat)
 		appendStringInfoChar(&out, '}');
 	}
 	appendStringInfoChar(&out, ']');
-	if ((v = LlmMember(&b, "max_tokens")) != NULL)
+	if ((v = CtxwinJsonbField(&b, "max_tokens")) != NULL)
 		LlmAppendValue(&out, "max_output_tokens", v);
 	if (LlmLength(tools) > 0)
 	{
@@ -230,10 +216,10 @@ FromChat(Jsonb *chat)
 		for (int i = 0; i < LlmLength(tools); i++)
 		{
 			JsonbValue *t = LlmElement(tools, i);
-			JsonbValue *f = LlmMember(t, "function");
+			JsonbValue *f = CtxwinJsonbField(t, "function");
 			static const char *const keys[] = {"name", "description", "parameters", "strict"};
 
-			Next(&out);
+			LlmNext(&out);
 			if (!LlmIsType(t, "function") || f == NULL)
 			{
 				appendStringInfoString(&out, LlmJson(t));
@@ -241,13 +227,13 @@ FromChat(Jsonb *chat)
 			}
 			appendStringInfoString(&out, "{\"type\": \"function\"");
 			for (int k = 0; k < (int) lengthof(keys); k++)
-				if ((v = LlmMember(f, keys[k])) != NULL)
+				if ((v = CtxwinJsonbField(f, keys[k])) != NULL)
 					LlmAppendValue(&out, keys[k], v);
 			appendStringInfoChar(&out, '}');
 		}
 		appendStringInfoChar(&out, ']');
 	}
-	if ((v = LlmMember(&b, "prompt_cache_key")) != NULL)
+	if ((v = CtxwinJsonbField(&b, "prompt_cache_key")) != NULL)
 		LlmAppendValue(&out, "prompt_cache_key", v);
 	appendStringInfoChar(&out, '}');
 	return LlmJsonb(&out);
@@ -258,7 +244,7 @@ const LlmProvider llm_responses = {
 	.base_url = "https://api.openai.com/v1",
 	.stops = stops,
 	.url = Url,
-	.auth = Auth,
+	.auth = LlmBearerAuth,
 	.summary_request = SummaryRequest,
 	.read = Read,
 	.from_chat = FromChat,

@@ -67,7 +67,7 @@ PlanMismatch(const char *sid, const char *detail)
 static int64
 PlanInt(JsonbValue *plan, const char *key, bool *ok)
 {
-	char	   *t = LlmText(LlmMember(plan, key));
+	char	   *t = CtxwinJsonbText(CtxwinJsonbField(plan, key));
 	char	   *end;
 	int64		v;
 
@@ -145,7 +145,7 @@ ctxwin_llm_summarize(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	plan.type = jbvBinary;
 	plan.val.binary.data = &PG_GETARG_JSONB_P(0)->root;
-	sid_text = LlmText(LlmMember(&plan, "session"));
+	sid_text = CtxwinJsonbText(CtxwinJsonbField(&plan, "session"));
 	if (sid_text == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -165,11 +165,11 @@ ctxwin_llm_summarize(PG_FUNCTION_ARGS)
 	if (nulls[0] || nulls[1] || !have_after || plan_after != after || !have_through ||
 		through <= after || through > DatumGetInt64(row[1]))
 		PlanMismatch(sid_text, "A plan covers messages after the session's summary_through_id, up to its newest message.");
-	plan_segment = LlmText(LlmMember(&plan, "segment")) != NULL &&
-		strcmp(LlmText(LlmMember(&plan, "segment")), "true") == 0;
+	plan_segment = CtxwinJsonbText(CtxwinJsonbField(&plan, "segment")) != NULL &&
+		strcmp(CtxwinJsonbText(CtxwinJsonbField(&plan, "segment")), "true") == 0;
 	{
 		Datum		args[4] = {sid, Int64GetDatum(after), Int64GetDatum(through), (Datum) 0};
-		char	   *instructions = LlmText(LlmMember(&plan, "instructions"));
+		char	   *instructions = CtxwinJsonbText(CtxwinJsonbField(&plan, "instructions"));
 
 		if (instructions)
 			args[3] = CStringGetTextDatum(instructions);
@@ -213,7 +213,7 @@ ctxwin_llm_summarize(PG_FUNCTION_ARGS)
 		else
 		{
 			JsonbValue	r = {.type = jbvBinary,.val.binary.data = &post.result->root};
-			char	   *s = LlmText(LlmMember(&r, "status"));
+			char	   *s = CtxwinJsonbText(CtxwinJsonbField(&r, "status"));
 
 			status = s ? pg_strtoint32(s) : 0;
 			if (status >= 200 && status <= 299)
@@ -228,7 +228,7 @@ ctxwin_llm_summarize(PG_FUNCTION_ARGS)
 				PG_RETURN_JSONB_P(LlmJsonb(&out));
 			}
 			last_err = LlmErrorText(post.result);
-			ra = LlmText(LlmMember(&r, "retry_after"));
+			ra = CtxwinJsonbText(CtxwinJsonbField(&r, "retry_after"));
 		}
 		next = LlmNextTry(status, ra, failures, rate_waits, ctxwin_llm_max_retries);
 		if (next.refused)

@@ -28,6 +28,7 @@
 #include "utils/jsonb.h"
 
 #include "base/base.h"
+#include "llm/provider.h"
 #include "policy/rules.h"
 #include "summary/summary.h"
 #include "tokenizer/tokenizer.h"
@@ -90,19 +91,6 @@ static CtxwinQuery facts_q = {
 	"FROM (SELECT ctxwin.transcript(ctxwin._summary_messages($1, $2, $3), $4) AS t) t",
 	7, {UUIDOID, INT8OID, INT8OID, TEXTOID, BOOLOID, BOOLOID, TEXTOID}
 };
-
-/* ", "key": value (a JSON string, or null). */
-static void
-JsonField(StringInfo out, const char *key, const char *value)
-{
-	appendStringInfoString(out, ", ");
-	escape_json(out, key);
-	appendStringInfoString(out, ": ");
-	if (value)
-		escape_json(out, value);
-	else
-		appendStringInfoString(out, "null");
-}
 
 /* A text's tokens in an encoding; -1 for NULL. */
 static int64
@@ -364,17 +352,17 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 						 fit_through, cut ? "true" : "false");
 	else
 		appendStringInfoString(&out, "\"through\": null, \"transcript_cut\": null");
-	JsonField(&out, "facts", facts_text);
+	LlmAppendJson(&out, "facts", facts_text);
 	appendStringInfo(&out, ", \"answer_tokens\": %d", cap - (facts_text ? (int32) facts_tokens + 2 : 0));
-	JsonField(&out, "system_prompt", sys);
+	LlmAppendJson(&out, "system_prompt", sys);
 	if (fitted && transcript && previous)
 	{
 		appendStringInfoString(&head, transcript);
-		JsonField(&out, "prompt", head.data);
+		LlmAppendJson(&out, "prompt", head.data);
 	}
 	else
-		JsonField(&out, "prompt", NULL);
-	JsonField(&out, "model", n[S_MODEL] ? NULL : TextDatumGetCString(c[S_MODEL]));
+		LlmAppendJson(&out, "prompt", NULL);
+	LlmAppendJson(&out, "model", n[S_MODEL] ? NULL : TextDatumGetCString(c[S_MODEL]));
 	appendStringInfo(&out, ", \"segment\": %s, \"budget\": %d}", segment ? "true" : "false", budget);
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
@@ -422,7 +410,7 @@ ctxwin_summary_fit(PG_FUNCTION_ARGS)
 	MemoryContextSwitchTo(cxt);
 	initStringInfo(&out);
 	appendStringInfo(&out, "{\"through\": " INT64_FORMAT ", \"cut\": %s", through, cut ? "true" : "false");
-	JsonField(&out, "transcript", transcript);
+	LlmAppendJson(&out, "transcript", transcript);
 	appendStringInfoChar(&out, '}');
 	SPI_finish();
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));

@@ -156,7 +156,7 @@ JsonbMemberText(Datum j, bool j_null, const char *key)
 		return NULL;
 	v.type = jbvBinary;
 	v.val.binary.data = &DatumGetJsonbP(j)->root;
-	return LlmText(LlmMember(&v, key));
+	return CtxwinJsonbText(CtxwinJsonbField(&v, key));
 }
 
 /*
@@ -561,7 +561,7 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 		char	   *tokens = JsonbMemberText(fp->plan, fp->plan_null, "answer_tokens");
 		LlmAnswer	a = LlmReadAnswer(answer_null ? NULL : DatumGetJsonbP(answer), tokens ? tokens : "<NULL>");
 		char	   *facts = JsonbMemberText(fp->plan, fp->plan_null, "facts");
-		char	   *model = LlmText(a.model);
+		char	   *model = CtxwinJsonbText(a.model);
 		char	   *total = JsonbMemberText(answer, answer_null, "total_ms");
 		JsonbValue	null_usage = {.type = jbvNull};
 

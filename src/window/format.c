@@ -358,41 +358,6 @@ ctxwin_message_json(PG_FUNCTION_ARGS)
 }
 
 /*
- * The text of a value as jsonb's ->> gives it: a string's own text, any
- * other scalar's or container's JSON text, NULL for JSON null or no value.
- */
-static char *
-ValueText(JsonbValue *v)
-{
-	if (v == NULL || v->type == jbvNull)
-		return NULL;
-	switch (v->type)
-	{
-		case jbvString:
-			return pnstrdup(v->val.string.val, v->val.string.len);
-		case jbvNumeric:
-			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
-		case jbvBool:
-			return pstrdup(v->val.boolean ? "true" : "false");
-		case jbvBinary:
-			return JsonbToCString(NULL, v->val.binary.data, v->val.binary.len);
-		default:
-			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
-	}
-	return NULL;
-}
-
-/* The value of key in an object container, or NULL (absent, or not an object). */
-static JsonbValue *
-FieldOf(JsonbValue *obj, const char *key)
-{
-	if (obj == NULL || obj->type != jbvBinary ||
-		!JsonContainerIsObject(obj->val.binary.data))
-		return NULL;
-	return CtxwinJsonbMember(obj->val.binary.data, key);
-}
-
-/*
  * A tool call's arguments (OpenAI: a JSON text) as the JSON object
  * Anthropic's tool_use input wants: the object itself, else the value (or
  * the text, when it is no JSON) wrapped as {"arguments": ...}.
@@ -534,13 +499,13 @@ MessageBlocks(const WindowMessage *m)
 			if (tok != WJB_ELEM)
 				continue;
 			callv = call;
-			function = FieldOf(&callv, "function");
+			function = CtxwinJsonbField(&callv, "function");
 			pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 			PushCStringField(&st, "type", "tool_use");
-			PushCStringField(&st, "id", ValueText(FieldOf(&callv, "id")));
-			PushCStringField(&st, "name", ValueText(FieldOf(function, "name")));
+			PushCStringField(&st, "id", CtxwinJsonbText(CtxwinJsonbField(&callv, "id")));
+			PushCStringField(&st, "name", CtxwinJsonbText(CtxwinJsonbField(function, "name")));
 			PushKey(&st, "input");
-			PushArgumentsObject(&st, ValueText(FieldOf(function, "arguments")));
+			PushArgumentsObject(&st, CtxwinJsonbText(CtxwinJsonbField(function, "arguments")));
 			blocks = lappend(blocks, BlockDone(&st));
 		}
 	}
@@ -816,15 +781,15 @@ PushAnthropicTool(JsonbParseState **st, JsonbValue *function)
 
 	pushJsonbValue(st, WJB_BEGIN_OBJECT, NULL);
 	PushKey(st, "name");
-	pushJsonbValue(st, WJB_VALUE, FieldOf(function, "name"));
-	v = FieldOf(function, "description");
+	pushJsonbValue(st, WJB_VALUE, CtxwinJsonbField(function, "name"));
+	v = CtxwinJsonbField(function, "description");
 	if (v != NULL && v->type == jbvString)
 	{
 		PushKey(st, "description");
 		pushJsonbValue(st, WJB_VALUE, v);
 	}
 	PushKey(st, "input_schema");
-	v = FieldOf(function, "parameters");
+	v = CtxwinJsonbField(function, "parameters");
 	if (v != NULL && v->type == jbvBinary)
 		pushJsonbValue(st, WJB_VALUE, v);
 	else
@@ -864,7 +829,7 @@ PushAnthropicTools(JsonbParseState **st, Jsonb *tools)
 		if (tok != WJB_ELEM)
 			continue;
 		toolv = tool;
-		PushAnthropicTool(st, FieldOf(&toolv, "function"));
+		PushAnthropicTool(st, CtxwinJsonbField(&toolv, "function"));
 	}
 	pushJsonbValue(st, WJB_END_ARRAY, NULL);
 }

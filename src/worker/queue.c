@@ -185,10 +185,10 @@ RequestOfPlan(Worker *w, const Candidate *c, const PlanRun *r, char **request)
 		RecordFailure(w, &c->id, "no LLM provider is configured");
 		return false;
 	}
-	tokens = LlmText(LlmMember(&plan, "answer_tokens"));
+	tokens = CtxwinJsonbText(CtxwinJsonbField(&plan, "answer_tokens"));
 	initStringInfo(&body);
-	p->summary_request(&body, LlmText(LlmMember(&plan, "system_prompt")), LlmText(LlmMember(&plan, "prompt")),
-					   tokens ? atoi(tokens) : -1, LlmText(LlmMember(&plan, "model")));
+	p->summary_request(&body, CtxwinJsonbText(CtxwinJsonbField(&plan, "system_prompt")), CtxwinJsonbText(CtxwinJsonbField(&plan, "prompt")),
+					   tokens ? atoi(tokens) : -1, CtxwinJsonbText(CtxwinJsonbField(&plan, "model")));
 	*request = body.data;
 	return true;
 }
