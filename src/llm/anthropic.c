@@ -25,8 +25,7 @@ SummaryRequest(StringInfo out, const char *system, const char *prompt, int max_t
 {
 	appendStringInfoChar(out, '{');
 	LlmAppendJson(out, "model", model);
-	appendStringInfoString(out, ", \"max_tokens\": ");
-	appendStringInfoString(out, max_tokens < 0 ? "null" : psprintf("%d", max_tokens));
+	LlmAppendInt(out, "max_tokens", max_tokens);
 	LlmAppendJson(out, "system", system);
 	appendStringInfoString(out, ", \"messages\": [{");
 	LlmAppendJson(out, "role", "user");

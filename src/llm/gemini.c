@@ -82,8 +82,8 @@ SummaryRequest(StringInfo out, const char *system, const char *prompt, int max_t
 	LlmAppendJson(out, "role", "user");
 	appendStringInfoString(out, ", \"parts\": [{");
 	LlmAppendJson(out, "text", prompt);
-	appendStringInfoString(out, "}]}], \"generationConfig\": {\"temperature\": 0, \"maxOutputTokens\": ");
-	appendStringInfoString(out, max_tokens < 0 ? "null" : psprintf("%d", max_tokens));
+	appendStringInfoString(out, "}]}], \"generationConfig\": {\"temperature\": 0");
+	LlmAppendInt(out, "maxOutputTokens", max_tokens);
 	appendStringInfoString(out, "}}");
 }
 

@@ -170,16 +170,33 @@ LlmIsType(JsonbValue *v, const char *type)
 		memcmp(t->val.string.val, type, t->val.string.len) == 0;
 }
 
-/* "key": value (a JSON string, or null), after a comma if out has anything after its "{". */
-void
-LlmAppendJson(StringInfo out, const char *key, const char *value)
+/* "key": , after a comma if out has anything after its "{" or "[". */
+static void
+AppendKey(StringInfo out, const char *key)
 {
 	if (out->len > 0 && out->data[out->len - 1] != '{' && out->data[out->len - 1] != '[')
 		appendStringInfoString(out, ", ");
 	escape_json(out, key);
 	appendStringInfoString(out, ": ");
+}
+
+/* "key": value (a JSON string, or null), after a comma as AppendKey puts one. */
+void
+LlmAppendJson(StringInfo out, const char *key, const char *value)
+{
+	AppendKey(out, key);
 	if (value)
 		escape_json(out, value);
+	else
+		appendStringInfoString(out, "null");
+}
+/* "key": n (null where n < 0), after a comma as LlmAppendJson puts one. */
+void
+LlmAppendInt(StringInfo out, const char *key, int n)
+{
+	AppendKey(out, key);
+	if (n >= 0)
+		appendStringInfo(out, "%d", n);
 	else
 		appendStringInfoString(out, "null");
 }
@@ -196,17 +213,13 @@ LlmJson(JsonbValue *v)
 	return JsonbToCString(NULL, &j->root, VARSIZE(j));
 }
 
-/* "key": the JSON of v, after a comma as LlmAppendJson puts one. */
+/* "key": the JSON of v, after a comma as AppendKey puts one. */
 void
 LlmAppendValue(StringInfo out, const char *key, JsonbValue *v)
 {
-	if (out->len > 0 && out->data[out->len - 1] != '{' && out->data[out->len - 1] != '[')
-		appendStringInfoString(out, ", ");
-	escape_json(out, key);
-	appendStringInfoString(out, ": ");
+	AppendKey(out, key);
 	appendStringInfoString(out, LlmJson(v));
 }
-
 /*
  * The text of a chat message's content: a string, or its text parts
  * joined; "" for none.

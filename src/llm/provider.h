@@ -127,6 +127,7 @@ extern JsonbValue *LlmElement(JsonbValue *v, int i);
 extern bool LlmIsType(JsonbValue *v, const char *type);
 extern void LlmAppendJson(StringInfo out, const char *key, const char *value);
 extern void LlmAppendValue(StringInfo out, const char *key, JsonbValue *v);
+extern void LlmAppendInt(StringInfo out, const char *key, int n);
 extern char *LlmJson(JsonbValue *v);
 extern char *LlmContentText(JsonbValue *content);
 extern Jsonb *LlmJsonb(StringInfo json);

@@ -32,8 +32,7 @@ SummaryRequest(StringInfo out, const char *system, const char *prompt, int max_t
 	LlmAppendJson(out, "model", model);
 	LlmAppendJson(out, "instructions", system);
 	LlmAppendJson(out, "input", prompt);
-	appendStringInfoString(out, ", \"max_output_tokens\": ");
-	appendStringInfoString(out, max_tokens < 0 ? "null" : psprintf("%d", max_tokens));
+	LlmAppendInt(out, "max_output_tokens", max_tokens);
 	appendStringInfoString(out, ", \"store\": false}");
 }
 
