@@ -145,7 +145,7 @@ SummarizeSession(Datum session, bool session_null, bool force, bool force_null,
 				before_null,
 				after_null,
 				waited;
-	const char *strategy;
+	SummaryStrategy strategy;
 
 	CtxwinSessionMustExist((NullableDatum) {.value = session, .isnull = session_null});
 	if (force_null)
@@ -186,7 +186,7 @@ SummarizeSession(Datum session, bool session_null, bool force, bool force_null,
 	*isnull = plan_null;
 	if (plan_null)
 		return (Datum) 0;
-	if (strcmp(strategy, "extractive") != 0)
+	if (strategy != SUMMARY_EXTRACTIVE)
 		answer = AskLLM(plan, &answer_null);
 	return SummaryFinish(plan, false, answer, answer_null);
 }
@@ -226,11 +226,11 @@ static void
 CompactPlan(void *arg)
 {
 	CompactOne *c = (CompactOne *) arg;
-	const char *strategy;
+	SummaryStrategy strategy;
 
 	c->plan = SummaryPlan(UUIDPGetDatum(&c->id), false, false, (Datum) 0, true,
 						  &c->plan_null, &strategy, &c->settle);
-	c->llm = !c->plan_null && strcmp(strategy, "extractive") != 0;
+	c->llm = !c->plan_null && strategy != SUMMARY_EXTRACTIVE;
 }
 
 /* The body of a session's LLM request in compact. */

@@ -115,7 +115,8 @@ ClaimSession(Datum session, bool force, bool *isnull)
 	bool		colnulls[2];
 	Datum		plan;
 	bool		plan_null;
-	const char *strategy;
+	SummaryStrategy strategy;
+	SummaryStrategy profile_strategy;
 	bool		server_llm;
 	TimestampTz now;
 	Datum		job;
@@ -138,9 +139,9 @@ ClaimSession(Datum session, bool force, bool *isnull)
 
 	/* whether ctxwin's own worker would ask an LLM for this session */
 	CtxwinQueryRow(&profile_q, &session, NULL, cols, colnulls, 2);
+	profile_strategy = SummaryStrategyOf(colnulls[0] ? NULL : TextDatumGetCString(cols[0]));
 	server_llm = ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE &&
-		(colnulls[0] || strcmp(TextDatumGetCString(cols[0]), "llm") == 0 ||
-		 strcmp(TextDatumGetCString(cols[0]), "hybrid") == 0);
+		(profile_strategy == SUMMARY_LLM || profile_strategy == SUMMARY_HYBRID);
 
 	now = GetCurrentTimestamp();
 	args[0] = session;

@@ -247,7 +247,7 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 	const CtxwinEncoding *enc;
 	const CtxwinEncoding *summary_enc;
 	const char *summary;
-	const char *strategy;
+	SummaryStrategy strategy;
 	char	   *previous;
 	char	   *sys;
 	char	   *transcript = NULL;
@@ -285,8 +285,7 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 	 * written.
 	 */
 	cap = Max(max_summary, budget);
-	strategy = !n[S_STRATEGY] ? TextDatumGetCString(c[S_STRATEGY]) :
-		ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE ? "llm" : "extractive";
+	strategy = SummaryStrategyOf(n[S_STRATEGY] ? NULL : TextDatumGetCString(c[S_STRATEGY]));
 	/* the summary stays as it is under a segment: all of it, for context */
 	previous = segment ? (char *) summary : Previous(summary, DatumGetBool(c[S_SEGMENTED]));
 
@@ -299,7 +298,7 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 						  Count(summary_enc, head.data)),
 				 DatumGetTextPP(c[S_SUMMARY_ENCODING]), &fit_through, &transcript, &cut);
 
-	if (fitted && strcmp(strategy, "hybrid") == 0)
+	if (fitted && strategy == SUMMARY_HYBRID)
 	{
 		/* facts found without the LLM, kept verbatim, take up to a quarter */
 		Datum		args[7] = {session, Int64GetDatum(after), Int64GetDatum(fit_through), c[S_ENCODING],

@@ -306,6 +306,33 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
 	return through;
 }
 
+/* The strategies by name, as ctxwin.profiles.summary_strategy names them. */
+static const char *const strategy_names[] = {
+	[SUMMARY_EXTRACTIVE] = "extractive",
+	[SUMMARY_LLM] = "llm",
+	[SUMMARY_HYBRID] = "hybrid",
+	[SUMMARY_APP] = "app",
+};
+
+SummaryStrategy
+SummaryStrategyOf(const char *name)
+{
+	if (name == NULL)
+		return ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE ? SUMMARY_LLM : SUMMARY_EXTRACTIVE;
+	for (int i = 0; i < (int) lengthof(strategy_names); i++)
+		if (strcmp(name, strategy_names[i]) == 0)
+			return (SummaryStrategy) i;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("unknown summary strategy \"%s\"", name)));
+}
+
+const char *
+SummaryStrategyName(SummaryStrategy s)
+{
+	return strategy_names[s];
+}
+
 /*
  * The plan of the next summary of a session: see the SQL declaration of
  * _summary_plan.  Returns it (a jsonb Datum in the current memory context)
@@ -316,7 +343,7 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
  */
 static Datum
 PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
-			bool instructions_null, bool *isnull, const char **strategy, bool *settle, bool job)
+			bool instructions_null, bool *isnull, SummaryStrategy *strategy, bool *settle, bool job)
 {
 	SessionState s = {.id = session};
 	Datum		st[5];			/* min_recent_messages, summary_strategy, encoding,
@@ -329,7 +356,7 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 	bool		segment;
 
 	*isnull = true;
-	*strategy = NULL;
+	*strategy = SUMMARY_EXTRACTIVE;
 	if (settle != NULL)
 		*settle = false;
 	if (session_null || !ReadSession(&s))
@@ -359,19 +386,16 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 	if (through_null)
 		return (Datum) 0;
 
-	if (!stnull[1])
-		*strategy = TextDatumGetCString(st[1]);
-	else
-		*strategy = ctxwin_llm_provider != CTXWIN_PROVIDER_EXTRACTIVE ? "llm" : "extractive";
+	*strategy = SummaryStrategyOf(stnull[1] ? NULL : TextDatumGetCString(st[1]));
 	/*
 	 * A job is written by the application's model: hybrid keeps its facts,
 	 * any other strategy is the app's.  The server's own summarizers make
 	 * an app session's summary (summarize_session) with its LLM.
 	 */
 	if (job)
-		*strategy = strcmp(*strategy, "hybrid") == 0 ? "hybrid" : "app";
-	else if (strcmp(*strategy, "app") == 0)
-		*strategy = "llm";
+		*strategy = *strategy == SUMMARY_HYBRID ? SUMMARY_HYBRID : SUMMARY_APP;
+	else if (*strategy == SUMMARY_APP)
+		*strategy = SUMMARY_LLM;
 	segment = PlanSegment(&s, st[4], stnull[4], st[2], stnull[2],
 						  stnull[3] ? 0 : DatumGetInt32(st[3]), &budget);
 	/* the plan: session, strategy, after, through, version, encoding, max_tokens, instructions, segment, budget */
@@ -380,7 +404,7 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 
 		initStringInfo(&j);
 		appendStringInfo(&j, "{\"session\": \"%s\"", SummaryUuidText(session, false));
-		PlanText(&j, "strategy", CStringGetTextDatum(*strategy), false);
+		PlanText(&j, "strategy", CStringGetTextDatum(SummaryStrategyName(*strategy)), false);
 		appendStringInfo(&j, ", \"after\": " INT64_FORMAT ", \"through\": " INT64_FORMAT,
 						 DatumGetInt64(s.cols[0]), DatumGetInt64(through));
 		if (s.nulls[2])
@@ -401,12 +425,13 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 		plan = DirectFunctionCall1(jsonb_in, CStringGetDatum(j.data));
 	}
 	*isnull = false;
-	if (strcmp(*strategy, "extractive") == 0)
+	if (*strategy == SUMMARY_EXTRACTIVE)
 		return plan;
 	if (!job && ctxwin_llm_provider == CTXWIN_PROVIDER_EXTRACTIVE)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("summary strategy \"%s\" needs an LLM, and none is configured", *strategy),
+				 errmsg("summary strategy \"%s\" needs an LLM, and none is configured",
+						SummaryStrategyName(*strategy)),
 				 errhint("Set the profile's summary_strategy to 'extractive', or configure ctxwin.llm_provider.")));
 
 	/* the plan, then the request (request.c) */
@@ -420,7 +445,7 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 /* The plan of the next summary of a session (see PlanSummary), for the server's summarizers. */
 Datum
 SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
-			bool instructions_null, bool *isnull, const char **strategy, bool *settle)
+			bool instructions_null, bool *isnull, SummaryStrategy *strategy, bool *settle)
 {
 	return PlanSummary(session, session_null, force, instructions, instructions_null, isnull,
 					   strategy, settle, false);
@@ -433,7 +458,7 @@ SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
  * caller holds the session's claim and has checked that no job holds it.
  */
 Datum
-SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy)
+SummaryPlanJob(Datum session, bool force, bool *isnull, SummaryStrategy *strategy)
 {
 	return PlanSummary(session, false, force, (Datum) 0, true, isnull, strategy, NULL, true);
 }
@@ -450,7 +475,8 @@ typedef struct FinishPlan
 	bool		plan_null;
 	Datum		f[F_NFIELDS];
 	bool		fn[F_NFIELDS];
-	char	   *strategy;		/* or NULL */
+	char	   *strategy;		/* its name, or NULL */
+	bool		extractive;		/* made here, not read out of an LLM's answer */
 } FinishPlan;
 
 /*
@@ -498,6 +524,8 @@ ReadFinishPlan(FinishPlan *fp)
 		fp->fn[F_SEGMENT] = false;
 	}
 	fp->strategy = fp->fn[F_STRATEGY] ? NULL : TextDatumGetCString(fp->f[F_STRATEGY]);
+	/* a plan without a strategy is an LLM's (as it always was read) */
+	fp->extractive = fp->strategy != NULL && SummaryStrategyOf(fp->strategy) == SUMMARY_EXTRACTIVE;
 }
 
 /*
@@ -542,7 +570,7 @@ static void
 MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool answer_null,
 			TimestampTz t0, NewSummary *ns)
 {
-	if (fp->strategy != NULL && strcmp(fp->strategy, "extractive") == 0)
+	if (fp->extractive)
 	{
 		Datum		args[7] = {prev, fp->f[F_SESSION], fp->f[F_AFTER], fp->f[F_THROUGH],
 		fp->f[F_MAX_TOKENS], fp->f[F_ENCODING], fp->plan};
@@ -691,7 +719,7 @@ CheckSummary(const FinishPlan *fp, NewSummary *ns)
 	}
 	/* the room of the new text: max_tokens less the summary before it */
 	room = (int64) max_tokens - (DatumGetInt32(ns->tokens) - new_tokens);
-	if ((fp->strategy == NULL || strcmp(fp->strategy, "extractive") != 0) &&
+	if (!fp->extractive &&
 		room > 0 && new_tokens <= 2 * room && CutToFit(fp, ns))
 		return;
 	if (!ns->segment_null)
@@ -791,7 +819,7 @@ ctxwin_summary_plan(PG_FUNCTION_ARGS)
 {
 	Datum		plan;
 	bool		isnull;
-	const char *strategy;
+	SummaryStrategy strategy;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -46,15 +46,32 @@ extern const char *SummaryUuidText(Datum id, bool isnull);
 extern bool SummarySessionClaimed(Datum session);
 
 /*
+ * A profile's summary_strategy, decided once (SummaryStrategyOf) where a
+ * summary is planned and read; the plan and the summaries row carry its
+ * name (SummaryStrategyName).
+ */
+typedef enum SummaryStrategy
+{
+	SUMMARY_EXTRACTIVE,			/* no LLM: sentences and facts of the messages */
+	SUMMARY_LLM,				/* the server's LLM (src/llm/) */
+	SUMMARY_HYBRID,				/* facts found without the LLM, then its text */
+	SUMMARY_APP					/* the application's own model (claim_summary) */
+} SummaryStrategy;
+
+/* summary.c: a strategy of its name; NULL: llm if a provider is configured, else extractive */
+extern SummaryStrategy SummaryStrategyOf(const char *name);
+extern const char *SummaryStrategyName(SummaryStrategy s);
+
+/*
  * summary.c: the plan of the next summary of a session (see _summary_plan), or
  * (Datum) 0 with *isnull; *strategy: the plan's.  settle NULL: a session
  * with nothing to do is settled now; else *settle says it is to be.
  */
 extern Datum SummaryPlan(Datum session, bool session_null, bool force, Datum instructions,
-						 bool instructions_null, bool *isnull, const char **strategy, bool *settle);
+						 bool instructions_null, bool *isnull, SummaryStrategy *strategy, bool *settle);
 
 /* summary.c: the same plan as a job for the application's model (claim_summary) */
-extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, const char **strategy);
+extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, SummaryStrategy *strategy);
 
 /*
  * On a row x of ctxwin.sessions: an application's unexpired summary job

@@ -138,7 +138,7 @@ typedef struct PlanRun
 {
 	pg_uuid_t	id;
 	Jsonb	   *plan;			/* NULL: nothing to do */
-	const char *strategy;
+	SummaryStrategy strategy;
 } PlanRun;
 
 static void
@@ -148,7 +148,7 @@ MakePlan(void *arg)
 	MemoryContext cxt = CurrentMemoryContext;
 	Datum		plan;
 	bool		isnull;
-	const char *strategy;
+	SummaryStrategy strategy;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -159,7 +159,7 @@ MakePlan(void *arg)
 
 		r->plan = MemoryContextAlloc(cxt, VARSIZE(j));
 		memcpy(r->plan, j, VARSIZE(j));
-		r->strategy = MemoryContextStrdup(cxt, strategy);
+		r->strategy = strategy;
 	}
 	SPI_finish();
 }
@@ -178,7 +178,7 @@ RequestOfPlan(Worker *w, const Candidate *c, const PlanRun *r, char **request)
 	StringInfoData body;
 
 	*request = NULL;
-	if (strcmp(r->strategy, "extractive") == 0)
+	if (r->strategy == SUMMARY_EXTRACTIVE)
 		return true;
 	if (p == NULL)
 	{
