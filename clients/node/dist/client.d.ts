@@ -263,6 +263,9 @@ export declare class Ctxwin {
     buildRequest(session: SessionRef, options: RequestOptions & {
         format: "anthropic";
     }): Promise<AnthropicRequest>;
+    buildRequest(session: SessionRef, options: RequestOptions & {
+        format: "responses" | "gemini";
+    }): Promise<Record<string, unknown>>;
     buildRequest(session: SessionRef, options?: RequestOptions & {
         format?: Format;
     }): Promise<OpenAIRequest | AnthropicRequest>;
@@ -386,6 +389,9 @@ export declare class CtxwinSession {
     buildRequest(options: RequestOptions & {
         format: "anthropic";
     }): Promise<AnthropicRequest>;
+    buildRequest(options: RequestOptions & {
+        format: "responses" | "gemini";
+    }): Promise<Record<string, unknown>>;
     search(query: string, options?: SearchOptions): Promise<SearchHit[]>;
     message(id: number): Promise<StoredChatMessage>;
     answerToolCall(toolCall: RecallToolCall | object): Promise<ToolMessage>;

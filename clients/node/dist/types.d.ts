@@ -130,6 +130,8 @@ export interface AnthropicRequest extends AnthropicContext {
     }>;
 }
 export type Format = "openai" | "anthropic";
+/** build_request's formats: build_context's two, and OpenAI Responses' and Gemini's bodies. */
+export type RequestFormat = Format | "responses" | "gemini";
 /** A message ctxwin.search found (Ctxwin.search), best first. */
 export interface SearchHit {
     id: number;

@@ -7,7 +7,7 @@
 import { toChatMessages, type MessageInput } from "./convert.js";
 import { CtxwinError, toCtxwinError } from "./errors.js";
 import type {
-  AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, RecallToolCall, SearchHit,
+  AnthropicContext, AnthropicRequest, ChatMessage, Format, OpenAIRequest, RequestFormat, RecallToolCall, SearchHit,
   StoredChatMessage, ToolDefinition, ToolMessage,
 } from "./types.js";
 
@@ -386,13 +386,15 @@ export class Ctxwin {
 
   buildRequest(session: SessionRef, options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
   buildRequest(session: SessionRef, options: RequestOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
+  buildRequest(session: SessionRef, options: RequestOptions & { format: "responses" | "gemini" }): Promise<Record<string, unknown>>;
   buildRequest(session: SessionRef, options?: RequestOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest>;
   /** ctxwin.build_request: the whole body to POST (with recall: the conversation_search tool last). */
-  async buildRequest(session: SessionRef, options: RequestOptions & { format?: Format } = {}): Promise<OpenAIRequest | AnthropicRequest> {
+  async buildRequest(session: SessionRef, options: RequestOptions & { format?: RequestFormat } = {}):
+    Promise<OpenAIRequest | AnthropicRequest | Record<string, unknown>> {
     return await this.one(
       "SELECT ctxwin.build_request($1::uuid, $2::int, $3::text, $4::jsonb, $5::boolean, $6::boolean) AS r",
       [sid(session), options.budget ?? null, options.format ?? "openai", jsonOrNull(options.tools), options.cache ?? true,
-        options.recall ?? false]) as OpenAIRequest | AnthropicRequest;
+        options.recall ?? false]) as OpenAIRequest | AnthropicRequest | Record<string, unknown>;
   }
 
   /**
@@ -456,7 +458,7 @@ export class Ctxwin {
    * conversation_search tool last).
    */
   async turn(session: SessionRef, messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean; recall?: boolean } = {}):
+    options: AppendOptions & WindowOptions & { format?: RequestFormat; request?: boolean; recall?: boolean } = {}):
     Promise<TurnResult<ChatMessage[] | AnthropicContext> | TurnRequestResult<OpenAIRequest | AnthropicRequest>> {
     const c = toChatMessages(messages, options.keys);
     const a = sessionArg(options.create, 10);
@@ -586,8 +588,9 @@ export class CtxwinSession {
   }
   buildRequest(options?: RequestOptions & { format?: "openai" }): Promise<OpenAIRequest>;
   buildRequest(options: RequestOptions & { format: "anthropic" }): Promise<AnthropicRequest>;
-  buildRequest(options?: RequestOptions & { format?: Format }): Promise<OpenAIRequest | AnthropicRequest> {
-    return this.client.buildRequest(this.id, options);
+  buildRequest(options: RequestOptions & { format: "responses" | "gemini" }): Promise<Record<string, unknown>>;
+  buildRequest(options?: RequestOptions & { format?: RequestFormat }): Promise<OpenAIRequest | AnthropicRequest | Record<string, unknown>> {
+    return this.client.buildRequest(this.id, options as RequestOptions & { format?: Format });
   }
   search(query: string, options?: SearchOptions): Promise<SearchHit[]> {
     return this.client.search(this.id, query, options);
@@ -605,7 +608,7 @@ export class CtxwinSession {
   turn(messages: MessageInput | readonly MessageInput[],
     options: AppendOptions & RequestOptions & { format: "anthropic"; request: true }): Promise<TurnRequestResult<AnthropicRequest>>;
   turn(messages: MessageInput | readonly MessageInput[],
-    options: AppendOptions & WindowOptions & { format?: Format; request?: boolean; recall?: boolean } = {}): Promise<unknown> {
+    options: AppendOptions & WindowOptions & { format?: RequestFormat; request?: boolean; recall?: boolean } = {}): Promise<unknown> {
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     return this.client.turn(this.id, messages, options as any);
   }

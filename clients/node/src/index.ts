@@ -12,7 +12,7 @@ export {
 } from "./errors.js";
 export type { CtxwinErrorFields } from "./errors.js";
 export type {
-  AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, ContentPart, Format, OpenAIRequest,
+  AnthropicContext, AnthropicRequest, AnthropicTextBlock, ChatMessage, ChatToolCall, ContentPart, Format, OpenAIRequest, RequestFormat,
   RecallToolCall, RequestContentPart, RequestMessage, SearchHit, StoredChatMessage, ToolDefinition, ToolMessage,
 } from "./types.js";
 export { NAMESPACE_URL, parseUuidAsPython, sessionIdForThread, THREAD_NAMESPACE, uuidv5 } from "./uuid.js";

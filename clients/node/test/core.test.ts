@@ -479,6 +479,16 @@ describe("recall: search, the conversation_search tool, one message whole", () =
     assert.equal((await cw.buildRequest(s)).tools?.length ?? 0, 0);
     const anthropic = await cw.buildRequest(s, { format: "anthropic", recall: true });
     assert.deepEqual(anthropic.tools?.map((t) => t.name), ["conversation_search"]);
+    // build_request's other formats: the same window as Responses input items and as Gemini contents
+    const responses = await cw.buildRequest(s, { format: "responses", recall: true });
+    const items = responses["input"] as Array<Record<string, unknown>>;
+    assert.deepEqual(items.filter((i) => "role" in i).map((i) => i["content"]),
+      req.messages.filter((m) => !("tool_call_id" in m)).map((m) => m.content));
+    assert.deepEqual((responses["tools"] as Array<{ name: string }>).map((t) => t.name), ["conversation_search"]);
+    const gemini = await cw.buildRequest(s, { format: "gemini" });
+    assert.ok(!("model" in gemini) && Array.isArray(gemini["contents"]));
+    await assert.rejects(cw.buildContext(s, { format: "gemini" as "openai" }), (e: unknown) =>
+      e instanceof CtxwinError && e.code === "22023");
     // the model's call, answered by ctxwin, appended as it is
     const call = searchCall("call_r1", { query: "ORD-48213", roles: ["user"], max_results: 3 });
     const answer = await cw.answerToolCall(s, call);

@@ -469,6 +469,25 @@ def test_the_conversation_search_tool_round_trip(client: ctxwin.Client) -> None:
     assert nf.value.sqlstate == "P0002"
 
 
+def test_build_request_for_responses_and_gemini(client: ctxwin.Client) -> None:
+    """build_request's other formats: the same window as OpenAI Responses
+    input items and as Gemini contents; build_context has neither."""
+    s = summarized_order_talk(client)
+    chat = client.build_request(s)
+    responses = client.build_request(s, "responses", recall=True)
+    assert [i.get("content") for i in responses["input"] if "role" in i] == \
+        [m.get("content") for m in chat["messages"] if "tool_call_id" not in m]
+    assert [t["name"] for t in responses["tools"]] == ["conversation_search"]
+    gemini = client.build_request(s, "gemini")
+    assert "model" not in gemini and gemini["contents"]
+    assert {c["role"] for c in gemini["contents"]} <= {"user", "model"}
+    turn = client.append_and_build(s, {"role": "user", "content": "And ORD-48213?"}, format="gemini", request=True)
+    assert turn.request is not None and turn.request["contents"][-1]["parts"][-1] == {"text": "And ORD-48213?"}
+    with pytest.raises(ctxwin.InvalidArgument) as bad:
+        client.build_context(s, format="gemini")  # type: ignore[arg-type]
+    assert "build_request" in (bad.value.hint or "")
+
+
 def test_append_and_build_with_recall(client: ctxwin.Client) -> None:
     s = client.create_session()
     turn = client.append_and_build(s, {"role": "user", "content": "Where is ORD-48213?"}, request=True, recall=True)

@@ -31,6 +31,7 @@ from .errors import (
 from .types import (
     ChatMessage,
     ContextStatus,
+    RequestFormat,
     SearchHit,
     Session,
     StoredMessage,
@@ -47,6 +48,7 @@ __all__ = [
     "Client",
     "ConnectionLost",
     "ContextStatus",
+    "RequestFormat",
     "CtxwinError",
     "DuplicateMessage",
     "ExtensionNotInstalled",

@@ -186,9 +186,12 @@ def tool_call_json(call: Any) -> Jsonb:
     return Jsonb(dict(call))
 
 
-def check_format(fmt: str) -> None:
-    if fmt not in ("openai", "anthropic"):
-        raise InvalidArgument(f"unknown format {fmt!r}", hint="Use 'openai' or 'anthropic'.")
+def check_format(fmt: str, request: bool = False) -> None:
+    """A format of build_context, or with request of build_request too."""
+    if fmt in ("openai", "anthropic") or (request and fmt in ("responses", "gemini")):
+        return
+    raise InvalidArgument(f"unknown format {fmt!r}", hint="Use 'openai', 'anthropic', 'responses' or 'gemini'."
+                          if request else "Use 'openai' or 'anthropic' ('responses' and 'gemini' are build_request's).")
 
 
 def usage_object(response: Any) -> dict[str, Any]:

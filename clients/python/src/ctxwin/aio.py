@@ -18,6 +18,7 @@ from .errors import CtxwinError, from_psycopg
 from .types import (
     ContextStatus,
     Format,
+    RequestFormat,
     SearchHit,
     Session,
     SessionRef,
@@ -210,7 +211,7 @@ class AsyncClient:
     async def build_request(
         self,
         session: SessionRef,
-        format: Format = "openai",
+        format: RequestFormat = "openai",
         tools: Sequence[Mapping[str, Any]] | None = None,
         *,
         budget: int | None = None,
@@ -220,7 +221,7 @@ class AsyncClient:
         """The whole request body to POST to the provider; with ``recall=True``
         its tools end with ctxwin's ``conversation_search`` (answer its calls
         with :meth:`answer_tool_call`)."""
-        _sql.check_format(format)
+        _sql.check_format(format, request=True)
         sid = session_id(session)
         row = await self._one(_sql.BUILD_REQUEST, (budget, format, _sql.tools(tools), cache, recall, sid))
         if row is None:
@@ -235,7 +236,7 @@ class AsyncClient:
         *,
         keys: Sequence[str | None] | None = None,
         budget: int | None = None,
-        format: Format = "openai",
+        format: RequestFormat = "openai",
         tools: Sequence[Mapping[str, Any]] | None = None,
         cache: bool = True,
         request: bool = False,
@@ -249,7 +250,7 @@ class AsyncClient:
         the window (or, with ``request=True``, the whole request body; with
         ``recall=True`` too, its tools end with ``conversation_search``).
         ``create=True``: as for :meth:`append`."""
-        _sql.check_format(format)
+        _sql.check_format(format, request=request)
         body, ks, _ = _sql.prepare_messages(messages, keys)
         params = {**_sql.creating(session_id(session), profile, system_prompt, metadata), "messages": body,
                   "keys": ks, "budget": budget, "format": format, "tools": _sql.tools(tools), "cache": cache,

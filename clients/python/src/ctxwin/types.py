@@ -25,6 +25,8 @@ class ChatMessage(TypedDict, total=False):
 
 
 Format = Literal["openai", "anthropic"]
+RequestFormat = Literal["openai", "anthropic", "responses", "gemini"]
+"""build_request's formats: build_context's two, and OpenAI Responses' and Gemini's bodies."""
 
 
 def _pick(cls: type[Any], row: Mapping[str, Any]) -> dict[str, Any]:
