@@ -23,6 +23,7 @@
 #include "utils/jsonb.h"
 
 #include "base/base.h"
+#include "compat/compat.h"
 
 /* What a stop reason means for a summary: only LLM_STOP_COMPLETE is stored. */
 typedef enum LlmStop
@@ -121,7 +122,7 @@ extern void LlmNext(StringInfo out);
 extern const LlmProvider *LlmProviderOf(int kind);
 extern const LlmProvider *LlmProviderNamed(const char *name);
 extern const LlmProvider *LlmProviderConfigured(void);
-extern void LlmRefuse(const char *msg, const char *detail) pg_attribute_noreturn();
+pg_noreturn extern void LlmRefuse(const char *msg, const char *detail);
 extern int	LlmLength(JsonbValue *v);
 extern JsonbValue *LlmElement(JsonbValue *v, int i);
 extern bool LlmIsType(JsonbValue *v, const char *type);
