@@ -20,7 +20,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-plan tests => 332;
+plan tests => 337;
 
 my $db = 'ctxwin_llm_t';
 my $role = 'ctxwin_llm_user';
@@ -471,6 +471,24 @@ for my $p (qw(openai responses anthropic gemini))
 		"SELECT version FROM ctxwin.summarize_session('$s')");
 	is($out . '|' . join('', map { "$_ " } since($n0, 'status')), '1|503 200 ',
 		"$p: a 503 then an answer: retried once, the summary is made");
+}
+
+# ---------------------------------------------------------------------------
+# Gemini: the model is a path of the URL, so a name that is no model is
+# refused before any request; a resource name (models/NAME) is taken as is
+# ---------------------------------------------------------------------------
+$s = newsess('llm');
+sq("SELECT part('$s', 1)");
+$out = ql('gemini', '-c ctxwin.llm_model=models/mock', "SELECT version FROM ctxwin.summarize_session('$s')");
+is($out . '|' . last_req('path'), '1|/v1beta/models/mock:generateContent',
+	'gemini: a model named models/NAME goes into the URL as it is');
+sq("SELECT part('$s', 2)");
+for my $m ('../mock', 'models/a/b', 'mock?alt=sse', 'models/')
+{
+	$n0 = nreq();
+	$out = ql('gemini', "-c ctxwin.llm_model=$m", "SELECT version FROM ctxwin.summarize_session('$s')");
+	is((($out =~ /ERROR:  model name "\Q$m\E" cannot be put in a Gemini URL/) ? 'refused' : $out) . '|' . (nreq() - $n0),
+		'refused|0', "gemini: model \"$m\" is refused before any request");
 }
 
 # ---------------------------------------------------------------------------

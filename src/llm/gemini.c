@@ -10,6 +10,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include "common/jsonapi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -36,6 +38,24 @@ static const LlmStopWord stops[] = {
 };
 
 /*
+ * Whether name is a Gemini model: NAME, models/NAME or tunedModels/NAME,
+ * NAME of letters, digits, ".", "_" and "-" starting with a letter or a
+ * digit (so no "..": the name is a path of the URL).
+ */
+static bool
+ModelName(const char *name)
+{
+	const char *n = name;
+
+	if (strncmp(n, "models/", 7) == 0)
+		n += 7;
+	else if (strncmp(n, "tunedModels/", 12) == 0)
+		n += 12;
+	return isalnum((unsigned char) n[0]) &&
+		strspn(n, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == strlen(n);
+}
+
+/*
  * The URL of the body's model ("gemini-2.5-flash", or a resource name such
  * as "models/gemini-2.5-flash" or "tunedModels/x"), and the body without it.
  */
@@ -53,13 +73,12 @@ Url(const char *base, char **body)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a Gemini request needs a model"),
 				 errhint("Set \"ctxwin.llm_model\", or the profile's summary_model.")));
-	slash = strchr(model, '/');
-	if (strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/") != strlen(model) ||
-		(slash && (strchr(slash + 1, '/') || slash == model || slash[1] == '\0')))
+	if (!ModelName(model))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("model name \"%s\" cannot be put in a Gemini URL", model),
-				 errdetail("A Gemini model is named by letters, digits, \".\", \"_\" and \"-\", with at most one \"/\" (models/NAME).")));
+				 errdetail("A Gemini model is NAME, models/NAME or tunedModels/NAME, NAME of letters, digits, \".\", \"_\" and \"-\" that starts with a letter or a digit.")));
+	slash = strchr(model, '/');
 	rest = DatumGetJsonbP(DirectFunctionCall2(jsonb_delete, j, CStringGetTextDatum("model")));
 	*body = JsonbToCString(NULL, &rest->root, VARSIZE(rest));
 	return psprintf("%s/v1beta/%s%s:generateContent", base, slash ? "" : "models/", model);
