@@ -90,6 +90,10 @@ typedef enum SettingsColumn
 	PS_EXCLUDE_TOOLS,
 	PS_CLEAR_AT_LEAST,
 	PS_SEARCH,
+	PS_MAX_SUMMARY,
+	PS_SUMMARY_STRATEGY,
+	PS_SUMMARY_MODEL,
+	PS_SUMMARY_PROMPT,
 	PS_ENCODING,
 	PS_MODEL_WINDOW,
 	PS_CALIBRATION_ENCODING,
@@ -129,6 +133,10 @@ static const struct
 	[PS_EXCLUDE_TOOLS] = {"exclude_tools", ST_PROFILES, "_text", FOR_SESSION, true},
 	[PS_CLEAR_AT_LEAST] = {"clear_at_least", ST_PROFILES, "int4", FOR_SESSION, true},
 	[PS_SEARCH] = {"search", ST_PROFILES, "bool", FOR_ALL, true},
+	[PS_MAX_SUMMARY] = {"max_summary_tokens", ST_PROFILES, "int4", FOR_SESSION},
+	[PS_SUMMARY_STRATEGY] = {"summary_strategy", ST_PROFILES, "text", FOR_SESSION},
+	[PS_SUMMARY_MODEL] = {"summary_model", ST_PROFILES, "text", FOR_SESSION},
+	[PS_SUMMARY_PROMPT] = {"summary_prompt", ST_PROFILES, "text", FOR_SESSION},
 	[PS_ENCODING] = {"encoding", ST_MODELS, "text", FOR_ALL},
 	[PS_MODEL_WINDOW] = {"context_window", ST_MODELS, "int4", FOR_ALL},
 	[PS_CALIBRATION_ENCODING] = {"encoding", ST_CALIBRATION, "text", FOR_SESSION},
@@ -403,6 +411,11 @@ SettingsFrom(text *profile, const Datum *v, const bool *n, ProfileSettings *ps)
 	ps->clearing.at_least = n[PS_CLEAR_AT_LEAST] ? 0 : DatumGetInt32(v[PS_CLEAR_AT_LEAST]);
 	/* the search index: on unless turned off (NULL: a database at 0.1.0, which has none) */
 	ps->search = n[PS_SEARCH] || DatumGetBool(v[PS_SEARCH]);
+	/* how its summaries are made: not read by the trigger */
+	ps->summary.max_tokens = n[PS_MAX_SUMMARY] ? 0 : DatumGetInt32(v[PS_MAX_SUMMARY]);
+	ps->summary.strategy = n[PS_SUMMARY_STRATEGY] ? NULL : TextDatumGetCString(v[PS_SUMMARY_STRATEGY]);
+	ps->summary.model = n[PS_SUMMARY_MODEL] ? NULL : TextDatumGetCString(v[PS_SUMMARY_MODEL]);
+	ps->summary.prompt = n[PS_SUMMARY_PROMPT] ? NULL : TextDatumGetCString(v[PS_SUMMARY_PROMPT]);
 	/* the margin where the calibration is in the model's encoding now */
 	ps->budget_margin = 1.0f;
 	if (!n[PS_MARGIN] && !n[PS_CALIBRATION_ENCODING] &&

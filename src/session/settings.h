@@ -32,6 +32,18 @@ typedef struct ToolClearing
 	int32		at_least;		/* clear_at_least (0: every time) */
 } ToolClearing;
 
+/*
+ * How a profile's summaries are made (src/summary/): read for a session,
+ * not by the insert trigger.
+ */
+typedef struct SummarySettings
+{
+	int32		max_tokens;		/* max_summary_tokens */
+	char	   *strategy;		/* summary_strategy (NULL: by ctxwin.llm_provider) */
+	char	   *model;			/* summary_model (NULL: ctxwin.llm_model) */
+	char	   *prompt;			/* summary_prompt (NULL: the built-in one) */
+} SummarySettings;
+
 /* A profile's settings in effect now, with its model's. */
 typedef struct ProfileSettings
 {
@@ -50,6 +62,8 @@ typedef struct ProfileSettings
 	ToolClearing clearing;		/* tool results in the window (not read by
 								 * the insert trigger) */
 	bool		search;			/* messages go into the search index */
+	SummarySettings summary;	/* how its summaries are made (not read by
+								 * the insert trigger) */
 } ProfileSettings;
 
 /*

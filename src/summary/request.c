@@ -38,22 +38,20 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_fit);
 
 extern Datum ctxwin_truncate_middle(PG_FUNCTION_ARGS);
 
-/* What the request reads of the session and its settings, and the built-in prompts. */
-static CtxwinQuery session_q = {
-	"SELECT s.conversation_summary, s.summary_segments IS NOT NULL, st.window_policy, st.encoding, "
-	"st.max_summary_tokens, st.summary_strategy, st.summary_prompt, "
-	"COALESCE(st.summary_model, pg_catalog.current_setting('ctxwin.llm_model')), "
-	"COALESCE(m.context_window, st.context_window), COALESCE(m.encoding, st.encoding), "
-	"ctxwin.default_summary_prompt(), ctxwin.segment_summary_prompt() "
-	"FROM ctxwin.sessions s JOIN ctxwin.session_settings st ON st.session_id " OP("=") " s.id "
-	"LEFT JOIN ctxwin.models m ON m.name " OP("=") " COALESCE(st.summary_model, pg_catalog.current_setting('ctxwin.llm_model')) "
-	"WHERE s.id " OP("=") " $1",
-	1, {UUIDOID}
+/*
+ * What the request reads besides the session and its settings (the plan
+ * read them, SummaryBasis): the summary model's context window and
+ * encoding ($1, NULL if it is no row of ctxwin.models), and the built-in
+ * prompts.
+ */
+static CtxwinQuery model_q = {
+	"SELECT m.context_window, m.encoding, ctxwin.default_summary_prompt(), ctxwin.segment_summary_prompt() "
+	"FROM (SELECT) o LEFT JOIN ctxwin.models m ON m.name " OP("=") " $1",
+	1, {TEXTOID}
 };
 
 enum
 {
-	S_SUMMARY, S_SEGMENTED, S_POLICY, S_ENCODING, S_MAX_SUMMARY, S_STRATEGY, S_PROMPT, S_MODEL,
 	S_WINDOW, S_SUMMARY_ENCODING, S_DEFAULT_PROMPT, S_SEGMENT_PROMPT, S_NCOLS
 };
 
@@ -220,12 +218,12 @@ Previous(const char *summary, bool segmented)
 
 /* The system prompt: the profile's or the built-in one, then the target and the focus. */
 static char *
-SystemPrompt(Datum *c, bool *n, bool segment, int32 room, const char *instructions)
+SystemPrompt(const char *prompt, Datum *c, bool segment, int32 room, const char *instructions)
 {
 	StringInfoData s;
 
 	initStringInfo(&s);
-	appendStringInfoString(&s, TextDatumGetCString(n[S_PROMPT] ? c[S_DEFAULT_PROMPT] : c[S_PROMPT]));
+	appendStringInfoString(&s, prompt ? prompt : TextDatumGetCString(c[S_DEFAULT_PROMPT]));
 	if (segment)
 		appendStringInfo(&s, " %s", TextDatumGetCString(c[S_SEGMENT_PROMPT]));
 	appendStringInfo(&s, " Write at most %d tokens.", room);
@@ -240,14 +238,18 @@ SystemPrompt(Datum *c, bool *n, bool segment, int32 room, const char *instructio
  * memory context; the caller is connected to SPI.
  */
 Jsonb *
-SummaryRequest(Datum session, int64 after, int64 through, const char *instructions)
+SummaryRequest(const SummaryBasis *b, int64 after, int64 through, const char *instructions)
 {
+	const SessionView *sv = b->sv;
+	Datum		session = sv->id;
 	Datum		c[S_NCOLS];
 	bool		n[S_NCOLS];
-	const CtxwinEncoding *enc;
+	const CtxwinEncoding *enc = sv->enc;
 	const CtxwinEncoding *summary_enc;
+	text	   *summary_encoding;
 	const char *summary;
-	SummaryStrategy strategy;
+	const char *model;
+	const char *prompt = sv->st.summary.prompt;
 	char	   *previous;
 	char	   *sys;
 	char	   *transcript = NULL;
@@ -256,25 +258,26 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 	int64		facts_tokens = -1;
 	bool		fitted,
 				cut = false,
-				segment;
-	int32		budget,
+				segment = b->segment;
+	int32		budget = b->budget,
 				cap,
-				max_summary,
+				max_summary = sv->st.summary.max_tokens,
+				window,
 				room;
 	StringInfoData out;
 	StringInfoData head;
 
-	CtxwinQueryRow(&session_q, &session, NULL, c, n, S_NCOLS);
-	if (n[S_ENCODING] || n[S_POLICY] || n[S_MAX_SUMMARY] || n[S_WINDOW])
-		elog(ERROR, "session has no settings");
-	enc = CtxwinEncodingArg(DatumGetTextPP(c[S_ENCODING]));
-	summary_enc = CtxwinEncodingArg(DatumGetTextPP(c[S_SUMMARY_ENCODING]));
-	summary = n[S_SUMMARY] ? NULL : TextDatumGetCString(c[S_SUMMARY]);
-	max_summary = DatumGetInt32(c[S_MAX_SUMMARY]);
+	/* the summary model: the profile's, else ctxwin.llm_model; its window and encoding, else the session's */
+	model = sv->st.summary.model ? sv->st.summary.model : ctxwin_llm_model;
+	{
+		Datum		arg = model ? CStringGetTextDatum(model) : (Datum) 0;
 
-	/* appended as a segment (a stable window's), or written whole, in budget tokens */
-	segment = SummarySegmentPlan(strcmp(TextDatumGetCString(c[S_POLICY]), "stable") == 0,
-								 summary ? Count(enc, summary) : 0, max_summary, &budget) == SEGMENT_APPEND;
+		CtxwinQueryRow(&model_q, &arg, model ? NULL : "n", c, n, S_NCOLS);
+	}
+	window = n[S_WINDOW] ? sv->st.context_window : DatumGetInt32(c[S_WINDOW]);
+	summary_encoding = n[S_SUMMARY_ENCODING] ? sv->st.encoding : DatumGetTextPP(c[S_SUMMARY_ENCODING]);
+	summary_enc = CtxwinEncodingArg(summary_encoding);
+	summary = sv->summary ? text_to_cstring(sv->summary) : NULL;
 
 	/*
 	 * The answer's hard cap, the request's max_tokens: max_summary_tokens,
@@ -285,24 +288,23 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 	 * written.
 	 */
 	cap = Max(max_summary, budget);
-	strategy = SummaryStrategyOf(n[S_STRATEGY] ? NULL : TextDatumGetCString(c[S_STRATEGY]));
 	/* the summary stays as it is under a segment: all of it, for context */
-	previous = segment ? (char *) summary : Previous(summary, DatumGetBool(c[S_SEGMENTED]));
+	previous = segment ? (char *) summary : Previous(summary, sv->nsegments > 0);
 
 	/* the request must fit the summary model's window */
-	sys = SystemPrompt(c, n, segment, budget, instructions);
+	sys = SystemPrompt(prompt, c, segment, budget, instructions);
 	initStringInfo(&head);
 	appendStringInfo(&head, "Previous summary:\n%s\n\nNew messages:\n", previous ? previous : "");
 	fitted = Fit(session, after, through,
-				 (int32) (DatumGetInt32(c[S_WINDOW]) - cap - 32 - Count(summary_enc, sys) -
-						  Count(summary_enc, head.data)),
-				 DatumGetTextPP(c[S_SUMMARY_ENCODING]), &fit_through, &transcript, &cut);
+				 (int32) (window - cap - 32 - Count(summary_enc, sys) - Count(summary_enc, head.data)),
+				 summary_encoding, &fit_through, &transcript, &cut);
 
-	if (fitted && strategy == SUMMARY_HYBRID)
+	if (fitted && b->strategy == SUMMARY_HYBRID)
 	{
 		/* facts found without the LLM, kept verbatim, take up to a quarter */
-		Datum		args[7] = {session, Int64GetDatum(after), Int64GetDatum(fit_through), c[S_ENCODING],
-		BoolGetDatum(segment), c[S_SEGMENTED], summary ? c[S_SUMMARY] : (Datum) 0};
+		Datum		args[7] = {session, Int64GetDatum(after), Int64GetDatum(fit_through),
+			PointerGetDatum(sv->st.encoding), BoolGetDatum(segment), BoolGetDatum(sv->nsegments > 0),
+		summary ? PointerGetDatum(sv->summary) : (Datum) 0};
 		Datum		facts;
 		bool		facts_null;
 
@@ -342,7 +344,7 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 		}
 	}
 	room = budget - (facts_text ? (int32) facts_tokens + 2 : 0);
-	sys = SystemPrompt(c, n, segment, room, instructions);
+	sys = SystemPrompt(prompt, c, segment, room, instructions);
 
 	initStringInfo(&out);
 	appendStringInfoChar(&out, '{');
@@ -361,7 +363,7 @@ SummaryRequest(Datum session, int64 after, int64 through, const char *instructio
 	}
 	else
 		LlmAppendJson(&out, "prompt", NULL);
-	LlmAppendJson(&out, "model", n[S_MODEL] ? NULL : TextDatumGetCString(c[S_MODEL]));
+	LlmAppendJson(&out, "model", model);
 	appendStringInfo(&out, ", \"segment\": %s, \"budget\": %d}", segment ? "true" : "false", budget);
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
@@ -378,8 +380,17 @@ ctxwin_summary_request(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	r = SummaryRequest(PG_GETARG_DATUM(0), PG_GETARG_INT64(1), PG_GETARG_INT64(2),
-					   PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	{
+		SessionView sv;
+		SummaryBasis b = {.sv = &sv};
+
+		if (!CtxwinSessionFind(PG_GETARG_DATUM(0), &sv))
+			elog(ERROR, "session has no settings");
+		b.strategy = SummaryStrategyOf(sv.st.summary.strategy);
+		SummaryPlanSegment(&b);
+		r = SummaryRequest(&b, PG_GETARG_INT64(1), PG_GETARG_INT64(2),
+						   PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	}
 	copy = MemoryContextAlloc(cxt, VARSIZE(r));
 	memcpy(copy, r, VARSIZE(r));
 	SPI_finish();

@@ -57,22 +57,6 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_segment);
 #define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
 
 /*
- * The session row as committed (and as this transaction wrote it): not
- * locked, so that the application's inserts never wait for a summary.
- */
-static CtxwinQuery read_q = {
-	"SELECT x.summary_through_id, x.message_count, x.summary_version, x.conversation_summary "
-	"FROM ctxwin.sessions x WHERE x.id " OP("=") " $1",
-	1, {UUIDOID}
-};
-
-static CtxwinQuery settings_q = {
-	"SELECT x.min_recent_messages, x.summary_strategy, x.encoding, x.max_summary_tokens, x.window_policy "
-	"FROM ctxwin.session_settings x WHERE x.session_id " OP("=") " $1",
-	1, {UUIDOID}
-};
-
-/*
  * Where a summary after $2 may end while the newest $3 messages not
  * retracted stay verbatim (the session has $4 messages, retracted ones
  * included).
@@ -201,48 +185,20 @@ static CtxwinQuery notify_q = {
 };
 
 /*
- * What ReadSession reads: summary_through_id, message_count,
- * summary_version, conversation_summary.
- */
-typedef struct SessionState
-{
-	Datum		id;
-	Datum		cols[4];
-	bool		nulls[4];
-} SessionState;
-
-/* Reads the session as committed into s; false if there is no such session. */
-static bool
-ReadSession(SessionState *s)
-{
-	return CtxwinQueryRow(&read_q, &s->id, NULL, s->cols, s->nulls, 4) > 0;
-}
-
-/*
  * How the next summary of a session is written (SummarySegmentPlan):
- * appended as a segment, or whole; and its budget.  policy and encoding
- * NULL: the settings are missing, the summary whole in max_tokens.
+ * appended as a segment under a stable window, or whole; and its budget.
+ * The summary's tokens are counted here, once per plan.
  */
-static bool
-PlanSegment(const SessionState *s, Datum policy, bool policy_null, Datum encoding, bool encoding_null,
-			int32 max_tokens, int32 *budget)
+void
+SummaryPlanSegment(SummaryBasis *b)
 {
+	const SessionView *sv = b->sv;
 	int64		tokens = 0;
 
-	if (policy_null || encoding_null)
-	{
-		*budget = max_tokens;
-		return false;
-	}
-	if (!s->nulls[3])
-	{
-		text	   *summary = DatumGetTextPP(s->cols[3]);
-
-		tokens = CtxwinCountText(CtxwinEncodingArg(DatumGetTextPP(encoding)),
-								 VARDATA_ANY(summary), VARSIZE_ANY_EXHDR(summary));
-	}
-	return SummarySegmentPlan(strcmp(TextDatumGetCString(policy), "stable") == 0, tokens, max_tokens,
-							  budget) == SEGMENT_APPEND;
+	if (sv->summary != NULL)
+		tokens = CtxwinCountText(sv->enc, VARDATA_ANY(sv->summary), VARSIZE_ANY_EXHDR(sv->summary));
+	b->segment = SummarySegmentPlan(sv->st.stable, tokens, sv->st.summary.max_tokens,
+									&b->budget) == SEGMENT_APPEND;
 }
 
 /*
@@ -268,30 +224,27 @@ SummarySettle(Datum session)
  * by the caller if settle is not NULL (*settle set).
  */
 static Datum
-PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool force,
-			bool *through_null, bool *settle)
+PlanThrough(const SessionView *sv, bool force, bool *through_null, bool *settle)
 {
-	int64		after = DatumGetInt64(s->cols[0]);
-	int64		count = DatumGetInt64(s->cols[1]);
-	Datum		args[4] = {s->id, s->cols[0],
-		Int64GetDatum(min_recent_null ? 0 : DatumGetInt32(min_recent)), Int64GetDatum(count)};
-	char		nulls[4] = {' ', ' ', SPI_NULL(min_recent_null), ' '};
+	int64		after = sv->summary_through_id;
+	int64		count = sv->message_count;
+	int32		min_recent = sv->st.triggers.min_recent;
+	Datum		args[4] = {sv->id, Int64GetDatum(after), Int64GetDatum(min_recent), Int64GetDatum(count)};
 	Datum		through = (Datum) 0;
 
 	*through_null = true;
 	if (force)
 	{
-		CtxwinQueryRow(&cut_q, args, nulls, &through, through_null, 1);
+		CtxwinQueryRow(&cut_q, args, NULL, &through, through_null, 1);
 		if (*through_null)
 			ereport(NOTICE,
-					(errmsg("session %s has nothing to summarize", SummaryUuidText(s->id, false)),
-					 errdetail("Its %lld unsummarized messages are the newest it keeps verbatim (min_recent_messages = %s).",
-							   (long long) (count - after),
-							   min_recent_null ? "" : psprintf("%d", DatumGetInt32(min_recent)))));
+					(errmsg("session %s has nothing to summarize", SummaryUuidText(sv->id, false)),
+					 errdetail("Its %lld unsummarized messages are the newest it keeps verbatim (min_recent_messages = %d).",
+							   (long long) (count - after), min_recent)));
 		return through;
 	}
-	if (CtxwinSessionDue(s->id))
-		CtxwinQueryRow(&cut_q, args, nulls, &through, through_null, 1);
+	if (CtxwinSessionDueOf(sv))
+		CtxwinQueryRow(&cut_q, args, NULL, &through, through_null, 1);
 	/*
 	 * Off the queue, or, if its counters say it is due but its messages do
 	 * not (yet), looked at again in a minute.
@@ -301,7 +254,7 @@ PlanThrough(const SessionState *s, Datum min_recent, bool min_recent_null, bool 
 		if (settle != NULL)
 			*settle = true;
 		else
-			SummarySettle(s->id);
+			SummarySettle(sv->id);
 	}
 	return through;
 }
@@ -345,21 +298,18 @@ static Datum
 PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 			bool instructions_null, bool *isnull, SummaryStrategy *strategy, bool *settle, bool job)
 {
-	SessionState s = {.id = session};
-	Datum		st[5];			/* min_recent_messages, summary_strategy, encoding,
-								 * max_summary_tokens, window_policy */
-	bool		stnull[5];
+	SessionView sv;
+	SummaryBasis b = {.sv = &sv};
 	Datum		through;
 	bool		through_null;
 	Datum		plan;
-	int32		budget;
-	bool		segment;
 
 	*isnull = true;
 	*strategy = SUMMARY_EXTRACTIVE;
 	if (settle != NULL)
 		*settle = false;
-	if (session_null || !ReadSession(&s))
+	/* the session and its settings, read once (not locked: inserts never wait for a summary) */
+	if (session_null || !CtxwinSessionFind(session, &sv))
 		return (Datum) 0;
 	/* another backend's claim: it is summarizing the session */
 	if (SummarySessionClaimed(session))
@@ -380,13 +330,12 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 							   timestamptz_to_str(DatumGetTimestampTz(until))),
 					 errhint("Try again when that job is completed, failed or expired.")));
 	}
-	CtxwinQueryRow(&settings_q, &session, NULL, st, stnull, 5);
 
-	through = PlanThrough(&s, st[0], stnull[0], force, &through_null, settle);
+	through = PlanThrough(&sv, force, &through_null, settle);
 	if (through_null)
 		return (Datum) 0;
 
-	*strategy = SummaryStrategyOf(stnull[1] ? NULL : TextDatumGetCString(st[1]));
+	*strategy = SummaryStrategyOf(sv.st.summary.strategy);
 	/*
 	 * A job is written by the application's model: hybrid keeps its facts,
 	 * any other strategy is the app's.  The server's own summarizers make
@@ -396,8 +345,8 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 		*strategy = *strategy == SUMMARY_HYBRID ? SUMMARY_HYBRID : SUMMARY_APP;
 	else if (*strategy == SUMMARY_APP)
 		*strategy = SUMMARY_LLM;
-	segment = PlanSegment(&s, st[4], stnull[4], st[2], stnull[2],
-						  stnull[3] ? 0 : DatumGetInt32(st[3]), &budget);
+	b.strategy = *strategy;
+	SummaryPlanSegment(&b);
 	/* the plan: session, strategy, after, through, version, encoding, max_tokens, instructions, segment, budget */
 	{
 		StringInfoData j;
@@ -406,22 +355,13 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 		appendStringInfo(&j, "{\"session\": \"%s\"", SummaryUuidText(session, false));
 		PlanText(&j, "strategy", CStringGetTextDatum(SummaryStrategyName(*strategy)), false);
 		appendStringInfo(&j, ", \"after\": " INT64_FORMAT ", \"through\": " INT64_FORMAT,
-						 DatumGetInt64(s.cols[0]), DatumGetInt64(through));
-		if (s.nulls[2])
-			appendStringInfoString(&j, ", \"version\": null");
-		else
-			appendStringInfo(&j, ", \"version\": %d", DatumGetInt32(s.cols[2]));
-		PlanText(&j, "encoding", st[2], stnull[2]);
-		if (stnull[3])
-			appendStringInfoString(&j, ", \"max_tokens\": null");
-		else
-			appendStringInfo(&j, ", \"max_tokens\": %d", DatumGetInt32(st[3]));
+						 sv.summary_through_id, DatumGetInt64(through));
+		appendStringInfo(&j, ", \"version\": %d", sv.summary_version);
+		PlanText(&j, "encoding", PointerGetDatum(sv.st.encoding), false);
+		appendStringInfo(&j, ", \"max_tokens\": %d", sv.st.summary.max_tokens);
 		PlanText(&j, "instructions", instructions, instructions_null);
-		appendStringInfo(&j, ", \"segment\": %s", segment ? "true" : "false");
-		if (stnull[3])
-			appendStringInfoString(&j, ", \"budget\": null}");
-		else
-			appendStringInfo(&j, ", \"budget\": %d}", budget);
+		appendStringInfo(&j, ", \"segment\": %s", b.segment ? "true" : "false");
+		appendStringInfo(&j, ", \"budget\": %d}", b.budget);
 		plan = DirectFunctionCall1(jsonb_in, CStringGetDatum(j.data));
 	}
 	*isnull = false;
@@ -434,10 +374,9 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 						SummaryStrategyName(*strategy)),
 				 errhint("Set the profile's summary_strategy to 'extractive', or configure ctxwin.llm_provider.")));
 
-	/* the plan, then the request (request.c) */
+	/* the plan, then the request (request.c), from the same reading of the session */
 	return DirectFunctionCall2(jsonb_concat, plan,
-							   JsonbPGetDatum(SummaryRequest(session, DatumGetInt64(s.cols[0]),
-															 DatumGetInt64(through),
+							   JsonbPGetDatum(SummaryRequest(&b, sv.summary_through_id, DatumGetInt64(through),
 															 instructions_null ? NULL :
 															 TextDatumGetCString(instructions))));
 }

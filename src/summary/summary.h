@@ -18,6 +18,7 @@
 #include "utils/uuid.h"
 
 #include "base/base.h"
+#include "session/session.h"
 
 /*
  * SQL: the newest message id a summary of session S may reach while the
@@ -88,8 +89,24 @@ extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, SummaryStra
 /* summary.c: takes a session with nothing to summarize off the queue, or looks again in a minute. */
 extern void SummarySettle(Datum session);
 
+/*
+ * What a summary is planned from, read once: the session with its
+ * settings (CtxwinSessionFind), the strategy, and how it is written
+ * (SummaryPlanSegment: appended as a segment, or whole, in budget tokens).
+ */
+typedef struct SummaryBasis
+{
+	const SessionView *sv;
+	SummaryStrategy strategy;
+	bool		segment;
+	int32		budget;
+} SummaryBasis;
+
+/* summary.c: sets b->segment and b->budget, counting the summary's tokens */
+extern void SummaryPlanSegment(SummaryBasis *b);
+
 /* request.c: the LLM request of a summary (_summary_request), as a jsonb */
-extern Jsonb *SummaryRequest(Datum session, int64 after, int64 through, const char *instructions);
+extern Jsonb *SummaryRequest(const SummaryBasis *b, int64 after, int64 through, const char *instructions);
 
 /* summary.c: makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
 extern Datum SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null);

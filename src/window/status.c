@@ -149,12 +149,18 @@ bool
 CtxwinSessionDue(Datum id)
 {
 	SessionView sv;
+
+	return CtxwinSessionFind(id, &sv) && CtxwinSessionDueOf(&sv);
+}
+
+/* CtxwinSessionDue of a session already read (CtxwinSessionFind). */
+bool
+CtxwinSessionDueOf(const SessionView *sv)
+{
 	TriggerCounts counts;
 
-	if (!CtxwinSessionFind(id, &sv))
-		return false;
-	CtxwinSessionCounts(&sv, &counts);
-	return TriggersFiring(&sv.st.triggers, &counts) != 0;
+	CtxwinSessionCounts(sv, &counts);
+	return TriggersFiring(&sv->st.triggers, &counts) != 0;
 }
 
 /* _session_due(session uuid) returns boolean: CtxwinSessionDue (false for NULL). */

@@ -122,6 +122,7 @@ extern void CtxwinWindowOfArgs(FunctionCallInfo fcinfo, Jsonb *tools, bool keys,
 /* status.c */
 extern void CtxwinSessionCounts(const SessionView *sv, TriggerCounts *counts);
 extern bool CtxwinSessionDue(Datum id);
+extern bool CtxwinSessionDueOf(const SessionView *sv);
 
 /* format.c */
 extern Jsonb *CtxwinWindowOpenAI(const Window *w);
