@@ -4,6 +4,7 @@
  *		(see rules.h); every caller, in the server or in tools/, uses these.
  */
 #include <math.h>
+#include <string.h>
 
 #include "policy/rules.h"
 
@@ -296,6 +297,21 @@ SummaryWaits(bool stable, int64_t context_tokens, int64_t budget, double low_wat
 	if (!stable || idle_ms >= ttl_ms || budget <= 0)
 		return false;
 	return context_tokens >= low && context_tokens < budget - (budget - low) / 2;
+}
+
+/*
+ * Whether a model's host (ctxwin.models.provider) refuses a conversation
+ * whose first turn after the system prompt is not the user's.  Amazon
+ * Bedrock does ("A conversation must start with a user message"), for the
+ * Anthropic models it serves among others; OpenAI's and Anthropic's own
+ * APIs take an assistant's turn first.  Bedrock also wants the roles to
+ * alternate: the Anthropic format ctxwin builds merges consecutive turns
+ * of one role (format.c).
+ */
+bool
+ShapeUserFirst(const char *provider)
+{
+	return provider != NULL && strcmp(provider, "bedrock") == 0;
 }
 
 /*

@@ -124,6 +124,16 @@ extern SegmentPlanKind SummarySegmentPlan(bool stable, int64_t summary_tokens, i
 										  int32_t *budget);
 
 /*
+ * The shape a model's host requires of a conversation (ShapeUserFirst):
+ * its first turn after the system prompt is the user's.  A window for such
+ * a host that would begin with another turn begins with this user turn
+ * (window.c), which asks the model to go on from where the window starts.
+ */
+#define CTXWIN_BRIDGE_TEXT "Please continue."
+
+extern bool ShapeUserFirst(const char *provider);
+
+/*
  * Cutting the newest unit: each content capped at one level, never below
  * the least it can cost (its omission marker alone).
  */

@@ -96,6 +96,7 @@ typedef enum SettingsColumn
 	PS_SUMMARY_PROMPT,
 	PS_ENCODING,
 	PS_MODEL_WINDOW,
+	PS_PROVIDER,
 	PS_CALIBRATION_ENCODING,
 	PS_MARGIN,
 	PS_NCOLUMNS
@@ -139,6 +140,7 @@ static const struct
 	[PS_SUMMARY_PROMPT] = {"summary_prompt", ST_PROFILES, "text", FOR_SESSION},
 	[PS_ENCODING] = {"encoding", ST_MODELS, "text", FOR_ALL},
 	[PS_MODEL_WINDOW] = {"context_window", ST_MODELS, "int4", FOR_ALL},
+	[PS_PROVIDER] = {"provider", ST_MODELS, "text", FOR_SESSION},
 	[PS_CALIBRATION_ENCODING] = {"encoding", ST_CALIBRATION, "text", FOR_SESSION},
 	[PS_MARGIN] = {"margin", ST_CALIBRATION, "float4", FOR_SESSION},
 };
@@ -411,6 +413,8 @@ SettingsFrom(text *profile, const Datum *v, const bool *n, ProfileSettings *ps)
 	ps->clearing.at_least = n[PS_CLEAR_AT_LEAST] ? 0 : DatumGetInt32(v[PS_CLEAR_AT_LEAST]);
 	/* the search index: on unless turned off (NULL: a database at 0.1.0, which has none) */
 	ps->search = n[PS_SEARCH] || DatumGetBool(v[PS_SEARCH]);
+	/* the shape of a conversation the model's host takes: not read by the trigger */
+	ps->user_first = !n[PS_PROVIDER] && ShapeUserFirst(TextDatumGetCString(v[PS_PROVIDER]));
 	/* how its summaries are made: not read by the trigger */
 	ps->summary.max_tokens = n[PS_MAX_SUMMARY] ? 0 : DatumGetInt32(v[PS_MAX_SUMMARY]);
 	ps->summary.strategy = n[PS_SUMMARY_STRATEGY] ? NULL : TextDatumGetCString(v[PS_SUMMARY_STRATEGY]);

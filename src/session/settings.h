@@ -62,6 +62,9 @@ typedef struct ProfileSettings
 	ToolClearing clearing;		/* tool results in the window (not read by
 								 * the insert trigger) */
 	bool		search;			/* messages go into the search index */
+	bool		user_first;		/* the model's host wants the user's turn
+								 * first (ShapeUserFirst; not read by the
+								 * insert trigger) */
 	SummarySettings summary;	/* how its summaries are made (not read by
 								 * the insert trigger) */
 } ProfileSettings;

@@ -253,7 +253,7 @@ CtxwinWindowReport(const Window *w, const char *encoding)
 	PushInt64Field(&st, "tool_tokens", w->tool_tokens, false);
 	PushInt64Field(&st, "budget", w->budget, false);
 	PushCStringField(&st, "encoding", encoding);
-	PushInt64Field(&st, "first_id", w->first_id, w->nmessages == 0);
+	PushInt64Field(&st, "first_id", w->first_id, w->window_messages == 0);
 	PushInt64Field(&st, "window_messages", w->window_messages, false);
 	PushInt64Field(&st, "dropped_messages", w->dropped_messages, false);
 	PushKey(&st, "cut");
@@ -295,6 +295,8 @@ CtxwinWindowWithRows(const char *key, Jsonb *body, const Window *w, const Sessio
 	{
 		const WindowMessage *m = &w->messages[i];
 
+		if (m->id == 0)
+			continue;			/* the bridge (Window's bridged): not stored */
 		pushJsonbValue(&st, WJB_BEGIN_OBJECT, NULL);
 		PushInt64Field(&st, "id", m->id, false);
 		PushTextField(&st, "client_key", m->client_key);

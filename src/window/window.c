@@ -251,6 +251,48 @@ StableWindowRoom(const SessionView *sv, int64 b, int64 prompt_tokens, int64 room
 	return StableRoom(sv->unsummarized_tokens, room, low);
 }
 
+/*
+ * The user turn a window for a host that wants the user's turn first
+ * (ShapeUserFirst) begins with when its first message is another's: its
+ * tokens, which the window keeps free for it (0: the host has no such
+ * rule).
+ */
+static int64
+BridgeTokens(const SessionView *sv)
+{
+	if (!sv->st.user_first)
+		return 0;
+	return CtxwinMessageTokens(sv->enc, "user", cstring_to_text(CTXWIN_BRIDGE_TEXT), NULL, NULL, NULL);
+}
+
+/*
+ * Begins the window with the bridge (BridgeTokens) if its first message is
+ * not the user's; else gives its room back.  The bridge is no stored
+ * message: its id is 0, and the window's counts leave it out.
+ */
+static void
+Bridge(Window *w, const SessionView *sv, int64 bridge, int64 *room)
+{
+	WindowMessage *messages;
+
+	if (bridge == 0)
+		return;
+	if (w->nmessages == 0 || strcmp(w->messages[0].role, "user") == 0)
+	{
+		*room += bridge;
+		return;
+	}
+	messages = palloc((w->nmessages + 1) * sizeof(WindowMessage));
+	memset(&messages[0], 0, sizeof(WindowMessage));
+	messages[0].role = "user";
+	messages[0].content = cstring_to_text(CTXWIN_BRIDGE_TEXT);
+	messages[0].tokens = bridge;
+	memcpy(&messages[1], w->messages, w->nmessages * sizeof(WindowMessage));
+	w->messages = messages;
+	w->nmessages++;
+	w->bridged = true;
+}
+
 /* What the profile's tool results settings made of the window's messages. */
 static void
 ClearingReport(Window *w)
@@ -276,22 +318,15 @@ ClearingReport(Window *w)
 }
 
 /*
- * Builds the window of a session within a budget (has_budget false: the
- * context window less the response reserve, shrunk by the model's budget
- * margin: CtxwinDefaultBudget), of which the tools sent with the request
- * take tool_tokens (CtxwinToolTokens).  Returns false, with
- * w->error set, when the budget cannot hold it; the caller raises that as
- * invalid_parameter_value or reports it.  Without with_texts the messages
- * carry no texts (only the window's size is wanted; the texts of a unit that
- * must be cut are read all the same).  With keys, the messages carry
- * their client keys.  The caller has connected to SPI.
+ * Packs the newest messages of a session into what the budget less the
+ * tools (b) leaves after fixed tokens (the prompt's, and a bridge's):
+ * w->messages, and *room what is left of b - fixed.  false, with
+ * w->error set, when the newest unit cannot be cut to fit.
  */
-bool
-CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
-				  bool with_texts, bool keys, Window *w)
+static bool
+PackWindow(Window *w, const SessionView *sv, int64 b, int64 fixed, bool with_texts, bool keys,
+		   int64 *room)
 {
-	int64		b = has_budget ? budget : CtxwinDefaultBudget(&sv->st);
-	int64		room;
 	int64		stable_room;
 	int64		jump_at;
 	bool		stable;
@@ -301,6 +336,75 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 	PackWalk	walk;
 	WindowMessage *rows;
 	int			nrows;
+
+	w->cut = false;
+	w->cleared_results = w->cut_results = 0;
+	w->cleared_tokens = w->cut_tokens = 0;
+	*room = b - fixed;
+	stable_room = StableWindowRoom(sv, b, fixed, *room, &jump_at, &stable);
+	if (clearing)
+	{
+		/* tool results cleared or cut (clear.c): what they cost depends on their texts */
+		CtxwinClearInit(&clear, sv, jump_at, stable);
+		wc = &clear;
+		with_texts = true;
+		CtxwinClearWalk(wc, stable && jump_at >= 0);
+	}
+
+	PackWalkInit(&walk, stable_room);
+	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, keys, wc);
+	if (walk.cut && (stable_room < *room || (wc != NULL && wc->shrink)))
+	{
+		/* the newest unit alone is over the stable room: as a sliding window */
+		PackWalkInit(&walk, *room);
+		if (wc)
+			CtxwinClearWalk(wc, false);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, keys, wc);
+	}
+	if (walk.cut && !with_texts)
+	{
+		/* the unit to cut, with its texts */
+		PackWalkInit(&walk, *room);
+		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false, keys, NULL);
+	}
+	if (walk.cut)
+	{
+		/* the unit is every message read: the walk stopped at its head */
+		if (!CutNewestUnit(w, sv, rows, nrows, room))
+			return false;
+	}
+	else
+	{
+		w->nmessages = walk.packed;
+		w->messages = OldestFirst(rows, walk.packed);
+		*room -= walk.used;
+	}
+	if (clearing)
+		ClearingReport(w);
+	return true;
+}
+
+/*
+ * Builds the window of a session within a budget (has_budget false: the
+ * context window less the response reserve, shrunk by the model's budget
+ * margin: CtxwinDefaultBudget), of which the tools sent with the request
+ * take tool_tokens (CtxwinToolTokens).  Returns false, with
+ * w->error set, when the budget cannot hold it; the caller raises that as
+ * invalid_parameter_value or reports it.  Without with_texts the messages
+ * carry no texts (only the window's size is wanted; the texts of a unit that
+ * must be cut are read all the same).  With keys, the messages carry
+ * their client keys.  For a host that wants the user's turn first
+ * (ShapeUserFirst), a window that begins with another turn is packed
+ * again with room for one, and begins with it (Bridge).  The caller has
+ * connected to SPI.
+ */
+bool
+CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 tool_tokens,
+				  bool with_texts, bool keys, Window *w)
+{
+	int64		b = has_budget ? budget : CtxwinDefaultBudget(&sv->st);
+	int64		bridge = BridgeTokens(sv);
+	int64		room;
 	int			i;
 
 	memset(w, 0, sizeof(*w));
@@ -329,51 +433,25 @@ CtxwinWindowBuild(const SessionView *sv, bool has_budget, int32 budget, int64 to
 									   (long long) b, (long long) (w->prompt_tokens + tool_tokens)),
 						   psprintf("The tools take %lld tokens.", (long long) tool_tokens),
 						   "Give a larger budget, or send fewer tools.");
-	room = b - w->prompt_tokens - tool_tokens;
-	stable_room = StableWindowRoom(sv, b - tool_tokens, w->prompt_tokens, room, &jump_at, &stable);
-	if (clearing)
+	if (!PackWindow(w, sv, b - tool_tokens, w->prompt_tokens, with_texts, keys, &room))
+		return false;
+	if (bridge > 0 && w->nmessages > 0 && strcmp(w->messages[0].role, "user") != 0)
 	{
-		/* tool results cleared or cut (clear.c): what they cost depends on their texts */
-		CtxwinClearInit(&clear, sv, jump_at, stable);
-		wc = &clear;
-		with_texts = true;
-		CtxwinClearWalk(wc, stable && jump_at >= 0);
-	}
-
-	PackWalkInit(&walk, stable_room);
-	nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, keys, wc);
-	if (walk.cut && (stable_room < room || (wc != NULL && wc->shrink)))
-	{
-		/* the newest unit alone is over the stable room: as a sliding window */
-		PackWalkInit(&walk, room);
-		if (wc)
-			CtxwinClearWalk(wc, false);
-		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, !with_texts, keys, wc);
-	}
-	if (walk.cut && !with_texts)
-	{
-		/* the unit to cut, with its texts */
-		PackWalkInit(&walk, room);
-		nrows = CtxwinWalk(sv->id, sv->enc, sv->summary_through_id, &walk, &rows, false, keys, NULL);
-	}
-	if (walk.cut)
-	{
-		/* the unit is every message read: the walk stopped at its head */
-		if (!CutNewestUnit(w, sv, rows, nrows, &room))
+		/* a host that wants the user's turn first: packed again with room for one */
+		if (w->prompt_tokens + tool_tokens + bridge > b)
+			return WindowError(w, psprintf("token budget %lld is too small for the system prompt, summary and first user turn (%lld tokens)",
+										   (long long) b, (long long) (w->prompt_tokens + tool_tokens + bridge)),
+							   psprintf("The model's host (provider \"bedrock\") takes a conversation that begins with a user turn; it takes %lld tokens.",
+										(long long) bridge),
+							   "Give a larger budget.");
+		if (!PackWindow(w, sv, b - tool_tokens, w->prompt_tokens + bridge, with_texts, keys, &room))
 			return false;
+		Bridge(w, sv, bridge, &room);
 	}
-	else
-	{
-		w->nmessages = walk.packed;
-		w->messages = OldestFirst(rows, walk.packed);
-		room -= walk.used;
-	}
-	if (clearing)
-		ClearingReport(w);
 	w->tokens = b - room;
-	w->first_id = w->nmessages > 0 ? w->messages[0].id : 0;
+	w->first_id = w->nmessages > (int) w->bridged ? w->messages[(int) w->bridged].id : 0;
 	/* the window is the newest messages not retracted, with no gap */
-	w->window_messages = w->nmessages;
+	w->window_messages = w->nmessages - (int) w->bridged;
 	w->dropped_messages = Max(sv->unsummarized_messages - w->window_messages, 0);
 	return true;
 }

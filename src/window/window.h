@@ -59,6 +59,9 @@ typedef struct Window
 	int64		window_messages;
 	int64		dropped_messages;
 	bool		cut;			/* the newest unit was cut to fit */
+	bool		bridged;		/* messages[0] is no stored message but the
+								 * user turn the model's host wants first
+								 * (CTXWIN_BRIDGE_TEXT) */
 	bool		clearing;		/* the profile clears or cuts tool results */
 	int			cleared_results;	/* tool results sent as a placeholder */
 	int64		cleared_tokens; /* what clearing saves (results, arguments) */
