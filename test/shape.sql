@@ -153,6 +153,34 @@ SELECT is((SELECT min(b) FROM generate_series(1, 60) b WHERE pg_temp.error_of('4
                       THEN pg_temp.w('4', b) -> 'messages' -> 0 ->> 'content' = 'Please continue.' END),
           'every budget that holds a window holds the user turn and the greeting');
 
+-- a Claude model on Bedrock counts images and tools by Anthropic's rules
+INSERT INTO ctxwin.models (name, encoding, context_window, provider) VALUES
+  ('bedrock-other-model', 'cl100k_base', 200000, 'bedrock');
+CREATE TEMP TABLE img AS SELECT jsonb_build_object('role', 'user', 'content', jsonb_build_array(
+    jsonb_build_object('type', 'text', 'text', 'What is in this picture?'),
+    jsonb_build_object('type', 'image_url', 'image_url', jsonb_build_object('url',
+        'data:image/png;base64,' || encode(decode('89504e470d0a1a0a0000000d4948445200000400000004000802000000f07fbcd4', 'hex'), 'base64')))))
+    AS m;
+INSERT INTO ctxwin.profiles (name, model) VALUES ('s_bedrock_other', 'bedrock-other-model');
+INSERT INTO ctxwin.sessions (id, profile) VALUES
+  ('92000000-0000-4000-8000-000000000005', 's_bedrock'),
+  ('92000000-0000-4000-8000-000000000006', 's_direct'),
+  ('92000000-0000-4000-8000-000000000007', 's_bedrock_other');
+INSERT INTO ctxwin.messages (session_id, role, content_parts)
+SELECT s.id, 'user', (SELECT m -> 'content' FROM img) FROM ctxwin.sessions s
+WHERE s.id::text LIKE '92000000-0000-4000-8000-00000000000_' AND s.id::text > '92000000-0000-4000-8000-000000000004';
+CREATE FUNCTION pg_temp.img_tokens(s text) RETURNS int LANGUAGE sql AS $$
+    SELECT token_count FROM ctxwin.messages WHERE session_id = ('92000000-0000-4000-8000-00000000000' || s)::uuid $$;
+SELECT is(pg_temp.img_tokens('5'), pg_temp.img_tokens('6'),
+          'an image costs a Claude model on Bedrock what it costs on Anthropic''s own API');
+SELECT isnt(pg_temp.img_tokens('5'), pg_temp.img_tokens('7'),
+            '... and another model on Bedrock is counted by another rule');
+SELECT is((ctxwin._window('92000000-0000-4000-8000-000000000001', 4000,
+                          '[{"type": "function", "function": {"name": "track", "description": "Where an order is.", "parameters": {"type": "object", "properties": {"order": {"type": "string"}}}}}]') ->> 'tool_tokens')::int,
+          (ctxwin._window('92000000-0000-4000-8000-000000000002', 4000,
+                          '[{"type": "function", "function": {"name": "track", "description": "Where an order is.", "parameters": {"type": "object", "properties": {"order": {"type": "string"}}}}}]') ->> 'tool_tokens')::int,
+          'tools cost a Claude model on Bedrock what they cost on Anthropic''s own API');
+
 -- the provider of a model decides: moved off Bedrock, the window is as any other
 UPDATE ctxwin.models SET provider = 'anthropic' WHERE name = 'us.anthropic.claude-sonnet-4-20250514-v1:0';
 SELECT is(pg_temp.w('1', 4000) -> 'messages' -> 1 ->> 'role', 'assistant',

@@ -455,7 +455,8 @@ OfFamily(const char *model, const char *family)
 /*
  * The tier of an Anthropic model: high resolution for Claude 4.7 and later
  * (the version read from the name: claude-opus-4-7, claude-sonnet-5,
- * claude-3-5-sonnet-20241022 is 3.5, claude-sonnet-4-20250514 4.0), the
+ * claude-3-5-sonnet-20241022 is 3.5, claude-sonnet-4-20250514 4.0, and so
+ * are Bedrock's us.anthropic.claude-sonnet-4-20250514-v1:0), the
  * standard tier before; a name whose version cannot be read gets the high
  * tier, which never counts an image less.
  */
@@ -466,7 +467,9 @@ AnthropicTier(const char *model)
 				minor = 0;
 	const char *p;
 
-	if (model == NULL || strncmp(model, "claude-", 7) != 0)
+	/* Bedrock's ids hold the name after a region and vendor: us.anthropic.claude-... */
+	model = model == NULL ? NULL : strstr(model, "claude-");
+	if (model == NULL)
 		return IMAGE_ANTHROPIC_HIGH_RES;
 	for (p = model + 7; *p; p += strcspn(p, "-"), p += (*p == '-'))
 	{
@@ -490,8 +493,26 @@ AnthropicTier(const char *model)
 }
 
 /*
- * The rule a model's images are counted by: its provider's (anthropic:
- * Anthropic's, in the model's tier; any other, or none: OpenAI's, at the
+ * Whether a model is counted by Anthropic's rules: its provider is
+ * anthropic, or bedrock and the model one of Anthropic's (Bedrock's ids
+ * of Claude models hold "anthropic." or "claude": anthropic.claude-...,
+ * us.anthropic.claude-..., an inference profile's ARN).
+ */
+bool
+CtxwinCountsAsAnthropic(const char *provider, const char *model)
+{
+	if (provider == NULL)
+		return false;
+	if (strcmp(provider, "anthropic") == 0)
+		return true;
+	return strcmp(provider, "bedrock") == 0 && model != NULL &&
+		(strstr(model, "anthropic.") != NULL || strstr(model, "claude") != NULL);
+}
+
+/*
+ * The rule a model's images are counted by: its provider's (anthropic, or
+ * a Claude model on Bedrock, CtxwinCountsAsAnthropic: Anthropic's, in the
+ * model's tier; any other, or none: OpenAI's, at the
  * prices of the model's family, else GPT-4o's).  model may be NULL (an
  * encoding was given, not a model).
  */
@@ -502,7 +523,7 @@ CtxwinImageRuleFor(const char *provider, const char *model, CtxwinImageRule *rul
 	size_t		best_len = 0;
 	int			i;
 
-	if (provider != NULL && strcmp(provider, "anthropic") == 0)
+	if (CtxwinCountsAsAnthropic(provider, model))
 	{
 		memset(rule, 0, sizeof(*rule));
 		rule->family = "anthropic";

@@ -121,6 +121,13 @@ extern void CtxwinPartsRead(JsonbContainer *arr, bool check, const char *role, c
 							const char *where, CtxwinParts *out);
 extern text *CtxwinPartsText(const CtxwinParts *parts);
 extern void CtxwinImageRuleFor(const char *provider, const char *model, CtxwinImageRule *rule);
+
+/*
+ * Whether a model's images and tools are counted by Anthropic's rules
+ * (parts.c): its provider's is anthropic, or it is a Claude model that
+ * Amazon Bedrock serves (provider bedrock).
+ */
+extern bool CtxwinCountsAsAnthropic(const char *provider, const char *model);
 extern int64 CtxwinImageTokens(const CtxwinImageRule *rule, int width, int height, ImageDetail detail);
 extern int64 CtxwinPartsImageTokens(const CtxwinParts *parts, const CtxwinImageRule *rule);
 

@@ -452,7 +452,7 @@ CheckTool(ToolWalk *tw, JsonbValue *tool, bool openai_rule)
 int64
 CtxwinToolTokens(Jsonb *tools, const CtxwinEncoding *enc, const char *model, const char *provider)
 {
-	bool		anthropic = provider != NULL && strcmp(provider, "anthropic") == 0;
+	bool		anthropic = CtxwinCountsAsAnthropic(provider, model);
 	ToolWalk	tw;
 	JsonbIterator *it;
 	JsonbIteratorToken tok;
