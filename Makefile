@@ -33,6 +33,7 @@ OBJS = \
 	$(patsubst %.c,%.o,$(sort $(wildcard src/llm/*.c))) \
 	src/summary/summary.o \
 	src/summary/request.o \
+	src/summary/range.o \
 	src/summary/compact.o \
 	src/summary/jobs.o \
 	src/summary/summary_spi.o \

@@ -55,25 +55,6 @@ enum
 	S_WINDOW, S_SUMMARY_ENCODING, S_DEFAULT_PROMPT, S_SEGMENT_PROMPT, S_NCOLS
 };
 
-/* The first and the last place after $2 up to $3 where a summary may end. */
-static CtxwinQuery ends_q = {
-	"SELECT pg_catalog.min(e), pg_catalog.max(e) FROM ctxwin._summary_ends($1, $2, $3) e",
-	3, {UUIDOID, INT8OID, INT8OID}
-};
-
-/* The newest message after $2, up to $3, whose stored counts up to it stay within $4. */
-static CtxwinQuery guess_q = {
-	"SELECT pg_catalog.max(x.id) FROM (SELECT m.id, pg_catalog.sum(m.token_count) OVER (ORDER BY m.id) AS running "
-	"FROM ctxwin.messages m WHERE m.session_id " OP("=") " $1 AND m.id " OP(">") " $2 AND m.id " OP("<=") " $3 "
-	"AND m.retracted_at IS NULL) x WHERE x.running " OP("<=") " $4",
-	4, {UUIDOID, INT8OID, INT8OID, INT8OID}
-};
-
-static CtxwinQuery transcript_q = {
-	"SELECT ctxwin.transcript(ctxwin._summary_messages($1, $2, $3), $4)",
-	4, {UUIDOID, INT8OID, INT8OID, TEXTOID}
-};
-
 /*
  * The hybrid strategy's facts, found without the LLM: of a segment, those
  * of its messages the summary does not hold yet ($5 true); of segments
@@ -103,15 +84,14 @@ Count(const CtxwinEncoding *enc, const char *s)
  * summary may end there; else *through, *transcript and *cut.
  */
 static bool
-Fit(Datum session, int64 after, int64 through, int32 room, text *encoding, int64 *fit_through,
+Fit(SummaryRows *r, int64 through, int32 room, text *encoding, int64 *fit_through,
 	char **transcript, bool *cut)
 {
 	const CtxwinEncoding *enc = CtxwinEncodingArg(encoding);
-	Datum		args[4] = {session, Int64GetDatum(after), (Datum) 0, PointerGetDatum(encoding)};
-	Datum		cols[2];
-	bool		nulls[2];
+	int64		after = r->after;
 	int64		first_cut,
-				guess;
+				guess,
+				end;
 
 	if (room < 1)
 		ereport(ERROR,
@@ -120,34 +100,23 @@ Fit(Datum session, int64 after, int64 through, int32 room, text *encoding, int64
 				 errdetail("The summary prompt, the previous summary and max_summary_tokens fill the summary model's context window."),
 				 errhint("Choose a summary model with a larger context window, or lower max_summary_tokens.")));
 	/* the first place a summary may end: the end of the first whole tool group */
-	args[2] = Int64GetDatum(through);
-	CtxwinQueryRow(&ends_q, args, NULL, cols, nulls, 2);
-	if (nulls[0])
+	first_cut = SummaryRowsFirstEnd(r, through);
+	if (first_cut == 0)
 		return false;
-	first_cut = DatumGetInt64(cols[0]);
 	/* a first guess from the stored token counts, then halve until it fits */
+	guess = SummaryRowsGuess(r, through, room);
+	if (guess == 0 || guess < through)
 	{
-		Datum		gargs[4] = {session, Int64GetDatum(after), Int64GetDatum(through), Int64GetDatum(room)};
-
-		CtxwinQueryRow(&guess_q, gargs, NULL, cols, nulls, 1);
+		end = SummaryRowsLastEnd(r, guess == 0 ? first_cut : guess);
+		through = Max(end, first_cut);
 	}
-	guess = nulls[0] ? first_cut : DatumGetInt64(cols[0]);
-	if (nulls[0] || guess < through)
-	{
-		args[2] = Int64GetDatum(guess);
-		CtxwinQueryRow(&ends_q, args, NULL, cols, nulls, 2);
-		through = Max(nulls[1] ? first_cut : DatumGetInt64(cols[1]), first_cut);
-	}
+	SummaryRowsTexts(r, through, encoding);
 	for (;;)
 	{
-		Datum		t;
-		bool		tnull;
 		char	   *s;
 
 		CHECK_FOR_INTERRUPTS();
-		args[2] = Int64GetDatum(through);
-		CtxwinQueryRow(&transcript_q, args, NULL, &t, &tnull, 1);
-		s = tnull ? NULL : TextDatumGetCString(t);
+		s = SummaryRowsTranscript(r, through);
 		if (s != NULL && Count(enc, s) <= room)
 		{
 			*fit_through = through;
@@ -159,14 +128,13 @@ Fit(Datum session, int64 after, int64 through, int32 room, text *encoding, int64
 		{
 			*fit_through = first_cut;
 			*transcript = s == NULL ? NULL :
-				TextDatumGetCString(DirectFunctionCall3(ctxwin_truncate_middle, t, Int32GetDatum(room),
-														PointerGetDatum(encoding)));
+				TextDatumGetCString(DirectFunctionCall3(ctxwin_truncate_middle, CStringGetTextDatum(s),
+														Int32GetDatum(room), PointerGetDatum(encoding)));
 			*cut = true;
 			return true;
 		}
-		args[2] = Int64GetDatum(after + (through - after) / 2);
-		CtxwinQueryRow(&ends_q, args, NULL, cols, nulls, 2);
-		through = Max(nulls[1] ? first_cut : DatumGetInt64(cols[1]), first_cut);
+		end = SummaryRowsLastEnd(r, after + (through - after) / 2);
+		through = Max(end, first_cut);
 	}
 }
 
@@ -266,6 +234,7 @@ SummaryRequest(const SummaryBasis *b, int64 after, int64 through, const char *in
 				room;
 	StringInfoData out;
 	StringInfoData head;
+	SummaryRows *rows;
 
 	/* the summary model: the profile's, else ctxwin.llm_model; its window and encoding, else the session's */
 	model = sv->st.summary.model ? sv->st.summary.model : ctxwin_llm_model;
@@ -295,7 +264,14 @@ SummaryRequest(const SummaryBasis *b, int64 after, int64 through, const char *in
 	sys = SystemPrompt(prompt, c, segment, budget, instructions);
 	initStringInfo(&head);
 	appendStringInfo(&head, "Previous summary:\n%s\n\nNew messages:\n", previous ? previous : "");
-	fitted = Fit(session, after, through,
+	/* the messages after the summary point, as the plan read them (or read here) */
+	rows = b->rows;
+	if (rows == NULL || rows->after != after)
+	{
+		rows = palloc(sizeof(SummaryRows));
+		SummaryRowsRead(session, after, rows);
+	}
+	fitted = Fit(rows, through,
 				 (int32) (window - cap - 32 - Count(summary_enc, sys) - Count(summary_enc, head.data)),
 				 summary_encoding, &fit_through, &transcript, &cut);
 
@@ -402,6 +378,7 @@ Datum
 ctxwin_summary_fit(PG_FUNCTION_ARGS)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	SummaryRows rows;
 	int64		through;
 	char	   *transcript;
 	bool		cut;
@@ -411,8 +388,9 @@ ctxwin_summary_fit(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (!Fit(PG_GETARG_DATUM(0), PG_GETARG_INT64(1), PG_GETARG_INT64(2), PG_GETARG_INT32(3),
-			 PG_GETARG_TEXT_PP(4), &through, &transcript, &cut))
+	SummaryRowsRead(PG_GETARG_DATUM(0), PG_GETARG_INT64(1), &rows);
+	if (!Fit(&rows, PG_GETARG_INT64(2), PG_GETARG_INT32(3), PG_GETARG_TEXT_PP(4), &through, &transcript,
+			 &cut))
 	{
 		SPI_finish();
 		PG_RETURN_NULL();

@@ -56,23 +56,22 @@ PG_FUNCTION_INFO_V1(ctxwin_summary_segment);
 /* ' ' or 'n': a parameter's null flag as SPI takes it */
 #define SPI_NULL(isnull) ((isnull) ? 'n' : ' ')
 
-/*
- * Where a summary after $2 may end while the newest $3 messages not
- * retracted stay verbatim (the session has $4 messages, retracted ones
- * included).
- */
-static CtxwinQuery cut_q = {
-	"SELECT ctxwin._summary_cut($1, $2, " SUMMARY_TARGET("$1", "$3", "$4") ")",
-	4, {UUIDOID, INT8OID, INT8OID, INT8OID}
-};
-
 static CtxwinQuery settle_q = {
 	"SELECT ctxwin._compaction_settle($1)", 1, {UUIDOID}
 };
 
-/* When an application's unexpired summary job holds the session (claim_summary). */
+/*
+ * When an application's unexpired summary job holds the session
+ * (claim_summary): through _summary_job_held, or, for a superuser (the
+ * worker) off Citus, read directly.
+ */
 static CtxwinQuery job_held_q = {
 	"SELECT x.until FROM ctxwin._summary_job_held($1) x(until) WHERE x.until IS NOT NULL",
+	1, {UUIDOID}
+};
+static CtxwinQuery job_held_own_q = {
+	"SELECT j.expires_at FROM ctxwin.summary_jobs j WHERE j.session_id " OP("=") " $1 "
+	"AND j.state " OP("=") " 'claimed' AND j.expires_at " OP(">") " pg_catalog.clock_timestamp()",
 	1, {UUIDOID}
 };
 
@@ -216,6 +215,22 @@ SummarySettle(Datum session)
 }
 
 /*
+ * Where a summary may end at the latest while the newest
+ * min_recent_messages not retracted stay verbatim, from the messages after
+ * the summary point, read here once for the plan (b->rows); 0 for nowhere.
+ */
+static int64
+Cut(SummaryBasis *b)
+{
+	const SessionView *sv = b->sv;
+
+	b->rows = palloc(sizeof(SummaryRows));
+	SummaryRowsRead(sv->id, sv->summary_through_id, b->rows);
+	return SummaryRowsLastEnd(b->rows, SummaryRowsTarget(b->rows, sv->st.triggers.min_recent,
+														 sv->message_count));
+}
+
+/*
  * Where the next summary of a session ends: it covers the oldest
  * unsummarized messages, keeping the newest min_recent_messages and tool
  * groups whole; without force, only when a trigger fires.  Sets
@@ -224,27 +239,29 @@ SummarySettle(Datum session)
  * by the caller if settle is not NULL (*settle set).
  */
 static Datum
-PlanThrough(const SessionView *sv, bool force, bool *through_null, bool *settle)
+PlanThrough(SummaryBasis *b, bool force, bool *through_null, bool *settle)
 {
+	const SessionView *sv = b->sv;
 	int64		after = sv->summary_through_id;
 	int64		count = sv->message_count;
 	int32		min_recent = sv->st.triggers.min_recent;
-	Datum		args[4] = {sv->id, Int64GetDatum(after), Int64GetDatum(min_recent), Int64GetDatum(count)};
-	Datum		through = (Datum) 0;
+	int64		cut = 0;
 
 	*through_null = true;
 	if (force)
 	{
-		CtxwinQueryRow(&cut_q, args, NULL, &through, through_null, 1);
+		cut = Cut(b);
+		*through_null = cut == 0;
 		if (*through_null)
 			ereport(NOTICE,
 					(errmsg("session %s has nothing to summarize", SummaryUuidText(sv->id, false)),
 					 errdetail("Its %lld unsummarized messages are the newest it keeps verbatim (min_recent_messages = %d).",
 							   (long long) (count - after), min_recent)));
-		return through;
+		return Int64GetDatum(cut);
 	}
 	if (CtxwinSessionDueOf(sv))
-		CtxwinQueryRow(&cut_q, args, NULL, &through, through_null, 1);
+		cut = Cut(b);
+	*through_null = cut == 0;
 	/*
 	 * Off the queue, or, if its counters say it is due but its messages do
 	 * not (yet), looked at again in a minute.
@@ -256,7 +273,7 @@ PlanThrough(const SessionView *sv, bool force, bool *through_null, bool *settle)
 		else
 			SummarySettle(sv->id);
 	}
-	return through;
+	return Int64GetDatum(cut);
 }
 
 /* The strategies by name, as ctxwin.profiles.summary_strategy names them. */
@@ -322,7 +339,8 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 		Datum		until;
 		bool		until_null;
 
-		if (CtxwinQueryRow(&job_held_q, &session, NULL, &until, &until_null, 1) > 0)
+		if (CtxwinQueryRow(superuser() && !CtxwinCitusLoaded() ? &job_held_own_q : &job_held_q,
+						   &session, NULL, &until, &until_null, 1) > 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("session %s is being summarized by the application", SummaryUuidText(session, false)),
@@ -331,7 +349,7 @@ PlanSummary(Datum session, bool session_null, bool force, Datum instructions,
 					 errhint("Try again when that job is completed, failed or expired.")));
 	}
 
-	through = PlanThrough(&sv, force, &through_null, settle);
+	through = PlanThrough(&b, force, &through_null, settle);
 	if (through_null)
 		return (Datum) 0;
 

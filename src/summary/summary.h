@@ -82,12 +82,42 @@ extern Datum SummaryPlanJob(Datum session, bool force, bool *isnull, SummaryStra
  */
 #define CTXWIN_SUMMARY_JOB_HELD_SQL \
 	"ctxwin._summary_job_held(x.id) IS NOT NULL"
+/* The same, read directly: for a role that may read ctxwin.summary_jobs (the worker). */
+#define CTXWIN_SUMMARY_JOB_HELD_OWN_SQL \
+	"EXISTS (SELECT FROM ctxwin.summary_jobs j WHERE j.session_id " OP("=") " x.id " \
+	"AND j.state " OP("=") " 'claimed' AND j.expires_at " OP(">") " pg_catalog.clock_timestamp())"
 #define CTXWIN_SUMMARY_BY_APP_SQL \
 	"EXISTS (SELECT FROM ctxwin.profiles p WHERE p.name " OP("=") " x.profile " \
 	"AND p.summary_strategy " OP("=") " 'app')"
 
 /* summary.c: takes a session with nothing to summarize off the queue, or looks again in a minute. */
 extern void SummarySettle(Datum session);
+
+/*
+ * range.c: a session's messages after its summary point, not retracted,
+ * read once for a plan: where a summary may end, their stored counts, and
+ * (SummaryRowsTexts) each one's line of the transcript.
+ */
+typedef struct SummaryRows
+{
+	Datum		session;
+	int64		after;
+	int			n;
+	int64	   *id;				/* oldest first */
+	int64	   *tokens;			/* token_count */
+	bool	   *may_end;		/* a summary may end at it (SummaryMayEnd) */
+	char	  **pieces;			/* their transcript lines (NULL: none yet,
+								 * or a line left out) */
+	int64		pieces_through; /* up to where pieces were made */
+} SummaryRows;
+
+extern void SummaryRowsRead(Datum session, int64 after, SummaryRows *r);
+extern int64 SummaryRowsTarget(const SummaryRows *r, int32 min_recent, int64 message_count);
+extern int64 SummaryRowsLastEnd(const SummaryRows *r, int64 upto);
+extern int64 SummaryRowsFirstEnd(const SummaryRows *r, int64 upto);
+extern int64 SummaryRowsGuess(const SummaryRows *r, int64 upto, int64 room);
+extern void SummaryRowsTexts(SummaryRows *r, int64 through, text *encoding);
+extern char *SummaryRowsTranscript(const SummaryRows *r, int64 through);
 
 /*
  * What a summary is planned from, read once: the session with its
@@ -100,6 +130,8 @@ typedef struct SummaryBasis
 	SummaryStrategy strategy;
 	bool		segment;
 	int32		budget;
+	SummaryRows *rows;			/* the messages after the summary point
+								 * (NULL: not read yet) */
 } SummaryBasis;
 
 /* summary.c: sets b->segment and b->budget, counting the summary's tokens */

@@ -15,6 +15,7 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "citus/citus.h"
 #include "llm/provider.h"
 #include "session/session.h"
 #include "summary/summary.h"
@@ -27,17 +28,33 @@ typedef struct Candidate
 	TimestampTz queued_at;
 } Candidate;
 
-/* The queued sessions due for a claim, but those this worker has in hand ($2). */
-#define DUE_SESSIONS \
+/*
+ * The queued sessions due for a claim, but those this worker has in hand
+ * ($2), an application's job does not hold (HELD) and the application
+ * does not summarize.  The worker reads ctxwin.summary_jobs itself (it
+ * runs as a superuser); under Citus through _summary_job_held, which the
+ * nodes run where the rows are.
+ */
+#define DUE_SESSIONS_HELD(HELD) \
 	"FROM ctxwin.sessions x " \
 	"WHERE x.compaction_queued_at IS NOT NULL AND x.compaction_failures " OP("<") " $1 " \
 	"AND (x.compaction_retry_at IS NULL OR x.compaction_retry_at " OP("<=") " pg_catalog.now()) " \
 	"AND x.id " OP("<>") " ALL ($2) AND NOT " CTXWIN_SUMMARY_WAITS_SQL " " \
-	"AND NOT " CTXWIN_SUMMARY_JOB_HELD_SQL " AND NOT " CTXWIN_SUMMARY_BY_APP_SQL " "
+	"AND NOT " HELD " AND NOT " CTXWIN_SUMMARY_BY_APP_SQL " "
+#define DUE_SESSIONS DUE_SESSIONS_HELD(CTXWIN_SUMMARY_JOB_HELD_OWN_SQL)
+#define DUE_SESSIONS_CITUS DUE_SESSIONS_HELD(CTXWIN_SUMMARY_JOB_HELD_SQL)
 
-/* Runs a query of DUE_SESSIONS ($3: its LIMIT) under the statement timeout; SPI_tuptable has the rows. */
+/* The queue's queries, prepared once (QueryDueSessions). */
+static SPIPlanPtr any_due_plan = NULL;
+static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr claim_citus_plan = NULL;
+
+/*
+ * Runs a query of DUE_SESSIONS ($3: its LIMIT), by its kept plan, under
+ * the statement timeout; SPI_tuptable has the rows.
+ */
 static void
-QueryDueSessions(Worker *w, const char *sql, int limit)
+QueryDueSessions(Worker *w, SPIPlanPtr *plan, const char *sql, int limit)
 {
 	Oid			types[3] = {INT4OID, UUIDARRAYOID, INT4OID};
 	Datum		values[3];
@@ -47,7 +64,7 @@ QueryDueSessions(Worker *w, const char *sql, int limit)
 	values[1] = SessionsInHand(w);
 	values[2] = Int32GetDatum(limit);
 	ArmStatementTimeout();
-	rc = SPI_execute_with_args(sql, 3, types, values, NULL, false, 0);
+	rc = SPI_execute_plan(CtxwinKeptPlan(plan, sql, 3, types), values, NULL, false, 0);
 	DisarmStatementTimeout();
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "could not read the compaction queue");
@@ -61,7 +78,10 @@ QueryDueSessions(Worker *w, const char *sql, int limit)
 bool
 QueueHasHeldSessions(Worker *w)
 {
-	QueryDueSessions(w, "SELECT " DUE_SESSIONS "LIMIT $3", 1);
+	if (CtxwinCitusLoaded())
+		QueryDueSessions(w, &any_due_plan, "SELECT " DUE_SESSIONS_CITUS "LIMIT $3", 1);
+	else
+		QueryDueSessions(w, &any_due_plan, "SELECT " DUE_SESSIONS "LIMIT $3", 1);
 	return SPI_processed > 0;
 }
 
@@ -109,10 +129,10 @@ ReadCandidates(Worker *w, int room, Candidate **candidates)
 	 * on its own, on the node that holds it (SKIP LOCKED, as above).
 	 */
 	if (citus)
-		QueryDueSessions(w, "SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+		QueryDueSessions(w, &claim_citus_plan, "SELECT x.id, x.compaction_queued_at " DUE_SESSIONS_CITUS
 						 "ORDER BY x.compaction_queued_at, x.id LIMIT $3", room);
 	else
-		QueryDueSessions(w, "SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
+		QueryDueSessions(w, &claim_plan, "SELECT x.id, x.compaction_queued_at " DUE_SESSIONS
 						 "ORDER BY x.compaction_queued_at, x.id LIMIT $3 "
 						 "FOR NO KEY UPDATE SKIP LOCKED", room);
 	rows = SPI_tuptable;
