@@ -120,6 +120,21 @@ SELECT is(gem -> 'tools',
           'gemini: the tools as one functionDeclarations list, their JSON Schema as parametersJsonSchema')
 FROM b WHERE id = '91000000-0000-4000-8000-000000000001';
 
+-- Gemini 3's thought signature on a call, stored as Gemini's OpenAI
+-- compatibility returns it, goes back with its functionCall part
+INSERT INTO ctxwin.sessions (id, profile) VALUES ('91000000-0000-4000-8000-000000000003', 'f_sys');
+SELECT pg_temp.add('91000000-0000-4000-8000-000000000003', 'user', 'Weather in Paris?');
+SELECT pg_temp.add('91000000-0000-4000-8000-000000000003', 'assistant', NULL,
+                   '[{"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"},
+                      "extra_content": {"google": {"thought_signature": "CsQBAb4+9vu7"}}},
+                     {"id": "call_x", "type": "function", "function": {"name": "time", "arguments": "{}"}}]');
+SELECT pg_temp.add('91000000-0000-4000-8000-000000000003', 'tool', '18 C', NULL, 'call_w');
+SELECT pg_temp.add('91000000-0000-4000-8000-000000000003', 'tool', '14:00', NULL, 'call_x');
+SELECT is(ctxwin.build_request('91000000-0000-4000-8000-000000000003', 4000, 'gemini') -> 'contents' -> 1 -> 'parts',
+          '[{"functionCall": {"id": "call_w", "name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": "CsQBAb4+9vu7"},
+            {"functionCall": {"id": "call_x", "name": "time", "args": {}}}]'::jsonb,
+          'gemini: a call''s thought signature goes back beside its functionCall; a call without one gets none');
+
 -- a format no provider has
 SELECT throws_ok($$SELECT ctxwin.build_request('91000000-0000-4000-8000-000000000001', 4000, 'bedrock')$$,
                  '22023', 'unrecognized format "bedrock"', 'an unknown format is refused');

@@ -260,7 +260,10 @@ CallName(JsonbValue *msgs, const char *id)
  * systemInstruction; each other message a turn of "contents", the
  * assistant's as "model" (its tool calls as functionCall parts, their
  * arguments as an object), a tool result as a functionResponse part of a
- * "user" turn ({"output": its text}, named by its call); turns of one role
+ * "user" turn ({"output": its text}, named by its call); a call's
+ * thoughtSignature (Gemini 3 wants it back with the call) from its
+ * extra_content.google.thought_signature, where Gemini's OpenAI
+ * compatibility gives it; turns of one role
  * in a row merged into one, as Gemini wants them; images as inlineData
  * (data: URLs) or fileData; the tools as one functionDeclarations list
  * (their JSON Schema as parametersJsonSchema); maxOutputTokens.
@@ -347,7 +350,12 @@ FromChat(Jsonb *chat)
 			LlmAppendValue(&out, "id", CtxwinJsonbField(c, "id"));
 			LlmAppendValue(&out, "name", CtxwinJsonbField(f, "name"));
 			AppendArgs(&out, CtxwinJsonbText(CtxwinJsonbField(f, "arguments")));
-			appendStringInfoString(&out, "}}");
+			appendStringInfoChar(&out, '}');
+			/* Gemini 3's signature of the thought behind the call, kept as its OpenAI compatibility keeps it */
+			if ((v = CtxwinJsonbField(CtxwinJsonbField(CtxwinJsonbField(c, "extra_content"), "google"),
+									  "thought_signature")) != NULL && v->type == jbvString)
+				LlmAppendValue(&out, "thoughtSignature", v);
+			appendStringInfoChar(&out, '}');
 		}
 	}
 	if (turn)
