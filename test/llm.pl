@@ -20,7 +20,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-plan tests => 337;
+plan tests => 339;
 
 my $db = 'ctxwin_llm_t';
 my $role = 'ctxwin_llm_user';
@@ -815,6 +815,14 @@ $out = r("SET ctxwin.llm_model = 'mock';\nSELECT ctxwin._llm_summarize(\$j\$$spl
 key_file($keyfile);
 has($out, 'could not read the LLM API key file', "a grantee's call with a missing key file fails");
 is(contains_none($out, $tmp), '', "... and the error does not show the file's path");
+
+# the thoughts of thinking models (a Responses reasoning item, a Gemini
+# part marked thought, which the mock sends before every answer's text):
+# in no summary written under any provider
+is(sq("SELECT count(*) FROM ctxwin.summaries WHERE content LIKE '%about the transcript.%'"), '0',
+   "no summary holds a reasoning item's or a thought part's text");
+cmp_ok(sq("SELECT count(*) FROM ctxwin.summaries WHERE strategy <> 'extractive'"), '>', 20,
+       '... of the many the LLM wrote');
 
 # the key itself: nowhere in the server log, the errors or the mock's log
 my $marker = "ctxwin_llm_log_marker_$$";

@@ -338,6 +338,10 @@ def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, t
         call_name, call_args = call or ("search_history", {"query": "billing"})
     if provider == "responses":
         output = []
+        if text is not None:
+            # a reasoning model's output begins with its reasoning item: never the summary
+            output.append({"type": "reasoning", "id": "rs_" + req_id[:12],
+                           "summary": [{"type": "summary_text", "text": "Reasoning about the transcript."}]})
         if text is not None or refusal is not None:
             content = [{"type": "output_text", "text": text, "annotations": []}] if text is not None else []
             if refusal is not None:
@@ -369,6 +373,9 @@ def ok_body(provider, model, req_id, text, finish, prompt_chars, refusal=None, t
             return b
         if text is not None or refusal is not None or call:
             parts = [{"text": refusal if refusal is not None else text}] if (text is not None or refusal is not None) else []
+            if text is not None and refusal is None:
+                # a thinking model's thought comes first, marked: never the summary
+                parts.insert(0, {"text": "Thinking about the transcript.", "thought": True})
             if tool_calls or call:
                 parts.append({"functionCall": {"name": call_name, "args": call_args}})
             for i in range(choices):
