@@ -11,10 +11,7 @@ INSERT INTO ctxwin.profiles (name, model, response_reserve, summary_placement) V
 INSERT INTO ctxwin.sessions (id, profile, system_prompt) VALUES
   ('91000000-0000-4000-8000-000000000001', 'f_sys', 'You help with invoices.'),
   ('91000000-0000-4000-8000-000000000002', 'f_msg', 'You help with invoices.');
-CREATE FUNCTION pg_temp.add(s uuid, r text, c text, calls jsonb DEFAULT NULL, call_id text DEFAULT NULL)
-RETURNS void LANGUAGE sql AS $$
-    INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id)
-    VALUES (s, r, c, calls, call_id) $$;
+\ir lib/add.sql
 DO $$ BEGIN
     PERFORM pg_temp.add(s.id, 'user', 'Is INV-114 paid?') FROM ctxwin.sessions s ORDER BY s.id;
     PERFORM pg_temp.add(s.id, 'assistant', 'Looking it up.',

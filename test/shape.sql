@@ -20,10 +20,7 @@ INSERT INTO ctxwin.sessions (id, profile, system_prompt) VALUES
   ('92000000-0000-4000-8000-000000000001', 's_bedrock', 'You help with orders.'),
   ('92000000-0000-4000-8000-000000000002', 's_direct', 'You help with orders.'),
   ('92000000-0000-4000-8000-000000000003', 's_bedrock_stable', 'You help with orders.');
-CREATE FUNCTION pg_temp.add(s uuid, r text, c text, calls jsonb DEFAULT NULL, call_id text DEFAULT NULL)
-RETURNS void LANGUAGE sql AS $$
-    INSERT INTO ctxwin.messages (session_id, role, content, tool_calls, tool_call_id)
-    VALUES (s, r, c, calls, call_id) $$;
+\ir lib/add.sql
 DO $$ BEGIN
     PERFORM pg_temp.add(s.id, 'assistant', 'Hi! How can I help with your order?') FROM ctxwin.sessions s ORDER BY s.id;
     PERFORM pg_temp.add(s.id, 'user', 'Where is order ORD-7731?') FROM ctxwin.sessions s ORDER BY s.id;
