@@ -40,6 +40,8 @@ OBJS = \
 	src/summary/claim.o \
 	src/summary/retract.o \
 	src/summary/words.o \
+	src/summary/facts.o \
+	src/summary/extractive.o \
 	src/worker/shmem.o \
 	src/worker/launcher.o \
 	src/worker/xact.o \

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What the extractive summarizer costs, against 0.2.0's in the same run
-(standard library only): prints SQL that loads 0.2.0's extract_facts and
-extractive_summary (from sql/ctxwin--0.2.0.sql, the released script) into
-the schema ctxwin_020, then times both summarizers on the same inputs, each
-case 5 times, alternating, and prints one row per case: the median ms of
-each and their ratio.  Each call is one statement timed by psql.
+(standard library only): prints SQL that loads 0.2.0's extract_facts,
+extractive_summary and its helpers (from sql/ctxwin--0.2.0.sql, the
+released script) into the schema ctxwin_020, then times both summarizers
+on the same inputs, each case 5 times, alternating, and prints one row per
+case: the median ms of each and their ratio.  Each call is one statement timed by psql.
 
     python3 cost.py corpus.json ../../sql/ctxwin--0.2.0.sql   (psql's PG* settings)
 
@@ -20,12 +20,20 @@ import subprocess
 import sys
 
 
+# 0.2.0's functions loaded into ctxwin_020, calling one another there (this
+# tree has no _render_summary and _fallback_summary: they are part of the C
+# of extractive_summary)
+RELEASED = ("extract_facts", "extractive_summary", "_render_summary", "_fallback_summary")
+
+
 def released(path, name):
     src = open(path).read()
     i = src.index("CREATE FUNCTION ctxwin.%s(" % name)
     k = src.index("COMMENT ON FUNCTION ctxwin.%s(" % name, i)
-    return (src[i:k].replace("ctxwin.extract_facts(", "ctxwin_020.extract_facts(")
-            .replace("CREATE FUNCTION ctxwin.%s(" % name, "CREATE FUNCTION ctxwin_020.%s(" % name))
+    body = src[i:k]
+    for other in RELEASED:
+        body = body.replace("ctxwin.%s(" % other, "ctxwin_020.%s(" % other)
+    return body
 
 
 def lit(s):
@@ -36,7 +44,7 @@ def main():
     corpus = json.load(open(sys.argv[1]))
     out = ["SET client_min_messages = warning;", "DROP SCHEMA IF EXISTS ctxwin_020 CASCADE;",
            "CREATE SCHEMA ctxwin_020;"]
-    for name in ("extract_facts", "extractive_summary"):
+    for name in RELEASED:
         out.append(released(sys.argv[2], name))
     out.append("CREATE TEMP TABLE cases (name text, n int, msgs jsonb);")
     for c in corpus:

@@ -12,7 +12,8 @@
  * strstr of |w|.  In C because the summarizer calls both for every
  * message of the assistant and every question of the user in a segment:
  * as SQL functions (with their pinned search_path, never inlined) they
- * cost more than the rest of the summary.
+ * cost more than the rest of the summary.  The extractive summarizer
+ * (extractive.c) calls ContentWords and Answered directly.
  */
 #include "postgres.h"
 
@@ -26,6 +27,7 @@
 #include "utils/formatting.h"
 
 #include "compat/compat.h"
+#include "summary/extractive.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_content_words);
 PG_FUNCTION_INFO_V1(ctxwin_answered);
@@ -113,15 +115,14 @@ content_words(const char *s, int len, int *n)
 }
 
 /*
- * ctxwin._content_words(t text) returns text
- *		t's content words as |w1|w2|...|, sorted, each once ("||" for none).
+ * The content words of len bytes at s as |w1|w2|...|, sorted, each once
+ * ("||" for none), palloc'd.
  */
-Datum
-ctxwin_content_words(PG_FUNCTION_ARGS)
+char *
+ContentWords(const char *s, int len)
 {
-	text	   *t = PG_GETARG_TEXT_PP(0);
 	int			n;
-	char	  **words = content_words(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), &n);
+	char	  **words = content_words(s, len, &n);
 	StringInfoData out;
 
 	initStringInfo(&out);
@@ -133,7 +134,52 @@ ctxwin_content_words(PG_FUNCTION_ARGS)
 		appendStringInfoString(&out, words[k]);
 	}
 	appendStringInfoChar(&out, '|');
-	PG_RETURN_TEXT_P(cstring_to_text_with_len(out.data, out.len));
+	return out.data;
+}
+
+/*
+ * ctxwin._content_words(t text) returns text
+ *		t's content words as |w1|w2|...|, sorted, each once ("||" for none).
+ */
+Datum
+ctxwin_content_words(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+
+	PG_RETURN_TEXT_P(cstring_to_text(ContentWords(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t))));
+}
+
+/*
+ * Whether one of the n answers (each as ContentWords gives it; NULL ones
+ * are skipped) holds at least least of the content words of the question
+ * (qlen bytes at q) and, unless least is 1, at least 60 % of them.
+ */
+bool
+Answered(const char *q, int qlen, char *const *answers, int n, int least)
+{
+	int			nwords;
+	char	  **words = content_words(q, qlen, &nwords);
+	char	  **needles;
+	bool		found = false;
+
+	if (nwords == 0 || nwords < least)
+		return false;
+	needles = palloc(nwords * sizeof(char *));
+	for (int k = 0; k < nwords; k++)
+		needles[k] = psprintf("|%s|", words[k]);
+	for (int a = 0; a < n && !found; a++)
+	{
+		int			shared = 0;
+
+		if (answers[a] == NULL)
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		for (int k = 0; k < nwords; k++)
+			if (strstr(answers[a], needles[k]) != NULL)
+				shared++;
+		found = shared >= least && (least == 1 || shared * 5 >= nwords * 3);
+	}
+	return found;
 }
 
 /*
@@ -148,34 +194,14 @@ ctxwin_answered(PG_FUNCTION_ARGS)
 	text	   *q = PG_GETARG_TEXT_PP(0);
 	ArrayType  *answers = PG_GETARG_ARRAYTYPE_P(1);
 	int32		least = PG_GETARG_INT32(2);
-	int			n;
-	char	  **words = content_words(VARDATA_ANY(q), VARSIZE_ANY_EXHDR(q), &n);
-	char	  **needles;
 	Datum	   *elems;
 	bool	   *nulls;
 	int			nelems;
-	bool		found = false;
+	char	  **texts;
 
-	if (n == 0 || n < least)
-		PG_RETURN_BOOL(false);
-	needles = palloc(n * sizeof(char *));
-	for (int k = 0; k < n; k++)
-		needles[k] = psprintf("|%s|", words[k]);
 	deconstruct_array(answers, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &nelems);
-	for (int a = 0; a < nelems && !found; a++)
-	{
-		char	   *s;
-		int			shared = 0;
-
-		if (nulls[a])
-			continue;
-		CHECK_FOR_INTERRUPTS();
-		s = text_to_cstring(DatumGetTextPP(elems[a]));
-		for (int k = 0; k < n; k++)
-			if (strstr(s, needles[k]) != NULL)
-				shared++;
-		found = shared >= least && (least == 1 || shared * 5 >= n * 3);
-		pfree(s);
-	}
-	PG_RETURN_BOOL(found);
+	texts = palloc(Max(nelems, 1) * sizeof(char *));
+	for (int a = 0; a < nelems; a++)
+		texts[a] = nulls[a] ? NULL : TextDatumGetCString(elems[a]);
+	PG_RETURN_BOOL(Answered(VARDATA_ANY(q), VARSIZE_ANY_EXHDR(q), texts, nelems, least));
 }
