@@ -30,6 +30,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -46,6 +47,7 @@
 #include "compat/compat.h"
 #include "llm/provider.h"
 #include "tokenizer/tokenizer.h"
+#include "summary/extractive.h"
 #include "summary/summary.h"
 #include "window/window.h"
 
@@ -109,6 +111,18 @@ static CtxwinQuery extractive_q = {
 	"ctxwin._summary_messages($2, $3, $4), COALESCE(($7 " OP("->>") " 'budget')::pg_catalog.int4, $5), $6, "
 	"$7 " OP("->>") " 'instructions')",
 	7, {TEXTOID, UUIDOID, INT8OID, INT8OID, INT4OID, TEXTOID, JSONBOID}
+};
+
+/*
+ * The messages of a summary's range as _summary_messages gives them (chat
+ * messages with their "id", oldest first; NULL for none), read without
+ * calling it, for ExtractiveSummary.
+ */
+static CtxwinQuery range_messages_q = {
+	"SELECT pg_catalog.jsonb_agg(ctxwin._message_json(m.role, m.content, m.name, m.tool_call_id, m.tool_calls) "
+	OP("||") " pg_catalog.jsonb_build_object('id', m.id) ORDER BY m.id) FROM ctxwin.messages m "
+	"WHERE m.session_id " OP("=") " $1 AND m.id " OP(">") " $2 AND m.id " OP("<=") " $3 AND m.retracted_at IS NULL",
+	3, {UUIDOID, INT8OID, INT8OID}
 };
 
 static CtxwinQuery cut_q_middle = {
@@ -518,6 +532,41 @@ SummaryChanged(const FinishPlan *fp)
 }
 
 /*
+ * The extractive summary of a plan (extractive_q's), made by calling
+ * ExtractiveSummary (extractive.c) directly; false, with nothing made,
+ * for a plan the direct call does not take (a field missing: the SQL
+ * call decides what that gives).
+ */
+static bool
+ExtractiveDirect(const FinishPlan *fp, Datum prev, bool prev_null, NewSummary *ns)
+{
+	char	   *budget = JsonbMemberText(fp->plan, fp->plan_null, "budget");
+	char	   *segment = JsonbMemberText(fp->plan, fp->plan_null, "segment");
+	char	   *instructions = JsonbMemberText(fp->plan, fp->plan_null, "instructions");
+	int32		max_tokens;
+	Datum		args[3] = {fp->f[F_SESSION], fp->f[F_AFTER], fp->f[F_THROUGH]};
+	Datum		messages;
+	bool		messages_null;
+	text	   *summary;
+
+	if (fp->fn[F_SESSION] || fp->fn[F_AFTER] || fp->fn[F_THROUGH] || fp->fn[F_ENCODING] ||
+		(budget == NULL && fp->fn[F_MAX_TOKENS]))
+		return false;
+	max_tokens = budget ? pg_strtoint32(budget) : DatumGetInt32(fp->f[F_MAX_TOKENS]);
+	if (max_tokens <= 0)
+		return false;
+	CtxwinQueryRow(&range_messages_q, args, NULL, &messages, &messages_null, 1);
+	summary = ExtractiveSummary(prev_null || (segment && strcmp(segment, "true") == 0) ? NULL :
+								DatumGetTextPP(prev),
+								messages_null ? NULL : DatumGetJsonbP(messages), max_tokens,
+								DatumGetTextPP(fp->f[F_ENCODING]),
+								instructions ? cstring_to_text(instructions) : NULL, DEFAULT_COLLATION_OID);
+	ns->content_null = summary == NULL;
+	ns->content = summary ? PointerGetDatum(summary) : (Datum) 0;
+	return true;
+}
+
+/*
  * Makes the summary of the plan into ns: the extractive summary of its
  * messages after the previous summary prev, or the content of the LLM's
  * answer (checked by _llm_answer) after the plan's facts.  A segment is
@@ -535,7 +584,8 @@ MakeSummary(const FinishPlan *fp, Datum prev, bool prev_null, Datum answer, bool
 			SPI_NULL(fp->fn[F_THROUGH]), SPI_NULL(fp->fn[F_MAX_TOKENS]), SPI_NULL(fp->fn[F_ENCODING]),
 		SPI_NULL(fp->plan_null)};
 
-		CtxwinQueryRow(&extractive_q, args, nulls, &ns->content, &ns->content_null, 1);
+		if (!ExtractiveDirect(fp, prev, prev_null, ns))
+			CtxwinQueryRow(&extractive_q, args, nulls, &ns->content, &ns->content_null, 1);
 		ns->latency = Int32GetDatum(SummaryMsSince(t0));
 		ns->latency_null = false;
 		ns->model_null = ns->usage_null = true;
