@@ -35,6 +35,8 @@ OBJS = \
 	src/summary/request.o \
 	src/summary/compact.o \
 	src/summary/jobs.o \
+	src/summary/job_finish.o \
+	src/summary/segments.o \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
 	src/summary/retract.o \
