@@ -56,6 +56,7 @@ OBJS = \
 	src/ingest/session_read.o \
 	src/ingest/session_write.o \
 	src/ingest/sessions_guard.o \
+	src/ingest/sessions_maintain.o \
 	src/compat/symbols_0_1.o
 
 # The install script of the current version is made from one file per area

@@ -755,3 +755,32 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.release_summary(text) IS
 'Gives a claimed summary job back, with no summary and no failure recorded: the session is free for the next summarizer at once; false when the token''s job no longer holds it';
+
+-- The sessions trigger and the unsummarized tokens of a session in C
+-- (src/ingest/sessions_maintain.c): the same checks, errors and derived
+-- columns.
+-- Tokens of the unsummarized messages of a session, in an encoding.  A
+-- message counted in another is counted again; of one with content parts,
+-- the fields are, and its images keep what they cost when it was stored
+-- (its stored count less its fields in the stored encoding): their rule is
+-- the model's, not the encoding's (CtxwinRecountTokens, src/tokenizer/messages.c).
+-- In C (src/ingest/sessions_maintain.c).
+CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ctxwin_unsummarized_tokens'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
+
+-- Keeps a session's derived columns right when its prompt, summary, summary
+-- point or profile change, and guards the summary point.  In C
+-- (src/ingest/sessions_maintain.c).
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ctxwin_sessions_maintain'
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';
