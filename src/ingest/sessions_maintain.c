@@ -13,7 +13,9 @@
  * a volatile PL/pgSQL function runs them), the same errors, and the same
  * order: the profile's settings, the summary point's checks and counts,
  * the summary's version, time and segments (SummarySegmentsChecked), its
- * tokens and the prompt's, and the compaction queue (SessionQueues).
+ * tokens and the prompt's (counted in C where the encoding is one of the
+ * encodings' names, as it is unless a restore wrote another), and the
+ * compaction queue (SessionQueues).
  */
 #include "postgres.h"
 
@@ -33,6 +35,7 @@
 
 #include "ingest/ingest.h"
 #include "summary/summary.h"
+#include "window/window.h"
 #include "worker/worker.h"
 
 PG_FUNCTION_INFO_V1(ctxwin_sessions_maintain);
@@ -410,22 +413,72 @@ CheckSegments(SessionsRow *r, bool update)
 }
 
 /*
+ * The encoding a name stands for where it is one of the encodings' own
+ * names (as models.encoding always is), for which count_tokens and
+ * messages_tokens read no table; else NULL.
+ */
+static const CtxwinEncoding *
+EncodingNamed(Datum name, bool isnull)
+{
+	static const char *const names[] = {"cl100k_base", "o200k_base", "chars4", "chars3.5"};
+	text	   *t;
+
+	if (isnull)
+		return NULL;
+	t = DatumGetTextPP(name);
+	for (int i = 0; i < lengthof(names); i++)
+		if (VARSIZE_ANY_EXHDR(t) == strlen(names[i]) && memcmp(VARDATA_ANY(t), names[i], strlen(names[i])) == 0)
+			return CtxwinEncodingArg(t);
+	return NULL;
+}
+
+/*
  * The summary's tokens and the prompt's, in the encoding the counters are
- * kept in (a restored session may still be in its model's previous one).
+ * kept in (a restored session may still be in its model's previous one):
+ * as coalesce(count_tokens(summary, encoding), 0) and
+ * messages_tokens(system_messages(prompt, summary, placement), encoding)
+ * count them, in C for an encoding's own name (CtxwinSystemMessages, as
+ * CtxwinRecountSession counts a prompt), else by those functions
+ * (tokens_q), which also take a model's name.
  */
 static void
 CountPrompt(SessionsRow *r)
 {
-	Datum		args[4] = {NEW_VALUE(r, S_SUMMARY), NEW_VALUE(r, S_COUNT_ENCODING),
-	NEW_VALUE(r, S_SYSTEM_PROMPT), r->st[ST_PLACEMENT]};
-	char		nulls[4] = {SPI_NULL(NEW_NULL(r, S_SUMMARY)), SPI_NULL(NEW_NULL(r, S_COUNT_ENCODING)),
-	SPI_NULL(NEW_NULL(r, S_SYSTEM_PROMPT)), SPI_NULL(r->stnull[ST_PLACEMENT])};
-	Datum		cols[2];
-	bool		colnulls[2];
+	const CtxwinEncoding *enc = EncodingNamed(NEW_VALUE(r, S_COUNT_ENCODING), NEW_NULL(r, S_COUNT_ENCODING));
+	text	   *summary = NEW_NULL(r, S_SUMMARY) ? NULL : DatumGetTextPP(NEW_VALUE(r, S_SUMMARY));
+	WindowMessage sys[2];
+	int			nsys;
+	int64		tokens = 0;
 
-	CtxwinQueryRow(&tokens_q, args, nulls, cols, colnulls, 2);
-	SetNew(r, S_SUMMARY_TOKENS, cols[0], colnulls[0]);
-	SetNew(r, S_PROMPT_TOKENS, cols[1], colnulls[1]);
+	if (enc == NULL)
+	{
+		Datum		args[4] = {NEW_VALUE(r, S_SUMMARY), NEW_VALUE(r, S_COUNT_ENCODING),
+		NEW_VALUE(r, S_SYSTEM_PROMPT), r->st[ST_PLACEMENT]};
+		char		nulls[4] = {SPI_NULL(NEW_NULL(r, S_SUMMARY)), SPI_NULL(NEW_NULL(r, S_COUNT_ENCODING)),
+		SPI_NULL(NEW_NULL(r, S_SYSTEM_PROMPT)), SPI_NULL(r->stnull[ST_PLACEMENT])};
+		Datum		cols[2];
+		bool		colnulls[2];
+
+		CtxwinQueryRow(&tokens_q, args, nulls, cols, colnulls, 2);
+		SetNew(r, S_SUMMARY_TOKENS, cols[0], colnulls[0]);
+		SetNew(r, S_PROMPT_TOKENS, cols[1], colnulls[1]);
+		return;
+	}
+	SetNew(r, S_SUMMARY_TOKENS,
+		   Int32GetDatum(summary ? (int32) CtxwinCountText(enc, VARDATA_ANY(summary), VARSIZE_ANY_EXHDR(summary)) : 0),
+		   false);
+	nsys = CtxwinSystemMessages(NEW_NULL(r, S_SYSTEM_PROMPT) ? NULL : DatumGetTextPP(NEW_VALUE(r, S_SYSTEM_PROMPT)),
+								summary,
+								r->stnull[ST_PLACEMENT] ? NULL : TextDatumGetCString(r->st[ST_PLACEMENT]),
+								enc, sys);
+	/* each message's count an int, as count_message_tokens gives it; their sum an int */
+	for (int i = 0; i < nsys; i++)
+		tokens += Min(sys[i].tokens, PG_INT32_MAX);
+	if (tokens > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("integer out of range")));
+	SetNew(r, S_PROMPT_TOKENS, Int32GetDatum((int32) tokens), false);
 }
 
 /*
