@@ -36,6 +36,8 @@ OBJS = \
 	src/summary/range.o \
 	src/summary/compact.o \
 	src/summary/jobs.o \
+	src/summary/job_finish.o \
+	src/summary/segments.o \
 	src/summary/summary_spi.o \
 	src/summary/claim.o \
 	src/summary/retract.o \
@@ -57,6 +59,7 @@ OBJS = \
 	src/ingest/session_read.o \
 	src/ingest/session_write.o \
 	src/ingest/sessions_guard.o \
+	src/ingest/sessions_maintain.o \
 	src/compat/symbols_0_1.o
 
 # The install script of the current version is made from one file per area

@@ -433,3 +433,98 @@ SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._summary_request(uuid, bigint, bigint, text) IS
 'The LLM request of a summary, made from stored data only, within the summary model''s window';
+
+-- The end of an application's summary job and the check of a summary's
+-- segments in C (src/summary/job_finish.c, src/summary/segments.c): no
+-- PL/pgSQL left in the path of a summary.  The job as the application sees
+-- it and the check of a token are C helpers of claim_summary and
+-- complete_summary, no longer SQL functions.
+DROP FUNCTION ctxwin._summary_job(jsonb, text, timestamptz, boolean);
+DROP FUNCTION ctxwin._summary_job_live(text);
+
+-- A summary's segments as ctxwin.sessions.summary_segments keeps them:
+-- NULL for one segment (or no summary), else the lengths in characters of
+-- two or more segments that add up to the summary, with a blank line
+-- between two; raises for lengths that do not.  _sessions_maintain calls it.
+-- In C (src/summary/segments.c).
+CREATE OR REPLACE FUNCTION ctxwin._segments_checked(summary text, segments int[])
+RETURNS int[]
+AS 'MODULE_PATHNAME', 'ctxwin_segments_checked'
+LANGUAGE C IMMUTABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
+'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
+
+/*
+ * Completes a summary job with the application's model's answer: applied
+ * by the worker's own code and checks (_summary_finish: a segment appended
+ * under a stable window, the compare-and-set, the summaries row with the
+ * usage, the flush event).  A stale token is CW001; an empty answer is
+ * 22023 and the job stays claimed; nothing is written on either.  In C
+ * (src/summary/job_finish.c), as are fail_summary and release_summary.
+ */
+CREATE OR REPLACE FUNCTION ctxwin.complete_summary(token text, summary text, usage jsonb DEFAULT NULL)
+RETURNS ctxwin.summaries
+AS 'MODULE_PATHNAME', 'ctxwin_complete_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.complete_summary(text, text, jsonb) IS
+'Writes the summary of a claimed job with the worker''s code and checks, its usage recorded as a summary call; CW001 for a stale token, 22023 for an empty summary, nothing written on either';
+
+-- Ends a summary job without a summary: the failure is recorded on the
+-- session as the worker records its own (compaction_failures, last_error,
+-- the backoff before the next claim_next_summary or worker attempt).
+CREATE OR REPLACE FUNCTION ctxwin.fail_summary(token text, error text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'ctxwin_fail_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
+'Releases a claimed summary job without a summary, recording the failure with the worker''s backoff; CW001 for a stale token';
+
+-- Gives a claimed summary job back without a summary and without a
+-- failure: the session is free for the next summarizer at once (a caller
+-- that claimed a job it will not do: shutting down, or the session was
+-- left to a later pass).  true when the token's job was claimed and is
+-- released; false when it no longer holds the session (completed, failed,
+-- released, expired or superseded), so a second call is harmless.
+CREATE OR REPLACE FUNCTION ctxwin.release_summary(token text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'ctxwin_release_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin.release_summary(text) IS
+'Gives a claimed summary job back, with no summary and no failure recorded: the session is free for the next summarizer at once; false when the token''s job no longer holds it';
+
+-- The sessions trigger and the unsummarized tokens of a session in C
+-- (src/ingest/sessions_maintain.c): the same checks, errors and derived
+-- columns.
+-- Tokens of the unsummarized messages of a session, in an encoding.  A
+-- message counted in another is counted again; of one with content parts,
+-- the fields are, and its images keep what they cost when it was stored
+-- (its stored count less its fields in the stored encoding): their rule is
+-- the model's, not the encoding's (CtxwinRecountTokens, src/tokenizer/messages.c).
+-- In C (src/ingest/sessions_maintain.c).
+CREATE OR REPLACE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'ctxwin_unsummarized_tokens'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
+'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
+
+-- Keeps a session's derived columns right when its prompt, summary, summary
+-- point or profile change, and guards the summary point.  In C
+-- (src/ingest/sessions_maintain.c).
+CREATE OR REPLACE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
+AS 'MODULE_PATHNAME', 'ctxwin_sessions_maintain'
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
+'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';

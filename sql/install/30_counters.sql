@@ -3,22 +3,12 @@
 -- the fields are, and its images keep what they cost when it was stored
 -- (its stored count less its fields in the stored encoding): their rule is
 -- the model's, not the encoding's (CtxwinRecountTokens, src/tokenizer/messages.c).
+-- In C (src/ingest/sessions_maintain.c).
 CREATE FUNCTION ctxwin._unsummarized_tokens(p_session uuid, p_after bigint, p_encoding text)
 RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN (SELECT coalesce(sum(CASE WHEN m.token_encoding = p_encoding THEN m.token_count
-                                     ELSE ctxwin.message_tokens(m.role, m.content, m.name, m.tool_call_id,
-                                                                m.tool_calls, p_encoding)
-                                          + CASE WHEN m.content_parts IS NULL THEN 0
-                                                 ELSE greatest(m.token_count - ctxwin.message_tokens(
-                                                          m.role, m.content, m.name, m.tool_call_id,
-                                                          m.tool_calls, m.token_encoding), 0) END
-                                END), 0)
-            FROM ctxwin.messages m
-            WHERE m.session_id = p_session AND m.id > p_after AND m.retracted_at IS NULL);
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_unsummarized_tokens'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._unsummarized_tokens(uuid, bigint, text) IS
 'Tokens of the messages of a session after an id (retracted ones left out), counted in an encoding';
@@ -68,117 +58,12 @@ COMMENT ON FUNCTION ctxwin._summary_may_end(boolean, text) IS
 'Whether a summary may end at a message with or without tool calls followed by a message of next_role (NULL: none)';
 
 -- Keeps a session's derived columns right when its prompt, summary, summary
--- point or profile change, and guards the summary point.
+-- point or profile change, and guards the summary point.  In C
+-- (src/ingest/sessions_maintain.c).
 CREATE FUNCTION ctxwin._sessions_maintain() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    st record;
-    enc text;
-    nxt record;
-    cur record;
-BEGIN
-    SELECT p.*, m.encoding, coalesce(p.context_window, m.context_window) AS window INTO st
-    FROM ctxwin.profiles p JOIN ctxwin.models m ON m.name = p.model
-    WHERE p.name = NEW.profile;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'profile "%" does not exist', NEW.profile
-            USING ERRCODE = 'foreign_key_violation',
-                  HINT = 'Profiles are rows of ctxwin.profiles; ''default'' always exists.';
-    END IF;
-    enc := st.encoding;
-
-    IF TG_OP = 'UPDATE' AND (NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id
-                             OR NEW.summary_version IS DISTINCT FROM OLD.summary_version) THEN
-        -- back only to before a retracted message it covered (ctxwin.retract)
-        IF NEW.summary_through_id < OLD.summary_through_id
-           AND NOT EXISTS (SELECT FROM ctxwin.messages m
-                           WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id
-                             AND m.id <= OLD.summary_through_id AND m.retracted_at IS NOT NULL) THEN
-            RAISE EXCEPTION 'summary_through_id cannot move back from % to %',
-                OLD.summary_through_id, NEW.summary_through_id
-                USING ERRCODE = 'check_violation',
-                      DETAIL = 'A summary covers every message up to summary_through_id; messages once summarized stay summarized.';
-        END IF;
-        IF NEW.summary_through_id > NEW.message_count THEN
-            RAISE EXCEPTION 'summary_through_id % is past the newest message (%)',
-                NEW.summary_through_id, NEW.message_count
-                USING ERRCODE = 'check_violation';
-        END IF;
-        -- never inside a tool group (_summary_may_end; the next message
-        -- not retracted)
-        SELECT m.role INTO nxt FROM ctxwin.messages m
-        WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NULL
-        ORDER BY m.id LIMIT 1;
-        SELECT m.role, m.tool_calls IS NOT NULL AS has_calls INTO cur FROM ctxwin.messages m
-        WHERE m.session_id = NEW.id AND m.id = NEW.summary_through_id;
-        IF NOT ctxwin._summary_may_end(cur.has_calls, nxt.role) THEN
-            RAISE EXCEPTION 'summary_through_id % would end inside a tool call group', NEW.summary_through_id
-                USING ERRCODE = 'check_violation',
-                      DETAIL = 'An assistant message with tool_calls and the tool results that answer it are summarized together.';
-        END IF;
-        NEW.unsummarized_messages := NEW.message_count - NEW.summary_through_id
-            - (SELECT count(*) FROM ctxwin.messages m
-               WHERE m.session_id = NEW.id AND m.id > NEW.summary_through_id AND m.retracted_at IS NOT NULL);
-        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
-        NEW.count_encoding := enc;
-        IF NEW.summary_through_id > OLD.summary_through_id THEN
-            -- a new summary: the compaction circuit breaker starts afresh
-            NEW.compaction_failures := 0;
-            NEW.compaction_retry_at := NULL;
-            NEW.last_error := NULL;
-            NEW.last_error_at := NULL;
-        END IF;
-    ELSIF TG_OP = 'UPDATE' AND NEW.count_encoding IS DISTINCT FROM enc THEN
-        -- the model changed: counters follow its encoding
-        NEW.unsummarized_tokens := ctxwin._unsummarized_tokens(NEW.id, NEW.summary_through_id, enc);
-        NEW.count_encoding := enc;
-    ELSIF TG_OP = 'INSERT' THEN
-        -- a new session counts in its model's encoding; a restored one keeps
-        -- the counters it comes with (its messages are restored after it, and
-        -- the insert trigger recounts when the encoding differs)
-        NEW.count_encoding := coalesce(NEW.count_encoding, enc);
-    END IF;
-
-    IF TG_OP = 'UPDATE' AND (NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary
-                             OR NEW.summary_through_id IS DISTINCT FROM OLD.summary_through_id) THEN
-        IF NEW.summary_version = OLD.summary_version THEN
-            NEW.summary_version := OLD.summary_version + 1;
-        END IF;
-        IF NEW.summary_updated_at IS NOT DISTINCT FROM OLD.summary_updated_at THEN
-            NEW.summary_updated_at := now();
-        END IF;
-    END IF;
-    -- the summary's segments (a stable window's): a summary written without
-    -- them (an application's own) is one segment; given, they must add up
-    IF TG_OP = 'UPDATE' AND NEW.summary_segments IS NOT DISTINCT FROM OLD.summary_segments
-       AND NEW.conversation_summary IS DISTINCT FROM OLD.conversation_summary THEN
-        NEW.summary_segments := NULL;
-    END IF;
-    NEW.summary_segments := ctxwin._segments_checked(NEW.conversation_summary, NEW.summary_segments);
-    -- in the encoding the counters are kept in (a restored session may
-    -- still be in its model's previous one)
-    NEW.summary_tokens := coalesce(ctxwin.count_tokens(NEW.conversation_summary, NEW.count_encoding), 0);
-    NEW.prompt_tokens := ctxwin.messages_tokens(
-        ctxwin.system_messages(NEW.system_prompt, NEW.conversation_summary, st.summary_placement),
-        NEW.count_encoding);
-
-    IF TG_OP = 'UPDATE' THEN
-        -- a session below every trigger, or with nothing it may summarize,
-        -- leaves the compaction queue (and one over a trigger enters it)
-        IF ctxwin._should_queue(NEW.unsummarized_messages, NEW.unsummarized_tokens, NEW.prompt_tokens,
-                                st.max_messages_before_summary, st.max_tokens_before_summary,
-                                st.trigger_ratio, st.window, st.min_recent_messages) THEN
-            IF NEW.compaction_queued_at IS NULL THEN
-                PERFORM ctxwin._wake_worker();
-            END IF;
-            NEW.compaction_queued_at := coalesce(NEW.compaction_queued_at, now());
-        ELSE
-            NEW.compaction_queued_at := NULL;
-        END IF;
-        NEW.updated_at := now();
-    END IF;
-    RETURN NEW;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_sessions_maintain'
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._sessions_maintain() IS
 'Trigger on sessions: recounts prompt and unsummarized tokens, checks that the summary point only moves forward and never splits a tool call group, clears the compaction errors when it moves, keeps the summary''s segments true';

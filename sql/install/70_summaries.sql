@@ -357,41 +357,12 @@ COMMENT ON FUNCTION ctxwin.segment_summary_prompt() IS
 -- NULL for one segment (or no summary), else the lengths in characters of
 -- two or more segments that add up to the summary, with a blank line
 -- between two; raises for lengths that do not.  _sessions_maintain calls it.
+-- In C (src/summary/segments.c).
 CREATE FUNCTION ctxwin._segments_checked(summary text, segments int[])
 RETURNS int[]
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    pos int := 1;
-    k int;
-BEGIN
-    IF segments IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF cardinality(segments) = 1 AND segments[1] = length(summary) THEN
-        -- one segment: the whole summary
-        RETURN NULL;
-    END IF;
-    IF array_ndims(segments) = 1 AND cardinality(segments) >= 2 AND array_position(segments, NULL) IS NULL
-       AND summary IS NOT NULL THEN
-        FOR k IN 1 .. cardinality(segments) LOOP
-            EXIT WHEN segments[k] < 1;
-            pos := pos + segments[k];
-            IF k = cardinality(segments) THEN
-                IF pos = length(summary) + 1 THEN
-                    RETURN segments;
-                END IF;
-            ELSIF substr(summary, pos, 2) = E'\n\n' THEN
-                pos := pos + 2;
-            ELSE
-                EXIT;
-            END IF;
-        END LOOP;
-    END IF;
-    RAISE EXCEPTION 'summary_segments % does not match conversation_summary', segments
-        USING ERRCODE = 'check_violation',
-              DETAIL = format('The summary has %s characters.', coalesce(length(summary), 0)),
-              HINT = 'summary_segments holds the length in characters of each segment, oldest first, with a blank line (two newlines) between two, or NULL for a summary of one segment; leave it out when you write the summary yourself.';
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_segments_checked'
+LANGUAGE C IMMUTABLE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin._segments_checked(text, int[]) IS
 'A summary''s segment lengths as sessions.summary_segments keeps them (NULL: one segment); raises for lengths that do not add up to the summary';
@@ -435,49 +406,6 @@ COMMENT ON FUNCTION ctxwin._summary_job_held(uuid) IS
 'Until when an unexpired summary job (claim_summary) holds a session; NULL when none does';
 
 /*
- * The job an application is given for a plan of the app strategy (see
- * claim_summary): the token, the range, the previous summary, the exact
- * messages the worker would send (the system and the user message of its
- * OpenAI request), the stored messages of the range, the answer's token
- * limit, the model, the strategy, whether the server's own LLM would do it,
- * and when the claim expires.
- */
-CREATE FUNCTION ctxwin._summary_job(p_plan jsonb, p_token text, p_expires_at timestamptz, p_server_llm boolean)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    sid uuid := (p_plan ->> 'session')::uuid;
-    s record;
-BEGIN
-    SELECT x.conversation_summary, x.summary_version INTO s FROM ctxwin.sessions x
-    WHERE x.id OPERATOR(pg_catalog.=) sid;
-    RETURN jsonb_build_object(
-        'token', p_token,
-        'session_id', sid,
-        'from_id', (p_plan ->> 'after')::bigint + 1,
-        'through_id', (p_plan ->> 'through')::bigint,
-        'previous_summary', s.conversation_summary,
-        'previous_version', nullif(s.summary_version, 0),
-        'messages', jsonb_build_array(jsonb_build_object('role', 'system', 'content', p_plan ->> 'system_prompt'),
-                                      jsonb_build_object('role', 'user', 'content', p_plan ->> 'prompt')),
-        'transcript', coalesce((SELECT jsonb_agg(jsonb_build_object('id', m.id, 'role', m.role, 'content', m.content,
-                                                                    'name', m.name, 'tool_calls', m.tool_calls,
-                                                                    'tool_call_id', m.tool_call_id) ORDER BY m.id)
-                                FROM ctxwin.messages m
-                                WHERE m.session_id OPERATOR(pg_catalog.=) sid
-                                  AND m.id > (p_plan ->> 'after')::bigint
-                                  AND m.id <= (p_plan ->> 'through')::bigint), '[]'::jsonb),
-        'max_tokens', (p_plan ->> 'answer_tokens')::int,
-        'model', p_plan ->> 'job_model',
-        'strategy', p_plan ->> 'strategy',
-        'server_llm', p_server_llm,
-        'expires_at', p_expires_at);
-END $$;
-
-COMMENT ON FUNCTION ctxwin._summary_job(jsonb, text, timestamptz, boolean) IS
-'The summary job given to an application for a plan: token, range, previous summary, the worker''s prompt as messages, the messages covered, max_tokens, model, strategy, server_llm, expires_at';
-
-/*
  * The next summary of a session as a job for the application's own model:
  * the plan the worker would make (the same range, prompt and checks),
  * claimed for ctxwin.summary_job_lease_ms.  NULL when no summary is due
@@ -506,114 +434,19 @@ SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION ctxwin.claim_next_summary() IS
 'Claims the summary of the oldest queued session nobody else holds, as claim_summary does; NULL when none';
 
--- The job of a token, locked, if it may still be completed or failed;
--- raises CW001 (summary job is stale) for any other token.
-CREATE FUNCTION ctxwin._summary_job_live(p_token text)
-RETURNS ctxwin.summary_jobs
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    sid uuid;
-    j ctxwin.summary_jobs;
-    s record;
-BEGIN
-    IF p_token IS NULL THEN
-        RAISE EXCEPTION 'token must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF p_token ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{32}$' THEN
-        sid := split_part(p_token, '.', 1)::uuid;
-        SELECT * INTO j FROM ctxwin.summary_jobs x WHERE x.session_id OPERATOR(pg_catalog.=) sid FOR UPDATE;
-    END IF;
-    IF j.session_id IS NULL THEN
-        RAISE EXCEPTION 'summary job is stale: the token is unknown'
-            USING ERRCODE = 'CW001',
-                  DETAIL = 'No summary job was claimed with this token, or its session was deleted.',
-                  HINT = 'Claim a new job with ctxwin.claim_summary or ctxwin.claim_next_summary.';
-    END IF;
-    IF j.token OPERATOR(pg_catalog.<>) p_token THEN
-        RAISE EXCEPTION 'summary job is stale: a newer claim of session % superseded it', sid
-            USING ERRCODE = 'CW001',
-                  DETAIL = format('This job expired, and the session was claimed again at %s.', j.claimed_at),
-                  HINT = 'Drop this job''s answer; the newer job covers the session.';
-    END IF;
-    IF j.state OPERATOR(pg_catalog.<>) 'claimed' THEN
-        RAISE EXCEPTION 'summary job is stale: it was already %', j.state
-            USING ERRCODE = 'CW001',
-                  DETAIL = format('The job of session %s was %s at %s.', sid, j.state, j.finished_at),
-                  HINT = 'A job is completed or failed once; claim a new one for the next summary.';
-    END IF;
-    IF j.expires_at <= clock_timestamp() THEN
-        RAISE EXCEPTION 'summary job is stale: it expired at %', j.expires_at
-            USING ERRCODE = 'CW001',
-                  DETAIL = format('The claim of session %s lasted ctxwin.summary_job_lease_ms; after it, another summarizer may take the session.', sid),
-                  HINT = 'Claim the session again, or raise ctxwin.summary_job_lease_ms for a slow model.';
-    END IF;
-    SELECT x.summary_through_id, x.summary_version INTO s FROM ctxwin.sessions x
-    WHERE x.id OPERATOR(pg_catalog.=) sid;
-    IF s.summary_through_id IS DISTINCT FROM (j.plan ->> 'after')::bigint
-       OR s.summary_version IS DISTINCT FROM (j.plan ->> 'version')::int THEN
-        RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', sid
-            USING ERRCODE = 'CW001',
-                  DETAIL = format('The job was planned on summary version %s; the session has version %s.',
-                                  j.plan ->> 'version', s.summary_version),
-                  HINT = 'Claim a new job with ctxwin.claim_summary.';
-    END IF;
-    RETURN j;
-END $$;
-
-COMMENT ON FUNCTION ctxwin._summary_job_live(text) IS
-'The summary job of a token, locked, if it may still be completed or failed; raises CW001 otherwise';
-
 /*
  * Completes a summary job with the application's model's answer: applied
  * by the worker's own code and checks (_summary_finish: a segment appended
  * under a stable window, the compare-and-set, the summaries row with the
  * usage, the flush event).  A stale token is CW001; an empty answer is
- * 22023 and the job stays claimed; nothing is written on either.
+ * 22023 and the job stays claimed; nothing is written on either.  In C
+ * (src/summary/job_finish.c), as are fail_summary and release_summary.
  */
 CREATE FUNCTION ctxwin.complete_summary(token text, summary text, usage jsonb DEFAULT NULL)
 RETURNS ctxwin.summaries
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    j ctxwin.summary_jobs;
-    r ctxwin.summaries;
-BEGIN
-    j := ctxwin._summary_job_live(token);
-    IF summary IS NULL OR btrim(summary, E' \t\r\n') = '' THEN
-        RAISE EXCEPTION 'the summary of a job must not be empty'
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
-                  HINT = 'Pass the model''s text, or call ctxwin.fail_summary with what went wrong.';
-    END IF;
-    IF usage IS NOT NULL THEN
-        -- raises for anything but a provider's usage object
-        PERFORM ctxwin.usage_tokens(usage);
-    END IF;
-    BEGIN
-        r := ctxwin._summary_finish(j.plan, jsonb_build_object(
-            'status', 200, 'provider', 'openai',
-            'total_ms', (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000::numeric)::int,
-            'body', jsonb_build_object(
-                'choices', jsonb_build_array(jsonb_build_object(
-                    'message', jsonb_build_object('role', 'assistant', 'content', summary),
-                    'finish_reason', 'stop')))
-                -- no usage: none stored, as for a provider's answer without one
-                || CASE WHEN usage IS NOT NULL THEN jsonb_build_object('usage', usage) ELSE '{}'::jsonb END));
-    EXCEPTION
-        WHEN serialization_failure THEN
-            RAISE EXCEPTION 'summary job is stale: the summary of session % changed since it was claimed', j.session_id
-                USING ERRCODE = 'CW001', DETAIL = 'Nothing was written.',
-                      HINT = 'Claim a new job with ctxwin.claim_summary.';
-        WHEN data_exception THEN
-            -- the worker's checks refused the answer (far over max_summary_tokens)
-            RAISE EXCEPTION '%', SQLERRM
-                USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = 'Nothing was written; the job stays claimed until it expires or is failed.',
-                      HINT = format('Ask the model for at most %s tokens (the job''s max_tokens).', j.plan ->> 'answer_tokens');
-    END;
-    UPDATE ctxwin.summary_jobs x SET state = 'completed', finished_at = clock_timestamp()
-    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
-    RETURN r;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_complete_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.complete_summary(text, text, jsonb) IS
 'Writes the summary of a claimed job with the worker''s code and checks, its usage recorded as a summary call; CW001 for a stale token, 22023 for an empty summary, nothing written on either';
@@ -623,16 +456,9 @@ COMMENT ON FUNCTION ctxwin.complete_summary(text, text, jsonb) IS
 -- the backoff before the next claim_next_summary or worker attempt).
 CREATE FUNCTION ctxwin.fail_summary(token text, error text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    j ctxwin.summary_jobs;
-BEGIN
-    j := ctxwin._summary_job_live(token);
-    PERFORM ctxwin._compaction_failed(j.session_id,
-                                      left(coalesce(nullif(error, ''), 'the application''s summarizer failed'), 2000));
-    UPDATE ctxwin.summary_jobs x SET state = 'failed', finished_at = clock_timestamp()
-    WHERE x.session_id OPERATOR(pg_catalog.=) j.session_id;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_fail_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
 'Releases a claimed summary job without a summary, recording the failure with the worker''s backoff; CW001 for a stale token';
@@ -645,25 +471,9 @@ COMMENT ON FUNCTION ctxwin.fail_summary(text, text) IS
 -- released, expired or superseded), so a second call is harmless.
 CREATE FUNCTION ctxwin.release_summary(token text)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    sid uuid;
-BEGIN
-    IF token IS NULL THEN
-        RAISE EXCEPTION 'token must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF token !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9a-f]{32}$' THEN
-        RAISE EXCEPTION 'summary job is stale: the token is unknown'
-            USING ERRCODE = 'CW001',
-                  DETAIL = 'A job''s token is its session''s id, a dot and 32 hexadecimal digits.',
-                  HINT = 'Pass the token of a job claim_summary or claim_next_summary returned.';
-    END IF;
-    sid := split_part(token, '.', 1)::uuid;
-    UPDATE ctxwin.summary_jobs x SET state = 'released', finished_at = clock_timestamp()
-    WHERE x.session_id OPERATOR(pg_catalog.=) sid AND x.token OPERATOR(pg_catalog.=) release_summary.token
-      AND x.state OPERATOR(pg_catalog.=) 'claimed' AND x.expires_at OPERATOR(pg_catalog.>) clock_timestamp();
-    RETURN FOUND;
-END $$;
+AS 'MODULE_PATHNAME', 'ctxwin_release_summary'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 COMMENT ON FUNCTION ctxwin.release_summary(text) IS
 'Gives a claimed summary job back, with no summary and no failure recorded: the session is free for the next summarizer at once; false when the token''s job no longer holds it';

@@ -3,7 +3,8 @@
  *		Summary jobs for the application's own model: claim_summary and
  *		claim_next_summary, which plan a session's next summary exactly as
  *		the worker does and hand it out as a job with a token and a lease
- *		(complete_summary and fail_summary, in SQL, end it).
+ *		(job_finish.c ends it: complete_summary, fail_summary,
+ *		release_summary).
  *
  * A job is single-flight per session.  The claim is taken under the
  * session's claim lock (src/summary/claim.c), so that it never runs beside
@@ -55,18 +56,58 @@ static CtxwinQuery profile_q = {
 
 /*
  * The job, stored (the previous job of the session replaced: the caller
- * found it completed, failed or expired) and returned as the application
- * sees it.  The plan's model is the job's: the profile's summary model, or
- * the server's when its LLM would do the summary, else none.
+ * found it completed, failed or expired).  The plan's model is the job's:
+ * the profile's summary model, or the server's when its LLM would do the
+ * summary, else none.
  */
 static CtxwinQuery store_q = {
 	"INSERT INTO ctxwin.summary_jobs AS j (session_id, token, plan, state, claimed_at, expires_at) "
-	"VALUES ($1, $2, $3 " OP("||") " pg_catalog.jsonb_build_object('model', $7::pg_catalog.text), "
+	"VALUES ($1, $2, $3 " OP("||") " pg_catalog.jsonb_build_object('model', $6::pg_catalog.text), "
 	"'claimed', $4, $5) "
 	"ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, plan = excluded.plan, state = 'claimed', "
-	"claimed_at = excluded.claimed_at, expires_at = excluded.expires_at, finished_at = NULL "
-	"RETURNING ctxwin._summary_job(j.plan, j.token, j.expires_at, $6)",
-	7, {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, TEXTOID}
+	"claimed_at = excluded.claimed_at, expires_at = excluded.expires_at, finished_at = NULL",
+	6, {UUIDOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
+};
+
+/* The session's summary, which the job's summary follows. */
+static CtxwinQuery previous_q = {
+	"SELECT x.conversation_summary, x.summary_version FROM ctxwin.sessions x "
+	"WHERE x.id " OP("=") " $1",
+	1, {UUIDOID}
+};
+
+/*
+ * The job as the application sees it, of its session ($1), token ($2),
+ * plan ($3), server_llm ($4), the previous summary and its version ($5,
+ * $6) and the end of its lease ($7): the range, the exact messages the
+ * worker would send (the system and the user message of its OpenAI
+ * request), the stored messages of the range, the answer's token limit,
+ * the model and the strategy.
+ */
+static CtxwinQuery job_q = {
+	"SELECT pg_catalog.jsonb_build_object("
+	"'token', $2, "
+	"'session_id', $1, "
+	"'from_id', ($3 " OP("->>") " 'after')::pg_catalog.int8 " OP("+") " 1, "
+	"'through_id', ($3 " OP("->>") " 'through')::pg_catalog.int8, "
+	"'previous_summary', $5, "
+	"'previous_version', NULLIF($6, 0), "
+	"'messages', pg_catalog.jsonb_build_array("
+	"pg_catalog.jsonb_build_object('role', 'system', 'content', $3 " OP("->>") " 'system_prompt'), "
+	"pg_catalog.jsonb_build_object('role', 'user', 'content', $3 " OP("->>") " 'prompt')), "
+	"'transcript', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object("
+	"'id', m.id, 'role', m.role, 'content', m.content, 'name', m.name, "
+	"'tool_calls', m.tool_calls, 'tool_call_id', m.tool_call_id) ORDER BY m.id) "
+	"FROM ctxwin.messages m "
+	"WHERE m.session_id " OP("=") " $1 "
+	"AND m.id " OP(">") " ($3 " OP("->>") " 'after')::pg_catalog.int8 "
+	"AND m.id " OP("<=") " ($3 " OP("->>") " 'through')::pg_catalog.int8), '[]'::pg_catalog.jsonb), "
+	"'max_tokens', ($3 " OP("->>") " 'answer_tokens')::pg_catalog.int4, "
+	"'model', $3 " OP("->>") " 'job_model', "
+	"'strategy', $3 " OP("->>") " 'strategy', "
+	"'server_llm', $4, "
+	"'expires_at', $7)",
+	7, {UUIDOID, TEXTOID, JSONBOID, BOOLOID, TEXTOID, INT4OID, TIMESTAMPTZOID}
 };
 
 /*
@@ -101,6 +142,30 @@ JobToken(Datum session)
 }
 
 /*
+ * The job of a claim, as the application sees it (job_q): its session,
+ * token, plan, whether the server's LLM would do it, and the end of its
+ * lease.  SPI connected.
+ */
+static Datum
+JobOf(Datum session, Datum token, Datum plan, bool server_llm, Datum expires_at, bool *isnull)
+{
+	Datum		previous[2];	/* conversation_summary, summary_version */
+	bool		previous_nulls[2];
+	Datum		args[7] = {session, token, plan, BoolGetDatum(server_llm), (Datum) 0, (Datum) 0, expires_at};
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		job;
+
+	CtxwinQueryRow(&previous_q, &session, NULL, previous, previous_nulls, 2);
+	for (int i = 0; i < 2; i++)
+	{
+		args[4 + i] = previous[i];
+		nulls[4 + i] = previous_nulls[i] ? 'n' : ' ';
+	}
+	CtxwinQueryRow(&job_q, args, nulls, &job, isnull, 1);
+	return job;
+}
+
+/*
  * Claims the next summary of a session as a job: NULL (*isnull) when
  * another summarizer holds the session, when a job does, when it is not
  * due (without force), or when it has nothing to summarize.  SPI connected.
@@ -109,8 +174,8 @@ static Datum
 ClaimSession(Datum session, bool force, bool *isnull)
 {
 	pg_uuid_t  *id = DatumGetUUIDP(session);
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	Datum		cols[2];
 	bool		colnulls[2];
 	Datum		plan;
@@ -119,7 +184,6 @@ ClaimSession(Datum session, bool force, bool *isnull)
 	SummaryStrategy profile_strategy;
 	bool		server_llm;
 	TimestampTz now;
-	Datum		job;
 
 	*isnull = true;
 	/* the worker's request, compact() or summarize_session: passed over */
@@ -149,15 +213,14 @@ ClaimSession(Datum session, bool force, bool *isnull)
 	args[2] = plan;
 	args[3] = TimestampTzGetDatum(now);
 	args[4] = TimestampTzGetDatum(now + (TimestampTz) ctxwin_summary_job_lease_ms * 1000);
-	args[5] = BoolGetDatum(server_llm);
 	if (!colnulls[1])
-		args[6] = cols[1];
+		args[5] = cols[1];
 	else if (server_llm && ctxwin_llm_model != NULL)
-		args[6] = CStringGetTextDatum(ctxwin_llm_model);
+		args[5] = CStringGetTextDatum(ctxwin_llm_model);
 	else
-		nulls[6] = 'n';
-	CtxwinQueryRow(&store_q, args, nulls, &job, isnull, 1);
-	return job;
+		nulls[5] = 'n';
+	CtxwinQueryRow(&store_q, args, nulls, NULL, NULL, 0);
+	return JobOf(session, args[1], plan, server_llm, args[4], isnull);
 }
 
 /* SQL: ctxwin.claim_summary(uuid, boolean) returns jsonb. */

@@ -13,6 +13,7 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "utils/array.h"
 #include "utils/elog.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -30,6 +31,12 @@
 "COALESCE((SELECT pg_catalog.min(y.id) " OP("-") " 1 FROM (SELECT r.id FROM ctxwin.messages r " \
 "WHERE r.session_id " OP("=") " " S " AND r.retracted_at IS NULL ORDER BY r.id DESC LIMIT " M ") y), " \
 "CASE WHEN " M " IS NOT NULL THEN " COUNT " END)"
+
+/*
+ * CW001, "summary job is stale": a summary job's token that may no longer
+ * complete or fail it (job_finish.c).
+ */
+#define ERRCODE_CTXWIN_STALE_JOB MAKE_SQLSTATE('C', 'W', '0', '0', '1')
 
 /* summary_spi.c: ends an SQL entry point's SPI connection, returning d (or NULL, if isnull) in the caller's memory. */
 extern Datum SummaryReturn(FunctionCallInfo fcinfo, Datum d, bool isnull);
@@ -142,6 +149,9 @@ extern Jsonb *SummaryRequest(const SummaryBasis *b, int64 after, int64 through, 
 
 /* summary.c: makes or reads the summary of a plan and writes it (see _summary_finish); the ctxwin.summaries row. */
 extern Datum SummaryFinish(Datum plan, bool plan_null, Datum answer, bool answer_null);
+
+/* segments.c: a summary's segment lengths as summary_segments keeps them, or raises (see there) */
+extern Datum SummarySegmentsChecked(text *summary, ArrayType *segments, bool *isnull);
 
 /* claim.c: whether another backend (the worker) holds a session's claim */
 extern bool CtxwinSessionClaimed(const pg_uuid_t *id);
