@@ -19,6 +19,7 @@
 #include "utils/uuid.h"
 
 #include "summary/summary.h"
+#include "citus/citus.h"
 #include "worker/worker.h"
 
 /* Makes a claimed session a job, its request to be sent at once. */
@@ -134,7 +135,12 @@ SessionsInHand(Worker *w)
 RowLock
 LockSessionRowNowait(const pg_uuid_t *id, char **err)
 {
+	/* kept prepared (one per summary written), planned each time under Citus */
 	static CtxwinQuery lock_q = {
+		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
+		1, {UUIDOID}
+	};
+	static CtxwinQuery lock_citus_q = {
 		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
 		1, {UUIDOID}, .once = true
 	};
@@ -143,7 +149,7 @@ LockSessionRowNowait(const pg_uuid_t *id, char **err)
 	bool		none;
 	int			code = 0;
 
-	if (!SubxactQueryRow(&lock_q, values, 1, &one, &none, err, &code))
+	if (!SubxactQueryRow(CtxwinCitusLoaded() ? &lock_citus_q : &lock_q, values, 1, &one, &none, err, &code))
 		return code == ERRCODE_LOCK_NOT_AVAILABLE ? LOCK_HELD : LOCK_FAILED;
 	return none ? LOCK_GONE : LOCK_OK;
 }
