@@ -96,6 +96,7 @@ SummaryRowsRead(Datum session, int64 after, SummaryRows *r)
 		r->may_end[i] = SummaryMayEnd(calls[i], (int) i + 1 < r->n, (int) i + 1 < r->n && tool[i + 1]);
 	SPI_freetuptable(tab);
 	r->pieces = NULL;
+	r->pieces_encoding = NULL;
 }
 
 /*
@@ -254,7 +255,8 @@ Piece(int64 id, const char *role, text *content, const char *name, const char *c
 /*
  * Reads the texts of the messages up to through and makes each one's line
  * of the transcript (Piece), tool results cut in encoding's tokens: once;
- * a later call for a through no further reuses them.
+ * a later call for a through no further, in the same encoding, reuses
+ * them.
  */
 void
 SummaryRowsTexts(SummaryRows *r, int64 through, text *encoding)
@@ -266,7 +268,8 @@ SummaryRowsTexts(SummaryRows *r, int64 through, text *encoding)
 	int			i;
 	uint64		k;
 
-	if (r->pieces != NULL && through <= r->pieces_through)
+	if (r->pieces != NULL && through <= r->pieces_through && r->pieces_encoding != NULL &&
+		CtxwinTextsEqual(r->pieces_encoding, encoding))
 		return;
 	if (SPI_execute_plan(CtxwinKeptPlan(&texts_plan, texts_query, 3, types), args, NULL, false, 0)
 		!= SPI_OK_SELECT)
@@ -275,6 +278,7 @@ SummaryRowsTexts(SummaryRows *r, int64 through, text *encoding)
 	MemoryContextSwitchTo(cxt);
 	r->pieces = palloc0(Max(r->n, 1) * sizeof(char *));
 	r->pieces_through = through;
+	r->pieces_encoding = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(encoding));
 	/* by id: a message retracted since the rows were read has no line */
 	for (i = 0, k = 0; k < SPI_processed; k++)
 	{

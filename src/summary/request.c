@@ -57,18 +57,19 @@ enum
 
 /*
  * The hybrid strategy's facts, found without the LLM: of a segment, those
- * of its messages the summary does not hold yet ($5 true); of segments
- * consolidated, those of every segment, then the new messages' ($6 true);
- * else those of the summary's Facts line, then the new messages'.
+ * of its messages the summary does not hold yet ($2 true); of segments
+ * consolidated, those of every segment, then the new messages' ($3 true);
+ * else those of the summary's Facts line ($4: the summary), then the new
+ * messages'.  $1: the new messages' transcript in the session's encoding.
  */
 static CtxwinQuery facts_q = {
-	"SELECT CASE WHEN $5 THEN ARRAY(SELECT f FROM pg_catalog.unnest(ctxwin.extract_facts(t.t)) WITH ORDINALITY AS u(f, o) "
-	"WHERE f " OP("<>") " ALL (ctxwin.extract_facts($7)) ORDER BY o) "
-	"WHEN $6 THEN ctxwin.extract_facts(COALESCE((SELECT pg_catalog.string_agg(m[1], '; ') "
-	"FROM pg_catalog.regexp_matches($7, '(?:^|\\n\\n)Facts: ([^\\n]*)', 'g') m), '') " OP("||") " E'\\n' " OP("||") " t.t) "
-	"ELSE ctxwin.extract_facts(COALESCE(pg_catalog.substring($7, '^Facts: ([^\\n]*)'), '') " OP("||") " E'\\n' " OP("||") " t.t) END "
-	"FROM (SELECT ctxwin.transcript(ctxwin._summary_messages($1, $2, $3), $4) AS t) t",
-	7, {UUIDOID, INT8OID, INT8OID, TEXTOID, BOOLOID, BOOLOID, TEXTOID}
+	"SELECT CASE WHEN $2 THEN ARRAY(SELECT f FROM pg_catalog.unnest(ctxwin.extract_facts(t.t)) WITH ORDINALITY AS u(f, o) "
+	"WHERE f " OP("<>") " ALL (ctxwin.extract_facts($4)) ORDER BY o) "
+	"WHEN $3 THEN ctxwin.extract_facts(COALESCE((SELECT pg_catalog.string_agg(m[1], '; ') "
+	"FROM pg_catalog.regexp_matches($4, '(?:^|\\n\\n)Facts: ([^\\n]*)', 'g') m), '') " OP("||") " E'\\n' " OP("||") " t.t) "
+	"ELSE ctxwin.extract_facts(COALESCE(pg_catalog.substring($4, '^Facts: ([^\\n]*)'), '') " OP("||") " E'\\n' " OP("||") " t.t) END "
+	"FROM (SELECT $1 AS t) t",
+	4, {TEXTOID, BOOLOID, BOOLOID, TEXTOID}
 };
 
 /* A text's tokens in an encoding; -1 for NULL. */
@@ -278,13 +279,21 @@ SummaryRequest(const SummaryBasis *b, int64 after, int64 through, const char *in
 	if (fitted && b->strategy == SUMMARY_HYBRID)
 	{
 		/* facts found without the LLM, kept verbatim, take up to a quarter */
-		Datum		args[7] = {session, Int64GetDatum(after), Int64GetDatum(fit_through),
-			PointerGetDatum(sv->st.encoding), BoolGetDatum(segment), BoolGetDatum(sv->nsegments > 0),
-		summary ? PointerGetDatum(sv->summary) : (Datum) 0};
+		char	   *t;
+		Datum		args[4];
+		char		nulls[4] = {' ', ' ', ' ', summary ? ' ' : 'n'};
 		Datum		facts;
 		bool		facts_null;
 
-		CtxwinQueryRow(&facts_q, args, summary ? NULL : "      n", &facts, &facts_null, 1);
+		/* the transcript of the messages fitted, tool results cut in the session's encoding */
+		SummaryRowsTexts(rows, fit_through, sv->st.encoding);
+		t = SummaryRowsTranscript(rows, fit_through);
+		args[0] = t ? CStringGetTextDatum(t) : (Datum) 0;
+		nulls[0] = t ? ' ' : 'n';
+		args[1] = BoolGetDatum(segment);
+		args[2] = BoolGetDatum(sv->nsegments > 0);
+		args[3] = summary ? PointerGetDatum(sv->summary) : (Datum) 0;
+		CtxwinQueryRow(&facts_q, args, nulls, &facts, &facts_null, 1);
 		if (!facts_null)
 		{
 			Datum	   *elems;

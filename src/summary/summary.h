@@ -116,6 +116,7 @@ typedef struct SummaryRows
 	char	  **pieces;			/* their transcript lines (NULL: none yet,
 								 * or a line left out) */
 	int64		pieces_through; /* up to where pieces were made */
+	text	   *pieces_encoding;	/* in which encoding tool results were cut */
 } SummaryRows;
 
 extern void SummaryRowsRead(Datum session, int64 after, SummaryRows *r);
