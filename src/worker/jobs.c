@@ -131,19 +131,20 @@ SessionsInHand(Worker *w)
 	return PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
 
+/* kept prepared (one per summary written), planned each time under Citus */
+static CtxwinQuery lock_q = {
+	"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
+	1, {UUIDOID}
+};
+static CtxwinQuery lock_citus_q = {
+	"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
+	1, {UUIDOID}, .once = true
+};
+
 /* Locks a session's row NOWAIT, in a subtransaction (see RowLock); *err for LOCK_FAILED. */
 RowLock
 LockSessionRowNowait(const pg_uuid_t *id, char **err)
 {
-	/* kept prepared (one per summary written), planned each time under Citus */
-	static CtxwinQuery lock_q = {
-		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
-		1, {UUIDOID}
-	};
-	static CtxwinQuery lock_citus_q = {
-		"SELECT 1 FROM ctxwin.sessions x WHERE x.id " OP("=") " $1 FOR NO KEY UPDATE NOWAIT",
-		1, {UUIDOID}, .once = true
-	};
 	Datum		values[1] = {UUIDPGetDatum(id)};
 	Datum		one;
 	bool		none;
@@ -152,6 +153,19 @@ LockSessionRowNowait(const pg_uuid_t *id, char **err)
 	if (!SubxactQueryRow(CtxwinCitusLoaded() ? &lock_citus_q : &lock_q, values, 1, &one, &none, err, &code))
 		return code == ERRCODE_LOCK_NOT_AVAILABLE ? LOCK_HELD : LOCK_FAILED;
 	return none ? LOCK_GONE : LOCK_OK;
+}
+
+/*
+ * Locks a session's row NOWAIT in the current (sub)transaction: false if
+ * the session is gone; ERRCODE_LOCK_NOT_AVAILABLE if another transaction
+ * holds it.
+ */
+bool
+LockSessionRowHere(const pg_uuid_t *id)
+{
+	Datum		values[1] = {UUIDPGetDatum(id)};
+
+	return CtxwinQueryRow(CtxwinCitusLoaded() ? &lock_citus_q : &lock_q, values, NULL, NULL, NULL, 0) > 0;
 }
 
 /* Logs that a session's failure could not be recorded, and leaves it alone for a while. */

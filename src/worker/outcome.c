@@ -84,25 +84,59 @@ WriteFinish(const char *plan, Jsonb *answer, char **err, int *sqlstate)
 	return RunInSubxact(Finish, &a, err, sqlstate);
 }
 
-/* Writes a job's summary (its row locked), with _summary_finish's compare-and-set. */
+/* A job's session locked and its summary written, in one subtransaction (LockAndFinish). */
+typedef struct LockedFinishArgs
+{
+	const pg_uuid_t *id;
+	FinishArgs	finish;
+	bool		gone;			/* the session was deleted meanwhile */
+} LockedFinishArgs;
+
 static void
+LockAndFinish(void *arg)
+{
+	LockedFinishArgs *a = arg;
+
+	a->gone = !LockSessionRowHere(a->id);
+	if (!a->gone)
+		Finish(&a->finish);
+}
+
+/*
+ * Locks a job's row NOWAIT and writes its summary, with _summary_finish's
+ * compare-and-set, in one subtransaction: the row's lock and its update
+ * are then one transaction id's, where a lock and an update of two
+ * subtransactions would leave a multixact on the row's old version, which
+ * every scan of the queue that still sees it (under a long transaction
+ * elsewhere) must look up.  Returns LOCK_HELD or LOCK_GONE for the caller
+ * to act on, else LOCK_OK (the outcome written or recorded).
+ */
+static RowLock
 WriteSummary(Worker *w, Job *j, TimestampTz now)
 {
 	char	   *err = NULL;
 	int			code = 0;
-	Jsonb	   *answer;
+	LockedFinishArgs a = {.id = &j->id};
 
 	/* total_ms: from the first request, retries included */
-	answer = DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(j->answer),
-												DirectFunctionCall1(jsonb_in,
-																	CStringGetDatum(psprintf("{\"total_ms\": %ld}",
-																							 (long) ((now - j->first_sent) / 1000))))));
-	if (WriteFinish(j->plan, answer, &err, &code))
+	a.finish.plan = j->plan;
+	a.finish.answer = DatumGetJsonbP(DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(j->answer),
+														 DirectFunctionCall1(jsonb_in,
+																			 CStringGetDatum(psprintf("{\"total_ms\": %ld}",
+																									  (long) ((now - j->first_sent) / 1000))))));
+	if (RunInSubxact(LockAndFinish, &a, &err, &code))
+	{
+		if (a.gone)
+			return LOCK_GONE;
 		CountSummaryWritten(w, j->queued_at, now);
+	}
+	else if (code == ERRCODE_LOCK_NOT_AVAILABLE)
+		return LOCK_HELD;
 	else if (NotAFailure(code))
 		SlotSetLastError(w, &j->id, err);	/* planned again if still queued */
 	else
 		RecordFailure(w, &j->id, err);
+	return LOCK_OK;
 }
 
 /*
@@ -115,6 +149,19 @@ WriteOutcome(Worker *w, Job *j, TimestampTz now, bool good)
 {
 	char	   *err = NULL;
 
+	if (good)
+	{
+		switch (WriteSummary(w, j, now))
+		{
+			case LOCK_HELD:
+				WaitForHeldRow(w, j, now, good);
+				return;
+			default:
+				/* written, recorded, or the session deleted meanwhile */
+				MarkJobDead(j);
+				return;
+		}
+	}
 	switch (LockSessionRowNowait(&j->id, &err))
 	{
 		case LOCK_OK:
@@ -127,16 +174,9 @@ WriteOutcome(Worker *w, Job *j, TimestampTz now, bool good)
 			WaitForHeldRow(w, j, now, good);
 			return;
 		case LOCK_FAILED:
-			if (!good)
-				break;			/* RecordFailure says it */
-			j->failure = psprintf("could not lock the session: %s", err);
-			good = false;
-			break;
+			break;				/* RecordFailure says it */
 	}
-	if (good)
-		WriteSummary(w, j, now);
-	else
-		RecordFailure(w, &j->id, j->failure);
+	RecordFailure(w, &j->id, j->failure);
 	MarkJobDead(j);
 }
 

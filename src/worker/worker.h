@@ -298,6 +298,7 @@ extern void FreeDeadJobs(Worker *w);
 extern void HoldOffSession(Worker *w, const pg_uuid_t *id, int seconds);
 extern Datum SessionsInHand(Worker *w);
 extern RowLock LockSessionRowNowait(const pg_uuid_t *id, char **err);
+extern bool LockSessionRowHere(const pg_uuid_t *id);
 extern void RecordFailure(Worker *w, const pg_uuid_t *id, const char *msg);
 extern bool NotAFailure(int sqlstate);
 extern void CountSummaryWritten(Worker *w, TimestampTz queued_at, TimestampTz now);
