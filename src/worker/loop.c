@@ -247,7 +247,7 @@ RecountQueueIfPending(Worker *w)
 
 /*
  * With the extension here at our version, in the round's transaction:
- * writes what came back (each in a transaction of its own), claims more,
+ * writes what came back (a batch in a transaction of its own), claims more,
  * and sets up the requests due.
  */
 static void

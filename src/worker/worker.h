@@ -45,15 +45,17 @@
  *	  retried with exponential backoff (up to ctxwin.llm_max_retries); 429 and
  *	  529 wait as Retry-After says without counting as a failure.  Each
  *	  request has a memory context of its own, freed when the next is sent.
- *	- It writes each answer in a transaction of its own, with
- *	  ctxwin._summary_finish's compare-and-set: a summary is discarded if the
- *	  session's summary changed meanwhile.  The row is locked NOWAIT: if an
- *	  application transaction holds it, the answer is kept and written later
- *	  (1, 2, 4, 8 s; then dropped, the session left alone for a minute),
- *	  never paid for again at once.  A failed compaction is recorded on the
- *	  session (compaction_failures, last_error, compaction_retry_at); after
- *	  ctxwin.max_failures the session is left alone until a new message
- *	  arrives or somebody calls summarize_session.
+ *	- It writes the answers a batch at a time (up to WORKER_BATCH) in one
+ *	  transaction, each in a subtransaction of its own that locks the row
+ *	  and writes it with ctxwin._summary_finish's compare-and-set: a summary
+ *	  is discarded if the session's summary changed meanwhile.  The row is
+ *	  locked NOWAIT: if an application transaction holds it, the answer is
+ *	  kept and written later (1, 2, 4, 8 s; then dropped, the session left
+ *	  alone for a minute), never paid for again at once.  A failed
+ *	  compaction is recorded on the session (compaction_failures,
+ *	  last_error, compaction_retry_at); after ctxwin.max_failures the
+ *	  session is left alone until a new message arrives or somebody calls
+ *	  summarize_session.
  *	- Every statement it runs is bounded by ctxwin.worker_statement_timeout.
  *
  * The queue is the sessions table itself (compaction_queued_at), so a crash
